@@ -1,0 +1,207 @@
+"""Reading and writing HF BERT checkpoints: safetensors (single or sharded) first, ``pytorch_model.bin``
+only through ``torch.load(weights_only=True)``.
+
+Key handling, in one place:
+
+* ``bert.`` prefix — task checkpoints prefix the backbone with ``bert.``; a backbone-only model strips it.
+* legacy names — ``LayerNorm.gamma`` / ``LayerNorm.beta`` (old Google conversions) read as ``weight`` / ``bias``.
+* stale buffers — ``embeddings.position_ids`` (written before transformers 4.31) is ignored.
+* scheme leftovers — keys a position scheme declares unused (transformers 4.x writes an absolute position
+  table even for relative models) are ignored.
+
+Anything else that does not fit is reported by name: a backbone weight the config cannot use (say a
+``distance_embedding`` while positions are absolute) or a tensor of the wrong shape is an error, never a
+silently wrong model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+logger = logging.getLogger("bertblocks")
+
+SAFE_WEIGHTS = "model.safetensors"
+SAFE_INDEX = "model.safetensors.index.json"
+BIN_WEIGHTS = "pytorch_model.bin"
+BIN_INDEX = "pytorch_model.bin.index.json"
+#: buffers older transformers wrote to checkpoints; never weights
+STALE_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+LEGACY_SUFFIXES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
+#: module prefixes of the backbone: a checkpoint key here that the model lacks means the architectures differ
+BACKBONE_PREFIXES = ("embeddings.", "encoder.")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit the model built from its config; the message names every key."""
+
+
+@dataclass
+class LoadingInfo:
+    """What happened to every key, as transformers' ``output_loading_info`` reports it.
+
+    Attributes:
+        missing_keys: model weights the checkpoint lacked (left as initialised).
+        unexpected_keys: checkpoint weights the model has no place for (not loaded).
+        mismatched_keys: ``(key, checkpoint shape, model shape)``.
+        ignored_keys: known leftovers dropped on purpose (stale buffers, unused scheme tables).
+    """
+
+    missing_keys: list[str] = field(default_factory=list)
+    unexpected_keys: list[str] = field(default_factory=list)
+    mismatched_keys: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    ignored_keys: list[str] = field(default_factory=list)
+
+
+def find_weights(directory: Path) -> list[Path]:
+    """The weight files of a checkpoint directory, safetensors preferred; shards in index order."""
+    for name, index in ((SAFE_WEIGHTS, SAFE_INDEX), (BIN_WEIGHTS, BIN_INDEX)):
+        if (directory / name).is_file():
+            return [directory / name]
+        if (directory / index).is_file():
+            weight_map = json.loads((directory / index).read_text())["weight_map"]
+            shards = list(dict.fromkeys(weight_map.values()))
+            missing = [s for s in shards if not (directory / s).is_file()]
+            if missing:
+                raise FileNotFoundError(f"{directory / index} names shards that are missing: {missing}")
+            return [directory / s for s in shards]
+    raise FileNotFoundError(
+        f"no weights in {directory}: expected {SAFE_WEIGHTS}, {SAFE_INDEX}, {BIN_WEIGHTS} or {BIN_INDEX}"
+    )
+
+
+def read_state_dict(files: Iterable[Path]) -> dict[str, torch.Tensor]:
+    """Every tensor of the given files. ``.bin`` files load with ``weights_only=True`` (no code runs)."""
+    state: dict[str, torch.Tensor] = {}
+    for path in files:
+        if path.suffix == ".safetensors":
+            state.update(load_file(str(path)))
+        else:
+            state.update(torch.load(path, map_location="cpu", weights_only=True))
+    return state
+
+
+def normalize_keys(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """Legacy ``gamma``/``beta`` names → ``weight``/``bias``; strip ``prefix`` (``"bert."``) where present."""
+    out: dict[str, torch.Tensor] = {}
+    has_prefix = prefix and any(k.startswith(prefix) for k in state)
+    for key, tensor in state.items():
+        for old, new in LEGACY_SUFFIXES.items():
+            if key.endswith(old):
+                key = key[: -len(old)] + new
+        if has_prefix and key.startswith(prefix):
+            key = key[len(prefix) :]
+        out[key] = tensor
+    return out
+
+
+def match_state_dict(
+    model: torch.nn.Module,
+    state: Mapping[str, torch.Tensor],
+    ignorable: Iterable[str] = (),
+    required_prefixes: tuple[str, ...] = BACKBONE_PREFIXES,
+    strict: bool = True,
+) -> tuple[dict[str, torch.Tensor], LoadingInfo]:
+    """Decide, key by key, what of ``state`` goes into ``model``.
+
+    Returns the tensors to load and a :class:`LoadingInfo`.
+
+    Raises:
+        CheckpointError: shape mismatches; backbone weights the model lacks (another architecture); and,
+            when ``strict``, backbone weights missing from the checkpoint. Pooler or head weights that are
+            missing or unexpected are only reported, as transformers does.
+    """
+    expected = model.state_dict()
+    ignorable = set(ignorable) | set(STALE_BUFFERS)
+    info = LoadingInfo()
+    loadable: dict[str, torch.Tensor] = {}
+    for key, tensor in state.items():
+        if key not in expected:
+            (info.ignored_keys if key in ignorable else info.unexpected_keys).append(key)
+        elif tuple(tensor.shape) != tuple(expected[key].shape):
+            info.mismatched_keys.append((key, tuple(tensor.shape), tuple(expected[key].shape)))
+        else:
+            loadable[key] = tensor
+    info.missing_keys = [k for k in expected if k not in state]
+
+    problems = []
+    if info.mismatched_keys:
+        problems.append(
+            "shape mismatch (checkpoint vs model): "
+            + "; ".join(f"{k}: {tuple(a)} vs {tuple(b)}" for k, a, b in info.mismatched_keys)
+        )
+    foreign = [k for k in info.unexpected_keys if k.startswith(required_prefixes)]
+    if foreign:
+        problems.append("weights this config has no place for (is the architecture the same?): " + ", ".join(foreign))
+    missing_backbone = [k for k in info.missing_keys if k.startswith(required_prefixes)]
+    if strict and missing_backbone:
+        problems.append("weights missing from the checkpoint: " + ", ".join(missing_backbone))
+    if problems:
+        raise CheckpointError("checkpoint does not fit the model:\n  " + "\n  ".join(problems))
+    return loadable, info
+
+
+def write_checkpoint(
+    directory: Path,
+    state: Mapping[str, torch.Tensor],
+    config_json: Mapping[str, object],
+    safe_serialization: bool = True,
+    max_shard_size: int | None = None,
+) -> list[Path]:
+    """Write ``config.json`` and the weights (safetensors by default, sharded above ``max_shard_size`` bytes).
+
+    Tensors are written contiguous and unshared, as safetensors requires.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(dict(config_json), indent=2, sort_keys=True) + "\n")
+    tensors = {k: v.detach().contiguous().clone() if _shares_storage(v, state) else v.detach().contiguous()
+               for k, v in state.items()}
+    shards = _split(tensors, max_shard_size)
+    suffix = "safetensors" if safe_serialization else "bin"
+    single = SAFE_WEIGHTS if safe_serialization else BIN_WEIGHTS
+    written = []
+    weight_map = {}
+    for i, shard in enumerate(shards):
+        name = single if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.{suffix}"
+        if not safe_serialization:
+            name = name.replace("model-", "pytorch_model-") if len(shards) > 1 else name
+        path = directory / name
+        if safe_serialization:
+            save_file(shard, str(path), metadata={"format": "pt"})
+        else:
+            torch.save(shard, path)
+        written.append(path)
+        weight_map.update(dict.fromkeys(shard, name))
+    if len(shards) > 1:
+        index = {
+            "metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
+            "weight_map": dict(sorted(weight_map.items())),
+        }
+        (directory / (SAFE_INDEX if safe_serialization else BIN_INDEX)).write_text(json.dumps(index, indent=2))
+    return written
+
+
+def _shares_storage(tensor: torch.Tensor, state: Mapping[str, torch.Tensor]) -> bool:
+    ptr = tensor.untyped_storage().data_ptr()
+    return sum(1 for t in state.values() if t.untyped_storage().data_ptr() == ptr) > 1
+
+
+def _split(tensors: Mapping[str, torch.Tensor], max_shard_size: int | None) -> list[dict[str, torch.Tensor]]:
+    if not max_shard_size:
+        return [dict(tensors)]
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for key, tensor in tensors.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_size:
+            shards.append({})
+            size = 0
+        shards[-1][key] = tensor
+        size += nbytes
+    return shards

@@ -1,0 +1,148 @@
+"""Reading and writing configs: YAML (safe loading), HF ``config.json``, and dotted overrides.
+
+Example:
+    >>> cfg = load_config("examples/configs/bert-mini-relative.yaml", ["encoder.attention.backend=eager"])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .core.config import BertConfig, ConfigError, ConfigIssue
+from .registry import Registry, validate_config
+
+ConfigSource = str | Path | Mapping[str, Any] | BertConfig
+
+
+def load_config(
+    source: ConfigSource,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+    registry: Registry | None = None,
+) -> BertConfig:
+    """Load, override and validate a config.
+
+    Args:
+        source: a YAML or JSON file, a directory holding ``config.json``, a dict, or a config. A JSON file
+            (or dict) in HF's flat ``config.json`` format is converted.
+        overrides: ``["encoder.attention.backend=eager", ...]`` (values parsed as YAML) or a mapping of dotted
+            keys to values; applied before validation, so they are validated like the file.
+        registry: where component names are looked up (default: the process-wide registry).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ConfigError: malformed YAML/JSON (with the line) or an invalid config (every problem, with paths).
+    """
+    data, where = _read(source)
+    data = apply_overrides(data, overrides)
+    return validate_config(data, registry, source=where)
+
+
+def _read(source: ConfigSource) -> tuple[dict[str, Any], str | None]:
+    if isinstance(source, BertConfig):
+        return source.model_dump(), None
+    if isinstance(source, Mapping):
+        return _from_mapping(dict(source), None), None
+    path = Path(source)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError([ConfigIssue(f"line {e.lineno}", f"malformed JSON: {e.msg}")], str(path)) from None
+    else:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark
+            line = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError([ConfigIssue(line, f"malformed YAML: {e.problem}")], str(path)) from None
+        except yaml.YAMLError as e:
+            raise ConfigError([ConfigIssue("", f"malformed YAML: {e}")], str(path)) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([ConfigIssue("", f"expected a mapping at the top, got {type(data).__name__}")], str(path))
+    return _from_mapping(data, str(path)), str(path)
+
+
+def is_hf_config(data: Mapping[str, Any]) -> bool:
+    """HF's flat format has ``model_type`` or ``num_hidden_layers``; ours nests ``encoder``."""
+    return "encoder" not in data and ("model_type" in data or "num_hidden_layers" in data)
+
+
+def _from_mapping(data: dict[str, Any], where: str | None) -> dict[str, Any]:
+    if is_hf_config(data):
+        return BertConfig.from_hf(data).model_dump()
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """Set dotted keys in a raw config dict: ``encoder.attention.backend=eager``, ``encoder.overrides.0.layers=3``.
+
+    Values given as strings are parsed as YAML (``12`` is an int, ``[1, 2]`` a list, ``null`` None).
+    """
+    items: list[tuple[str, Any]]
+    if isinstance(overrides, Mapping):
+        items = list(overrides.items())
+    else:
+        items = []
+        for text in overrides:
+            key, sep, value = text.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError([ConfigIssue("", f"override {text!r} is not of the form dotted.key=value")])
+            items.append((key.strip(), yaml.safe_load(value) if value.strip() else None))
+    for key, value in items:
+        _set_dotted(data, key, value)
+    return data
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node: Any = data
+    for i, part in enumerate(parts[:-1]):
+        where = ".".join(parts[: i + 1])
+        if isinstance(node, list):
+            node = node[_list_index(node, part, where)]
+            continue
+        child = node.get(part)
+        if isinstance(child, str):
+            child = node[part] = {"name": child}  # `backend: sdpa` shorthand, now given options
+        elif child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict | list):
+            raise ConfigError([ConfigIssue(where, f"is a {type(child).__name__}, cannot set {key!r} inside it")])
+        node = child
+    last = parts[-1]
+    if isinstance(node, list):
+        node[_list_index(node, last, key)] = value
+    else:
+        node[last] = value
+
+
+def _list_index(node: list[Any], part: str, where: str) -> int:
+    if not part.lstrip("-").isdigit() or not -len(node) <= int(part) < len(node):
+        raise ConfigError([ConfigIssue(where, f"no item {part!r} in a list of {len(node)}")])
+    return int(part)
+
+
+def dump_yaml(config: BertConfig) -> str:
+    """The config as YAML, every field written (what ``load_config`` reads back equal)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+
+
+def save_config(config: BertConfig, path: str | Path) -> None:
+    """Write ``.yaml``/``.yml`` (ours) or ``.json`` (HF ``config.json`` format)."""
+    path = Path(path)
+    if path.suffix == ".json":
+        path.write_text(json.dumps(config.to_hf(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    else:
+        path.write_text(dump_yaml(config), encoding="utf-8")

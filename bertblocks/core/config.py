@@ -1,0 +1,455 @@
+"""The configuration schema: one pydantic model tree that names components and their options.
+
+A component is chosen by name (``{name: sdpa}``, or the shorthand ``sdpa``), never by import path, so a
+YAML file someone sends you cannot import arbitrary code. The fields every component of a kind shares
+(``num_heads`` for attention, ``intermediate_size`` for feed-forward, …) are typed here; any further keys
+are the plugin's own options, validated by the options model the plugin declares (see
+:func:`bertblocks.registry.validate_config`), so a third-party option gets the same errors as a built-in.
+
+Structural validation (this module) and component validation (the registry) are two phases of the one
+:func:`bertblocks.load_config`; both report every problem at once, each with its dotted location.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+# ------------------------------------------------------------------------------------------------ errors
+@dataclass(frozen=True)
+class ConfigIssue:
+    """One problem in a config: where (dotted path) and what."""
+
+    loc: str
+    msg: str
+
+    def __str__(self) -> str:
+        return f"{self.loc}: {self.msg}" if self.loc else self.msg
+
+
+class ConfigError(ValueError):
+    """A config that cannot be built. ``issues`` lists every problem found, each with its dotted path."""
+
+    def __init__(self, issues: Iterable[ConfigIssue], source: str | None = None) -> None:
+        self.issues = list(issues)
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = "\n".join(f"  {issue}" for issue in self.issues)
+        n = len(self.issues)
+        super().__init__(f"invalid config{where} ({n} error{'s' if n != 1 else ''}):\n{lines}")
+
+
+def join_loc(*parts: Any) -> str:
+    return ".".join(str(p) for p in parts if p != "")
+
+
+def closest(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate most like ``name`` (for "did you mean" hints), or ``None`` if none is close."""
+    matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.5)
+    return matches[0] if matches else None
+
+
+def issues_from_validation_error(
+    error: ValidationError, prefix: str = "", model: type[BaseModel] | None = None
+) -> list[ConfigIssue]:
+    """Turn pydantic's errors into located issues; unknown keys get a "did you mean" hint."""
+    issues = []
+    for err in error.errors(include_url=False):
+        loc = list(err["loc"])
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden" and model is not None:
+            allowed = _fields_at(model, loc[:-1])
+            hint = closest(str(loc[-1]), allowed)
+            msg = f"unknown field; allowed fields: {', '.join(sorted(allowed))}"
+            if hint:
+                msg += f" (did you mean {hint!r}?)"
+        issues.append(ConfigIssue(join_loc(prefix, *loc), msg))
+    return issues
+
+
+def _fields_at(model: type[BaseModel], loc: list[Any]) -> list[str]:
+    """Field names of the (nested) model found at ``loc`` inside ``model``; best effort."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        annotation = field.annotation
+        args = getattr(annotation, "__args__", ())
+        candidates = [annotation, *args]
+        current = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if current is None:
+            return []
+    return list(getattr(current, "model_fields", {}))
+
+
+# -------------------------------------------------------------------------------------------- components
+class ComponentSpec(BaseModel):
+    """A component chosen by name; keys other than the typed fields are the plugin's own options."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        # `backend: eager` is short for `backend: {name: eager}`.
+        return {"name": data} if isinstance(data, str) else data
+
+    def options(self) -> dict[str, Any]:
+        """The plugin-specific options (everything that is not a typed field of this spec)."""
+        return dict(self.__pydantic_extra__ or {})
+
+
+class EmbeddingSpec(ComponentSpec):
+    """Embedding component. Built in: ``bert``."""
+
+    name: str = "bert"
+
+
+class PositionSpec(ComponentSpec):
+    """Position scheme. Built in: ``absolute``, ``relative_key``, ``relative_key_query``."""
+
+    name: str = "absolute"
+
+
+class BackendSpec(ComponentSpec):
+    """Attention kernel. Built in: ``sdpa`` (PyTorch's scaled_dot_product_attention), ``eager``."""
+
+    name: str = "sdpa"
+
+
+class AttentionSpec(ComponentSpec):
+    """Multi-head attention. Built in: ``bert``."""
+
+    name: str = "bert"
+    num_heads: PositiveInt = Field(12, description="attention heads; must divide hidden_size")
+    dropout: Probability = Field(0.1, description="dropout on attention probabilities (HF attention_probs_dropout_prob)")
+    backend: BackendSpec = Field(default_factory=BackendSpec, description="attention kernel, chosen at build time")
+
+
+class FeedForwardSpec(ComponentSpec):
+    """Position-wise feed-forward block. Built in: ``bert``."""
+
+    name: str = "bert"
+    intermediate_size: PositiveInt = Field(3072, description="inner width (HF intermediate_size)")
+    activation: str = Field("gelu", description="activation by name (HF hidden_act); gelu is the exact erf form")
+
+
+class PoolerSpec(ComponentSpec):
+    """Pooler. Built in: ``first_token`` (BERT's dense + tanh on token 0), ``mean``."""
+
+    name: str = "first_token"
+
+
+# ----------------------------------------------------------------------------------------------- encoder
+def _parse_layers(value: Any) -> list[int]:
+    """``3``, ``"6-11"``, ``"0,2,4"`` or ``[0, 2]`` → a sorted list of layer indices."""
+    if isinstance(value, bool):
+        raise ValueError("layers must be an index, a range like '6-11', or a list of indices")
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, str):
+        out: set[int] = set()
+        for part in value.replace(" ", "").split(","):
+            lo, sep, hi = part.partition("-")
+            try:
+                start, stop = int(lo), int(hi if sep else lo)
+            except ValueError:
+                raise ValueError(f"cannot read layer range {value!r}; write e.g. '6-11' or '0,2,4'") from None
+            if stop < start:
+                raise ValueError(f"layer range {part!r} is empty (end before start)")
+            out.update(range(start, stop + 1))
+        return sorted(out)
+    if isinstance(value, list | tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return sorted(set(value))
+    raise ValueError("layers must be an index, a range like '6-11', or a list of indices")
+
+
+class LayerOverride(BaseModel):
+    """Other components or options for some layers, e.g. ``{layers: 6-11, attention: {backend: eager}}``.
+
+    The keys given are merged over the encoder-wide spec. Choosing another ``name`` drops the encoder-wide
+    plugin options (they belong to the other plugin) but keeps the shared typed fields.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    layers: list[int]
+    attention: dict[str, Any] | None = None
+    feedforward: dict[str, Any] | None = None
+
+    @field_validator("layers", mode="before")
+    @classmethod
+    def _layers(cls, value: Any) -> list[int]:
+        return _parse_layers(value)
+
+    @field_validator("attention", "feedforward", mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+
+class EncoderConfig(BaseModel):
+    """The layer stack."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_layers: PositiveInt = Field(12, description="number of layers (HF num_hidden_layers)")
+    attention: AttentionSpec = Field(default_factory=AttentionSpec)
+    feedforward: FeedForwardSpec = Field(default_factory=FeedForwardSpec)
+    chunk_size_feed_forward: NonNegativeInt = Field(
+        0, description="run the feed-forward block over chunks of this many positions (0 = all at once)"
+    )
+    overrides: list[LayerOverride] = Field(default_factory=list, description="per-layer component changes")
+
+    def layer_specs(self, index: int) -> tuple[AttentionSpec, FeedForwardSpec]:
+        """The attention and feed-forward specs of layer ``index`` after applying every override (later wins).
+
+        Raises:
+            ValidationError: when an override makes a spec invalid (reported by the registry with its path).
+        """
+        attention, feedforward = self.attention, self.feedforward
+        for override in self.overrides:
+            if index in override.layers:
+                if override.attention:
+                    attention = merge_spec(attention, override.attention)
+                if override.feedforward:
+                    feedforward = merge_spec(feedforward, override.feedforward)
+        return attention, feedforward
+
+
+def merge_spec(base: ComponentSpec, changes: Mapping[str, Any]) -> Any:
+    data = base.model_dump()
+    if "name" in changes and changes["name"] != base.name:
+        for key in base.options():
+            data.pop(key, None)
+    data = _deep_merge(data, changes)
+    return type(base).model_validate(data)
+
+
+def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            sub = dict(value)
+            if "name" in sub and sub["name"] != out[key].get("name"):
+                out[key] = sub  # another component: its options start afresh
+            else:
+                out[key] = _deep_merge(out[key], sub)
+        elif isinstance(value, str) and isinstance(out.get(key), dict) and "name" in out[key]:
+            out[key] = {"name": value} if value != out[key]["name"] else out[key]
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the root
+class BertConfig(BaseModel):
+    """A whole BERT: vocabulary and sizes, the components and their options.
+
+    Field names shared with HF's ``BertConfig`` keep HF's names (``vocab_size``, ``layer_norm_eps``, …);
+    the components are nested. :meth:`from_hf` / :meth:`to_hf` convert to and from HF ``config.json``.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    vocab_size: PositiveInt = Field(30522, description="token vocabulary size")
+    hidden_size: PositiveInt = Field(768, description="width of every hidden state")
+    max_position_embeddings: PositiveInt = Field(512, description="longest sequence (positions 0..n-1)")
+    type_vocab_size: PositiveInt = Field(2, description="token types (segments)")
+    pad_token_id: NonNegativeInt | None = Field(0, description="padding token; its embedding starts at zero")
+    layer_norm_eps: Annotated[float, Field(gt=0)] = Field(1e-12, description="LayerNorm epsilon")
+    hidden_dropout_prob: Probability = Field(0.1, description="dropout on embeddings and sub-layer outputs")
+    initializer_range: Annotated[float, Field(gt=0)] = Field(0.02, description="std of the normal initialiser")
+    embedding: EmbeddingSpec = Field(default_factory=EmbeddingSpec)
+    position: PositionSpec = Field(default_factory=PositionSpec)
+    encoder: EncoderConfig = Field(default_factory=EncoderConfig)
+    pooler: PoolerSpec | None = Field(default_factory=PoolerSpec, description="null for no pooler")
+    pruned_heads: dict[int, list[int]] = Field(
+        default_factory=dict, description="heads removed per layer; re-applied before weights are loaded"
+    )
+    hf: dict[str, Any] = Field(
+        default_factory=dict,
+        description="fields of an HF config.json that bertblocks does not model, kept for the round trip",
+    )
+
+    @field_validator("pruned_heads", mode="before")
+    @classmethod
+    def _int_keys(cls, value: Any) -> Any:
+        # JSON object keys are strings; HF casts them back to int the same way.
+        if isinstance(value, Mapping):
+            return {int(k) if isinstance(k, str) and k.lstrip("-").isdigit() else k: v for k, v in value.items()}
+        return value
+
+    # ---------------------------------------------------------------------------- cross-field checks
+    def consistency_issues(self) -> list[ConfigIssue]:
+        """Problems no single field shows: head counts, layer ranges, pruned heads."""
+        issues: list[ConfigIssue] = []
+        enc = self.encoder
+        if self.hidden_size % enc.attention.num_heads:
+            issues.append(
+                ConfigIssue("encoder.attention.num_heads", f"must divide hidden_size {self.hidden_size}")
+            )
+        if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
+            issues.append(ConfigIssue("pad_token_id", f"must be below vocab_size {self.vocab_size}"))
+        for j, override in enumerate(enc.overrides):
+            outside = [i for i in override.layers if not 0 <= i < enc.num_layers]
+            if outside:
+                issues.append(
+                    ConfigIssue(
+                        f"encoder.overrides.{j}.layers",
+                        f"layers {outside} do not exist (num_layers is {enc.num_layers})",
+                    )
+                )
+            heads = (override.attention or {}).get("num_heads")
+            if isinstance(heads, int) and heads > 0 and self.hidden_size % heads:
+                issues.append(
+                    ConfigIssue(
+                        f"encoder.overrides.{j}.attention.num_heads",
+                        f"must divide hidden_size {self.hidden_size}",
+                    )
+                )
+        for layer, heads in self.pruned_heads.items():
+            loc = f"pruned_heads.{layer}"
+            if not 0 <= layer < enc.num_layers:
+                issues.append(ConfigIssue(loc, f"layer {layer} does not exist (num_layers is {enc.num_layers})"))
+                continue
+            try:
+                n = enc.layer_specs(layer)[0].num_heads
+            except ValidationError:
+                continue  # reported where the override is checked
+            bad = [h for h in heads if not 0 <= h < n]
+            if bad:
+                issues.append(ConfigIssue(loc, f"heads {bad} do not exist (the layer has {n} heads)"))
+            elif len(set(heads)) >= n:
+                issues.append(ConfigIssue(loc, f"cannot prune all {n} heads of a layer"))
+        return issues
+
+    # ----------------------------------------------------------------------------------- HF config.json
+    @classmethod
+    def from_hf(cls, hf: Mapping[str, Any]) -> BertConfig:
+        """Read an HF BERT ``config.json`` dict (transformers 4.x or 5.x).
+
+        Fields bertblocks does not model are kept in :attr:`hf` and written back by :meth:`to_hf`. A
+        ``bertblocks`` key (what :meth:`to_hf` writes for choices HF cannot express, e.g. the attention
+        backend or per-layer overrides) is merged over the result.
+        """
+        src = dict(hf)
+        model_type = src.get("model_type", "bert")
+        if model_type != "bert":
+            raise ConfigError([ConfigIssue("model_type", f"expected 'bert', got {model_type!r}")], "config.json")
+        data: dict[str, Any] = {
+            "encoder": {"attention": {}, "feedforward": {}},
+            "position": {"name": src.pop("position_embedding_type", "absolute") or "absolute"},
+        }
+        for key in _HF_TOP_LEVEL:
+            if key in src:
+                data[key] = src.pop(key)
+        for hf_key, (*path, leaf) in _HF_NESTED.items():
+            if hf_key in src:
+                node = data
+                for part in path:
+                    node = node[part]
+                node[leaf] = src.pop(hf_key)
+        ours = src.pop("bertblocks", None) or {}
+        for key in _HF_DROPPED:
+            src.pop(key, None)
+        data["hf"] = src
+        data = _deep_merge(data, ours)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as e:
+            raise ConfigError(issues_from_validation_error(e, model=cls), "config.json") from None
+
+    def to_hf(self) -> dict[str, Any]:
+        """An HF ``config.json`` dict that transformers' ``BertConfig`` reads unchanged.
+
+        What HF cannot express (backend, non-default component names, plugin options, overrides) goes under
+        a ``bertblocks`` key, which transformers keeps as an inert attribute and :meth:`from_hf` reads back.
+        """
+        enc = self.encoder
+        out: dict[str, Any] = {"model_type": "bert", "architectures": ["BertModel"]}
+        out.update(self.hf)
+        out.update({key: getattr(self, key) for key in _HF_TOP_LEVEL})
+        out.update(
+            {
+                "num_hidden_layers": enc.num_layers,
+                "num_attention_heads": enc.attention.num_heads,
+                "attention_probs_dropout_prob": enc.attention.dropout,
+                "intermediate_size": enc.feedforward.intermediate_size,
+                "hidden_act": enc.feedforward.activation,
+                "chunk_size_feed_forward": enc.chunk_size_feed_forward,
+                "position_embedding_type": self.position.name,
+                "pruned_heads": {str(k): v for k, v in self.pruned_heads.items()},
+            }
+        )
+        extra = _diff(self.model_dump(), type(self).from_hf({k: v for k, v in out.items()}).model_dump())
+        if extra:
+            out["bertblocks"] = extra
+        return out
+
+
+# HF fields with the same name and meaning at our top level
+_HF_TOP_LEVEL = (
+    "vocab_size",
+    "hidden_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "pad_token_id",
+    "layer_norm_eps",
+    "hidden_dropout_prob",
+    "initializer_range",
+    "pruned_heads",
+)
+# HF flat field → our nested path
+_HF_NESTED: dict[str, tuple[str, ...]] = {
+    "num_hidden_layers": ("encoder", "num_layers"),
+    "num_attention_heads": ("encoder", "attention", "num_heads"),
+    "attention_probs_dropout_prob": ("encoder", "attention", "dropout"),
+    "intermediate_size": ("encoder", "feedforward", "intermediate_size"),
+    "hidden_act": ("encoder", "feedforward", "activation"),
+    "chunk_size_feed_forward": ("encoder", "chunk_size_feed_forward"),
+}
+# written by HF at save time and meaningless to carry over (rewritten by whoever saves next)
+_HF_DROPPED = ("model_type", "_name_or_path", "_attn_implementation_autoset")
+
+
+def _diff(full: Any, base: Any) -> Any:
+    """The parts of ``full`` that differ from ``base`` (nested dicts), or ``None`` if none do."""
+    if isinstance(full, dict) and isinstance(base, dict):
+        out = {}
+        for key, value in full.items():
+            if key == "hf":
+                continue
+            if key not in base:
+                out[key] = value
+                continue
+            sub = _diff(value, base[key])
+            if sub is not None:
+                out[key] = sub
+        # a component's name must travel with its options, or from_hf would not know whose they are
+        if out and "name" in full and "name" not in out:
+            out["name"] = full["name"]
+        return out or None
+    return None if full == base else full

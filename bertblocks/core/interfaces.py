@@ -1,0 +1,227 @@
+"""The interfaces every component implements.
+
+A BERT layer stack is assembled from these pieces; the concrete classes come from plugins (built-in or
+third-party) through the registry. Nothing here knows any concrete plugin.
+
+Shape notation used throughout::
+
+    b  batch            h  attention heads        d  head dim (hidden // heads)
+    q  query positions  k  key positions (cached + new)   H  hidden size
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class Positions:
+    """Absolute token positions of the queries and keys of one forward pass.
+
+    Relative position schemes need the *true* position of every query, also when a cache holds earlier
+    tokens: queries sit at ``past_length + arange(q)``, keys at ``arange(past_length + q)``.
+    """
+
+    query: torch.Tensor  # [q] int64
+    key: torch.Tensor  # [k] int64
+    #: smallest and largest ``query - key`` distance, as Python ints, so that relative schemes can slice
+    #: their tables without a device sync
+    distance_range: tuple[int, int]
+
+    @classmethod
+    def contiguous(cls, query_length: int, past_length: int, device: torch.device) -> Positions:
+        """Queries at ``past_length + arange(q)``, keys at ``arange(past_length + q)``."""
+        key = torch.arange(past_length + query_length, device=device)
+        return cls(query=key[past_length:], key=key, distance_range=(1 - query_length, past_length + query_length - 1))
+
+
+# --------------------------------------------------------------------------------------------- embeddings
+class Embedding(nn.Module, ABC):
+    """Token (+ token type, + position where the scheme is additive) embeddings → LayerNorm → dropout."""
+
+    @abstractmethod
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        past_length: int = 0,
+    ) -> torch.Tensor:
+        """Return ``[b, q, H]`` embeddings. Exactly one of ``input_ids`` / ``inputs_embeds`` is given."""
+
+    @abstractmethod
+    def input_embeddings(self) -> nn.Embedding:
+        """The token embedding table (what a masked-LM decoder ties its weight to)."""
+
+
+# ---------------------------------------------------------------------------------------------- positions
+class PositionBias(nn.Module, ABC):
+    """A per-layer additive term on the attention scores (relative position schemes).
+
+    The attention module registers it under :attr:`module_name` so that its weight lands at HF's
+    checkpoint key (``attention.self.distance_embedding.weight``).
+    """
+
+    module_name: ClassVar[str] = "distance_embedding"
+
+    @abstractmethod
+    def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
+        """Return the unscaled score term ``[b, h, q, k]`` for ``query [b, h, q, d]``, ``key [b, h, k, d]``.
+
+        The attention module multiplies it by the softmax scale, as HF divides ``QKᵀ + bias`` by ``√d``.
+        """
+
+
+class PositionScheme(ABC):
+    """How a model knows token order. Not a module itself: it *makes* modules for the places it acts.
+
+    An absolute scheme adds an embedding to the token embeddings; a relative scheme adds a bias inside
+    every self-attention layer. A scheme may do both or neither.
+    """
+
+    #: registry name, for messages
+    name: ClassVar[str] = "?"
+    #: checkpoint keys this scheme knows to be unused (e.g. the ``embeddings.position_embeddings.weight``
+    #: that transformers 4.x writes for relative models); they are dropped on load without complaint.
+    ignored_checkpoint_keys: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, max_positions: int) -> None:
+        self.max_positions = max_positions
+
+    def embedding(self, hidden_size: int) -> nn.Module | None:
+        """Module mapping ``position_ids [b, q]`` → ``[b, q, H]``, or ``None`` if the scheme adds nothing."""
+        return None
+
+    def attention_bias(self, num_heads: int, head_dim: int) -> PositionBias | None:
+        """A fresh per-layer score bias for self-attention, or ``None``."""
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- attention
+@dataclass(frozen=True)
+class BackendCapabilities:
+    """What an attention backend can do; checked once when the model is built, never per call.
+
+    Attributes:
+        additive_mask: accepts a float ``[b, 1|h, q, k]`` mask added to the scaled scores. Needed for
+            padding masks and for relative position biases.
+        attention_weights: can return the probabilities (``output_attentions=True``).
+        causal: honours ``is_causal`` (decoders).
+        dropout: applies attention dropout in training.
+    """
+
+    additive_mask: bool = True
+    attention_weights: bool = False
+    causal: bool = False
+    dropout: bool = True
+
+
+class AttentionBackend(ABC):
+    """The kernel: scaled dot-product attention over already projected heads.
+
+    Shapes::
+
+        query [b, h, q, d]   key/value [b, h, k, d]   mask [b|1, h|1, q|1, k] additive or None
+        → output [b, h, q, d], weights [b, h, q, k] (post-dropout probabilities) or None
+    """
+
+    name: ClassVar[str] = "?"
+    capabilities: ClassVar[BackendCapabilities] = BackendCapabilities()
+
+    @abstractmethod
+    def __call__(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        mask: torch.Tensor | None,
+        scale: float,
+        dropout_p: float,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+
+class Attention(nn.Module, ABC):
+    """Multi-head attention sub-layer *including* its output projection, residual and LayerNorm.
+
+    Children follow HF's names so checkpoints load unchanged: ``self.{query,key,value}`` and
+    ``output.{dense,LayerNorm}``.
+    """
+
+    num_heads: int
+    head_dim: int
+
+    @abstractmethod
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        *,
+        mask: torch.Tensor | None,
+        positions: Positions,
+        head_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``hidden_states [b, q, H]`` → ``([b, q, H], probabilities [b, h, q, k] or None)``.
+
+        ``mask`` is additive (see :mod:`bertblocks.core.masks`); ``head_mask [h_original]`` multiplies each
+        head's probabilities, indexed by the head numbers the layer had before any pruning.
+        """
+
+    @abstractmethod
+    def prune_heads(self, heads: set[int]) -> None:
+        """Remove heads (numbered as before any pruning) for good, shrinking the projections."""
+
+
+# ------------------------------------------------------------------------------------------- feed-forward
+class Intermediate(nn.Module, ABC):
+    """First half of the feed-forward block: ``[b, q, H]`` → ``[b, q, I]`` (HF's ``intermediate``)."""
+
+    @abstractmethod
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor: ...
+
+
+class FeedForwardOutput(nn.Module, ABC):
+    """Second half: ``([b, q, I], residual [b, q, H])`` → ``[b, q, H]``, residual and norm included."""
+
+    @abstractmethod
+    def forward(self, intermediate: torch.Tensor, residual: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass
+class FeedForward:
+    """What a feed-forward plugin returns: two modules the layer registers as ``intermediate`` and ``output``.
+
+    Why two modules and not one: HF keeps them as direct children of the layer
+    (``encoder.layer.N.intermediate.dense``, ``encoder.layer.N.output.LayerNorm``), and registering them
+    the same way keeps our state-dict keys identical to HF's without any renaming table.
+    """
+
+    intermediate: Intermediate
+    output: FeedForwardOutput
+
+
+# ------------------------------------------------------------------------------------------ pooler, heads
+class Pooler(nn.Module, ABC):
+    """Sequence summary: ``([b, q, H], padding mask [b, k] or None)`` → ``[b, H]``."""
+
+    @abstractmethod
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        ...
+
+
+class Head(nn.Module, ABC):
+    """A task head on top of the backbone (masked LM, classification, …).
+
+    Attributes:
+        needs_pooler: the head reads ``pooler_output``, so the backbone must keep its pooler.
+    """
+
+    needs_pooler: ClassVar[bool] = False

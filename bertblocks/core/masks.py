@@ -1,0 +1,92 @@
+"""Attention masks in Hugging Face's convention, built once per forward pass.
+
+Shapes::
+
+    padding mask   [b, k]       1 = attend, 0 = padding           (what tokenizers return)
+    3-D mask       [b, q, k]    per query row                     (used as mask[:, None])
+    additive mask  [b, 1, q|1, k]  0.0 where visible, finfo(dtype).min where masked
+
+The additive form is ``(1 - m) * finfo(dtype).min``, exactly transformers' ``get_extended_attention_mask``, so
+masked scores are a large finite negative number (never ``-inf``) and a fully padded row still gives finite
+probabilities, as HF's do.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_attention_mask(mask: torch.Tensor, batch_size: int, query_length: int, key_length: int) -> None:
+    """Raise a clear ``ValueError`` unless ``mask`` is ``[b, k]`` or ``[b, q, k]`` for this input."""
+    if mask.dim() == 2:
+        expected: tuple[int, ...] = (batch_size, key_length)
+    elif mask.dim() == 3:
+        expected = (batch_size, query_length, key_length)
+    else:
+        raise ValueError(
+            f"attention_mask must be 2-D [batch, key_len] or 3-D [batch, query_len, key_len]; "
+            f"got {mask.dim()}-D with shape {tuple(mask.shape)}"
+        )
+    if tuple(mask.shape) != expected:
+        raise ValueError(
+            f"attention_mask has shape {tuple(mask.shape)} but the input needs {expected} "
+            f"(batch={batch_size}, query_len={query_length}, key_len={key_length}, where key_len counts "
+            f"cached positions too)"
+        )
+    if mask.is_floating_point() and not torch.compiler.is_compiling() and bool((mask < 0).any()):
+        raise ValueError(
+            "attention_mask holds negative values: pass a 0/1 padding mask (1 = attend), not an additive mask"
+        )
+
+
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``[b, k]`` or ``[b, q, k]`` 0/1 mask → ``[b, 1, 1|q, k]`` additive float mask in ``dtype``."""
+    extended = mask[:, None, None, :] if mask.dim() == 2 else mask[:, None, :, :]
+    extended = extended.to(dtype)
+    return (1.0 - extended) * torch.finfo(dtype).min
+
+
+def causal_mask(
+    padding: torch.Tensor | None,
+    batch_size: int,
+    query_length: int,
+    past_length: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> torch.Tensor:
+    """Decoder mask ``[b, 1, q, past + q]``: query ``i`` sees cached positions and new positions ``<= i``.
+
+    Combined (multiplied) with an optional ``[b, past + q]`` padding mask before the additive transform,
+    as transformers' ``get_extended_attention_mask`` does for decoders.
+    """
+    key_length = past_length + query_length
+    q = torch.arange(query_length, device=device)[:, None] + past_length
+    k = torch.arange(key_length, device=device)[None, :]
+    allowed = (k <= q).to(dtype)[None, None]  # [1, 1, q, k]
+    if padding is not None:
+        pad = padding[:, None, None, :] if padding.dim() == 2 else padding[:, None, :, :]
+        allowed = allowed * pad.to(dtype)
+    else:
+        allowed = allowed.expand(batch_size, 1, query_length, key_length)
+    return (1.0 - allowed) * torch.finfo(dtype).min
+
+
+def causal_additive(query_length: int, key_length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``[q, k]`` additive causal mask aligned bottom-right: the queries are the *last* ``q`` of ``k`` positions
+    (earlier ones are cached), so query ``i`` sees keys ``<= k - q + i``."""
+    hidden = torch.ones(query_length, key_length, dtype=torch.bool, device=device).triu(key_length - query_length + 1)
+    return torch.zeros(query_length, key_length, dtype=dtype, device=device).masked_fill(
+        hidden, torch.finfo(dtype).min
+    )
+
+
+def is_all_visible(mask: torch.Tensor | None) -> bool:
+    """True when a 0/1 mask hides nothing, so an attention kernel may run without a mask at all.
+
+    Under ``torch.compile`` we cannot branch on data, so the mask is always kept there.
+    """
+    if mask is None:
+        return True
+    if torch.compiler.is_compiling():
+        return False
+    return bool(mask.min() >= 1) if mask.is_floating_point() else bool(mask.all())

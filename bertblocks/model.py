@@ -1,0 +1,156 @@
+"""The public model class: an assembled backbone that loads and saves HF BERT checkpoints."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .checkpoint import (
+    LoadingInfo,
+    find_weights,
+    match_state_dict,
+    normalize_keys,
+    read_state_dict,
+    write_checkpoint,
+)
+from .configuration import ConfigSource, load_config
+from .core.config import BertConfig
+from .core.encoder import EncoderModel, init_weights
+from .registry import Registry, build_components, get_registry
+
+logger = logging.getLogger("bertblocks")
+
+
+class BertModel(EncoderModel):
+    """A BERT backbone assembled from a config; a drop-in for transformers' ``BertModel``.
+
+    Example:
+        >>> model = BertModel.from_pretrained("path/to/bert")          # HF checkpoint directory
+        >>> out = model(input_ids, attention_mask=mask)
+        >>> out.last_hidden_state.shape
+    """
+
+    #: key prefix of the backbone in task checkpoints (``bert.encoder...``); a bare backbone has none
+    base_model_prefix = "bert"
+
+    @classmethod
+    def from_config(
+        cls,
+        config: ConfigSource,
+        overrides: Sequence[str] | Mapping[str, Any] = (),
+        *,
+        registry: Registry | None = None,
+        add_pooling_layer: bool = True,
+    ) -> BertModel:
+        """Build a randomly initialised model (HF's initialisation) from a config, a file or a dict."""
+        cfg = load_config(config, overrides, registry)
+        if not add_pooling_layer and cfg.pooler is not None:
+            cfg = cfg.model_copy(update={"pooler": None})
+        parts = build_components(cfg, registry or get_registry())
+        model = cls(cfg, parts.embeddings, parts.encoder, parts.pooler, parts.position)
+        init_weights(model, cfg.initializer_range)
+        pruned = {int(k): list(v) for k, v in cfg.pruned_heads.items()}
+        if pruned:
+            model.prune_heads(pruned)
+        return model
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | Path,
+        overrides: Sequence[str] | Mapping[str, Any] = (),
+        *,
+        registry: Registry | None = None,
+        attn_implementation: str | None = None,
+        add_pooling_layer: bool = True,
+        strict: bool = True,
+        output_loading_info: bool = False,
+    ) -> BertModel | tuple[BertModel, LoadingInfo]:
+        """Load an HF BERT checkpoint directory (``config.json`` + weights).
+
+        Args:
+            path: directory with ``config.json`` and ``model.safetensors`` (or a sharded index, or
+                ``pytorch_model.bin``).
+            overrides: dotted config overrides applied to the checkpoint's config.
+            registry: where components are looked up.
+            attn_implementation: ``"eager"``/``"sdpa"``/a plugin backend, as in transformers; same as the
+                override ``encoder.attention.backend=...``.
+            add_pooling_layer: ``False`` drops the pooler (its weights become unexpected, not an error).
+            strict: missing backbone weights are an error (``False``: keep them as initialised, report them).
+            output_loading_info: also return the :class:`LoadingInfo`.
+
+        Raises:
+            FileNotFoundError: no config or weights at ``path``.
+            ConfigError: the config is invalid.
+            CheckpointError: weights that do not fit (wrong shape, foreign architecture, missing).
+        """
+        directory = Path(path)
+        if not directory.is_dir():
+            raise FileNotFoundError(f"{path} is not a checkpoint directory (expected config.json and weights)")
+        extra = dict(overrides) if isinstance(overrides, Mapping) else list(overrides)
+        if attn_implementation is not None:
+            if isinstance(extra, dict):
+                extra["encoder.attention.backend"] = attn_implementation
+            else:
+                extra.append(f"encoder.attention.backend={attn_implementation}")
+        model = cls.from_config(directory, extra, registry=registry, add_pooling_layer=add_pooling_layer)
+        info = model.load_checkpoint(directory, strict=strict)
+        return (model, info) if output_loading_info else model
+
+    def load_checkpoint(self, directory: str | Path, strict: bool = True) -> LoadingInfo:
+        """Load the weights of an HF checkpoint directory into this model; report what did not fit."""
+        state = normalize_keys(read_state_dict(find_weights(Path(directory))), f"{self.base_model_prefix}.")
+        position = self.config.position.name
+        ignorable = self.position_scheme.ignored_checkpoint_keys
+        loadable, info = match_state_dict(self, state, ignorable=ignorable, strict=strict)
+        self.load_state_dict(loadable, strict=False)
+        if info.missing_keys:
+            logger.warning(
+                "Some weights were not in the checkpoint at %s and are newly initialised: %s",
+                directory, ", ".join(info.missing_keys),
+            )
+        if info.unexpected_keys:
+            logger.warning(
+                "Some checkpoint weights at %s were not used (position scheme %r): %s",
+                directory, position, ", ".join(info.unexpected_keys),
+            )
+        return info
+
+    def save_pretrained(
+        self, directory: str | Path, *, safe_serialization: bool = True, max_shard_size: int | None = None
+    ) -> None:
+        """Write ``config.json`` and the weights so that transformers' ``BertModel.from_pretrained`` loads them.
+
+        Args:
+            directory: created if needed.
+            safe_serialization: safetensors (default) or ``pytorch_model.bin``.
+            max_shard_size: split the weights into shards of at most this many bytes, with an index file.
+        """
+        config_json = self.config.to_hf()
+        config_json["architectures"] = ["BertModel"]
+        write_checkpoint(Path(directory), self.state_dict(), config_json, safe_serialization, max_shard_size)
+
+    @property
+    def num_parameters(self) -> int:
+        """Unique parameters (a tied weight counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+def build_model(
+    config: ConfigSource,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+    *,
+    registry: Registry | None = None,
+) -> BertModel:
+    """Build a model from a config (YAML/JSON path, dict or :class:`BertConfig`) without weights."""
+    return BertModel.from_config(config, overrides, registry=registry)
+
+
+def from_pretrained(path: str | Path, **kwargs: Any) -> BertModel | tuple[BertModel, LoadingInfo]:
+    """Shorthand for :meth:`BertModel.from_pretrained`."""
+    return BertModel.from_pretrained(path, **kwargs)
+
+
+__all__ = ["BertConfig", "BertModel", "build_model", "from_pretrained"]

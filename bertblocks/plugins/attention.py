@@ -1,0 +1,188 @@
+"""BERT multi-head attention: projections, optional relative-position bias, a backend kernel, output
+projection with residual and LayerNorm.
+
+Module names are HF's (``attention.self.query``, ``attention.output.LayerNorm``, …) so checkpoints load
+unchanged; ``LayerNorm`` is CamelCase for the same reason.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bertblocks.core.component import Component
+from bertblocks.core.interfaces import Attention, AttentionBackend, PositionBias, Positions, PositionScheme
+
+
+class SelfAttentionProjections(nn.Module):
+    """HF's ``BertSelfAttention`` parameters: ``query``, ``key``, ``value`` (and ``distance_embedding``)."""
+
+    def __init__(self, hidden_size: int, all_head_size: int, bias: PositionBias | None) -> None:
+        super().__init__()
+        self.query = nn.Linear(hidden_size, all_head_size)
+        self.key = nn.Linear(hidden_size, all_head_size)
+        self.value = nn.Linear(hidden_size, all_head_size)
+        self.position_bias_name = bias.module_name if bias is not None else None
+        if bias is not None:
+            self.add_module(bias.module_name, bias)
+
+    @property
+    def position_bias(self) -> PositionBias | None:
+        return getattr(self, self.position_bias_name) if self.position_bias_name else None
+
+
+class AttentionOutput(nn.Module):
+    """HF's ``BertSelfOutput``: ``LayerNorm(dropout(dense(x)) + residual)``."""
+
+    def __init__(self, all_head_size: int, hidden_size: int, layer_norm_eps: float, dropout: float) -> None:
+        super().__init__()
+        self.dense = nn.Linear(all_head_size, hidden_size)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
+
+
+class BertAttention(Attention):
+    """Multi-head self-attention as in BERT.
+
+    Shapes::
+
+        hidden [b, q, H] → Q, K, V [b, h, q, d] → backend → [b, h, q, d] → [b, q, h·d] → output [b, q, H]
+
+    Args:
+        hidden_size: ``H``.
+        num_heads: ``h``; ``d = H // h``.
+        dropout: attention-probability dropout.
+        hidden_dropout: dropout before the residual.
+        layer_norm_eps: LayerNorm epsilon.
+        backend: the kernel, chosen once at build time.
+        position_bias: relative-position score term for this layer, or ``None``.
+    """
+
+    def __init__(
+        self,
+        *,
+        hidden_size: int,
+        num_heads: int,
+        dropout: float,
+        hidden_dropout: float,
+        layer_norm_eps: float,
+        backend: AttentionBackend,
+        position_bias: PositionBias | None,
+    ) -> None:
+        super().__init__()
+        if hidden_size % num_heads:
+            raise ValueError(f"num_heads {num_heads} must divide hidden_size {hidden_size}")
+        self.num_heads = num_heads
+        self.head_dim = hidden_size // num_heads
+        self.scale = self.head_dim**-0.5
+        self.dropout_p = dropout
+        self.backend = backend
+        # `self` is HF's name for this child; kept for checkpoint compatibility.
+        self.self = SelfAttentionProjections(hidden_size, num_heads * self.head_dim, position_bias)
+        self.output = AttentionOutput(num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout)
+        self.original_num_heads = num_heads
+        self.kept_heads: list[int] = list(range(num_heads))  # original numbers of the heads still here
+        self.register_buffer("kept_head_index", torch.arange(num_heads), persistent=False)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        *,
+        mask: torch.Tensor | None,
+        positions: Positions,
+        head_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        b, q, _ = hidden_states.shape
+        h, d = self.num_heads, self.head_dim
+        proj = self.self
+        query = proj.query(hidden_states).view(b, q, h, d).transpose(1, 2)  # [b, h, q, d]
+        key = proj.key(hidden_states).view(b, q, h, d).transpose(1, 2)
+        value = proj.value(hidden_states).view(b, q, h, d).transpose(1, 2)
+
+        bias = proj.position_bias
+        if bias is not None:
+            # HF computes (QKᵀ + bias) / √d; the backend scales QKᵀ itself, so the bias is scaled here and
+            # travels in the additive mask, which every backend (SDPA included) accepts.
+            term = bias(query, key, positions) * self.scale  # [b, h, q, k]
+            mask = term if mask is None else term + mask
+
+        context, weights = self.backend(
+            query,
+            key,
+            value,
+            mask=mask,
+            scale=self.scale,
+            dropout_p=self.dropout_p if self.training else 0.0,
+            is_causal=False,
+            need_weights=output_attentions,
+        )
+        if head_mask is not None:
+            # Scaling a head's probabilities scales its output by the same factor, so the mask is applied
+            # to the [b, h, q, d] output and the fused kernel stays usable.
+            if self.num_heads != self.original_num_heads:
+                head_mask = head_mask[self.kept_head_index]
+            factor = head_mask.view(1, h, 1, 1)
+            context = context * factor
+            weights = weights * factor if weights is not None else None
+        context = context.transpose(1, 2).reshape(b, q, h * d)  # [b, q, h·d]
+        return self.output(context, hidden_states), weights
+
+    def prune_heads(self, heads: set[int]) -> None:
+        drop = {head for head in heads if head in self.kept_heads}
+        if not drop:
+            return
+        keep_now = [i for i, head in enumerate(self.kept_heads) if head not in drop]  # current numbering
+        if not keep_now:
+            raise ValueError("cannot prune every head of a layer")
+        d = self.head_dim
+        index = torch.cat([torch.arange(i * d, (i + 1) * d) for i in keep_now]).to(self.self.query.weight.device)
+        for name in ("query", "key", "value"):
+            setattr(self.self, name, _select_linear(getattr(self.self, name), index, dim=0))
+        self.output.dense = _select_linear(self.output.dense, index, dim=1)
+        self.kept_heads = [self.kept_heads[i] for i in keep_now]
+        self.num_heads = len(self.kept_heads)
+        self.kept_head_index = torch.tensor(self.kept_heads, device=self.kept_head_index.device)
+
+
+def _select_linear(layer: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
+    """A copy of ``layer`` keeping only ``index`` along ``dim`` of its weight (0 = outputs, 1 = inputs)."""
+    weight = layer.weight.index_select(dim, index).detach().clone()
+    bias = layer.bias.detach().clone() if dim == 1 else layer.bias.index_select(0, index).detach().clone()
+    new = nn.Linear(weight.shape[1], weight.shape[0], device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        new.weight.copy_(weight)
+        new.bias.copy_(bias)
+    new.weight.requires_grad_(layer.weight.requires_grad)
+    new.bias.requires_grad_(layer.bias.requires_grad)
+    return new
+
+
+def build_bert_attention(
+    *,
+    hidden_size: int,
+    num_heads: int,
+    dropout: float,
+    hidden_dropout: float,
+    layer_norm_eps: float,
+    backend: AttentionBackend,
+    position: PositionScheme,
+    options: object,
+) -> BertAttention:
+    head_dim = hidden_size // num_heads
+    return BertAttention(
+        hidden_size=hidden_size,
+        num_heads=num_heads,
+        dropout=dropout,
+        hidden_dropout=hidden_dropout,
+        layer_norm_eps=layer_norm_eps,
+        backend=backend,
+        position_bias=position.attention_bias(num_heads, head_dim),
+    )
+
+
+def bertblocks_register_components() -> list[Component]:
+    return [Component("attention", "bert", build_bert_attention, description="BERT multi-head attention")]

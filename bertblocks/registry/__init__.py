@@ -1,0 +1,27 @@
+"""The registry: pluggy hook specs, the plugin manager, config validation and the builder."""
+
+from __future__ import annotations
+
+from .builder import BuildError, build_components
+from .errors import DuplicateComponentError, PluginLoadError, RegistryError, UnknownComponentError
+from .hookspecs import hookimpl, hookspec
+from .manager import DISABLE_AUTOLOAD_ENV, ENTRY_POINT_GROUP, PluginInfo, Registry, get_registry, set_registry
+from .validation import validate_config
+
+__all__ = [
+    "DISABLE_AUTOLOAD_ENV",
+    "ENTRY_POINT_GROUP",
+    "BuildError",
+    "DuplicateComponentError",
+    "PluginInfo",
+    "PluginLoadError",
+    "Registry",
+    "RegistryError",
+    "UnknownComponentError",
+    "build_components",
+    "get_registry",
+    "hookimpl",
+    "hookspec",
+    "set_registry",
+    "validate_config",
+]

@@ -1,0 +1,119 @@
+"""Turns a validated config into modules: looks every component up once and injects flat, typed arguments
+(an attention module receives ``num_heads``, a backend and a position scheme, never the whole config)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+from torch import nn
+
+from bertblocks.core.component import Component
+from bertblocks.core.config import BertConfig, ComponentSpec
+from bertblocks.core.encoder import Encoder, TransformerLayer
+from bertblocks.core.interfaces import (
+    Attention,
+    AttentionBackend,
+    Embedding,
+    FeedForward,
+    Pooler,
+    PositionScheme,
+)
+
+from .errors import RegistryError
+from .manager import Registry, get_registry
+
+
+class BuildError(RegistryError, ValueError):
+    """A valid config whose components cannot work together (e.g. a backend lacking a needed capability)."""
+
+
+@dataclass
+class Assembled:
+    """The parts of a backbone, as built from a config."""
+
+    embeddings: Embedding
+    encoder: Encoder
+    pooler: Pooler | None
+    position: PositionScheme
+
+
+def build_components(config: BertConfig, registry: Registry | None = None) -> Assembled:
+    """Assemble the embeddings, the encoder stack and the pooler of a validated ``config``.
+
+    Raises:
+        BuildError: a component refused the job (capability missing, factory returned the wrong type).
+    """
+    reg = registry or get_registry()
+    position = _make(reg, "position", config.position, PositionScheme, "position",
+                     max_positions=config.max_position_embeddings)
+    embeddings = _make(
+        reg, "embedding", config.embedding, Embedding, "embedding",
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        type_vocab_size=config.type_vocab_size,
+        pad_token_id=config.pad_token_id,
+        layer_norm_eps=config.layer_norm_eps,
+        dropout=config.hidden_dropout_prob,
+        position=position,
+    )
+    enc = config.encoder
+    layers = []
+    for i in range(enc.num_layers):
+        attention_spec, ff_spec = enc.layer_specs(i)
+        where = f"encoder layer {i}"
+        backend = _make(reg, "backend", attention_spec.backend, AttentionBackend, f"{where} backend")
+        head_dim = config.hidden_size // attention_spec.num_heads
+        if position.attention_bias(attention_spec.num_heads, head_dim) is not None and not (
+            backend.capabilities.additive_mask
+        ):
+            raise BuildError(
+                f"{where}: backend {attention_spec.backend.name!r} cannot take an additive score bias, which "
+                f"the {config.position.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
+            )
+        attention = _make(
+            reg, "attention", attention_spec, Attention, f"{where} attention",
+            hidden_size=config.hidden_size,
+            num_heads=attention_spec.num_heads,
+            dropout=attention_spec.dropout,
+            hidden_dropout=config.hidden_dropout_prob,
+            layer_norm_eps=config.layer_norm_eps,
+            backend=backend,
+            position=position,
+        )
+        activation = reg.get("activation", ff_spec.activation)
+        feedforward = _make(
+            reg, "feedforward", ff_spec, FeedForward, f"{where} feedforward",
+            hidden_size=config.hidden_size,
+            intermediate_size=ff_spec.intermediate_size,
+            activation=lambda act=activation: _call(act, nn.Module, f"{where} activation", options=_options(act, {})),
+            dropout=config.hidden_dropout_prob,
+            layer_norm_eps=config.layer_norm_eps,
+        )
+        layers.append(TransformerLayer(attention, feedforward, enc.chunk_size_feed_forward))
+    pooler = (
+        _make(reg, "pooler", config.pooler, Pooler, "pooler", hidden_size=config.hidden_size)
+        if config.pooler is not None
+        else None
+    )
+    return Assembled(embeddings, Encoder(layers), pooler, position)
+
+
+def _options(component: Component, given: dict[str, Any]) -> BaseModel:
+    return component.options.model_validate(given)
+
+
+def _make(reg: Registry, kind: str, spec: ComponentSpec, expected: type, where: str, **kwargs: Any) -> Any:
+    component = reg.get(kind, spec.name)
+    return _call(component, expected, where, options=_options(component, spec.options()), **kwargs)
+
+
+def _call(component: Component, expected: type, where: str, **kwargs: Any) -> Any:
+    made = component.factory(**kwargs)
+    if not isinstance(made, expected):
+        raise BuildError(
+            f"{where}: {component.kind} {component.name!r} from {component.provider} returned "
+            f"{type(made).__name__}, not a {expected.__name__}"
+        )
+    return made

@@ -1,0 +1,49 @@
+"""Errors the registry raises, each saying what is wrong and what would be right."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from bertblocks.core.config import closest
+
+
+class RegistryError(Exception):
+    """Base of registry errors."""
+
+
+class UnknownComponentError(RegistryError, LookupError):
+    """A config named a component no plugin registered."""
+
+    def __init__(self, kind: str, name: str, available: Iterable[str], broken: Iterable[str] = ()) -> None:
+        self.kind, self.name = kind, name
+        self.available = sorted(available)
+        hint = closest(name, self.available)
+        msg = f"unknown {kind} {name!r}; available: {', '.join(self.available) or '(none)'}"
+        if hint:
+            msg += f" (did you mean {hint!r}?)"
+        broken = list(broken)
+        if broken:
+            msg += "; plugins that failed to load (it may come from one of them): " + "; ".join(broken)
+        super().__init__(msg)
+
+    def __str__(self) -> str:  # LookupError would repr() the message
+        return str(self.args[0])
+
+
+class DuplicateComponentError(RegistryError):
+    """Two plugins registered the same ``(kind, name)``."""
+
+    def __init__(self, kind: str, name: str, first: str, second: str) -> None:
+        super().__init__(f"{kind} {name!r} is registered twice: by {first} and by {second}")
+
+
+class PluginLoadError(RegistryError):
+    """A plugin failed to import or its hook raised; carries the entry point, distribution and traceback."""
+
+    def __init__(self, plugin: str, distribution: str, detail: str) -> None:
+        self.plugin, self.distribution, self.detail = plugin, distribution, detail
+        super().__init__(f'Error loading plugin "{plugin}" (from {distribution}):\n{detail}')
+
+    def summary(self) -> str:
+        last = self.detail.strip().splitlines()[-1] if self.detail.strip() else ""
+        return f"{self.plugin} ({self.distribution}): {last}"

@@ -1,0 +1,30 @@
+"""The hooks a bertblocks plugin can implement.
+
+A plugin is a module (or object) with functions named after these hooks. The ``@hookimpl`` marker is
+optional: like pytest, bertblocks also takes any function whose name starts with ``bertblocks_``, so a
+plugin module need not import the registry at all. Every hook returns a list; results of all plugins are
+concatenated.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+from bertblocks.core.component import Component
+
+PROJECT = "bertblocks"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class BertBlocksHooks:
+    """Hook specifications (documented in ``docs/plugins/hooks.md``; a test checks every hook is)."""
+
+    @hookspec
+    def bertblocks_register_components(self) -> list[Component]:  # type: ignore[empty-body]
+        """Return the components this plugin adds: embeddings, position schemes, attention modules,
+        attention backends, feed-forward blocks, activations, poolers, heads.
+
+        Each :class:`~bertblocks.core.component.Component` names its kind, its name, a factory and a pydantic
+        model of its options. A ``(kind, name)`` registered by two plugins is an error naming both.
+        """

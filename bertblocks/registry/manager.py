@@ -1,0 +1,211 @@
+"""The plugin manager: built-in plugins plus third-party ones found through the ``bertblocks`` entry-point
+group, and look-up of components by ``(kind, name)``.
+
+Third-party entry points are loaded one at a time (pluggy's ``load_setuptools_entrypoints`` aborts on the
+first broken plugin without saying which): a plugin that fails to import, or whose hook raises or returns
+something other than components, is recorded as a :class:`PluginLoadError` with the entry point, the
+distribution and the traceback. Other plugins keep working; ``strict=True`` raises instead. Setting
+``BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD=1`` skips entry points (built-ins still load).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import os
+import traceback
+from dataclasses import dataclass, replace
+from types import ModuleType
+from typing import Any
+
+import pluggy
+from pydantic import BaseModel
+
+from bertblocks.core.component import KINDS, Component
+
+from .errors import DuplicateComponentError, PluginLoadError, RegistryError, UnknownComponentError
+from .hookspecs import PROJECT, BertBlocksHooks
+
+ENTRY_POINT_GROUP = "bertblocks"
+DISABLE_AUTOLOAD_ENV = "BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD"
+
+
+class _PluginManager(pluggy.PluginManager):
+    """Takes unmarked ``bertblocks_*`` functions as hook implementations, as pytest does for ``pytest_*``."""
+
+    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is None and name.startswith(f"{PROJECT}_") and callable(getattr(plugin, name, None)):
+            return {}
+        return opts
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One registered plugin, for listings (``bertblocks plugins``)."""
+
+    name: str
+    distribution: str
+    version: str
+    hooks: tuple[str, ...]
+
+
+class Registry:
+    """All components available to configs.
+
+    Args:
+        load_entry_points: discover third-party plugins (unless ``BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD`` is
+            set). Tests pass ``False`` for a registry holding only the built-ins and what they register.
+        strict: raise the first :class:`PluginLoadError` instead of recording it.
+        builtins: register the built-in plugins (``False`` for a bare registry in tests).
+
+    Example:
+        >>> reg = Registry(load_entry_points=False)
+        >>> reg.get("backend", "sdpa").name
+        'sdpa'
+    """
+
+    def __init__(self, *, load_entry_points: bool = True, strict: bool = False, builtins: bool = True) -> None:
+        self.strict = strict
+        self.load_errors: list[PluginLoadError] = []
+        self._pm = _PluginManager(PROJECT)
+        self._pm.add_hookspecs(BertBlocksHooks)
+        self._origin: dict[str, tuple[str, str]] = {}  # plugin name → (distribution, version)
+        self._index: dict[tuple[str, str], Component] | None = None
+        if builtins:
+            from bertblocks.plugins import BUILTIN_PLUGINS
+
+            version = _version("bertblocks")
+            for module in BUILTIN_PLUGINS:
+                self.register(module, name=f"bertblocks.plugins.{module.__name__.rsplit('.', 1)[-1]}",
+                              distribution="bertblocks", version=version)
+        if load_entry_points and not os.environ.get(DISABLE_AUTOLOAD_ENV):
+            self._load_entry_points()
+
+    # ------------------------------------------------------------------------------------- registration
+    def register(
+        self, plugin: ModuleType | object, name: str | None = None, *, distribution: str = "(in-process)",
+        version: str = "",
+    ) -> None:
+        """Add a plugin (a module or object with ``bertblocks_*`` hook functions) without packaging it."""
+        name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        self._pm.register(plugin, name=name)
+        self._origin[name] = (distribution, version)
+        self._index = None
+
+    def _load_entry_points(self) -> None:
+        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+            dist = ep.dist.name if ep.dist is not None else "?"
+            version = ep.dist.version if ep.dist is not None else ""
+            if self._pm.get_plugin(ep.name) is not None:
+                continue
+            try:
+                plugin = ep.load()
+            except Exception:
+                self._record(PluginLoadError(f"{ep.name} = {ep.value}", f"{dist} {version}".strip(),
+                                             traceback.format_exc()))
+                continue
+            self.register(plugin, name=ep.name, distribution=dist, version=version)
+
+    def _record(self, error: PluginLoadError) -> None:
+        if self.strict:
+            raise error
+        self.load_errors.append(error)
+
+    # -------------------------------------------------------------------------------------------- look-up
+    def _components(self) -> dict[tuple[str, str], Component]:
+        if self._index is not None:
+            return self._index
+        index: dict[tuple[str, str], Component] = {}
+        for plugin_name, plugin in self._pm.list_name_plugin():
+            hook = getattr(plugin, "bertblocks_register_components", None)
+            if hook is None:
+                continue
+            dist, _ = self._origin.get(plugin_name, ("?", ""))
+            provider = plugin_name if dist in ("?", "(in-process)") else f"{plugin_name} ({dist})"
+            try:
+                returned = hook()
+                components = _check_components(returned)
+            except Exception:
+                self._record(PluginLoadError(plugin_name, dist, traceback.format_exc()))
+                continue
+            for component in components:
+                key = (component.kind, component.name)
+                if key in index:
+                    raise DuplicateComponentError(component.kind, component.name, index[key].provider, provider)
+                index[key] = replace(component, provider=provider)
+        self._index = index
+        return index
+
+    def get(self, kind: str, name: str) -> Component:
+        """The component ``name`` of ``kind``.
+
+        Raises:
+            UnknownComponentError: listing the names of that kind, the closest one, and broken plugins.
+        """
+        if kind not in KINDS:
+            raise RegistryError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
+        index = self._components()
+        try:
+            return index[(kind, name)]
+        except KeyError:
+            raise UnknownComponentError(
+                kind, name, [n for k, n in index if k == kind], [e.summary() for e in self.load_errors]
+            ) from None
+
+    def components(self, kind: str | None = None) -> list[Component]:
+        """Every component (of ``kind``), sorted by kind then name."""
+        return sorted(
+            (c for c in self._components().values() if kind is None or c.kind == kind),
+            key=lambda c: (KINDS.index(c.kind), c.name),
+        )
+
+    def plugins(self) -> list[PluginInfo]:
+        """Every registered plugin with its distribution, version and implemented hooks."""
+        out = []
+        for name, plugin in self._pm.list_name_plugin():
+            dist, version = self._origin.get(name, ("?", ""))
+            hooks = tuple(sorted(h.name for h in self._pm.get_hookcallers(plugin) or []))
+            out.append(PluginInfo(name, dist, version, hooks))
+        return out
+
+    def call_hook(self, hook: str) -> list[Any]:
+        """Concatenated results of a list-returning hook over all plugins (for hooks added later)."""
+        results = getattr(self._pm.hook, hook)()
+        return [item for result in results for item in (result or [])]
+
+
+def _check_components(returned: Any) -> list[Component]:
+    if not isinstance(returned, list | tuple):
+        raise TypeError(f"bertblocks_register_components must return a list of Component, got {type(returned)}")
+    for item in returned:
+        if not isinstance(item, Component):
+            raise TypeError(f"bertblocks_register_components returned {item!r}, not a Component")
+        if item.kind not in KINDS:
+            raise TypeError(f"component {item.name!r} has unknown kind {item.kind!r}; kinds: {', '.join(KINDS)}")
+        if not (isinstance(item.options, type) and issubclass(item.options, BaseModel)):
+            raise TypeError(f"component {item.kind} {item.name!r}: options must be a pydantic model class")
+    return list(returned)
+
+
+def _version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+_default: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry, built on first use (importing bertblocks has no side effects)."""
+    global _default
+    if _default is None:
+        _default = Registry()
+    return _default
+
+
+def set_registry(registry: Registry | None) -> None:
+    """Replace the process-wide registry (``None`` rebuilds it on next use); for tests and embedding apps."""
+    global _default
+    _default = registry
