@@ -160,8 +160,10 @@ def write_checkpoint(
     """
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(dict(config_json), indent=2, sort_keys=True) + "\n")
-    tensors = {k: v.detach().contiguous().clone() if _shares_storage(v, state) else v.detach().contiguous()
-               for k, v in state.items()}
+    tensors = {
+        k: v.detach().contiguous().clone() if _shares_storage(v, state) else v.detach().contiguous()
+        for k, v in state.items()
+    }
     shards = _split(tensors, max_shard_size)
     suffix = "safetensors" if safe_serialization else "bin"
     single = SAFE_WEIGHTS if safe_serialization else BIN_WEIGHTS

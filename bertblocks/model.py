@@ -109,12 +109,15 @@ class BertModel(EncoderModel):
         if info.missing_keys:
             logger.warning(
                 "Some weights were not in the checkpoint at %s and are newly initialised: %s",
-                directory, ", ".join(info.missing_keys),
+                directory,
+                ", ".join(info.missing_keys),
             )
         if info.unexpected_keys:
             logger.warning(
                 "Some checkpoint weights at %s were not used (position scheme %r): %s",
-                directory, position, ", ".join(info.unexpected_keys),
+                directory,
+                position,
+                ", ".join(info.unexpected_keys),
             )
         return info
 
@@ -148,9 +151,11 @@ def build_model(
     return BertModel.from_config(config, overrides, registry=registry)
 
 
-def from_pretrained(path: str | Path, **kwargs: Any) -> BertModel | tuple[BertModel, LoadingInfo]:
+def from_pretrained(
+    path: str | Path, overrides: Sequence[str] | Mapping[str, Any] = (), **kwargs: Any
+) -> BertModel | tuple[BertModel, LoadingInfo]:
     """Shorthand for :meth:`BertModel.from_pretrained`."""
-    return BertModel.from_pretrained(path, **kwargs)
+    return BertModel.from_pretrained(path, overrides, **kwargs)
 
 
 __all__ = ["BertConfig", "BertModel", "build_model", "from_pretrained"]

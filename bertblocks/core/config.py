@@ -16,7 +16,7 @@ import copy
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -67,15 +67,22 @@ def closest(name: str, candidates: Iterable[str]) -> str | None:
 
 
 def issues_from_validation_error(
-    error: ValidationError, prefix: str = "", model: type[BaseModel] | None = None
+    error: ValidationError,
+    prefix: str = "",
+    model: type[BaseModel] | None = None,
+    known_fields: Iterable[str] | None = None,
 ) -> list[ConfigIssue]:
-    """Turn pydantic's errors into located issues; unknown keys get a "did you mean" hint."""
+    """Turn pydantic's errors into located issues; unknown keys get the allowed ones and a "did you mean".
+
+    ``known_fields`` replaces the field names looked up in ``model`` (for plugin options, whose allowed keys
+    are the spec's typed fields plus the plugin's own).
+    """
     issues = []
     for err in error.errors(include_url=False):
         loc = list(err["loc"])
         msg = err["msg"]
-        if err["type"] == "extra_forbidden" and model is not None:
-            allowed = _fields_at(model, loc[:-1])
+        if err["type"] == "extra_forbidden" and (model is not None or known_fields is not None):
+            allowed = list(known_fields) if known_fields is not None else _fields_at(model, loc[:-1])  # type: ignore[arg-type]
             hint = closest(str(loc[-1]), allowed)
             msg = f"unknown field; allowed fields: {', '.join(sorted(allowed))}"
             if hint:
@@ -144,7 +151,9 @@ class AttentionSpec(ComponentSpec):
 
     name: str = "bert"
     num_heads: PositiveInt = Field(12, description="attention heads; must divide hidden_size")
-    dropout: Probability = Field(0.1, description="dropout on attention probabilities (HF attention_probs_dropout_prob)")
+    dropout: Probability = Field(
+        0.1, description="dropout on attention probabilities (HF attention_probs_dropout_prob)"
+    )
     backend: BackendSpec = Field(default_factory=BackendSpec, description="attention kernel, chosen at build time")
 
 
@@ -154,6 +163,13 @@ class FeedForwardSpec(ComponentSpec):
     name: str = "bert"
     intermediate_size: PositiveInt = Field(3072, description="inner width (HF intermediate_size)")
     activation: str = Field("gelu", description="activation by name (HF hidden_act); gelu is the exact erf form")
+
+
+class HeadSpec(ComponentSpec):
+    """Task head. Built in: masked_lm, causal_lm, next_sentence, pretraining, sequence_classification,
+    token_classification, question_answering, multiple_choice."""
+
+    name: str
 
 
 class PoolerSpec(ComponentSpec):
@@ -286,6 +302,20 @@ class BertConfig(BaseModel):
     position: PositionSpec = Field(default_factory=PositionSpec)
     encoder: EncoderConfig = Field(default_factory=EncoderConfig)
     pooler: PoolerSpec | None = Field(default_factory=PoolerSpec, description="null for no pooler")
+    is_decoder: bool = Field(False, description="causal self-attention (a decoder, as HF's is_decoder)")
+    add_cross_attention: bool = Field(False, description="decoder layers also attend to encoder states")
+    use_cache: bool = Field(True, description="decoders return a key/value cache by default")
+    tie_word_embeddings: bool = Field(True, description="LM decoder weight is the token embedding table")
+    head: HeadSpec | None = Field(None, description="task head (masked_lm, sequence_classification, …)")
+    num_labels: PositiveInt = Field(2, description="classifier outputs; derived from id2label when that is given")
+    id2label: dict[int, str] | None = Field(None, description="label names; default LABEL_0..LABEL_{n-1}")
+    label2id: dict[str, int] | None = Field(None, description="inverse of id2label; derived when omitted")
+    problem_type: Literal["regression", "single_label_classification", "multi_label_classification"] | None = Field(
+        None, description="sequence-classification loss; inferred from labels when unset, as HF does"
+    )
+    classifier_dropout: Probability | None = Field(
+        None, description="dropout before classifier heads; hidden_dropout_prob when null"
+    )
     pruned_heads: dict[int, list[int]] = Field(
         default_factory=dict, description="heads removed per layer; re-applied before weights are loaded"
     )
@@ -293,6 +323,32 @@ class BertConfig(BaseModel):
         default_factory=dict,
         description="fields of an HF config.json that bertblocks does not model, kept for the round trip",
     )
+
+    @field_validator("id2label", mode="before")
+    @classmethod
+    def _label_keys(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):  # JSON keys are strings
+            return {int(k) if isinstance(k, str) and k.lstrip("-").isdigit() else k: v for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _labels(self) -> BertConfig:
+        # HF derives num_labels from id2label; both given and disagreeing is an error, not a silent pick.
+        if self.id2label is None:
+            object.__setattr__(self, "id2label", {i: f"LABEL_{i}" for i in range(self.num_labels)})
+        elif "num_labels" in self.model_fields_set and len(self.id2label) != self.num_labels:
+            raise ValueError(f"num_labels={self.num_labels} but id2label names {len(self.id2label)} labels")
+        else:
+            object.__setattr__(self, "num_labels", len(self.id2label))
+        assert self.id2label is not None
+        if sorted(self.id2label) != list(range(len(self.id2label))):
+            raise ValueError(f"id2label keys must be 0..{len(self.id2label) - 1}; got {sorted(self.id2label)}")
+        inverse = {name: i for i, name in self.id2label.items()}
+        if self.label2id is None:
+            object.__setattr__(self, "label2id", inverse)
+        elif self.label2id != inverse:
+            raise ValueError("label2id is not the inverse of id2label")
+        return self
 
     @field_validator("pruned_heads", mode="before")
     @classmethod
@@ -308,9 +364,7 @@ class BertConfig(BaseModel):
         issues: list[ConfigIssue] = []
         enc = self.encoder
         if self.hidden_size % enc.attention.num_heads:
-            issues.append(
-                ConfigIssue("encoder.attention.num_heads", f"must divide hidden_size {self.hidden_size}")
-            )
+            issues.append(ConfigIssue("encoder.attention.num_heads", f"must divide hidden_size {self.hidden_size}"))
         if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
             issues.append(ConfigIssue("pad_token_id", f"must be below vocab_size {self.vocab_size}"))
         for j, override in enumerate(enc.overrides):
@@ -373,6 +427,8 @@ class BertConfig(BaseModel):
                     node = node[part]
                 node[leaf] = src.pop(hf_key)
         ours = src.pop("bertblocks", None) or {}
+        if src.get("architectures") == ["BertModel"]:
+            src.pop("architectures")  # the default, rewritten by to_hf
         for key in _HF_DROPPED:
             src.pop(key, None)
         data["hf"] = src
@@ -391,7 +447,8 @@ class BertConfig(BaseModel):
         enc = self.encoder
         out: dict[str, Any] = {"model_type": "bert", "architectures": ["BertModel"]}
         out.update(self.hf)
-        out.update({key: getattr(self, key) for key in _HF_TOP_LEVEL})
+        out.update({key: getattr(self, key) for key in _HF_TOP_LEVEL if key != "num_labels"})
+        out["id2label"] = {str(k): v for k, v in (self.id2label or {}).items()}
         out.update(
             {
                 "num_hidden_layers": enc.num_layers,
@@ -404,7 +461,7 @@ class BertConfig(BaseModel):
                 "pruned_heads": {str(k): v for k, v in self.pruned_heads.items()},
             }
         )
-        extra = _diff(self.model_dump(), type(self).from_hf({k: v for k, v in out.items()}).model_dump())
+        extra = _diff(self.model_dump(), type(self).from_hf(dict(out.items())).model_dump())
         if extra:
             out["bertblocks"] = extra
         return out
@@ -421,6 +478,15 @@ _HF_TOP_LEVEL = (
     "hidden_dropout_prob",
     "initializer_range",
     "pruned_heads",
+    "is_decoder",
+    "add_cross_attention",
+    "use_cache",
+    "tie_word_embeddings",
+    "num_labels",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "classifier_dropout",
 )
 # HF flat field → our nested path
 _HF_NESTED: dict[str, tuple[str, ...]] = {

@@ -39,7 +39,11 @@ class TransformerLayer(nn.Module):
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attended, weights = self.attention(
-            hidden_states, mask=mask, positions=positions, head_mask=head_mask, output_attentions=output_attentions
+            hidden_states,
+            mask=mask,
+            positions=positions,
+            head_mask=head_mask,
+            output_attentions=output_attentions,
         )
         chunk = self.chunk_size_feed_forward
         if chunk and attended.shape[1] > chunk:
@@ -78,7 +82,13 @@ class Encoder(nn.Module):
             layer_head_mask = None if head_mask is None else head_mask[i]
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
                 hidden_states, weights = checkpoint(
-                    layer, hidden_states, mask, positions, layer_head_mask, output_attentions, use_reentrant=False
+                    layer,
+                    hidden_states,
+                    mask,
+                    positions,
+                    layer_head_mask,
+                    output_attentions,
+                    use_reentrant=False,
                 )
             else:
                 hidden_states, weights = layer(hidden_states, mask, positions, layer_head_mask, output_attentions)
@@ -217,17 +227,19 @@ class EncoderModel(nn.Module):
                 raise ValueError(
                     f"token_type_ids must have the input's shape {(batch, length)}; got {tuple(token_type_ids.shape)}"
                 )
-            if checking and token_type_ids.numel() and (
-                token_type_ids.min() < 0 or token_type_ids.max() >= cfg.type_vocab_size
+            if (
+                checking
+                and token_type_ids.numel()
+                and (token_type_ids.min() < 0 or token_type_ids.max() >= cfg.type_vocab_size)
             ):
                 raise ValueError(f"token_type_ids must lie in [0, {cfg.type_vocab_size}) (type_vocab_size)")
         if position_ids is not None:
             if position_ids.dim() != 2 or position_ids.shape[-1] != length or position_ids.shape[0] not in (1, batch):
-                raise ValueError(
-                    f"position_ids must be [batch or 1, {length}]; got shape {tuple(position_ids.shape)}"
-                )
-            if checking and position_ids.numel() and (
-                position_ids.min() < 0 or position_ids.max() >= cfg.max_position_embeddings
+                raise ValueError(f"position_ids must be [batch or 1, {length}]; got shape {tuple(position_ids.shape)}")
+            if (
+                checking
+                and position_ids.numel()
+                and (position_ids.min() < 0 or position_ids.max() >= cfg.max_position_embeddings)
             ):
                 raise ValueError(
                     f"position_ids must lie in [0, {cfg.max_position_embeddings}) (max_position_embeddings)"

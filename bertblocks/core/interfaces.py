@@ -37,7 +37,11 @@ class Positions:
     def contiguous(cls, query_length: int, past_length: int, device: torch.device) -> Positions:
         """Queries at ``past_length + arange(q)``, keys at ``arange(past_length + q)``."""
         key = torch.arange(past_length + query_length, device=device)
-        return cls(query=key[past_length:], key=key, distance_range=(1 - query_length, past_length + query_length - 1))
+        return cls(
+            query=key[past_length:],
+            key=key,
+            distance_range=(1 - query_length, past_length + query_length - 1),
+        )
 
 
 # --------------------------------------------------------------------------------------------- embeddings
@@ -78,7 +82,7 @@ class PositionBias(nn.Module, ABC):
         """
 
 
-class PositionScheme(ABC):
+class PositionScheme:
     """How a model knows token order. Not a module itself: it *makes* modules for the places it acts.
 
     An absolute scheme adds an embedding to the token embeddings; a relative scheme adds a bias inside
@@ -213,8 +217,7 @@ class Pooler(nn.Module, ABC):
     """Sequence summary: ``([b, q, H], padding mask [b, k] or None)`` → ``[b, H]``."""
 
     @abstractmethod
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        ...
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor: ...
 
 
 class Head(nn.Module, ABC):

@@ -75,9 +75,7 @@ def causal_additive(query_length: int, key_length: int, dtype: torch.dtype, devi
     """``[q, k]`` additive causal mask aligned bottom-right: the queries are the *last* ``q`` of ``k`` positions
     (earlier ones are cached), so query ``i`` sees keys ``<= k - q + i``."""
     hidden = torch.ones(query_length, key_length, dtype=torch.bool, device=device).triu(key_length - query_length + 1)
-    return torch.zeros(query_length, key_length, dtype=dtype, device=device).masked_fill(
-        hidden, torch.finfo(dtype).min
-    )
+    return torch.zeros(query_length, key_length, dtype=dtype, device=device).masked_fill(hidden, torch.finfo(dtype).min)
 
 
 def is_all_visible(mask: torch.Tensor | None) -> bool:

@@ -64,7 +64,14 @@ class SdpaBackend(AttentionBackend):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if need_weights:
             return self._explicit(
-                query, key, value, mask=mask, scale=scale, dropout_p=dropout_p, is_causal=is_causal, need_weights=True
+                query,
+                key,
+                value,
+                mask=mask,
+                scale=scale,
+                dropout_p=dropout_p,
+                is_causal=is_causal,
+                need_weights=True,
             )
         q, k = query.shape[-2], key.shape[-2]
         if is_causal and (mask is not None or q != k):
@@ -82,6 +89,9 @@ def bertblocks_register_components() -> list[Component]:
     return [
         Component("backend", "eager", lambda *, options: EagerBackend(), description="explicit softmax (reference)"),
         Component(
-            "backend", "sdpa", lambda *, options: SdpaBackend(), description="torch scaled_dot_product_attention"
+            "backend",
+            "sdpa",
+            lambda *, options: SdpaBackend(),
+            description="torch scaled_dot_product_attention",
         ),
     ]

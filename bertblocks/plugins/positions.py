@@ -96,9 +96,7 @@ def _factory(cls: type[PositionScheme]):  # noqa: ANN202 - tiny closure
 def bertblocks_register_components() -> list[Component]:
     return [
         Component("position", "absolute", _factory(AbsolutePositions), description="learned absolute embeddings"),
-        Component(
-            "position", "relative_key", _factory(RelativeKeyPositions), description="relative bias q·E[i-j]"
-        ),
+        Component("position", "relative_key", _factory(RelativeKeyPositions), description="relative bias q·E[i-j]"),
         Component(
             "position",
             "relative_key_query",

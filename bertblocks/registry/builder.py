@@ -46,10 +46,20 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
         BuildError: a component refused the job (capability missing, factory returned the wrong type).
     """
     reg = registry or get_registry()
-    position = _make(reg, "position", config.position, PositionScheme, "position",
-                     max_positions=config.max_position_embeddings)
+    position = _make(
+        reg,
+        "position",
+        config.position,
+        PositionScheme,
+        "position",
+        max_positions=config.max_position_embeddings,
+    )
     embeddings = _make(
-        reg, "embedding", config.embedding, Embedding, "embedding",
+        reg,
+        "embedding",
+        config.embedding,
+        Embedding,
+        "embedding",
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
         type_vocab_size=config.type_vocab_size,
@@ -73,7 +83,11 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
                 f"the {config.position.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
             )
         attention = _make(
-            reg, "attention", attention_spec, Attention, f"{where} attention",
+            reg,
+            "attention",
+            attention_spec,
+            Attention,
+            f"{where} attention",
             hidden_size=config.hidden_size,
             num_heads=attention_spec.num_heads,
             dropout=attention_spec.dropout,
@@ -84,7 +98,11 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
         )
         activation = reg.get("activation", ff_spec.activation)
         feedforward = _make(
-            reg, "feedforward", ff_spec, FeedForward, f"{where} feedforward",
+            reg,
+            "feedforward",
+            ff_spec,
+            FeedForward,
+            f"{where} feedforward",
             hidden_size=config.hidden_size,
             intermediate_size=ff_spec.intermediate_size,
             activation=lambda act=activation: _call(act, nn.Module, f"{where} activation", options=_options(act, {})),

@@ -76,14 +76,22 @@ class Registry:
 
             version = _version("bertblocks")
             for module in BUILTIN_PLUGINS:
-                self.register(module, name=f"bertblocks.plugins.{module.__name__.rsplit('.', 1)[-1]}",
-                              distribution="bertblocks", version=version)
+                self.register(
+                    module,
+                    name=f"bertblocks.plugins.{module.__name__.rsplit('.', 1)[-1]}",
+                    distribution="bertblocks",
+                    version=version,
+                )
         if load_entry_points and not os.environ.get(DISABLE_AUTOLOAD_ENV):
             self._load_entry_points()
 
     # ------------------------------------------------------------------------------------- registration
     def register(
-        self, plugin: ModuleType | object, name: str | None = None, *, distribution: str = "(in-process)",
+        self,
+        plugin: ModuleType | object,
+        name: str | None = None,
+        *,
+        distribution: str = "(in-process)",
         version: str = "",
     ) -> None:
         """Add a plugin (a module or object with ``bertblocks_*`` hook functions) without packaging it."""
@@ -101,8 +109,9 @@ class Registry:
             try:
                 plugin = ep.load()
             except Exception:
-                self._record(PluginLoadError(f"{ep.name} = {ep.value}", f"{dist} {version}".strip(),
-                                             traceback.format_exc()))
+                self._record(
+                    PluginLoadError(f"{ep.name} = {ep.value}", f"{dist} {version}".strip(), traceback.format_exc())
+                )
                 continue
             self.register(plugin, name=ep.name, distribution=dist, version=version)
 

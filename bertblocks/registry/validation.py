@@ -16,8 +16,8 @@ from bertblocks.core.config import (
     ComponentSpec,
     ConfigError,
     ConfigIssue,
-    merge_spec,
     issues_from_validation_error,
+    merge_spec,
 )
 
 from .errors import UnknownComponentError
@@ -84,11 +84,13 @@ def validate_config(
             else:
                 checker.check_name("activation", spec.activation, f"{loc}.activation")
 
+    if config.head is not None:
+        apply(("head",), checker.check("head", config.head, "head"))
     for key in ("is_decoder", "add_cross_attention"):
-        if config.hf.get(key):
-            issues.append(
-                ConfigIssue(f"hf.{key}", "decoder layers are not supported by this version of bertblocks yet")
-            )
+        if getattr(config, key):
+            issues.append(ConfigIssue(key, "decoder layers are not supported by this version of bertblocks yet"))
+    if config.add_cross_attention and not config.is_decoder:
+        issues.append(ConfigIssue("add_cross_attention", "cross-attention needs is_decoder: true"))
 
     if issues:
         raise ConfigError(issues, source)
@@ -117,6 +119,7 @@ class _ComponentChecker:
         try:
             options = component.options.model_validate(spec.options())
         except ValidationError as e:
-            self.issues.extend(issues_from_validation_error(e, loc, model=component.options))
+            known = [*type(spec).model_fields, *component.options.model_fields]
+            self.issues.extend(issues_from_validation_error(e, loc, known_fields=known))
             return None
         return options.model_dump()

@@ -1,0 +1,74 @@
+"""Shared fixtures: tiny HF models saved to disk, and a registry without third-party plugins."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+FIXTURES = Path(__file__).parent / "fixtures"
+V4 = FIXTURES / "v4"
+
+TINY_HF = {
+    "vocab_size": 99,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 37,
+    "max_position_embeddings": 64,
+    # A wide initialiser makes attention sharply non-uniform, so a wrong query/key/mask shows in the numbers.
+    "initializer_range": 0.2,
+}
+
+TINY = {
+    "vocab_size": 99,
+    "hidden_size": 32,
+    "max_position_embeddings": 64,
+    "encoder": {"num_layers": 2, "attention": {"num_heads": 4}, "feedforward": {"intermediate_size": 37}},
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_third_party_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests see the built-ins only, unless a test installs its own registry."""
+    import bertblocks.registry as registry
+
+    monkeypatch.setenv(registry.DISABLE_AUTOLOAD_ENV, "1")
+    registry.set_registry(None)
+
+
+@pytest.fixture
+def hf_checkpoint(tmp_path: Path) -> Callable[..., Path]:
+    """Save a random transformers BertModel (or task model) and return its directory."""
+    import transformers
+
+    def make(cls: str = "BertModel", seed: int = 0, **overrides: object) -> Path:
+        torch.manual_seed(seed)
+        config = transformers.BertConfig(**{**TINY_HF, **overrides})
+        model = getattr(transformers, cls)(config).eval()
+        directory = tmp_path / f"{cls}-{seed}"
+        logging.getLogger("transformers").setLevel(logging.ERROR)
+        model.save_pretrained(directory)
+        return directory
+
+    return make
+
+
+def batch(seed: int = 0, b: int = 3, length: int = 9, vocab: int = 99) -> dict[str, torch.Tensor]:
+    """A padded batch: row 1 loses its last 3 tokens, row 2 its last 5."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (b, length), generator=g)
+    mask = torch.ones(b, length, dtype=torch.long)
+    mask[1, -3:] = 0
+    if b > 2:
+        mask[2, -5:] = 0
+    types = torch.randint(0, 2, (b, length), generator=g)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return (a.float() - b.float()).abs().max().item()
