@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel
@@ -105,7 +106,7 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
             f"{where} feedforward",
             hidden_size=config.hidden_size,
             intermediate_size=ff_spec.intermediate_size,
-            activation=lambda act=activation: _call(act, nn.Module, f"{where} activation", options=_options(act, {})),
+            activation=partial(_call, activation, nn.Module, f"{where} activation", options=_options(activation, {})),
             dropout=config.hidden_dropout_prob,
             layer_norm_eps=config.layer_norm_eps,
         )
