@@ -6,6 +6,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import yaml
 
 from .core.config import BertConfig, ConfigError, ConfigIssue
-from .registry import Registry, validate_config
+from .registry import Registry, UnknownPresetError, get_registry, validate_config
 
 ConfigSource = str | Path | Mapping[str, Any] | BertConfig
 
@@ -27,27 +28,37 @@ def load_config(
     """Load, override and validate a config.
 
     Args:
-        source: a YAML or JSON file, a directory holding ``config.json``, a dict, or a config. A JSON file
-            (or dict) in HF's flat ``config.json`` format is converted.
+        source: a YAML or JSON file, a directory holding ``config.json``, a dict, a config, or the name of a
+            preset (``bert-base-uncased``; used when no file of that name exists). A JSON file (or dict) in
+            HF's flat ``config.json`` format is converted.
         overrides: ``["encoder.attention.backend=eager", ...]`` (values parsed as YAML) or a mapping of dotted
             keys to values; applied before validation, so they are validated like the file.
         registry: where component names are looked up (default: the process-wide registry).
 
     Raises:
         FileNotFoundError: the file does not exist.
+        UnknownPresetError: ``source`` is a bare name (no folder, no ``.yaml``/``.json``) that is neither a file
+            nor a preset; the message lists the closest presets.
         ConfigError: malformed YAML/JSON (with the line) or an invalid config (every problem, with paths).
     """
-    data, where = _read(source)
+    data, where = _read(source, registry)
     data = apply_overrides(data, overrides)
     return validate_config(data, registry, source=where)
 
 
-def _read(source: ConfigSource) -> tuple[dict[str, Any], str | None]:
+def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[str, Any], str | None]:
     if isinstance(source, BertConfig):
         return source.model_dump(), None
     if isinstance(source, Mapping):
         return _from_mapping(dict(source), None), None
     path = Path(source)
+    if isinstance(source, str) and not path.exists() and _looks_like_a_name(source):
+        reg = registry or get_registry()
+        try:
+            preset = reg.get_preset(source)
+        except UnknownPresetError as e:
+            raise UnknownPresetError(e.name, e.available, context=" (and no file of that name)") from None
+        return _from_mapping(copy.deepcopy(dict(preset.config)), None), f"preset {source}"
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
@@ -72,6 +83,11 @@ def _read(source: ConfigSource) -> tuple[dict[str, Any], str | None]:
     if not isinstance(data, dict):
         raise ConfigError([ConfigIssue("", f"expected a mapping at the top, got {type(data).__name__}")], str(path))
     return _from_mapping(data, str(path)), str(path)
+
+
+def _looks_like_a_name(source: str) -> bool:
+    """A preset name has no folder part and no config-file suffix (``bert-base-uncased``, not ``x/y.yaml``)."""
+    return "/" not in source and "\\" not in source and Path(source).suffix not in (".yaml", ".yml", ".json")
 
 
 def is_hf_config(data: Mapping[str, Any]) -> bool:

@@ -8,23 +8,35 @@ the additive mask, positions, head-mask expansion) so layers never redo it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from .cache import KVCache
 from .config import BertConfig
 from .interfaces import Attention, Embedding, FeedForward, Pooler, Positions, PositionScheme
-from .masks import additive_mask, check_attention_mask, is_all_visible
+from .masks import additive_mask, causal_mask, check_attention_mask, is_all_visible
 from .outputs import EncoderOutput, ModelOutputWithPooling
 
 
 class TransformerLayer(nn.Module):
-    """One post-LN layer: attention sub-layer, then feed-forward sub-layer (each with residual + LayerNorm)."""
+    """One post-LN layer: attention sub-layer, (decoders: cross-attention sub-layer,) then feed-forward
+    sub-layer, each with its residual and LayerNorm."""
 
-    def __init__(self, attention: Attention, feedforward: FeedForward, chunk_size_feed_forward: int = 0) -> None:
+    def __init__(
+        self,
+        attention: Attention,
+        feedforward: FeedForward,
+        chunk_size_feed_forward: int = 0,
+        crossattention: Attention | None = None,
+    ) -> None:
         super().__init__()
         self.attention = attention
+        if crossattention is not None:
+            self.crossattention = crossattention  # HF's key: `layer.N.crossattention.*`
+        self.has_cross_attention = crossattention is not None
         # Registered as direct children, as HF does: keys `layer.N.intermediate.*` and `layer.N.output.*`.
         self.intermediate = feedforward.intermediate
         self.output = feedforward.output
@@ -37,24 +49,58 @@ class TransformerLayer(nn.Module):
         positions: Positions,
         head_mask: torch.Tensor | None = None,  # [h_original]
         output_attentions: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        context: DecoderContext | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Returns the layer output, the self-attention and the cross-attention probabilities (or None)."""
+        ctx = context or _NO_DECODER
         attended, weights = self.attention(
             hidden_states,
             mask=mask,
             positions=positions,
             head_mask=head_mask,
             output_attentions=output_attentions,
+            cache=ctx.cache,
+            layer_index=ctx.layer_index,
+            is_causal=ctx.is_causal,
         )
+        cross_weights = None
+        if self.has_cross_attention:
+            if ctx.encoder_hidden_states is None:
+                raise ValueError("this decoder has cross-attention layers: pass encoder_hidden_states")
+            attended, cross_weights = self.crossattention(
+                attended,
+                mask=ctx.encoder_mask,
+                positions=positions,
+                head_mask=head_mask,
+                output_attentions=output_attentions,
+                encoder_hidden_states=ctx.encoder_hidden_states,
+                cache=ctx.cache,
+                layer_index=ctx.layer_index,
+            )
         chunk = self.chunk_size_feed_forward
         if chunk and attended.shape[1] > chunk:
             # HF's apply_chunking_to_forward: the block is position-wise, so splitting along the sequence is
             # exact and bounds the [b, chunk, intermediate] activation.
             pieces = [self._feedforward(part) for part in attended.split(chunk, dim=1)]
-            return torch.cat(pieces, dim=1), weights
-        return self._feedforward(attended), weights
+            return torch.cat(pieces, dim=1), weights, cross_weights
+        return self._feedforward(attended), weights, cross_weights
 
     def _feedforward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.output(self.intermediate(hidden_states), hidden_states)
+
+
+@dataclass(frozen=True)
+class DecoderContext:
+    """What decoder layers need beyond an encoder layer's inputs; built once per forward pass."""
+
+    cache: KVCache | None = None
+    is_causal: bool = False
+    encoder_hidden_states: torch.Tensor | None = None  # [b, s, H]
+    encoder_mask: torch.Tensor | None = None  # additive [b, 1, 1|q, s]
+    layer_index: int = 0
+
+
+_NO_DECODER = DecoderContext()
 
 
 class Encoder(nn.Module):
@@ -73,33 +119,44 @@ class Encoder(nn.Module):
         head_mask: torch.Tensor | None = None,  # [layers, h_original]
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        context: DecoderContext | None = None,
     ) -> EncoderOutput:
         all_hidden: list[torch.Tensor] = []
         all_attn: list[torch.Tensor] = []
+        all_cross: list[torch.Tensor] = []
+        ctx = context or _NO_DECODER
         for i, layer in enumerate(self.layer):
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             layer_head_mask = None if head_mask is None else head_mask[i]
+            layer_ctx = replace(ctx, layer_index=i) if context is not None else None
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                hidden_states, weights = checkpoint(
+                hidden_states, weights, cross = checkpoint(
                     layer,
                     hidden_states,
                     mask,
                     positions,
                     layer_head_mask,
                     output_attentions,
+                    layer_ctx,
                     use_reentrant=False,
                 )
             else:
-                hidden_states, weights = layer(hidden_states, mask, positions, layer_head_mask, output_attentions)
+                hidden_states, weights, cross = layer(
+                    hidden_states, mask, positions, layer_head_mask, output_attentions, layer_ctx
+                )
             if output_attentions and weights is not None:
                 all_attn.append(weights)
+            if output_attentions and cross is not None:
+                all_cross.append(cross)
         if output_hidden_states:
             all_hidden.append(hidden_states)
         return EncoderOutput(
             last_hidden_state=hidden_states,
+            past_key_values=ctx.cache,
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
             attentions=tuple(all_attn) if output_attentions else None,
+            cross_attentions=tuple(all_cross) if output_attentions and all_cross else None,
         )
 
 
@@ -136,18 +193,28 @@ class EncoderModel(nn.Module):
         position_ids: torch.Tensor | None = None,
         head_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: KVCache | Sequence[Sequence[torch.Tensor]] | None = None,
+        use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
     ) -> ModelOutputWithPooling | tuple[torch.Tensor, ...]:
-        """Encode a batch. Arguments and outputs are those of transformers' ``BertModel``.
+        """Encode (or, in decoder mode, decode) a batch. Arguments and outputs are transformers' ``BertModel``'s.
 
         Args:
             input_ids: ``[b, q]`` token ids (or give ``inputs_embeds [b, q, H]`` instead).
-            attention_mask: ``[b, k]`` or ``[b, q, k]``, 1 = attend, 0 = padding.
+            attention_mask: ``[b, k]`` or ``[b, q, k]``, 1 = attend, 0 = padding; ``k`` counts cached tokens.
             token_type_ids: ``[b, q]`` segment ids; zeros when omitted.
-            position_ids: ``[b|1, q]``; ``arange(q)`` when omitted.
+            position_ids: ``[b|1, q]``; ``past + arange(q)`` when omitted.
             head_mask: ``[h]`` or ``[layers, h]`` multipliers of each head's attention probabilities.
+            encoder_hidden_states: ``[b, s, H]`` for decoders with cross-attention.
+            encoder_attention_mask: ``[b, s]`` (or ``[b, q, s]``) padding mask of the encoder states.
+            past_key_values: a :class:`~bertblocks.core.cache.KVCache` from an earlier call (or transformers 4.x
+                nested tuples); decoders only.
+            use_cache: return the cache in ``past_key_values`` (default: ``config.use_cache`` for decoders;
+                never for encoders, and not while training with gradient checkpointing, as in HF).
             output_attentions: also return every layer's attention probabilities.
             output_hidden_states: also return the embeddings and every layer's output.
             return_dict: ``False`` returns a tuple of the non-``None`` fields instead.
@@ -155,9 +222,17 @@ class EncoderModel(nn.Module):
         Raises:
             ValueError: for inputs of the wrong shape, dtype or range, each with what was expected.
         """
-        embeds_in = self._check_inputs(input_ids, inputs_embeds, token_type_ids, position_ids)
-        batch, length = embeds_in
-        past_length = 0
+        cfg = self.config
+        cache = self._prepare_cache(past_key_values, use_cache)
+        past_length = cache.get_seq_length() if cache is not None else 0
+        batch, length = self._check_inputs(input_ids, inputs_embeds, token_type_ids, position_ids, past_length)
+        if cache is not None:
+            cache.check_compatible(batch, self._heads_per_layer(), self._head_dim())
+        if encoder_hidden_states is not None and not cfg.add_cross_attention:
+            raise ValueError(
+                "encoder_hidden_states given, but this model has no cross-attention layers "
+                "(set is_decoder: true and add_cross_attention: true in its config)"
+            )
         hidden = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
         dtype, device = hidden.dtype, hidden.device
 
@@ -165,9 +240,30 @@ class EncoderModel(nn.Module):
         if attention_mask is not None:
             check_attention_mask(attention_mask, batch, length, past_length + length)
             if not is_all_visible(attention_mask):
-                mask = additive_mask(attention_mask, dtype)
+                # Decoders fold causality into the same mask, as HF does: one finfo.min wherever a key is
+                # padding *or* in the future (summing two masks would differ on fully padded rows).
+                mask = (
+                    causal_mask(attention_mask, batch, length, past_length, dtype, device)
+                    if cfg.is_decoder
+                    else additive_mask(attention_mask, dtype)
+                )
         positions = Positions.contiguous(length, past_length, device)
         layer_head_mask = self._expand_head_mask(head_mask, dtype)
+
+        context = None
+        if cfg.is_decoder:
+            encoder_mask = None
+            if encoder_hidden_states is not None and encoder_attention_mask is not None:
+                s = encoder_hidden_states.shape[1]
+                check_attention_mask(encoder_attention_mask, batch, length, s)
+                if not is_all_visible(encoder_attention_mask):
+                    encoder_mask = additive_mask(encoder_attention_mask, dtype)
+            context = DecoderContext(
+                cache=cache,
+                is_causal=mask is None,  # else causality is already in the mask
+                encoder_hidden_states=encoder_hidden_states,
+                encoder_mask=encoder_mask,
+            )
 
         encoded = self.encoder(
             hidden,
@@ -176,6 +272,7 @@ class EncoderModel(nn.Module):
             head_mask=layer_head_mask,
             output_attentions=bool(output_attentions),
             output_hidden_states=bool(output_hidden_states),
+            context=context,
         )
         sequence = encoded.last_hidden_state
         pooled = self.pooler(sequence, attention_mask) if self.pooler is not None else None
@@ -183,9 +280,35 @@ class EncoderModel(nn.Module):
             last_hidden_state=sequence,
             pooler_output=pooled,
             hidden_states=encoded.hidden_states,
+            past_key_values=cache,
             attentions=encoded.attentions,
+            cross_attentions=encoded.cross_attentions,
         )
         return out if return_dict is None or return_dict else out.to_tuple()
+
+    def _prepare_cache(
+        self, past_key_values: KVCache | Sequence[Sequence[torch.Tensor]] | None, use_cache: bool | None
+    ) -> KVCache | None:
+        cfg = self.config
+        if not cfg.is_decoder:
+            if past_key_values is not None:
+                raise ValueError("past_key_values given, but this model is not a decoder (is_decoder: false)")
+            return None
+        if use_cache is None:
+            use_cache = cfg.use_cache
+        if self.encoder.gradient_checkpointing and self.training:
+            use_cache = False  # recomputation in backward would append to the cache a second time
+        if past_key_values is None:
+            return KVCache(cfg.encoder.num_layers) if use_cache else None
+        if isinstance(past_key_values, KVCache):
+            return past_key_values
+        return KVCache.from_legacy(past_key_values)
+
+    def _heads_per_layer(self) -> list[int]:
+        return [layer.attention.num_heads for layer in self.encoder.layer]
+
+    def _head_dim(self) -> int:
+        return self.config.hidden_size // self.config.encoder.attention.num_heads
 
     # --------------------------------------------------------------------------------------- input checks
     def _check_inputs(
@@ -194,6 +317,7 @@ class EncoderModel(nn.Module):
         inputs_embeds: torch.Tensor | None,
         token_type_ids: torch.Tensor | None,
         position_ids: torch.Tensor | None,
+        past_length: int = 0,
     ) -> tuple[int, int]:
         cfg = self.config
         if (input_ids is None) == (inputs_embeds is None):
@@ -217,9 +341,10 @@ class EncoderModel(nn.Module):
                     f"inputs_embeds must be [batch, seq, {cfg.hidden_size}]; got {tuple(inputs_embeds.shape)}"
                 )
             batch, length = inputs_embeds.shape[:2]
-        if length > cfg.max_position_embeddings:
+        if past_length + length > cfg.max_position_embeddings:
+            cached = f" after {past_length} cached tokens" if past_length else ""
             raise ValueError(
-                f"sequence length {length} exceeds max_position_embeddings={cfg.max_position_embeddings} "
+                f"sequence length {length}{cached} exceeds max_position_embeddings={cfg.max_position_embeddings} "
                 f"of this model; truncate the input (e.g. tokenizer max_length)"
             )
         if token_type_ids is not None:

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from .cache import KVCache
 
 
 @dataclass(frozen=True)
@@ -172,11 +175,23 @@ class Attention(nn.Module, ABC):
         positions: Positions,
         head_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
+        encoder_hidden_states: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        layer_index: int = 0,
+        is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``hidden_states [b, q, H]`` → ``([b, q, H], probabilities [b, h, q, k] or None)``.
 
-        ``mask`` is additive (see :mod:`bertblocks.core.masks`); ``head_mask [h_original]`` multiplies each
-        head's probabilities, indexed by the head numbers the layer had before any pruning.
+        Args:
+            mask: additive (see :mod:`bertblocks.core.masks`), over the keys this call attends to.
+            positions: query and key positions (relative schemes use them; cached keys included).
+            head_mask: ``[h_original]`` multipliers of each head's probabilities, indexed by the head numbers
+                the layer had before any pruning.
+            output_attentions: also return the probabilities.
+            encoder_hidden_states: ``[b, s, H]``; given to a cross-attention module, keys and values come from
+                them (and are computed once per cache).
+            cache: the decoder's cache; self-attention appends its keys/values at ``layer_index``.
+            is_causal: queries must not see later keys (decoder self-attention).
         """
 
     @abstractmethod

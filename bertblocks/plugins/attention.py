@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from bertblocks.core.cache import KVCache
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Attention, AttentionBackend, PositionBias, Positions, PositionScheme
 
@@ -95,13 +96,29 @@ class BertAttention(Attention):
         positions: Positions,
         head_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
+        encoder_hidden_states: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        layer_index: int = 0,
+        is_causal: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, q, _ = hidden_states.shape
         h, d = self.num_heads, self.head_dim
         proj = self.self
-        query = proj.query(hidden_states).view(b, q, h, d).transpose(1, 2)  # [b, h, q, d]
-        key = proj.key(hidden_states).view(b, q, h, d).transpose(1, 2)
-        value = proj.value(hidden_states).view(b, q, h, d).transpose(1, 2)
+        query = self._heads(proj.query(hidden_states))  # [b, h, q, d]
+
+        if encoder_hidden_states is not None:
+            # Cross-attention: keys/values from the encoder, computed once per cache and reused every step.
+            cached = cache.cross(layer_index) if cache is not None else None
+            if cached is None:
+                cached = (self._heads(proj.key(encoder_hidden_states)), self._heads(proj.value(encoder_hidden_states)))
+                if cache is not None:
+                    cache.set_cross(layer_index, *cached)
+            key, value = cached  # [b, h, s, d]
+        else:
+            key = self._heads(proj.key(hidden_states))
+            value = self._heads(proj.value(hidden_states))
+            if cache is not None:
+                key, value = cache.update(layer_index, key, value)  # [b, h, past + q, d]
 
         bias = proj.position_bias
         if bias is not None:
@@ -117,7 +134,8 @@ class BertAttention(Attention):
             mask=mask,
             scale=self.scale,
             dropout_p=self.dropout_p if self.training else 0.0,
-            is_causal=False,
+            # one new query sees every cached key: nothing to hide
+            is_causal=is_causal and q > 1,
             need_weights=output_attentions,
         )
         if head_mask is not None:
@@ -130,6 +148,11 @@ class BertAttention(Attention):
             weights = weights * factor if weights is not None else None
         context = context.transpose(1, 2).reshape(b, q, h * d)  # [b, q, h·d]
         return self.output(context, hidden_states), weights
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """``[b, t, h·d]`` → ``[b, h, t, d]``."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
 
     def prune_heads(self, heads: set[int]) -> None:
         drop = {head for head in heads if head in self.kept_heads}

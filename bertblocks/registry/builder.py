@@ -97,6 +97,28 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
             backend=backend,
             position=position,
         )
+        if config.is_decoder and not backend.capabilities.causal:
+            raise BuildError(
+                f"{where}: backend {attention_spec.backend.name!r} cannot do causal attention, which a decoder "
+                "(is_decoder: true) needs; choose a backend that can (eager, sdpa)"
+            )
+        crossattention = None
+        if config.add_cross_attention:
+            # Cross-attention never carries a position bias (HF builds it with absolute positions).
+            crossattention = _make(
+                reg,
+                "attention",
+                attention_spec,
+                Attention,
+                f"{where} cross-attention",
+                hidden_size=config.hidden_size,
+                num_heads=attention_spec.num_heads,
+                dropout=attention_spec.dropout,
+                hidden_dropout=config.hidden_dropout_prob,
+                layer_norm_eps=config.layer_norm_eps,
+                backend=backend,
+                position=PositionScheme(config.max_position_embeddings),
+            )
         activation = reg.get("activation", ff_spec.activation)
         feedforward = _make(
             reg,
@@ -110,7 +132,7 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
             dropout=config.hidden_dropout_prob,
             layer_norm_eps=config.layer_norm_eps,
         )
-        layers.append(TransformerLayer(attention, feedforward, enc.chunk_size_feed_forward))
+        layers.append(TransformerLayer(attention, feedforward, enc.chunk_size_feed_forward, crossattention))
     pooler = (
         _make(reg, "pooler", config.pooler, Pooler, "pooler", hidden_size=config.hidden_size)
         if config.pooler is not None

@@ -86,9 +86,6 @@ def validate_config(
 
     if config.head is not None:
         apply(("head",), checker.check("head", config.head, "head"))
-    for key in ("is_decoder", "add_cross_attention"):
-        if getattr(config, key):
-            issues.append(ConfigIssue(key, "decoder layers are not supported by this version of bertblocks yet"))
     if config.add_cross_attention and not config.is_decoder:
         issues.append(ConfigIssue("add_cross_attention", "cross-attention needs is_decoder: true"))
 
