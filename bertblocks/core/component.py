@@ -1,13 +1,14 @@
-"""What a plugin hands the registry for each component it adds.
+"""What a plugin hands the registry: components it adds, and named presets.
 
 Plugins describe components with :class:`Component` and return them from their
-``bertblocks_register_components`` hook. This lives in ``core`` (not ``registry``) so that plugins, built-in
+``bertblocks_register_components`` hook; named architectures (the zoo) are :class:`Preset` s returned from
+``bertblocks_register_presets``. This lives in ``core`` (not ``registry``) so that plugins, built-in
 or third-party, depend on the interfaces only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -42,5 +43,23 @@ class Component:
     name: str
     factory: Callable[..., Any]
     options: type[BaseModel] = NoOptions
+    description: str = ""
+    provider: str = ""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named architecture: a raw config that :func:`bertblocks.load_config` validates when it is used.
+
+    Attributes:
+        name: what users type (``bert-base-uncased``); unique across all plugins.
+        config: the config as a nested mapping (the YAML format), validated only when the preset is used,
+            so that one broken preset cannot break the listing of the others.
+        description: one line for listings.
+        provider: filled in by the registry: the plugin (and distribution) that registered it.
+    """
+
+    name: str
+    config: Mapping[str, Any]
     description: str = ""
     provider: str = ""

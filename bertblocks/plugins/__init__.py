@@ -1,10 +1,10 @@
-"""Built-in components. Each module registers its components through ``bertblocks_register_components``,
-the same hook a third-party plugin implements."""
+"""Built-in components and presets. Each module registers through the same hooks a third-party plugin
+implements (``bertblocks_register_components``, ``bertblocks_register_presets``)."""
 
 from __future__ import annotations
 
-from . import attention, backends, embeddings, feedforward, poolers, positions
+from . import attention, backends, embeddings, feedforward, poolers, positions, presets
 
-BUILTIN_PLUGINS = (embeddings, positions, attention, backends, feedforward, poolers)
+BUILTIN_PLUGINS = (embeddings, positions, attention, backends, feedforward, poolers, presets)
 
 __all__ = ["BUILTIN_PLUGINS"]

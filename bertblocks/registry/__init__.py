@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from .builder import BuildError, build_components
-from .errors import DuplicateComponentError, PluginLoadError, RegistryError, UnknownComponentError
+from .errors import (
+    DuplicateComponentError,
+    DuplicatePresetError,
+    PluginLoadError,
+    RegistryError,
+    UnknownComponentError,
+    UnknownPresetError,
+)
 from .hookspecs import hookimpl, hookspec
 from .manager import DISABLE_AUTOLOAD_ENV, ENTRY_POINT_GROUP, PluginInfo, Registry, get_registry, set_registry
 from .validation import validate_config
@@ -13,11 +20,13 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "BuildError",
     "DuplicateComponentError",
+    "DuplicatePresetError",
     "PluginInfo",
     "PluginLoadError",
     "Registry",
     "RegistryError",
     "UnknownComponentError",
+    "UnknownPresetError",
     "build_components",
     "get_registry",
     "hookimpl",

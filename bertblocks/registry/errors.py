@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 
 from bertblocks.core.config import closest
@@ -47,3 +48,30 @@ class PluginLoadError(RegistryError):
     def summary(self) -> str:
         last = self.detail.strip().splitlines()[-1] if self.detail.strip() else ""
         return f"{self.plugin} ({self.distribution}): {last}"
+
+
+class UnknownPresetError(RegistryError, LookupError):
+    """A preset name no plugin registered."""
+
+    def __init__(self, name: str, available: Iterable[str], broken: Iterable[str] = (), context: str = "") -> None:
+        self.name = name
+        self.available = sorted(available)
+        self.closest = difflib.get_close_matches(name, self.available, n=3, cutoff=0.5)
+        msg = f"unknown preset {name!r}{context}"
+        if self.closest:
+            msg += f"; closest: {', '.join(self.closest)}"
+        msg += f"; available: {', '.join(self.available) or '(none)'}"
+        broken = list(broken)
+        if broken:
+            msg += "; plugins that failed to load (it may come from one of them): " + "; ".join(broken)
+        super().__init__(msg)
+
+    def __str__(self) -> str:  # LookupError would repr() the message
+        return str(self.args[0])
+
+
+class DuplicatePresetError(RegistryError):
+    """Two plugins registered a preset of the same name."""
+
+    def __init__(self, name: str, first: str, second: str) -> None:
+        super().__init__(f"preset {name!r} is registered twice: by {first} and by {second}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pluggy
 
-from bertblocks.core.component import Component
+from bertblocks.core.component import Component, Preset
 
 PROJECT = "bertblocks"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -27,4 +27,14 @@ class BertBlocksHooks:
 
         Each :class:`~bertblocks.core.component.Component` names its kind, its name, a factory and a pydantic
         model of its options. A ``(kind, name)`` registered by two plugins is an error naming both.
+        """
+
+    @hookspec
+    def bertblocks_register_presets(self) -> list[Preset]:  # type: ignore[empty-body]
+        """Return the named architectures (presets) this plugin adds to the zoo.
+
+        Each :class:`~bertblocks.core.component.Preset` carries a name, the config as a nested mapping (what
+        a YAML config file holds) and a one-line description. The config is validated when the preset is
+        used (``create_model``, ``load_config``), with the same errors as a config file. A name registered
+        by two plugins is an error naming both.
         """

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import os
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
@@ -20,9 +21,16 @@ from typing import Any
 import pluggy
 from pydantic import BaseModel
 
-from bertblocks.core.component import KINDS, Component
+from bertblocks.core.component import KINDS, Component, Preset
 
-from .errors import DuplicateComponentError, PluginLoadError, RegistryError, UnknownComponentError
+from .errors import (
+    DuplicateComponentError,
+    DuplicatePresetError,
+    PluginLoadError,
+    RegistryError,
+    UnknownComponentError,
+    UnknownPresetError,
+)
 from .hookspecs import PROJECT, BertBlocksHooks
 
 ENTRY_POINT_GROUP = "bertblocks"
@@ -71,6 +79,7 @@ class Registry:
         self._pm.add_hookspecs(BertBlocksHooks)
         self._origin: dict[str, tuple[str, str]] = {}  # plugin name → (distribution, version)
         self._index: dict[tuple[str, str], Component] | None = None
+        self._preset_index: dict[str, Preset] | None = None
         if builtins:
             from bertblocks.plugins import BUILTIN_PLUGINS
 
@@ -99,6 +108,7 @@ class Registry:
         self._pm.register(plugin, name=name)
         self._origin[name] = (distribution, version)
         self._index = None
+        self._preset_index = None
 
     def _load_entry_points(self) -> None:
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -168,6 +178,45 @@ class Registry:
             key=lambda c: (KINDS.index(c.kind), c.name),
         )
 
+    def _presets(self) -> dict[str, Preset]:
+        if self._preset_index is not None:
+            return self._preset_index
+        index: dict[str, Preset] = {}
+        for plugin_name, plugin in self._pm.list_name_plugin():
+            hook = getattr(plugin, "bertblocks_register_presets", None)
+            if hook is None:
+                continue
+            dist, _ = self._origin.get(plugin_name, ("?", ""))
+            provider = plugin_name if dist in ("?", "(in-process)") else f"{plugin_name} ({dist})"
+            try:
+                presets = _check_presets(hook())
+            except Exception:
+                self._record(PluginLoadError(plugin_name, dist, traceback.format_exc()))
+                continue
+            for preset in presets:
+                if preset.name in index:
+                    raise DuplicatePresetError(preset.name, index[preset.name].provider, provider)
+                index[preset.name] = replace(preset, provider=provider)
+        self._preset_index = index
+        return index
+
+    def presets(self) -> list[Preset]:
+        """Every registered preset, sorted by name."""
+        index = self._presets()
+        return [index[name] for name in sorted(index)]
+
+    def get_preset(self, name: str) -> Preset:
+        """The preset called ``name``.
+
+        Raises:
+            UnknownPresetError: naming the closest presets, every available one, and broken plugins.
+        """
+        index = self._presets()
+        try:
+            return index[name]
+        except KeyError:
+            raise UnknownPresetError(name, index, [e.summary() for e in self.load_errors]) from None
+
     def plugins(self) -> list[PluginInfo]:
         """Every registered plugin with its distribution, version and implemented hooks."""
         out = []
@@ -193,6 +242,19 @@ def _check_components(returned: Any) -> list[Component]:
             raise TypeError(f"component {item.name!r} has unknown kind {item.kind!r}; kinds: {', '.join(KINDS)}")
         if not (isinstance(item.options, type) and issubclass(item.options, BaseModel)):
             raise TypeError(f"component {item.kind} {item.name!r}: options must be a pydantic model class")
+    return list(returned)
+
+
+def _check_presets(returned: Any) -> list[Preset]:
+    if not isinstance(returned, list | tuple):
+        raise TypeError(f"bertblocks_register_presets must return a list of Preset, got {type(returned)}")
+    for item in returned:
+        if not isinstance(item, Preset):
+            raise TypeError(f"bertblocks_register_presets returned {item!r}, not a Preset")
+        if not isinstance(item.name, str) or not item.name:
+            raise TypeError(f"preset name must be a non-empty string, got {item.name!r}")
+        if not isinstance(item.config, Mapping):
+            raise TypeError(f"preset {item.name!r}: config must be a mapping, got {type(item.config).__name__}")
     return list(returned)
 
 
