@@ -50,7 +50,8 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
     if isinstance(source, BertConfig):
         return source.model_dump(), None
     if isinstance(source, Mapping):
-        return _from_mapping(dict(source), None), None
+        # a deep copy: overrides are set in place and must never change the caller's nested dicts
+        return _from_mapping(copy.deepcopy(dict(source)), None), None
     path = Path(source)
     if isinstance(source, str) and not path.exists() and _looks_like_a_name(source):
         reg = registry or get_registry()
@@ -127,13 +128,16 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     for i, part in enumerate(parts[:-1]):
         where = ".".join(parts[: i + 1])
         if isinstance(node, list):
-            node = node[_list_index(node, part, where)]
+            index = _list_index(node, part, where, append=True)
+            if index == len(node):  # `encoder.overrides.0.layers=3` on an empty list starts a new item
+                node.append({})
+            node = node[index]
             continue
         child = node.get(part)
         if isinstance(child, str):
             child = node[part] = {"name": child}  # `backend: sdpa` shorthand, now given options
         elif child is None:
-            child = node[part] = {}
+            child = node[part] = [] if parts[i + 1].isdigit() else {}
         elif not isinstance(child, dict | list):
             raise ConfigError([ConfigIssue(where, f"is a {type(child).__name__}, cannot set {key!r} inside it")])
         node = child
@@ -144,8 +148,10 @@ def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
         node[last] = value
 
 
-def _list_index(node: list[Any], part: str, where: str) -> int:
-    if not part.lstrip("-").isdigit() or not -len(node) <= int(part) < len(node):
+def _list_index(node: list[Any], part: str, where: str, append: bool = False) -> int:
+    """``part`` as an index into ``node``; with ``append``, ``len(node)`` (one past the end) is allowed too."""
+    stop = len(node) + 1 if append else len(node)
+    if not part.lstrip("-").isdigit() or not -len(node) <= int(part) < stop:
         raise ConfigError([ConfigIssue(where, f"no item {part!r} in a list of {len(node)}")])
     return int(part)
 

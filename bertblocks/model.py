@@ -18,6 +18,7 @@ from .checkpoint import (
 from .configuration import ConfigSource, load_config
 from .core.config import BertConfig
 from .core.encoder import EncoderModel, init_weights
+from .hub import resolve_pretrained
 from .registry import Registry, build_components, get_registry
 
 logger = logging.getLogger("bertblocks")
@@ -67,12 +68,17 @@ class BertModel(EncoderModel):
         add_pooling_layer: bool = True,
         strict: bool = True,
         output_loading_info: bool = False,
+        revision: str | None = None,
+        cache_dir: str | Path | None = None,
+        local_files_only: bool = False,
+        token: str | bool | None = None,
     ) -> BertModel | tuple[BertModel, LoadingInfo]:
-        """Load an HF BERT checkpoint directory (``config.json`` + weights).
+        """Load an HF BERT checkpoint: a directory (``config.json`` + weights) or a hub id.
 
         Args:
             path: directory with ``config.json`` and ``model.safetensors`` (or a sharded index, or
-                ``pytorch_model.bin``).
+                ``pytorch_model.bin``), or a hub id (``"org/name"``) resolved by
+                :func:`bertblocks.hub.resolve_pretrained`, which fetches only those files.
             overrides: dotted config overrides applied to the checkpoint's config.
             registry: where components are looked up.
             attn_implementation: ``"eager"``/``"sdpa"``/a plugin backend, as in transformers; same as the
@@ -80,15 +86,20 @@ class BertModel(EncoderModel):
             add_pooling_layer: ``False`` drops the pooler (its weights become unexpected, not an error).
             strict: missing backbone weights are an error (``False``: keep them as initialised, report them).
             output_loading_info: also return the :class:`LoadingInfo`.
+            revision: hub branch, tag or commit.
+            cache_dir: hub cache directory (default: ``huggingface_hub``'s).
+            local_files_only: use the hub cache only (``HF_HUB_OFFLINE=1`` does the same).
+            token: hub token for private repositories.
 
         Raises:
-            FileNotFoundError: no config or weights at ``path``.
+            FileNotFoundError: no config or weights at ``path`` (a hub id not found, or offline and not cached:
+                :class:`bertblocks.hub.PretrainedNotFoundError`).
             ConfigError: the config is invalid.
             CheckpointError: weights that do not fit (wrong shape, foreign architecture, missing).
         """
-        directory = Path(path)
-        if not directory.is_dir():
-            raise FileNotFoundError(f"{path} is not a checkpoint directory (expected config.json and weights)")
+        directory = resolve_pretrained(
+            path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
+        )
         extra = dict(overrides) if isinstance(overrides, Mapping) else list(overrides)
         if attn_implementation is not None:
             if isinstance(extra, dict):

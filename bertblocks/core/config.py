@@ -56,6 +56,14 @@ class ConfigError(ValueError):
         super().__init__(f"invalid config{where} ({n} error{'s' if n != 1 else ''}):\n{lines}")
 
 
+class FieldError(ValueError):
+    """Raised by a cross-field validator to blame one field: pydantic gives such errors no location."""
+
+    def __init__(self, loc: str, msg: str) -> None:
+        super().__init__(msg)
+        self.loc = loc
+
+
 def join_loc(*parts: Any) -> str:
     return ".".join(str(p) for p in parts if p != "")
 
@@ -80,7 +88,10 @@ def issues_from_validation_error(
     issues = []
     for err in error.errors(include_url=False):
         loc = list(err["loc"])
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, FieldError):
+            loc, msg = [*loc, cause.loc], str(cause)
         if err["type"] == "extra_forbidden" and (model is not None or known_fields is not None):
             allowed = list(known_fields) if known_fields is not None else _fields_at(model, loc[:-1])  # type: ignore[arg-type]
             hint = closest(str(loc[-1]), allowed)
@@ -269,7 +280,7 @@ def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, A
     for key, value in changes.items():
         if isinstance(value, Mapping) and isinstance(out.get(key), dict):
             sub = dict(value)
-            if "name" in sub and sub["name"] != out[key].get("name"):
+            if "name" in sub and "name" in out[key] and sub["name"] != out[key]["name"]:
                 out[key] = sub  # another component: its options start afresh
             else:
                 out[key] = _deep_merge(out[key], sub)
@@ -337,17 +348,17 @@ class BertConfig(BaseModel):
         if self.id2label is None:
             object.__setattr__(self, "id2label", {i: f"LABEL_{i}" for i in range(self.num_labels)})
         elif "num_labels" in self.model_fields_set and len(self.id2label) != self.num_labels:
-            raise ValueError(f"num_labels={self.num_labels} but id2label names {len(self.id2label)} labels")
+            raise FieldError("num_labels", f"is {self.num_labels} but id2label names {len(self.id2label)} labels")
         else:
             object.__setattr__(self, "num_labels", len(self.id2label))
         assert self.id2label is not None
         if sorted(self.id2label) != list(range(len(self.id2label))):
-            raise ValueError(f"id2label keys must be 0..{len(self.id2label) - 1}; got {sorted(self.id2label)}")
+            raise FieldError("id2label", f"keys must be 0..{len(self.id2label) - 1}; got {sorted(self.id2label)}")
         inverse = {name: i for i, name in self.id2label.items()}
         if self.label2id is None:
             object.__setattr__(self, "label2id", inverse)
         elif self.label2id != inverse:
-            raise ValueError("label2id is not the inverse of id2label")
+            raise FieldError("label2id", "is not the inverse of id2label")
         return self
 
     @field_validator("pruned_heads", mode="before")

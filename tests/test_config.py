@@ -1,0 +1,429 @@
+"""Config: YAML and HF config.json round trips, per-layer and dotted overrides, and located errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from torch import nn
+
+import bertblocks
+from bertblocks import BertConfig, ConfigError, dump_yaml, load_config, save_config
+from bertblocks.core.interfaces import Positions
+from bertblocks.plugins.backends import EagerBackend, SdpaBackend
+from tests.conftest import TINY, V4, batch, max_diff
+
+# A config exercising every kind of value: nested components, plugin shorthand, an override, labels.
+YAML_TEXT = """\
+# tiny relative-position BERT for the round-trip test
+vocab_size: 99
+hidden_size: 32
+max_position_embeddings: 64
+layer_norm_eps: 1.0e-7
+position: relative_key_query
+encoder:
+  num_layers: 3
+  attention:
+    num_heads: 4
+    dropout: 0.2
+    backend: eager
+  feedforward: {intermediate_size: 37, activation: gelu_new}
+  chunk_size_feed_forward: 4
+  overrides:
+    - layers: "1-2"
+      attention: {backend: sdpa}
+    - layers: [0]
+      feedforward: {activation: relu}
+pooler: mean
+id2label: {0: neg, 1: pos, 2: neutral}
+problem_type: single_label_classification
+pruned_heads: {1: [0, 3]}
+"""
+
+
+def _tiny(**changes: object) -> dict:
+    data = copy.deepcopy(TINY)
+    data.update(changes)
+    return data
+
+
+def _error(source: object, overrides: object = ()) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_config(source, overrides)  # type: ignore[arg-type]
+    return info.value
+
+
+def _messages(error: ConfigError) -> list[str]:
+    return [str(issue) for issue in error.issues]
+
+
+# ------------------------------------------------------------------------------------------------ YAML
+def test_yaml_file_dump_and_load_again_is_equal(tmp_path: Path):
+    path = tmp_path / "model.yaml"
+    path.write_text(YAML_TEXT)
+    config = load_config(path)
+    # what the file says arrived where it belongs (so equality below is not equality of two defaults)
+    assert config.position.name == "relative_key_query"
+    assert config.encoder.attention.backend.name == "eager"
+    assert config.encoder.attention.dropout == 0.2
+    assert config.encoder.overrides[0].layers == [1, 2]
+    assert config.pooler is not None
+    assert config.pooler.name == "mean"
+    assert config.id2label == {0: "neg", 1: "pos", 2: "neutral"}
+    assert config.num_labels == 3
+    assert config.pruned_heads == {1: [0, 3]}
+    assert config.layer_norm_eps == 1e-7
+
+    again = tmp_path / "again.yaml"
+    again.write_text(dump_yaml(config))
+    assert load_config(again) == config
+    save_config(config, tmp_path / "saved.yml")
+    assert load_config(tmp_path / "saved.yml") == config
+
+
+def test_dumped_yaml_writes_every_field():
+    text = dump_yaml(load_config(TINY))
+    for key in ("vocab_size", "layer_norm_eps", "num_heads", "intermediate_size", "backend", "activation"):
+        assert f"{key}:" in text
+
+
+def test_load_config_never_changes_the_callers_dict():
+    data = _tiny()
+    before = copy.deepcopy(data)
+    load_config(data, ["encoder.attention.backend=eager", "encoder.overrides.0.layers=1"])
+    assert data == before
+
+
+# --------------------------------------------------------------------------------------- HF config.json
+# Attributes transformers reads to build (or describe) a BERT; each must survive config.json → ours → back.
+HF_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "hidden_act",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "initializer_range",
+    "layer_norm_eps",
+    "pad_token_id",
+    "use_cache",
+    "classifier_dropout",
+    "is_decoder",
+    "add_cross_attention",
+    "tie_word_embeddings",
+    "chunk_size_feed_forward",
+    "num_labels",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "architectures",
+)
+
+
+def _assert_same_hf(original: dict, written: dict) -> None:
+    theirs = transformers.BertConfig(**original)
+    ours = transformers.BertConfig(**json.loads(json.dumps(written)))  # through JSON, as on disk
+    for name in HF_FIELDS:
+        if name == "label2id" and theirs.label2id is None:
+            # transformers 5 leaves label2id unset when only id2label is given; we write the inverse
+            assert ours.label2id == {label: i for i, label in theirs.id2label.items()}
+            continue
+        assert getattr(ours, name, None) == getattr(theirs, name, None), name
+    assert getattr(ours, "position_embedding_type", "absolute") == original.get("position_embedding_type", "absolute")
+
+
+def test_transformers_5_config_round_trip():
+    hf = transformers.BertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=8,
+        intermediate_size=37,
+        hidden_act="gelu_new",
+        hidden_dropout_prob=0.05,
+        attention_probs_dropout_prob=0.15,
+        max_position_embeddings=40,
+        type_vocab_size=3,
+        layer_norm_eps=1e-6,
+        pad_token_id=1,
+        classifier_dropout=0.3,
+        chunk_size_feed_forward=2,
+        id2label={0: "neg", 1: "pos", 2: "neutral"},
+        problem_type="multi_label_classification",
+        is_decoder=True,
+        add_cross_attention=True,
+        use_cache=False,
+        tie_word_embeddings=False,
+        architectures=["BertForSequenceClassification"],
+    ).to_dict()
+    config = BertConfig.from_hf(hf)
+    assert config.encoder.num_layers == 3
+    assert config.encoder.attention.num_heads == 8
+    assert config.encoder.attention.dropout == 0.15
+    assert config.encoder.feedforward.activation == "gelu_new"
+    assert config.num_labels == 3
+    assert config.label2id == {"neg": 0, "pos": 1, "neutral": 2}
+    written = config.to_hf()
+    _assert_same_hf(hf, written)
+    assert BertConfig.from_hf(json.loads(json.dumps(written))) == config
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in V4.iterdir() if (p / "config.json").is_file()))
+def test_transformers_4_config_round_trip(case: str):
+    hf = json.loads((V4 / case / "config.json").read_text())
+    config = BertConfig.from_hf(hf)
+    assert config.position.name == hf["position_embedding_type"]
+    written = config.to_hf()
+    _assert_same_hf(hf, written)
+    assert written["position_embedding_type"] == hf["position_embedding_type"]
+    assert BertConfig.from_hf(json.loads(json.dumps(written))) == config
+
+
+def test_pruned_heads_keys_are_ints_ours_and_strings_in_json():
+    hf = json.loads((V4 / "pruned" / "config.json").read_text())
+    assert hf["pruned_heads"] == {"0": [0, 2], "1": [3]}
+    config = BertConfig.from_hf(hf)
+    assert config.pruned_heads == {0: [0, 2], 1: [3]}
+    assert config.to_hf()["pruned_heads"] == hf["pruned_heads"]
+
+
+def test_non_hf_choices_travel_under_the_bertblocks_key(tmp_path: Path):
+    data = _tiny()
+    data["position"] = "relative_key"
+    data["pooler"] = "mean"
+    data["encoder"]["overrides"] = [{"layers": "1", "attention": {"backend": "sdpa"}, "feedforward": "bert"}]
+    config = load_config(data, ["encoder.attention.backend=eager", "encoder.feedforward.activation=silu"])
+    written = config.to_hf()
+    assert "bertblocks" in written
+    assert written["position_embedding_type"] == "relative_key"  # HF-expressible: a plain HF field
+    assert written["hidden_act"] == "silu"
+    back = load_config(json.loads(json.dumps(written)))
+    assert back == config
+    assert back.encoder.attention.backend.name == "eager"
+    assert back.encoder.overrides[0].layers == [1]
+
+    # transformers keeps the key as an inert attribute and writes it back when it saves
+    transformers.BertConfig(**written).save_pretrained(tmp_path)
+    reloaded = load_config(tmp_path)
+    assert reloaded.model_copy(update={"hf": {}}) == config.model_copy(update={"hf": {}})
+
+
+def test_default_config_writes_no_bertblocks_key():
+    assert "bertblocks" not in load_config(TINY).to_hf()
+
+
+def test_model_type_other_than_bert_is_refused():
+    error = _error({"model_type": "roberta", "num_hidden_layers": 2})
+    assert _messages(error) == ["model_type: expected 'bert', got 'roberta'"]
+
+
+# ------------------------------------------------------------------------------------ per-layer overrides
+def test_per_layer_overrides_build_those_components_and_keep_the_numbers(hf_checkpoint):
+    directory = hf_checkpoint(num_hidden_layers=3)
+    base = bertblocks.from_pretrained(directory).eval()  # all sdpa, gelu
+    mixed = bertblocks.from_pretrained(
+        directory,
+        {
+            "encoder.overrides": [
+                {"layers": "0-0", "attention": {"backend": "eager"}},
+                {"layers": "1", "feedforward": {"activation": "relu"}},
+            ]
+        },
+    ).eval()
+    layers = mixed.encoder.layer
+    assert type(layers[0].attention.backend) is EagerBackend
+    assert type(layers[1].attention.backend) is SdpaBackend
+    assert type(layers[2].attention.backend) is SdpaBackend
+    assert type(layers[0].intermediate.intermediate_act_fn) is nn.GELU
+    assert type(layers[1].intermediate.intermediate_act_fn) is nn.ReLU
+    assert type(layers[2].intermediate.intermediate_act_fn) is nn.GELU
+
+    inputs = batch()
+    with torch.no_grad():
+        ours = mixed(**inputs, output_hidden_states=True)
+        reference = base(**inputs, output_hidden_states=True)
+        # layer 0 only changed its kernel: the same numbers as the all-sdpa model
+        assert max_diff(ours.hidden_states[1], reference.hidden_states[1]) <= 1e-6
+        # layer 1 changed its activation: the numbers move, and equal the layer run by hand with relu
+        assert max_diff(ours.hidden_states[2], reference.hidden_states[2]) > 1e-3
+        manual = base.encoder.layer[1]
+        manual.intermediate.intermediate_act_fn = nn.ReLU()
+        mask = (1.0 - inputs["attention_mask"][:, None, None, :].float()) * torch.finfo(torch.float32).min
+        expected = manual(reference.hidden_states[1], mask, Positions.contiguous(9, 0, torch.device("cpu")))[0]
+    assert max_diff(ours.hidden_states[2], expected) <= 1e-6
+
+
+def test_override_that_names_another_backend_keeps_the_shared_fields():
+    data = _tiny()
+    data["encoder"]["attention"]["dropout"] = 0.3
+    data["encoder"]["overrides"] = [{"layers": [1], "attention": {"backend": "eager"}}]
+    config = load_config(data)
+    attention, _ = config.encoder.layer_specs(1)
+    assert attention.backend.name == "eager"
+    assert attention.num_heads == 4
+    assert attention.dropout == 0.3
+    assert config.encoder.layer_specs(0)[0].backend.name == "sdpa"
+
+
+# ---------------------------------------------------------------------------------------- dotted overrides
+def test_dotted_overrides_parse_values_as_yaml():
+    config = load_config(
+        TINY,
+        [
+            "encoder.attention.backend=eager",  # shorthand for {name: eager}
+            "hidden_dropout_prob=0.25",
+            "pooler=null",
+            "id2label={0: a, 1: b, 2: c}",
+            "encoder.overrides=[{layers: '0-1', feedforward: {activation: relu}}]",
+            "encoder.overrides.0.layers=1",  # list index into what the previous override set
+        ],
+    )
+    assert config.encoder.attention.backend.name == "eager"
+    assert config.hidden_dropout_prob == 0.25
+    assert config.pooler is None
+    assert config.num_labels == 3
+    assert config.encoder.overrides[0].layers == [1]
+    assert config.encoder.layer_specs(1)[1].activation == "relu"
+    assert config.encoder.layer_specs(0)[1].activation == "gelu"
+
+
+def test_dotted_overrides_can_start_a_list_item_and_take_a_mapping():
+    config = load_config(TINY, ["encoder.overrides.0.layers=1", "encoder.overrides.0.attention.backend=eager"])
+    assert config.encoder.layer_specs(1)[0].backend.name == "eager"
+    config = load_config(TINY, {"encoder.num_layers": 3, "encoder.attention.num_heads": 8})
+    assert (config.encoder.num_layers, config.encoder.attention.num_heads) == (3, 8)
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("foo", "override 'foo' is not of the form dotted.key=value"),
+        ("=3", "is not of the form dotted.key=value"),
+        ("encoder.overrides.2.layers=1", "encoder.overrides.2: no item '2' in a list of 0"),
+        ("encoder.num_layers.x=1", "encoder.num_layers: is a int, cannot set"),
+    ],
+)
+def test_bad_dotted_overrides_are_config_errors(override: str, expected: str):
+    assert expected in str(_error(TINY, [override]))
+
+
+def test_overridden_values_are_validated_like_the_file():
+    assert _messages(_error(TINY, ["encoder.attention.dropout=2.0"])) == [
+        "encoder.attention.dropout: Input should be less than or equal to 1"
+    ]
+
+
+# ------------------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"hidden_size": -1}, "hidden_size: Input should be greater than 0"),
+        ({"vocab_size": "many"}, "vocab_size: Input should be a valid integer"),
+        ({"encoder.attention.dropout": 2.0}, "encoder.attention.dropout: Input should be less than or equal to 1"),
+        ({"encoder.num_layers": 0}, "encoder.num_layers: Input should be greater than 0"),
+        ({"layer_norm_eps": 0}, "layer_norm_eps: Input should be greater than 0"),
+        ({"problem_type": "ranking"}, "problem_type: Input should be"),
+        ({"encoder.attention.num_heads": 5}, "encoder.attention.num_heads: must divide hidden_size 32"),
+        ({"pad_token_id": 99}, "pad_token_id: must be below vocab_size 99"),
+        ({"hiden_size": 3}, "hiden_size: unknown field; allowed fields:"),
+        ({"encoder.overrides": [{"layers": "3-4", "attention": "bert"}]}, "encoder.overrides.0.layers: layers [3, 4]"),
+        ({"encoder.overrides": [{"layers": "x-y"}]}, "encoder.overrides.0.layers: cannot read layer range 'x-y'"),
+        ({"pruned_heads": {0: [7]}}, "pruned_heads.0: heads [7] do not exist (the layer has 4 heads)"),
+        ({"pruned_heads": {5: [0]}}, "pruned_heads.5: layer 5 does not exist (num_layers is 2)"),
+        ({"pruned_heads": {0: [0, 1, 2, 3]}}, "pruned_heads.0: cannot prune all 4 heads"),
+        ({"num_labels": 3, "id2label": {0: "a", 1: "b"}}, "num_labels: is 3 but id2label names 2 labels"),
+        ({"id2label": {0: "a", 2: "b"}}, "id2label: keys must be 0..1"),
+        ({"label2id": {"a": 0}}, "label2id: is not the inverse of id2label"),
+    ],
+)
+def test_bad_values_are_reported_with_their_dotted_path(changes: dict, expected: str):
+    messages = _messages(_error(TINY, changes))
+    assert len(messages) == 1, messages
+    assert messages[0].startswith(expected), messages
+
+
+def test_unknown_component_lists_what_exists_and_the_closest():
+    (message,) = _messages(_error(TINY, ["encoder.attention.backend=sdpaa"]))
+    assert (
+        message == "encoder.attention.backend: unknown backend 'sdpaa'; available: eager, sdpa (did you mean 'sdpa'?)"
+    )
+    (message,) = _messages(_error(TINY, ["position=relativ_key"]))
+    assert message.startswith("position: unknown position 'relativ_key'; available: absolute, relative_key,")
+    assert "(did you mean 'relative_key'?)" in message
+    (message,) = _messages(
+        _error(TINY, ["encoder.overrides.0.layers=1", "encoder.overrides.0.feedforward.activation=gelo"])
+    )
+    assert message.startswith("encoder.overrides.0.feedforward.activation: unknown activation 'gelo'; available: gelu,")
+    assert "(did you mean 'gelu'?)" in message
+
+
+def test_unknown_option_of_a_component_gets_a_did_you_mean():
+    (message,) = _messages(_error(TINY, ["encoder.attention.backend.nmae=eager"]))
+    assert message == "encoder.attention.backend.nmae: unknown field; allowed fields: name (did you mean 'name'?)"
+    (message,) = _messages(_error(TINY, ["encoder.attention.num_head=3"]))
+    assert message.startswith("encoder.attention.num_head: unknown field; allowed fields: backend, dropout, name,")
+    assert "(did you mean 'num_heads'?)" in message
+
+
+def test_several_errors_are_reported_at_once():
+    error = _error(
+        TINY,
+        [
+            "encoder.attention.num_heads=5",
+            "encoder.attention.backend=nope",
+            "encoder.feedforward.activation=gelo",
+            "position.bogus=1",
+            "pruned_heads={9: [0]}",
+        ],
+    )
+    locations = sorted(issue.loc for issue in error.issues)
+    assert locations == [
+        "encoder.attention.backend",
+        "encoder.attention.num_heads",
+        "encoder.feedforward.activation",
+        "position.bogus",
+        "pruned_heads.9",
+    ]
+    assert "(5 errors)" in str(error)
+    # schema errors are collected together too
+    assert sorted(i.loc for i in _error(TINY, {"hidden_size": "x", "vocab_size": 0}).issues) == [
+        "hidden_size",
+        "vocab_size",
+    ]
+
+
+def test_malformed_yaml_names_the_line(tmp_path: Path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("vocab_size: 99\nencoder:\n  num_layers: 2\n    attention: sdpa\n")
+    error = _error(path)
+    assert str(path) in str(error)
+    (message,) = _messages(error)
+    assert message.startswith("line 4, column 14: malformed YAML: mapping values are not allowed here")
+
+
+def test_malformed_json_names_the_line(tmp_path: Path):
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "bert",\n "vocab_size": }\n')
+    (message,) = _messages(_error(path))
+    assert message.startswith("line 2: malformed JSON")
+
+
+def test_top_level_must_be_a_mapping(tmp_path: Path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- 1\n- 2\n")
+    assert _messages(_error(path)) == ["expected a mapping at the top, got list"]
+
+
+def test_missing_file_is_file_not_found(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match=r"config file not found: .*nope\.yaml"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(FileNotFoundError, match=r"config\.json"):
+        load_config(tmp_path)  # a directory without config.json
