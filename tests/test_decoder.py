@@ -181,7 +181,7 @@ def test_cache_stays_out_of_the_state_dict_and_grows():
     cache = out.past_key_values
     assert isinstance(cache, KVCache)
     assert cache.get_seq_length() == 8
-    k, v = cache.layer(0)
+    k, _ = cache.layer(0)
     assert k.shape == (2, 4, 8, 8)
     assert cache.cross(0)[0].shape == (2, 4, 5, 8)
 
