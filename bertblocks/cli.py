@@ -641,9 +641,22 @@ def build_parser() -> argparse.ArgumentParser:
             description=command.description or command.help,
             parents=[common],
         )
-        _resolve(command.configure)(p)
+        try:
+            _resolve(command.configure)(p)
+        except UnavailableError as e:
+            # One command whose module is missing must not take the others down: it reports itself when run.
+            p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            p.set_defaults(_run=_unavailable(str(e)))
+            continue
         p.set_defaults(_run=command.run)
     return parser
+
+
+def _unavailable(message: str) -> Run:
+    def run(args: argparse.Namespace) -> int:
+        raise UnavailableError(message)
+
+    return run
 
 
 def main(argv: Sequence[str] | None = None) -> int:

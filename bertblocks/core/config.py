@@ -249,6 +249,14 @@ class EncoderConfig(BaseModel):
         0, description="run the feed-forward block over chunks of this many positions (0 = all at once)"
     )
     overrides: list[LayerOverride] = Field(default_factory=list, description="per-layer component changes")
+    packing: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="run dense layers on real tokens only (padded batches): auto = in inference when the "
+        "padding share reaches packing_threshold; outputs then hold zeros at padded positions",
+    )
+    packing_threshold: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
+        0.2, description="share of padding from which `auto` packs"
+    )
 
     def layer_specs(self, index: int) -> tuple[AttentionSpec, FeedForwardSpec]:
         """The attention and feed-forward specs of layer ``index`` after applying every override (later wins).

@@ -1,0 +1,392 @@
+"""The ``bertblocks`` command line: every command's output and exit code, run in-process through ``main(argv)``,
+bad input of each kind, and one run of the installed console script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from fnmatch import fnmatchcase
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+
+import bertblocks
+from bertblocks import cli
+from bertblocks.core.component import Component
+from bertblocks.core.config import BertConfig
+from bertblocks.registry import Registry, set_registry
+from tests.conftest import TINY
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def tiny_yaml(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY), encoding="utf-8")
+    return path
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ build
+def test_build_prints_tree_and_counts_that_match_the_model(capsys, tiny_yaml):
+    code, out, err = run(capsys, "build", str(tiny_yaml))
+    assert code == 0, err
+    model = bertblocks.build_model(tiny_yaml)
+    unique = sum(p.numel() for p in model.parameters())
+    assert f"Unique params: {unique:,}" in out
+    assert f"Total params (counted per module): {unique:,}" in out  # nothing is tied in a backbone
+    # every layer is the same: one collapsed row, with the per-layer count of the real module
+    per_layer = sum(p.numel() for p in model.encoder.layer[0].parameters())
+    assert "layer.0-1: TransformerLayer ×2" in out
+    assert f"{per_layer:,} each" in out
+    word = model.embeddings.word_embeddings.weight.numel()
+    assert any("word_embeddings: Embedding" in line and line.endswith(f"{word:,}") for line in out.splitlines())
+    assert "attention: BertAttention[sdpa]" in out
+
+
+def test_build_json_and_set_override(capsys, tiny_yaml):
+    code, out, _ = run(capsys, "build", str(tiny_yaml), "--json", "--set", "encoder.attention.backend=eager")
+    assert code == 0
+    data = json.loads(out)
+    model = bertblocks.build_model(tiny_yaml)
+    assert data["parameters"]["unique"] == sum(p.numel() for p in model.parameters())
+    assert data["config"]["encoder"]["attention"]["backend"]["name"] == "eager"
+    types = {row["path"]: row["type"] for row in data["modules"]}
+    assert types["encoder.layer.0.attention"] == "BertAttention[eager]"
+
+
+def test_build_preset_by_name(capsys):
+    code, out, err = run(capsys, "--json", "build", "bert-tiny-uncased")
+    assert code == 0, err
+    data = json.loads(out)
+    preset = bertblocks.load_config("bert-tiny-uncased")
+    with torch.device("meta"):
+        expected = sum(p.numel() for p in bertblocks.build_model(preset).parameters())
+    assert data["parameters"]["unique"] == expected
+
+
+def test_build_depth_limits_the_tree(capsys, tiny_yaml):
+    code, out, _ = run(capsys, "build", str(tiny_yaml), "--depth", "1", "--json")
+    assert code == 0
+    assert {row["depth"] for row in json.loads(out)["modules"]} == {0, 1}
+
+
+# --------------------------------------------------------------------------------------------- validate
+def test_validate_ok(capsys, tiny_yaml):
+    code, out, _ = run(capsys, "validate", str(tiny_yaml))
+    assert code == 0
+    assert out.startswith(f"ok: {tiny_yaml} is a valid config (2 layers, hidden 32, 4 heads")
+
+
+def test_validate_show_prints_every_value(capsys, tiny_yaml):
+    code, out, _ = run(capsys, "validate", str(tiny_yaml), "--show")
+    assert code == 0
+    shown = yaml.safe_load(out.split("\n", 1)[1])
+    assert BertConfig.model_validate(shown) == bertblocks.load_config(tiny_yaml)
+    assert shown["layer_norm_eps"] == 1e-12  # a default, printed although the file does not set it
+
+
+def test_validate_reports_every_error_with_dotted_paths(capsys, tmp_path):
+    bad = write(
+        tmp_path / "bad.yaml",
+        "hidden_size: 30\n"
+        "encoder:\n"
+        "  num_layers: 2\n"
+        "  attention: {num_heads: 4, backend: sdpx}\n"
+        "  feedforward: {activation: gelu, intermediate_sise: 8}\n",
+    )
+    code, out, err = run(capsys, "validate", str(bad))
+    assert code == 1
+    assert out == ""
+    assert "encoder.attention.num_heads: must divide hidden_size 30" in err
+    assert "encoder.attention.backend: unknown backend 'sdpx'" in err
+    assert "did you mean 'sdpa'" in err
+    assert "encoder.feedforward.intermediate_sise" in err
+    assert "3 errors" in err
+    assert "Traceback" not in err
+
+
+def test_validate_json_lists_errors(capsys, tmp_path):
+    bad = write(tmp_path / "bad.yaml", "hidden_size: 30\nencoder: {attention: {num_heads: 4}, num_layers: 0}\n")
+    code, out, _ = run(capsys, "validate", str(bad), "--json")
+    assert code == 1
+    data = json.loads(out)
+    assert data["valid"] is False
+    assert {e["loc"] for e in data["errors"]} == {"encoder.num_layers"}  # schema errors stop before cross checks
+
+
+def test_validate_set_override_is_validated(capsys, tiny_yaml):
+    code, _, err = run(capsys, "validate", str(tiny_yaml), "--set", "encoder.attention.num_heads=5")
+    assert code == 1
+    assert "encoder.attention.num_heads: must divide hidden_size 32" in err
+
+
+# ------------------------------------------------------------------------------------------- bad input
+def test_missing_file(capsys, tmp_path):
+    code, out, err = run(capsys, "validate", str(tmp_path / "nope.yaml"))
+    assert code == 1
+    assert out == ""
+    assert "nope.yaml" in err
+    assert "not found" in err or "no such file" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_malformed_yaml_names_the_line(capsys, tmp_path):
+    bad = write(tmp_path / "broken.yaml", "vocab_size: 99\nencoder:\n  num_layers: [2\n  attention: {}\n")
+    code, _, err = run(capsys, "build", str(bad))
+    assert code == 1
+    assert "malformed YAML" in err
+    assert "line 4" in err  # where the parser gives up on the unclosed list
+    assert "Traceback" not in err
+
+
+def test_unknown_preset_names_the_closest(capsys):
+    code, _, err = run(capsys, "build", "bert-bse-uncased")
+    assert code == 1
+    assert "unknown preset 'bert-bse-uncased'" in err
+    closest_part = err.split("closest:", 1)[1].split(";", 1)[0]
+    assert "bert-base-uncased" in closest_part
+
+
+def test_invalid_override_syntax(capsys, tiny_yaml):
+    code, _, err = run(capsys, "validate", str(tiny_yaml), "--set", "encoder.num_layers")
+    assert code == 1
+    assert "dotted.key=value" in err
+
+
+def test_usage_errors_exit_2(capsys):
+    assert cli.main(["frobnicate"]) == 2
+    assert cli.main(["components", "gadget"]) == 2  # not a kind
+    assert cli.main(["validate"]) == 2  # missing CONFIG
+    err = capsys.readouterr().err
+    assert "invalid choice" in err
+
+
+def test_help_and_version_exit_0(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in cli.SUBCOMMANDS:
+        assert name in out
+    assert cli.main(["--version"]) == 0
+    assert bertblocks.__version__ in capsys.readouterr().out
+
+
+def test_unexpected_errors_exit_4_and_debug_shows_the_traceback(capsys, monkeypatch):
+    def explode(args):
+        raise RuntimeError("kaboom")
+
+    monkeypatch.setitem(cli.SUBCOMMANDS, "explode", cli.Subcommand("explode", "test", lambda p: None, explode))
+    code, _, err = run(capsys, "explode")
+    assert code == 4
+    assert "bertblocks explode: error: RuntimeError: kaboom" in err
+    assert "Traceback" not in err
+    code, _, err = run(capsys, "explode", "--debug")
+    assert code == 4
+    assert "Traceback" in err
+
+
+def test_register_subcommand_refuses_a_taken_name(monkeypatch):
+    monkeypatch.setattr(cli, "SUBCOMMANDS", dict(cli.SUBCOMMANDS))
+    with pytest.raises(ValueError, match="already registered"):
+        cli.register_subcommand("build", "again", lambda p: None, lambda a: 0)
+    cli.register_subcommand("hello", "say hello", lambda p: p.add_argument("who"), lambda a: print(a.who) or 0)
+    assert cli.main(["hello", "world"]) == 0
+
+
+def test_lazy_subcommand_that_cannot_be_imported_exits_3_and_leaves_the_others_working(capsys, monkeypatch):
+    monkeypatch.setitem(
+        cli.SUBCOMMANDS, "ablate", cli.Subcommand("ablate", "x", "bertblocks.no_such_module:configure", "x:y")
+    )
+    assert cli.main(["presets", "bert-tiny-uncased"]) == 0
+    assert cli.main(["ablate", "grid.yaml"]) == 3
+    assert "bertblocks.no_such_module:configure is not available" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------- plugins, components
+def test_plugins_lists_builtins_with_distribution_and_version(capsys):
+    code, out, _ = run(capsys, "plugins")
+    assert code == 0
+    version = bertblocks.get_registry().plugins()[0].version
+    line = next(line for line in out.splitlines() if line.startswith("bertblocks.plugins.attention"))
+    assert line.split()[1:4] == ["bertblocks", version, "register_components"]
+
+
+def test_plugins_shows_in_process_and_broken_plugins(capsys):
+    def broken_hook():
+        raise RuntimeError("cannot register")
+
+    registry = Registry(load_entry_points=False)
+    registry.register(SimpleNamespace(bertblocks_register_components=lambda: []), "friendly", version="1.2")
+    registry.register(SimpleNamespace(bertblocks_register_components=broken_hook), "grumpy", distribution="grumpy-dist")
+    set_registry(registry)
+    code, out, _ = run(capsys, "plugins", "--json")
+    assert code == 1  # a plugin failed to load
+    data = json.loads(out)
+    assert {
+        "name": "friendly",
+        "distribution": "(in-process)",
+        "version": "1.2",
+        "hooks": ["bertblocks_register_components"],
+    } in data["plugins"]
+    assert data["errors"][0]["plugin"] == "grumpy"
+    assert "cannot register" in data["errors"][0]["detail"]
+    code, out, _ = run(capsys, "plugins")
+    assert "FAILED  grumpy (grumpy-dist): RuntimeError: cannot register" in out
+
+
+def test_components_of_one_kind(capsys):
+    code, out, _ = run(capsys, "components", "backend")
+    assert code == 0
+    names = [line.split()[1] for line in out.splitlines()[2:]]
+    assert names == [c.name for c in bertblocks.get_registry().components("backend")]
+    assert "eager" in names and "sdpa" in names
+    assert all(line.startswith("backend") for line in out.splitlines()[2:])
+
+
+def test_components_json_shows_plugin_options(capsys):
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class WindowOptions(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        window: int = Field(128, description="keys at most this far away")
+
+    registry = Registry(load_entry_points=False)
+    plugin = SimpleNamespace(
+        bertblocks_register_components=lambda: [
+            Component("backend", "windowed", lambda options: None, WindowOptions, "a test backend")
+        ]
+    )
+    registry.register(plugin, "windowed-plugin")
+    set_registry(registry)
+    code, out, _ = run(capsys, "--json", "components", "backend")
+    assert code == 0
+    entry = next(c for c in json.loads(out) if c["name"] == "windowed")
+    assert entry["provider"] == "windowed-plugin"
+    assert entry["options"] == [
+        {
+            "name": "window",
+            "type": "int",
+            "default": 128,
+            "required": False,
+            "description": "keys at most this far away",
+        }
+    ]
+    code, out, _ = run(capsys, "components", "backend", "--verbose")
+    assert "backend windowed: window (int, default 128)" in out
+
+
+# ---------------------------------------------------------------------------------------------- presets
+def test_presets_with_pattern(capsys):
+    code, out, _ = run(capsys, "presets", "bert-*-cased")
+    assert code == 0
+    listed = [line.split()[0] for line in out.splitlines()[2:]]
+    everything = [p.name for p in bertblocks.get_registry().presets()]
+    assert listed == [n for n in everything if fnmatchcase(n, "bert-*-cased")]
+    assert "bert-base-cased" in listed and "bert-base-uncased" not in listed
+
+
+def test_presets_json_and_no_match(capsys):
+    code, out, _ = run(capsys, "presets", "--json")
+    assert code == 0
+    assert {p["name"] for p in json.loads(out)} == {p.name for p in bertblocks.get_registry().presets()}
+    code, _, err = run(capsys, "presets", "gpt-*")
+    assert code == 1
+    assert "no preset matches 'gpt-*'" in err
+
+
+# ---------------------------------------------------------------------------------------------- diagram
+def test_diagram_groups_identical_layers_and_marks_overrides(capsys, tmp_path):
+    cfg = {**TINY, "encoder": {**TINY["encoder"], "num_layers": 5}}
+    cfg["encoder"]["overrides"] = [{"layers": "3-4", "attention": {"backend": "eager"}}]
+    path = write(tmp_path / "ablation.yaml", yaml.safe_dump(cfg))
+    code, out, _ = run(capsys, "diagram", str(path))
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "flowchart TD"
+    nodes = [line.strip() for line in lines if line.strip().startswith("layers_")]
+    assert nodes[0].startswith('layers_0_2["layers 0–2 (×3)<br/>attention: bert · sdpa · 4 heads')
+    assert nodes[1].startswith('layers_3_4["layers 3–4 (×2) · override<br/>attention: bert · eager · 4 heads')
+    assert "    class layers_3_4 override" in lines
+    assert '    embeddings -->|"[b, q, 32]"| layers_0_2' in lines
+    assert '    layers_0_2 -->|"[b, q, 32]"| layers_3_4' in lines
+    assert any(line.strip().startswith("pooler[") for line in lines)
+
+
+def test_diagram_markdown_fence(capsys, tiny_yaml):
+    code, out, _ = run(capsys, "diagram", str(tiny_yaml), "--markdown")
+    assert code == 0
+    assert out.startswith("```mermaid\nflowchart TD\n")
+    assert out.rstrip().endswith("```")
+
+
+# ------------------------------------------------------------------------------------- convert, schema
+def test_convert_yaml_to_hf_json_that_transformers_reads(capsys, tiny_yaml, tmp_path):
+    import transformers
+
+    out_path = tmp_path / "config.json"
+    code, out, _ = run(capsys, "convert", str(tiny_yaml), str(out_path))
+    assert code == 0
+    assert "HF config.json" in out
+    hf = transformers.BertConfig.from_json_file(out_path)
+    assert (hf.vocab_size, hf.hidden_size, hf.num_hidden_layers, hf.num_attention_heads, hf.intermediate_size) == (
+        99,
+        32,
+        2,
+        4,
+        37,
+    )
+    # and back: the YAML read from the HF file is the same config
+    back = tmp_path / "back.yaml"
+    assert run(capsys, "convert", str(out_path), str(back))[0] == 0
+    assert bertblocks.load_config(back) == bertblocks.load_config(tiny_yaml)
+
+
+def test_convert_applies_set_and_refuses_to_overwrite(capsys, tiny_yaml, tmp_path):
+    out_path = tmp_path / "c.yaml"
+    assert run(capsys, "convert", str(tiny_yaml), str(out_path), "--set", "position=relative_key")[0] == 0
+    assert bertblocks.load_config(out_path).position.name == "relative_key"
+    code, _, err = run(capsys, "convert", str(tiny_yaml), str(out_path))
+    assert code == 1
+    assert "--force" in err
+    assert run(capsys, "convert", str(tiny_yaml), str(out_path), "--force")[0] == 0
+    code, _, err = run(capsys, "convert", str(tiny_yaml), str(tmp_path / "c.txt"))
+    assert code == 1
+    assert "extension" in err
+
+
+def test_schema(capsys, tmp_path):
+    code, out, _ = run(capsys, "schema")
+    assert code == 0
+    assert json.loads(out) == BertConfig.model_json_schema()
+    target = tmp_path / "schema.json"
+    assert run(capsys, "schema", "-o", str(target))[0] == 0
+    assert json.loads(target.read_text()) == BertConfig.model_json_schema()
+
+
+# ------------------------------------------------------------------------------------ installed script
+def test_installed_console_script(tmp_path):
+    script = Path(sys.executable).parent / "bertblocks"
+    assert script.is_file(), f"the console script is not installed next to {sys.executable}; pip install -e ."
+    done = subprocess.run(
+        [str(script), "presets", "bert-tiny-*", "--json"], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "bert-tiny-uncased" in {p["name"] for p in json.loads(done.stdout)}
+    done = subprocess.run(
+        [str(script), "validate", str(tmp_path / "missing.yaml")], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
