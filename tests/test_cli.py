@@ -252,7 +252,8 @@ def test_components_of_one_kind(capsys):
     assert code == 0
     names = [line.split()[1] for line in out.splitlines()[2:]]
     assert names == [c.name for c in bertblocks.get_registry().components("backend")]
-    assert "eager" in names and "sdpa" in names
+    assert "eager" in names
+    assert "sdpa" in names
     assert all(line.startswith("backend") for line in out.splitlines()[2:])
 
 
@@ -295,7 +296,8 @@ def test_presets_with_pattern(capsys):
     listed = [line.split()[0] for line in out.splitlines()[2:]]
     everything = [p.name for p in bertblocks.get_registry().presets()]
     assert listed == [n for n in everything if fnmatchcase(n, "bert-*-cased")]
-    assert "bert-base-cased" in listed and "bert-base-uncased" not in listed
+    assert "bert-base-cased" in listed
+    assert "bert-base-uncased" not in listed
 
 
 def test_presets_json_and_no_match(capsys):
