@@ -1,0 +1,29 @@
+"""Ablation studies: swap components of a config, measure each variant, and compare.
+
+A study file names a base config (a preset or a file), what to vary (dotted keys with value lists, or named
+variants of overrides, per-layer overrides included), the input shape to measure costs at, and optionally a
+short training run for a quality number. :func:`run_study` runs every variant × seed in local worker
+processes or on a Ray cluster, writes each run as it finishes (an interrupted study resumes), and summarises
+the results as a table, CSV, JSON and a PNG plot. ``bertblocks ablate STUDY.yaml`` is the command line.
+
+Example:
+    >>> from bertblocks.ablation import run_study
+    >>> result = run_study("examples/studies/positions.yaml", "out/positions", workers=2)
+    >>> result.summaries[0].mean["eval_loss"]
+"""
+
+from __future__ import annotations
+
+from .runner import StudyResult, StudyRunError, run_study
+from .study import Study, StudyError, StudySpec, Variant, load_study
+
+__all__ = [
+    "Study",
+    "StudyError",
+    "StudyResult",
+    "StudyRunError",
+    "StudySpec",
+    "Variant",
+    "load_study",
+    "run_study",
+]

@@ -1,0 +1,59 @@
+"""``bertblocks ablate STUDY.yaml``: the command-line face of :func:`bertblocks.ablation.run_study`.
+
+Registered in :mod:`bertblocks.cli`'s command table; this module is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+from .runner import StudyRunError, run_study
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``bertblocks ablate``."""
+    parser.add_argument("study", metavar="STUDY.yaml", help="the study file (see docs/how-to/ablation-studies.md)")
+    parser.add_argument("--out", metavar="DIR", help="output folder (default: ablation/<study name>)")
+    parser.add_argument(
+        "--executor", choices=("local", "ray"), default="local", help="local worker processes (default) or Ray"
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="Ray cluster to join (HOST:PORT, ray://HOST:PORT or auto); default: a local Ray instance",
+    )
+    parser.add_argument("--workers", type=int, default=1, metavar="N", help="local worker processes (default 1)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a study field (dotted path, value parsed as YAML); repeatable, "
+        "e.g. --set train.steps=20 --set measure.batch=4",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the study; exit 0 when every run finished, 1 when some failed (the rest are saved)."""
+    from bertblocks.cli import CLIError, UnavailableError
+
+    if args.ray_address and args.executor != "ray":
+        raise CLIError("--ray-address needs --executor ray")
+    if args.executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise UnavailableError("--executor ray needs Ray: pip install 'bertblocks[ray]'")
+    try:
+        run_study(
+            args.study,
+            args.out,
+            overrides=args.overrides,
+            executor=args.executor,
+            workers=args.workers,
+            ray_address=args.ray_address,
+            progress=not args.no_progress,
+        )
+    except StudyRunError as e:
+        raise CLIError(str(e)) from None
+    return 0

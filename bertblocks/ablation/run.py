@@ -1,0 +1,75 @@
+"""One run of a study (a variant with a seed): what every executor calls, in whatever process it has.
+
+A :class:`RunTask` carries everything the run needs as plain data (the validated config as a dict, the
+measurement and training settings, the token tensors), so the same function gives the same numbers in a
+local worker process, a Ray task on another machine, or the calling process.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .data import PreparedData
+from .measure import measure_costs
+from .study import MeasureSpec, TrainSpec
+
+
+@dataclass
+class RunTask:
+    """Everything one run needs.
+
+    Attributes:
+        variant: the variant's name.
+        seed: initial weights, batch order and masking come from it.
+        config: the variant's validated config (``BertConfig.model_dump()``).
+        measure: the study's :class:`MeasureSpec` as a dict.
+        train: the study's :class:`TrainSpec` as a dict, or ``None`` for costs only.
+        data: the study's token tensors (``None`` without training).
+        threads: ``torch.set_num_threads`` for the run (equal everywhere, so numbers are identical).
+        fingerprint: identifies the run's inputs; a finished run is reused only when it matches.
+        run_id: file-name-safe id (variant slug and seed).
+    """
+
+    variant: str
+    seed: int
+    config: dict[str, Any]
+    measure: dict[str, Any]
+    train: dict[str, Any] | None
+    data: PreparedData | None
+    threads: int
+    fingerprint: str
+    run_id: str
+
+
+def execute(task: RunTask) -> dict[str, Any]:
+    """Build the variant, measure its costs, train and evaluate when asked; return the run's record."""
+    from bertblocks.configuration import load_config
+    from bertblocks.model import BertModel
+
+    torch.set_num_threads(task.threads)
+    config = load_config(task.config)
+    measure = MeasureSpec.model_validate(task.measure)
+    started = time.time()
+    torch.manual_seed(task.seed)
+    backbone = BertModel.from_config(config)
+    metrics: dict[str, Any] = measure_costs(backbone, config, measure)
+    del backbone
+    if task.train is not None:
+        from .training import train_and_evaluate
+
+        assert task.data is not None
+        metrics.update(train_and_evaluate(config, task.data, TrainSpec.model_validate(task.train), task.seed))
+    return {
+        "variant": task.variant,
+        "seed": task.seed,
+        "run_id": task.run_id,
+        "fingerprint": task.fingerprint,
+        "metrics": metrics,
+        "torch": torch.__version__,
+        "threads": task.threads,
+        "seconds": time.time() - started,
+    }

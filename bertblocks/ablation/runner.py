@@ -1,0 +1,226 @@
+"""Runs a study: validate everything, then run each variant × seed, writing each run as it finishes.
+
+Order of work, chosen so that a bad study or an unreachable cluster leaves nothing on disk:
+
+1. load and validate the study and every variant's config (:func:`~bertblocks.ablation.study.load_study`);
+2. read the corpus and train the tokenizer (in memory), set every variant's ``vocab_size`` to it;
+3. connect to Ray when asked (:func:`~bertblocks.ablation.executors.connect_ray`);
+4. only now create the output folder, then run what is not already there.
+
+Output folder::
+
+    study.yaml          the study as run (after --set)
+    tokenizer.json      the trained tokenizer (reused on resume, so token ids stay the same)
+    runs/<variant>__seed<N>.json   one record per finished run, written atomically as it completes
+    results.json, results.csv, results.png   the summaries, rewritten at the end
+
+A run whose record exists with the same fingerprint (config, settings, data, seed) is not redone, so an
+interrupted study resumes where it stopped; a record whose fingerprint differs (the study changed) is
+run again and replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from . import report
+from .data import PreparedData, get_tokenizer, load_texts, prepare
+from .executors import Executor, LocalExecutor, RayExecutor, connect_ray
+from .run import RunTask
+from .study import Study, StudyError, expand_variants, fingerprint, load_study
+
+
+class StudyRunError(RuntimeError):
+    """Some runs failed; the others are written. ``failures`` maps run id → error text."""
+
+    def __init__(self, failures: dict[str, str]) -> None:
+        self.failures = failures
+        lines = "\n".join(f"  {run}: {error}" for run, error in failures.items())
+        super().__init__(f"{len(failures)} run(s) failed (the others are saved; rerun to retry):\n{lines}")
+
+
+@dataclass
+class StudyResult:
+    """What :func:`run_study` did and found."""
+
+    study: Study
+    out_dir: Path
+    summaries: list[report.VariantSummary]
+    records: list[dict[str, Any]]
+    executed: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    table: str = ""
+
+
+def run_study(
+    source: str | Path | Study,
+    out_dir: str | Path | None = None,
+    *,
+    overrides: Sequence[str] = (),
+    executor: Literal["local", "ray"] = "local",
+    workers: int = 1,
+    ray_address: str | None = None,
+    progress: bool = True,
+    echo: Callable[[str], None] | None = print,
+) -> StudyResult:
+    """Run (or resume) a study and write its results.
+
+    Args:
+        source: a study YAML file, or a loaded :class:`Study`.
+        out_dir: output folder; default ``ablation/<study name>`` in the working directory.
+        overrides: ``--set``-style dotted changes to the study (``train.steps=10``).
+        executor: ``local`` worker processes or ``ray``.
+        workers: local worker processes (``local`` only).
+        ray_address: Ray cluster address (``ray`` only); ``None`` joins a Ray instance this process already
+            started, or starts a local one.
+        progress: show a progress bar on stderr.
+        echo: where the table goes (``None``: nowhere).
+
+    Raises:
+        StudyError: an invalid study, a missing corpus file, Ray missing or unreachable (nothing written).
+        StudyRunError: runs that failed (after the others are written and summarised).
+    """
+    study = source if isinstance(source, Study) else load_study(source, list(overrides))
+    if executor not in ("local", "ray"):
+        raise StudyError.single("executor", f"unknown executor {executor!r}; choose local or ray", study)
+    if executor == "local" and workers < 1:
+        raise StudyError.single("workers", f"must be at least 1; got {workers}", study)
+    out = Path(out_dir) if out_dir is not None else Path("ablation") / study.title
+
+    data, tokenizer_json = None, None
+    if study.spec.train is not None:
+        texts, labels = load_texts(study)
+        tokenizer = get_tokenizer(study, texts, saved=out / "tokenizer.json")
+        data = prepare(study, tokenizer, texts, labels)
+        tokenizer_json = tokenizer.to_str()
+        overrides_for_data: dict[str, Any] = {"vocab_size": data.vocab_size, "pad_token_id": data.pad_id}
+        if study.spec.train.task == "classification":
+            overrides_for_data["num_labels"] = study.spec.train.num_labels
+            overrides_for_data["id2label"] = None
+            overrides_for_data["label2id"] = None
+        study.variants = expand_variants(study, overrides_for_data)
+
+    started_ray = False
+    if executor == "ray":
+        started_ray = connect_ray(ray_address, num_cpus=workers if ray_address is None else None)
+    try:
+        tasks = _tasks(study, data, tokenizer_json)
+        runs_dir = out / "runs"
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        (out / "study.yaml").write_text(
+            yaml.safe_dump(study.spec.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
+        )
+        if tokenizer_json is not None:
+            _write_atomic(out / "tokenizer.json", tokenizer_json)
+
+        records: dict[str, dict[str, Any]] = {}
+        todo: list[RunTask] = []
+        for task in tasks:
+            previous = _read_record(runs_dir / f"{task.run_id}.json")
+            if previous is not None and previous.get("fingerprint") == task.fingerprint:
+                records[task.run_id] = previous
+            else:
+                todo.append(task)
+        result = StudyResult(study, out, [], [], reused=list(records))
+
+        failures: dict[str, str] = {}
+        engine: Executor = RayExecutor(study.spec.threads) if executor == "ray" else LocalExecutor(workers)
+        bar = _progress(len(tasks), len(records), study.title, progress)
+        try:
+            for task, outcome in engine.run(todo):
+                if isinstance(outcome, BaseException):
+                    failures[task.run_id] = f"{type(outcome).__name__}: {outcome}"
+                else:
+                    _write_atomic(runs_dir / f"{task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
+                    records[task.run_id] = outcome
+                    result.executed.append(task.run_id)
+                bar.update(1)
+        finally:
+            bar.close()
+            engine.close()
+    finally:
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+
+    ordered = [records[t.run_id] for t in tasks if t.run_id in records]
+    result.records = ordered
+    result.summaries = report.summarize([(v.name, v.overrides) for v in study.variants], ordered)
+    result.table = report.format_table(study.title, result.summaries)
+    report.write_json(out / "results.json", study.title, result.summaries, ordered)
+    report.write_csv(out / "results.csv", result.summaries)
+    report.write_plot(out / "results.png", study.title, result.summaries)
+    if echo is not None:
+        echo(result.table)
+        echo(f"results: {out / 'results.csv'}, {out / 'results.json'}, {out / 'results.png'}")
+    if failures:
+        raise StudyRunError(failures)
+    return result
+
+
+def _tasks(study: Study, data: PreparedData | None, tokenizer_json: str | None) -> list[RunTask]:
+    spec = study.spec
+    measure = spec.measure.model_dump(mode="json")
+    train = spec.train.model_dump(mode="json") if spec.train else None
+    shared = {
+        "measure": measure,
+        "train": {k: v for k, v in (train or {}).items() if k != "seeds"} or None,
+        "corpus": spec.corpus.model_dump(mode="json") if train else None,
+        "tokenizer": fingerprint(tokenizer_json) if tokenizer_json else None,
+        "threads": spec.threads,
+    }
+    tasks = []
+    for variant in study.variants:
+        config = variant.config.model_dump(mode="json")
+        for seed in study.seeds:
+            tasks.append(
+                RunTask(
+                    variant=variant.name,
+                    seed=seed,
+                    config=config,
+                    measure=measure,
+                    train=train,
+                    data=data,
+                    threads=spec.threads,
+                    fingerprint=fingerprint({**shared, "config": config, "seed": seed}),
+                    run_id=f"{variant.slug}__seed{seed}",
+                )
+            )
+    return tasks
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None  # absent, or cut short by a crash of an older version: run it again
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    # write beside, then rename: a reader (or a resumed study) never sees half a file
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class _Bar:
+    def update(self, n: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _progress(total: int, done: int, title: str, enabled: bool) -> Any:
+    if not enabled:
+        return _Bar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, desc=title, unit="run", file=sys.stderr, dynamic_ncols=True)

@@ -1,0 +1,381 @@
+"""The study file: a base config, what to vary, what to measure, and (optionally) how to train.
+
+A study is read from YAML (``yaml.safe_load``), validated by pydantic models that forbid unknown keys, and
+expanded into *variants*: the grid product of ``vary:`` and/or the named ``variants:``. Every variant's
+config is validated up front, through :func:`bertblocks.load_config`, so that a bad key or value is
+reported (with its dotted path inside the study) before anything runs or is written.
+
+Example::
+
+    base: bert-tiny
+    vary:
+      position.name: [absolute, relative_key, relative_key_query]
+    measure: {batch: 8, seq_len: 128}
+    train: {task: mlm, steps: 50, seeds: [0, 1]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
+
+from bertblocks.configuration import apply_overrides, load_config
+from bertblocks.core.config import BertConfig, ConfigError, ConfigIssue, closest, issues_from_validation_error
+
+Metric = Literal["params", "flops", "latency", "memory"]
+ALL_METRICS: tuple[Metric, ...] = ("params", "flops", "latency", "memory")
+
+
+class StudyError(ConfigError):
+    """A study that cannot run; ``issues`` lists every problem with its dotted path inside the study file."""
+
+    @classmethod
+    def single(cls, loc: str, msg: str, study: Study | None = None) -> StudyError:
+        """One problem at ``loc`` of ``study``'s file."""
+        source = str(study.source) if study is not None and study.source is not None else None
+        return cls([ConfigIssue(loc, msg)], source)
+
+
+# ------------------------------------------------------------------------------------------------ schema
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MeasureSpec(_Strict):
+    """Cost measurements, taken on the backbone (no head) at one input shape."""
+
+    batch: PositiveInt = Field(8, description="sequences per forward pass")
+    seq_len: PositiveInt = Field(128, description="tokens per sequence")
+    metrics: list[Metric] = Field(default_factory=lambda: list(ALL_METRICS), description="which costs to measure")
+    repeats: PositiveInt = Field(10, description="timed forward passes; the median is reported")
+    warmup: NonNegativeInt = Field(2, description="untimed forward passes first")
+
+
+class TrainSpec(_Strict):
+    """A short training run per variant and seed, for a quality number."""
+
+    task: Literal["mlm", "classification"] = Field("mlm", description="masked-LM pre-training or classification")
+    steps: PositiveInt = Field(100, description="optimizer steps")
+    lr: float = Field(1e-3, gt=0, description="AdamW learning rate (constant)")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
+    batch_size: PositiveInt = Field(16, description="sequences per step (global, over all DDP ranks)")
+    seq_len: PositiveInt = Field(64, description="tokens per training sequence")
+    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="one run per seed")
+    eval_batches: PositiveInt = Field(4, description="held-out batches for the eval loss")
+    mask_prob: float = Field(0.15, gt=0, lt=1, description="share of tokens masked (mlm)")
+    num_labels: PositiveInt = Field(2, description="classes (classification)")
+
+    @model_validator(mode="after")
+    def _unique_seeds(self) -> TrainSpec:
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct; got {self.seeds}")
+        return self
+
+
+class CorpusSpec(_Strict):
+    """Training text: the built-in generated corpus, or a file (one sentence per line; for classification
+    ``LABEL<TAB>TEXT`` per line)."""
+
+    kind: Literal["generated", "file"] = "generated"
+    path: str | None = Field(None, description="text file (kind: file), relative to the study file")
+    sentences: PositiveInt = Field(2000, description="sentences to generate (kind: generated)")
+    seed: int = Field(0, description="generator seed; the corpus is a pure function of it")
+    eval_fraction: float = Field(0.1, gt=0, lt=1, description="share of sentences held out for evaluation")
+
+    @model_validator(mode="after")
+    def _path(self) -> CorpusSpec:
+        if self.kind == "file" and not self.path:
+            raise ValueError("kind: file needs a path")
+        if self.kind == "generated" and self.path:
+            raise ValueError("path is only read with kind: file")
+        return self
+
+
+class TokenizerSpec(_Strict):
+    """WordPiece tokenizer trained on the corpus (with ``tokenizers``), or an existing ``tokenizer.json``."""
+
+    vocab_size: PositiveInt = Field(1000, description="largest vocabulary to train")
+    lowercase: bool = True
+    path: str | None = Field(None, description="use this tokenizer.json instead of training one")
+
+
+class StudySpec(_Strict):
+    """The whole study file."""
+
+    name: str | None = Field(None, description="title for the table and plot; the file name when omitted")
+    base: str = Field(description="a preset name or a config file (relative to the study file)")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="dotted overrides for every variant")
+    vary: dict[str, list[Any]] = Field(default_factory=dict, description="dotted key → values (grid product)")
+    variants: dict[str, dict[str, Any]] = Field(default_factory=dict, description="name → dotted overrides")
+    measure: MeasureSpec = Field(default_factory=MeasureSpec)
+    train: TrainSpec | None = None
+    corpus: CorpusSpec = Field(default_factory=CorpusSpec)
+    tokenizer: TokenizerSpec = Field(default_factory=TokenizerSpec)
+    threads: PositiveInt = Field(1, description="torch threads per run (equal everywhere: identical numbers)")
+
+
+# ------------------------------------------------------------------------------------------- the result
+@dataclass(frozen=True)
+class Variant:
+    """One point of the study: a name, the overrides that make it, and its validated config."""
+
+    name: str
+    overrides: dict[str, Any]
+    config: BertConfig
+
+    @property
+    def slug(self) -> str:
+        """File-name-safe name, unique through a short hash of the exact name."""
+        text = re.sub(r"[^A-Za-z0-9_.=-]+", "_", self.name).strip("_")[:60]
+        return f"{text}-{hashlib.sha1(self.name.encode()).hexdigest()[:6]}"
+
+
+@dataclass
+class Study:
+    """A loaded study: the spec, where it came from, and its expanded variants."""
+
+    spec: StudySpec
+    source: Path | None
+    base_config: BertConfig
+    variants: list[Variant] = field(default_factory=list)
+
+    @property
+    def title(self) -> str:
+        return self.spec.name or (self.source.stem if self.source else "study")
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.spec.train.seeds) if self.spec.train else [0]
+
+    def resolve(self, relative: str) -> Path:
+        """A path written in the study file, taken relative to the study file's folder."""
+        path = Path(relative)
+        if path.is_absolute() or self.source is None:
+            return path
+        return self.source.parent / path
+
+
+def fingerprint(data: Any) -> str:
+    """A stable hash of JSON-able data (what decides whether a finished run can be reused)."""
+    text = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def load_study(
+    source: str | Path | Mapping[str, Any],
+    overrides: list[str] | None = None,
+    *,
+    config_overrides: Mapping[str, Any] | None = None,
+) -> Study:
+    """Read, validate and expand a study.
+
+    Args:
+        source: a study YAML file, or the study as a dict.
+        overrides: ``["train.steps=10", "measure.batch=2"]``: dotted changes to the *study* (values parsed as
+            YAML), as ``--set`` gives them on the command line.
+        config_overrides: dotted config changes applied to every variant after the study's own (the runner
+            uses it to set ``vocab_size`` to the trained tokenizer's).
+
+    Raises:
+        FileNotFoundError: the study file does not exist.
+        StudyError: every problem found, each with its dotted path in the study.
+    """
+    where: str | None = None
+    path: Path | None = None
+    if isinstance(source, Mapping):
+        raw: Any = json.loads(json.dumps(dict(source), default=str))  # a deep copy we may modify
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise FileNotFoundError(f"study file not found: {path}")
+        where = str(path)
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise StudyError([ConfigIssue("", f"malformed YAML: {e}")], where) from None
+    if not isinstance(raw, dict):
+        raise StudyError([ConfigIssue("", f"expected a mapping at the top, got {type(raw).__name__}")], where)
+    if overrides:
+        try:
+            raw = apply_overrides(raw, overrides)
+        except ConfigError as e:
+            raise StudyError(e.issues, where) from None
+    try:
+        spec = StudySpec.model_validate(raw)
+    except ValidationError as e:
+        raise StudyError(issues_from_validation_error(e, model=StudySpec), where) from None
+
+    if not spec.vary and not spec.variants:
+        raise StudyError(
+            [
+                ConfigIssue(
+                    "",
+                    "the study has no variants: give `vary:` (dotted key: [values, ...]) and/or "
+                    "`variants:` (name: {dotted key: value})",
+                )
+            ],
+            where,
+        )
+    issues = [ConfigIssue(f"vary.{key}", "needs at least one value") for key, values in spec.vary.items() if not values]
+    if issues:
+        raise StudyError(issues, where)
+
+    study = Study(spec=spec, source=path, base_config=_load_base(spec, path, where))
+    study.variants = expand_variants(study, config_overrides)
+    return study
+
+
+def _load_base(spec: StudySpec, path: Path | None, where: str | None) -> BertConfig:
+    candidate = Path(spec.base)
+    if path is not None and not candidate.is_absolute() and (path.parent / candidate).exists():
+        candidate = path.parent / candidate
+    source: str | Path = candidate if candidate.exists() else spec.base
+    try:
+        return load_config(source)
+    except FileNotFoundError:
+        raise StudyError(
+            [ConfigIssue("base", f"{spec.base!r} is neither a config file (relative to the study) nor a preset")],
+            where,
+        ) from None
+    except ConfigError as e:
+        raise StudyError([ConfigIssue(f"base ({spec.base})", str(i)) for i in e.issues], where) from None
+
+
+def expand_variants(study: Study, config_overrides: Mapping[str, Any] | None = None) -> list[Variant]:
+    """The study's variants with validated configs; ``config_overrides`` applies to each after the study's.
+
+    Raises:
+        StudyError: every variant that does not validate, located in the study file; also shapes that
+            exceed a variant's ``max_position_embeddings``.
+    """
+    spec = study.spec
+    extra = dict(config_overrides or {})
+    where = str(study.source) if study.source else None
+    grid_keys = list(spec.vary)
+    grid = [dict(zip(grid_keys, values, strict=True)) for values in itertools.product(*spec.vary.values())]
+    short = _short_names(grid_keys)
+    named: list[tuple[str, str, dict[str, Any]]] = []  # (variant name, study location, overrides)
+    for point in grid if grid_keys else [{}]:
+        label = ",".join(f"{short[k]}={_show(v)}" for k, v in point.items())
+        for variant_name, changes in spec.variants.items() or [("", {})]:
+            name = "/".join(part for part in (variant_name, label) if part)
+            loc = f"variants.{variant_name}" if variant_name and not label else (f"vary ({name})" if label else "")
+            named.append((name, loc, {**changes, **point}))
+
+    base = study.base_config.model_dump()
+    base_paths = _dotted_paths(base)
+    issues: list[ConfigIssue] = []
+    variants: list[Variant] = []
+    for name, loc, changes in named:
+        data = json.loads(json.dumps(base))
+        try:
+            data = apply_overrides(data, {**spec.overrides, **changes, **extra})
+            config = load_config(data)
+        except ConfigError as e:
+            issues.extend(_locate(e.issues, name, loc, changes, spec, base_paths))
+            continue
+        longest = max(spec.measure.seq_len, spec.train.seq_len if spec.train else 0)
+        if longest > config.max_position_embeddings:
+            which = "measure.seq_len" if spec.measure.seq_len == longest else "train.seq_len"
+            issues.append(
+                ConfigIssue(
+                    which,
+                    f"{longest} tokens exceed max_position_embeddings={config.max_position_embeddings} of "
+                    f"variant {name!r}",
+                )
+            )
+            continue
+        variants.append(Variant(name=name, overrides=changes, config=config))
+    if issues:
+        raise StudyError(_unique(issues), where)
+    return variants
+
+
+def _locate(
+    issues: list[ConfigIssue],
+    name: str,
+    loc: str,
+    changes: dict[str, Any],
+    spec: StudySpec,
+    base_paths: list[str],
+) -> list[ConfigIssue]:
+    """Say where in the *study* a config problem comes from: which varied key, which variant."""
+    out = []
+    for issue in issues:
+        key = _owning_key(issue.loc, [*changes, *spec.overrides])
+        if key is not None and "unknown field" in issue.msg:
+            hint = closest(key, base_paths)
+            msg = f"{key!r} is not a key of the config" + (f" (did you mean {hint!r}?)" if hint else "")
+            where = _study_loc(key, name, changes, spec)
+            out.append(ConfigIssue(where, msg))
+        elif key is not None:
+            out.append(ConfigIssue(_study_loc(key, name, changes, spec), f"variant {name!r}: {issue}"))
+        else:
+            out.append(ConfigIssue(loc or "base", f"variant {name!r}: {issue}"))
+    return out
+
+
+def _owning_key(loc: str, keys: list[str]) -> str | None:
+    """The dotted override key that the problem at config location ``loc`` comes from, if any."""
+    best = None
+    for key in keys:
+        related = loc == key or loc.startswith(f"{key}.") or key.startswith(f"{loc}.")
+        if related and (best is None or len(key) > len(best)):
+            best = key
+    return best
+
+
+def _study_loc(key: str, name: str, changes: dict[str, Any], spec: StudySpec) -> str:
+    if key in spec.vary:
+        return f"vary.{key}"
+    variant = name.split("/", 1)[0]
+    if key in spec.variants.get(variant, {}):
+        return f"variants.{variant}.{key}"
+    return f"overrides.{key}"
+
+
+def _dotted_paths(data: Any, prefix: str = "") -> list[str]:
+    out: list[str] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            out.append(path)
+            out.extend(_dotted_paths(value, path))
+    return out
+
+
+def _short_names(keys: list[str]) -> dict[str, str]:
+    """``position.name`` → ``position``, ``encoder.attention.backend`` → ``backend``, unless ambiguous."""
+
+    def short(key: str) -> str:
+        parts = key.split(".")
+        return parts[-2] if parts[-1] == "name" and len(parts) > 1 else parts[-1]
+
+    shorts = [short(k) for k in keys]
+    return {k: (s if shorts.count(s) == 1 else k) for k, s in zip(keys, shorts, strict=True)}
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return str(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _unique(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    seen: set[str] = set()
+    out = []
+    for issue in issues:
+        if str(issue) not in seen:
+            seen.add(str(issue))
+            out.append(issue)
+    return out

@@ -1,0 +1,147 @@
+"""Short training runs for a quality number: masked-LM pre-training or sequence classification.
+
+Everything random is drawn from generators seeded by the run's seed (initial weights, batch order,
+masking, dropout), so a run is a pure function of (config, data, seed, thread count): a local worker and a
+Ray task give the same losses. Evaluation masks the held-out blocks with one fixed generator, the same for
+every variant and seed, so eval losses compare like for like.
+
+The same loop runs data-parallel (:mod:`bertblocks.ablation.ddp`): each rank takes its slice of every
+global batch, and DDP averages the gradients.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from bertblocks.core.config import BertConfig
+
+from .data import PreparedData
+
+EVAL_SEED = 20240601  # masking of the eval set: fixed, shared by all runs of all studies
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    labels: torch.Tensor
+
+
+def task_model(task: str, config: BertConfig) -> nn.Module:
+    """A randomly initialised model with the task's head (uses the current torch seed)."""
+    import bertblocks
+
+    name = {"mlm": "BertForMaskedLM", "classification": "BertForSequenceClassification"}[task]
+    cls = getattr(bertblocks, name, None)
+    if cls is None:
+        raise RuntimeError(f"bertblocks.{name} is not available in this installation; training needs it")
+    return cls.from_config(config)
+
+
+def mask_tokens(
+    ids: torch.Tensor, data: PreparedData, probability: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masking: pick ``probability`` of the ordinary tokens; of those 80% → [MASK], 10% → random,
+    10% kept. Labels are -100 elsewhere (ignored by the loss)."""
+    special = torch.isin(ids, torch.tensor(data.special_ids))
+    chosen = (torch.rand(ids.shape, generator=generator) < probability) & ~special
+    if not chosen.any():  # a batch with nothing to predict would give a NaN loss
+        position = int(torch.nonzero(~special)[0, 1]) if (~special).any() else 0
+        chosen[0, position] = True
+    labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+    roll = torch.rand(ids.shape, generator=generator)
+    masked = ids.clone()
+    masked[chosen & (roll < 0.8)] = data.mask_id
+    random_tokens = torch.randint(0, data.vocab_size, ids.shape, generator=generator)
+    swap = chosen & (roll >= 0.8) & (roll < 0.9)
+    masked[swap] = random_tokens[swap]
+    return masked, labels
+
+
+def _batch(data: PreparedData, rows: torch.Tensor, spec: Any, generator: torch.Generator, train: bool) -> Batch:
+    ids = (data.train_ids if train else data.eval_ids)[rows]
+    mask = (data.train_mask if train else data.eval_mask)[rows]
+    if data.task == "mlm":
+        ids, labels = mask_tokens(ids, data, spec.mask_prob, generator)
+    else:
+        labels = (data.train_labels if train else data.eval_labels)[rows]  # type: ignore[index]
+    return Batch(ids, mask, labels)
+
+
+def train_model(
+    model: nn.Module,
+    data: PreparedData,
+    spec: Any,
+    seed: int,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+) -> dict[str, float]:
+    """Train ``model`` (maybe DDP-wrapped) for ``spec.steps`` steps; returns the final training loss and time.
+
+    Every rank draws the same global batch from a generator seeded with ``seed`` and keeps its slice of
+    it, so one process with batch ``B`` and ``n`` processes with ``B / n`` each see the same examples.
+    """
+    if spec.batch_size % world_size:
+        raise ValueError(f"train.batch_size {spec.batch_size} must be divisible by the {world_size} DDP processes")
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
+    model.train()
+    per_rank = spec.batch_size // world_size
+    losses: list[float] = []
+    start = time.perf_counter()
+    for _ in range(spec.steps):
+        rows = torch.randint(0, len(data.train_ids), (spec.batch_size,), generator=generator)
+        batch = _batch(data, rows, spec, generator, train=True)
+        part = slice(rank * per_rank, (rank + 1) * per_rank)
+        out = model(
+            input_ids=batch.input_ids[part], attention_mask=batch.attention_mask[part], labels=batch.labels[part]
+        )
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        optimizer.step()
+        losses.append(float(out.loss.detach()))
+    tail = losses[-max(1, len(losses) // 10) :]  # the last tenth: less noisy than the very last step
+    return {"train_loss": sum(tail) / len(tail), "train_seconds": time.perf_counter() - start}
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: PreparedData, spec: Any) -> dict[str, float]:
+    """Mean eval loss over ``spec.eval_batches`` held-out batches (fewer if the eval set is smaller);
+    perplexity for mlm, accuracy for classification."""
+    model.eval()
+    generator = torch.Generator().manual_seed(EVAL_SEED)
+    n = min(len(data.eval_ids), spec.eval_batches * spec.batch_size)
+    total_loss, total_weight, correct = 0.0, 0, 0
+    for start in range(0, n, spec.batch_size):
+        rows = torch.arange(start, min(start + spec.batch_size, n))
+        batch = _batch(data, rows, spec, generator, train=False)
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels)
+        # weight each batch by what its loss averages over, so the result is a per-token (per-example) mean
+        weight = int((batch.labels != -100).sum()) if data.task == "mlm" else len(rows)
+        total_loss += float(out.loss) * weight
+        total_weight += weight
+        if data.task == "classification":
+            correct += int((out.logits.argmax(-1) == batch.labels).sum())
+    loss = total_loss / total_weight
+    result = {"eval_loss": loss}
+    if data.task == "mlm":
+        result["perplexity"] = math.exp(min(loss, 50.0))
+    else:
+        result["accuracy"] = correct / n
+    return result
+
+
+def train_and_evaluate(config: BertConfig, data: PreparedData, spec: Any, seed: int) -> dict[str, float]:
+    """One single-process training run: model from ``seed``, training, evaluation."""
+    torch.manual_seed(seed)
+    model = task_model(data.task, config)
+    result = train_model(model, data, spec, seed)
+    result.update(evaluate(model, data, spec))
+    return result
