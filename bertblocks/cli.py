@@ -746,6 +746,12 @@ register_subcommand(
     "convert", "convert a config between HF config.json and bertblocks YAML", _configure_convert, _run_convert
 )
 register_subcommand("schema", "print the JSON Schema of the config format", _configure_schema, _run_schema)
+register_subcommand(
+    "ablate",
+    "run an ablation study: vary components, measure cost and quality per variant",
+    "bertblocks.ablation.cli:configure_parser",
+    "bertblocks.ablation.cli:run",
+)
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m bertblocks.cli`
