@@ -415,23 +415,15 @@ def _configure_trace(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_tokenizer(directory: str | Path) -> Any:
-    try:
-        from .tokenizer import BertTokenizer  # type: ignore[import-not-found]
-    except ImportError:
-        raise UnavailableError("bertblocks.tokenizer is not available in this installation") from None
+    from .tokenizer import BertTokenizer
+
     return BertTokenizer.from_pretrained(directory)
 
 
-def _sentence_module() -> Any:
-    try:
-        from . import sentence  # type: ignore[attr-defined]
-    except ImportError:
-        raise UnavailableError("bertblocks.sentence is not available in this installation") from None
-    return sentence
-
-
 def _default_tokenizer_dir() -> Path:
-    return Path(_sentence_module().minilm_path())
+    from .sentence import minilm_path
+
+    return minilm_path()
 
 
 def _is_checkpoint(source: str) -> bool:
@@ -495,13 +487,8 @@ def _run_trace(args: argparse.Namespace) -> int:
 
 
 def _tokens(tokenizer: Any, ids: list[int]) -> list[str]:
-    convert = getattr(tokenizer, "convert_ids_to_tokens", None)
-    if convert is not None:
-        return list(convert(ids))
-    inner = getattr(tokenizer, "tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
-    if inner is not None and hasattr(inner, "id_to_token"):
-        return [inner.id_to_token(i) or str(i) for i in ids]
-    return [str(i) for i in ids]
+    backend = tokenizer.backend  # the `tokenizers.Tokenizer` under bertblocks' BertTokenizer
+    return [backend.id_to_token(i) or f"<{i}>" for i in ids]
 
 
 def _configure_diagram(parser: argparse.ArgumentParser) -> None:
@@ -536,7 +523,8 @@ def _configure_sentences(parser: argparse.ArgumentParser) -> None:
 def _encode(args: argparse.Namespace) -> Any:
     import bertblocks
 
-    sentence = _sentence_module()
+    from . import sentence
+
     source = args.model or str(sentence.minilm_path())
     model = bertblocks.from_pretrained(source, args.overrides)
     model.eval()

@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,7 +192,7 @@ class TraceStep:
     Attributes:
         path: dotted module name.
         type: class name (with the attention kernel, see :func:`describe`).
-        depth: nesting level (number of dotted parts).
+        depth: nesting level among the traced calls (0 for the outermost).
         inputs: ``name → shape`` of the tensor arguments (positional ones named ``arg0``, …).
         outputs: ``name → shape`` of the tensors returned (``out``, or ``out0``, … / the output fields).
         note: what the shapes inside the module are, where a person studying BERT would want them
@@ -209,12 +210,22 @@ class TraceStep:
 def _shapes(value: Any, name: str) -> Iterator[tuple[str, list[int]]]:
     if isinstance(value, torch.Tensor):
         yield name, list(value.shape)
-    elif isinstance(value, Mapping):
+    elif isinstance(value, Mapping) or callable(getattr(value, "items", None)):
+        # model outputs are dataclasses that also behave like mappings (`out.last_hidden_state`, `out["..."]`)
         for key, item in value.items():
             yield from _shapes(item, str(key))
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             yield from _shapes(item, f"{name}{i}" if len(value) > 1 else name)
+
+
+def _named_inputs(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, list[int]]:
+    """Tensor arguments by parameter name (``hidden_states``, ``residual``), as the forward signature names them."""
+    try:
+        bound = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):  # builtins without a signature, or *args forwards
+        bound = {f"arg{i}": a for i, a in enumerate(args)} | kwargs
+    return dict(_shapes({k: v for k, v in bound.items() if v is not None}, ""))
 
 
 def default_trace_depth(model: nn.Module) -> int:
@@ -237,13 +248,12 @@ def trace(model: nn.Module, inputs: Mapping[str, Any], max_depth: int | None = N
     handles = []
     counter = iter(range(1 << 30))
 
-    def pre_hook(path: str, module: nn.Module) -> Any:
+    def pre_hook(path: str) -> Any:
         def hook(mod: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             key = next(counter)
             order.append(key)
-            shapes = dict(_shapes(list(args), "arg"))
-            shapes.update(dict(_shapes({k: v for k, v in kwargs.items() if v is not None}, "")))
-            steps[key] = TraceStep(path, describe(mod), path.count(".") + 1 if path else 0, shapes)
+            # nesting = how many traced calls are open, so uncalled containers (ModuleList) add no indent
+            steps[key] = TraceStep(path, describe(mod), len(stack), _named_inputs(mod, args, kwargs))
             stack.append(key)
 
         return hook
@@ -262,7 +272,7 @@ def trace(model: nn.Module, inputs: Mapping[str, Any], max_depth: int | None = N
         depth = path.count(".") + 1 if path else 0
         if depth > depth_limit or isinstance(module, nn.ModuleList | nn.ModuleDict | nn.Dropout):
             continue
-        handles.append(module.register_forward_pre_hook(pre_hook(path, module), with_kwargs=True))
+        handles.append(module.register_forward_pre_hook(pre_hook(path), with_kwargs=True))
         handles.append(module.register_forward_hook(post_hook(path), with_kwargs=True))
     try:
         with torch.no_grad():
@@ -277,11 +287,15 @@ def _note(module: nn.Module, inputs: Mapping[str, list[int]]) -> str:
     heads, head_dim = getattr(module, "num_heads", None), getattr(module, "head_dim", None)
     if not (isinstance(heads, int) and isinstance(head_dim, int)):
         return ""
+    bias = getattr(getattr(module, "self", None), "position_bias", None)
     shape = next(iter(inputs.values()), None)
     if not shape or len(shape) != 3:
         return f"{heads} heads × {head_dim}"
     b, q = shape[0], shape[1]
-    return f"{heads} heads × {head_dim}: Q, K, V [{b}, {heads}, {q}, {head_dim}] → scores [{b}, {heads}, {q}, {q}]"
+    scores = f"scores [{b}, {heads}, {q}, {q}]"
+    if bias is not None:
+        scores += f" + {type(bias).__name__} [{b}, {heads}, {q}, {q}]"
+    return f"{heads} heads × {head_dim}: Q, K, V [{b}, {heads}, {q}, {head_dim}] → {scores} → softmax · V"
 
 
 def format_trace(steps: Sequence[TraceStep], tokens: Sequence[str] = ()) -> str:
@@ -290,7 +304,7 @@ def format_trace(steps: Sequence[TraceStep], tokens: Sequence[str] = ()) -> str:
     if tokens:
         lines.append(f"tokens ({len(tokens)}): {' '.join(tokens)}")
         lines.append("")
-    base = min((s.depth for s in steps), default=0)
+    base = 0
     for step in steps:
         ins = ", ".join(f"{k} {_fmt(v)}" for k, v in step.inputs.items()) or "-"
         outs = ", ".join(f"{k} {_fmt(v)}" for k, v in step.outputs.items()) or "-"

@@ -392,3 +392,113 @@ def test_installed_console_script(tmp_path):
     )
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
+
+
+# ------------------------------------------------------------------------------------------------ trace
+def test_trace_shows_shapes_through_every_layer(capsys, tmp_path):
+    from bertblocks.sentence import minilm_path
+
+    cfg = {**TINY, "vocab_size": 30522, "position": "relative_key"}
+    path = write(tmp_path / "rel.yaml", yaml.safe_dump(cfg))
+    code, out, err = run(capsys, "trace", str(path), "--text", "The cat sat on the mat.", "--pair", "It purred.")
+    assert code == 0, err
+    tokenizer = bertblocks.BertTokenizer.from_pretrained(minilm_path())
+    ids = tokenizer("The cat sat on the mat.", "It purred.")["input_ids"][0]
+    n = len(ids)
+    tokens = [tokenizer.backend.id_to_token(i) for i in ids.tolist()]
+    assert out.splitlines()[0] == f"tokens ({n}): {' '.join(tokens)}"
+    assert f"embeddings: BertEmbeddings  input_ids [1, {n}], token_type_ids [1, {n}] → out [1, {n}, 32]" in out
+    for i in range(2):
+        assert f"encoder.layer.{i}.attention: BertAttention[sdpa]  hidden_states [1, {n}, 32]" in out
+        assert f"encoder.layer.{i}.intermediate: BertIntermediate  hidden_states [1, {n}, 32] → out [1, {n}, 37]" in out
+        assert f"encoder.layer.{i}.output: BertOutput  intermediate [1, {n}, 37], residual [1, {n}, 32]" in out
+    assert f"Q, K, V [1, 4, {n}, 8] → scores [1, 4, {n}, {n}] + RelativeBias [1, 4, {n}, {n}]" in out
+    assert "pooler: FirstTokenPooler" in out
+    assert f"→ last_hidden_state [1, {n}, 32], pooler_output [1, 32]" in out
+
+
+def test_trace_takes_ids_modulo_a_small_vocabulary(capsys, tiny_yaml):
+    from bertblocks.sentence import minilm_path
+
+    code, out, err = run(capsys, "trace", str(tiny_yaml), "--text", "Zebras graze.", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    ids = bertblocks.BertTokenizer.from_pretrained(minilm_path())("Zebras graze.")["input_ids"][0]
+    assert data["input_ids"] == (ids % 99).tolist()
+    assert data["notes"] == ["token ids taken modulo vocab_size=99"]
+    paths = [s["path"] for s in data["steps"]]
+    assert paths.index("embeddings") < paths.index("encoder.layer.0.attention") < paths.index("pooler")
+
+
+def test_trace_a_checkpoint_uses_its_weights_and_tokenizer(capsys):
+    from bertblocks.sentence import minilm_path
+
+    code, out, err = run(capsys, "trace", str(minilm_path()), "--text", "hello world", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["tokens"] == ["[CLS]", "hello", "world", "[SEP]"]
+    layers = {s["path"] for s in data["steps"] if s["path"].endswith(".attention")}
+    assert layers == {f"encoder.layer.{i}.attention" for i in range(6)}
+    model_step = next(s for s in data["steps"] if s["path"] == "")
+    assert model_step["outputs"]["last_hidden_state"] == [1, 4, 384]
+
+
+def test_trace_tokenizer_directory_without_vocabulary(capsys, tiny_yaml, tmp_path):
+    empty = tmp_path / "no-vocab"
+    empty.mkdir()
+    code, _, err = run(capsys, "trace", str(tiny_yaml), "--text", "hi", "--tokenizer", str(empty))
+    assert code == 1
+    assert "no tokenizer in" in err
+    assert "Traceback" not in err
+
+
+def test_trace_requires_text(capsys, tiny_yaml):
+    assert cli.main(["trace", str(tiny_yaml)]) == 2
+    assert "--text" in capsys.readouterr().err
+
+
+# -------------------------------------------------------------------------------------- embed, similarity
+SENTENCES = ("A man is eating food.", "A man is eating pasta.", "The sky is blue today.")
+
+
+def test_embed_matches_the_library_and_is_normalised(capsys):
+    from bertblocks.sentence import encode, minilm_path
+
+    code, out, err = run(capsys, "embed", *SENTENCES, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["shape"] == [3, 384]
+    vectors = torch.tensor([e["vector"] for e in data["embeddings"]])
+    directory = minilm_path()
+    expected = encode(
+        bertblocks.from_pretrained(directory).eval(), bertblocks.BertTokenizer.from_pretrained(directory), SENTENCES
+    )
+    assert torch.allclose(vectors, expected, atol=1e-6)
+    assert torch.allclose(vectors.norm(dim=-1), torch.ones(3), atol=1e-5)
+    code, out, _ = run(capsys, "embed", "--model", str(directory), SENTENCES[0])
+    assert code == 0
+    first = ", ".join(f"{v:+.4f}" for v in expected[0, :6].tolist())
+    assert out.splitlines() == [
+        "1 embedding of dimension 384 (mean-pooled, L2-normalised)",
+        f"{SENTENCES[0]}: [{first}, …]",
+    ]
+
+
+def test_similarity_table_ranks_related_sentences_together(capsys):
+    code, out, err = run(capsys, "similarity", *SENTENCES, "--json")
+    assert code == 0, err
+    scores = torch.tensor(json.loads(out)["similarity"])
+    assert torch.allclose(scores.diagonal(), torch.ones(3), atol=1e-5)
+    assert torch.allclose(scores, scores.T, atol=1e-6)
+    assert scores[0, 1] > 0.5 > scores[0, 2]  # food/pasta belong together, the sky does not
+    code, out, _ = run(capsys, "similarity", *SENTENCES)
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith("[0]  "))
+    assert row.split()[1:] == [f"{v:.3f}" for v in scores[0].tolist()]
+
+
+def test_embed_with_a_missing_model(capsys, tmp_path):
+    code, _, err = run(capsys, "embed", "--model", str(tmp_path / "nowhere"), "hi")
+    assert code == 1
+    assert "nowhere" in err
+    assert "Traceback" not in err
