@@ -4,12 +4,19 @@ group, and look-up of components by ``(kind, name)``.
 Third-party entry points are loaded one at a time (pluggy's ``load_setuptools_entrypoints`` aborts on the
 first broken plugin without saying which): a plugin that fails to import, or whose hook raises or returns
 something other than components, is recorded as a :class:`PluginLoadError` with the entry point, the
-distribution and the traceback. Other plugins keep working; ``strict=True`` raises instead. Setting
+distribution and the traceback. Other plugins keep working; ``strict=True`` raises instead (at
+construction: the hooks of every plugin are then called at once). Setting
 ``BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD=1`` skips entry points (built-ins still load).
+
+What counts as a broken plugin: an entry point that does not import (or exits), a module pluggy refuses
+(a hook implementation with arguments its spec lacks), a ``bertblocks_*`` function that is no hook (a
+typo: reported with the closest hook name), an entry-point name two distributions both claim, and a hook
+that raises or returns something other than the documented list.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata as metadata
 import os
 import traceback
@@ -74,7 +81,11 @@ class Registry:
 
     def __init__(self, *, load_entry_points: bool = True, strict: bool = False, builtins: bool = True) -> None:
         self.strict = strict
-        self.load_errors: list[PluginLoadError] = []
+        self._import_errors: list[PluginLoadError] = []
+        # keyed by (plugin, hook): hooks are re-run whenever a registration invalidates the index, and the
+        # same failure must be reported once, not once per re-run
+        self._hook_errors: dict[tuple[str, str], PluginLoadError] = {}
+        self._labels: dict[str, str] = {}  # plugin name → "entry = point.value" for entry-point plugins
         self._pm = _PluginManager(PROJECT)
         self._pm.add_hookspecs(BertBlocksHooks)
         self._origin: dict[str, tuple[str, str]] = {}  # plugin name → (distribution, version)
@@ -93,6 +104,19 @@ class Registry:
                 )
         if load_entry_points and not os.environ.get(DISABLE_AUTOLOAD_ENV):
             self._load_entry_points()
+        if strict:  # strict means: fail now, not at the first look-up
+            self._components()
+            self._presets()
+
+    @property
+    def load_errors(self) -> list[PluginLoadError]:
+        """Every plugin failure so far: entry points that did not load, hooks that raised or returned garbage.
+
+        Hooks run on first use; reading this runs them, so that a broken hook is listed before any look-up.
+        """
+        self._components()
+        self._presets()
+        return [*self._import_errors, *self._hook_errors.values()]
 
     # ------------------------------------------------------------------------------------- registration
     def register(
@@ -114,21 +138,49 @@ class Registry:
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             dist = ep.dist.name if ep.dist is not None else "?"
             version = ep.dist.version if ep.dist is not None else ""
+            label, where = f"{ep.name} = {ep.value}", f"{dist} {version}".strip()
             if self._pm.get_plugin(ep.name) is not None:
+                other, other_version = self._origin.get(ep.name, ("?", ""))
+                self._record_import(
+                    PluginLoadError(
+                        label,
+                        where,
+                        f"the plugin name {ep.name!r} is already taken by {f'{other} {other_version}'.strip()}; "
+                        "one of the two distributions must rename its entry point",
+                    )
+                )
                 continue
             try:
                 plugin = ep.load()
-            except Exception:
-                self._record(
-                    PluginLoadError(f"{ep.name} = {ep.value}", f"{dist} {version}".strip(), traceback.format_exc())
-                )
+            except (Exception, SystemExit):  # a plugin calling sys.exit() on import must not end the program
+                self._record_import(PluginLoadError(label, where, traceback.format_exc()))
                 continue
-            self.register(plugin, name=ep.name, distribution=dist, version=version)
+            try:
+                # pluggy refuses a hook implementation whose arguments the spec does not have, or a module
+                # that is already registered under another name
+                self.register(plugin, name=ep.name, distribution=dist, version=version)
+            except Exception:
+                self._record_import(PluginLoadError(label, where, traceback.format_exc()))
+                continue
+            self._labels[ep.name] = label
+            unknown = _unknown_hooks(plugin)
+            if unknown:
+                self._record_import(PluginLoadError(label, where, unknown))
 
-    def _record(self, error: PluginLoadError) -> None:
+    def _record_import(self, error: PluginLoadError) -> None:
         if self.strict:
             raise error
-        self.load_errors.append(error)
+        self._import_errors.append(error)
+
+    def _record(self, plugin_name: str, hook: str) -> None:
+        """Record (or, strict, raise) the exception being handled as a failure of ``plugin_name``'s ``hook``."""
+        dist, version = self._origin.get(plugin_name, ("?", ""))
+        error = PluginLoadError(
+            self._labels.get(plugin_name, plugin_name), f"{dist} {version}".strip(), traceback.format_exc()
+        )
+        if self.strict:
+            raise error
+        self._hook_errors[(plugin_name, hook)] = error
 
     # -------------------------------------------------------------------------------------------- look-up
     def _components(self) -> dict[tuple[str, str], Component]:
@@ -145,8 +197,9 @@ class Registry:
                 returned = hook()
                 components = _check_components(returned)
             except Exception:
-                self._record(PluginLoadError(plugin_name, dist, traceback.format_exc()))
+                self._record(plugin_name, "bertblocks_register_components")
                 continue
+            self._hook_errors.pop((plugin_name, "bertblocks_register_components"), None)
             for component in components:
                 key = (component.kind, component.name)
                 if key in index:
@@ -191,8 +244,9 @@ class Registry:
             try:
                 presets = _check_presets(hook())
             except Exception:
-                self._record(PluginLoadError(plugin_name, dist, traceback.format_exc()))
+                self._record(plugin_name, "bertblocks_register_presets")
                 continue
+            self._hook_errors.pop((plugin_name, "bertblocks_register_presets"), None)
             for preset in presets:
                 if preset.name in index:
                     raise DuplicatePresetError(preset.name, index[preset.name].provider, provider)
@@ -230,6 +284,21 @@ class Registry:
         """Concatenated results of a list-returning hook over all plugins (for hooks added later)."""
         results = getattr(self._pm.hook, hook)()
         return [item for result in results for item in (result or [])]
+
+
+def _unknown_hooks(plugin: object) -> str:
+    """A message naming the ``bertblocks_*`` functions of ``plugin`` that are no hook (typos), or ``""``."""
+    known = [name for name in dir(BertBlocksHooks) if name.startswith(f"{PROJECT}_")]
+    lines = []
+    for name in sorted(dir(plugin)):
+        if name.startswith(f"{PROJECT}_") and name not in known and callable(getattr(plugin, name, None)):
+            hint = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            lines.append(
+                f"{name} is not a bertblocks hook"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; hooks: {', '.join(known)}"
+            )
+    return "\n".join(lines)
 
 
 def _check_components(returned: Any) -> list[Component]:
