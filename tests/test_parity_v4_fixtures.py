@@ -25,32 +25,42 @@ ENCODER_CASES = [
 ]
 
 
-def _check(out, io, suffix=""):
-    assert max_diff(out.last_hidden_state, io[f"last_hidden_state{suffix}"]) <= TOL
+def _check(out, io, suffix="", real=None):
+    """All positions, or with ``real`` ([b, L] bool) real tokens only (a packed run zeroes padded ones)."""
+
+    def pick(t, rows=False):
+        if real is None:
+            return t
+        return t.transpose(1, 2)[real] if rows else t[real]
+
+    assert max_diff(pick(out.last_hidden_state), pick(io[f"last_hidden_state{suffix}"])) <= TOL
     assert max_diff(out.pooler_output, io[f"pooler_output{suffix}"]) <= TOL
     for i, hidden in enumerate(out.hidden_states):
-        assert max_diff(hidden, io[f"hidden_states_{i}{suffix}"]) <= TOL
+        assert max_diff(pick(hidden), pick(io[f"hidden_states_{i}{suffix}"])) <= TOL
     for i, attention in enumerate(out.attentions):
-        assert max_diff(attention, io[f"attentions_{i}{suffix}"]) <= TOL
+        assert max_diff(pick(attention, True), pick(io[f"attentions_{i}{suffix}"], True)) <= TOL
 
 
+@pytest.mark.parametrize("packing", ["never", "always"])
 @pytest.mark.parametrize("backend", ["eager", "sdpa"])
 @pytest.mark.parametrize("case", ENCODER_CASES)
-def test_encoder_matches_transformers_4(case, backend):
+def test_encoder_matches_transformers_4(case, backend, packing):
     io = load_file(V4 / case / "io.safetensors")
-    model = bertblocks.from_pretrained(V4 / case, attn_implementation=backend).eval()
+    model = bertblocks.from_pretrained(V4 / case, [f"encoder.packing={packing}"], attn_implementation=backend).eval()
     inputs = {k: io[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    real = inputs["attention_mask"].bool() if packing == "always" else None
     if "head_mask" in io:
         inputs["head_mask"] = io["head_mask"]
     with torch.no_grad():
-        _check(model(**inputs, output_hidden_states=True, output_attentions=True), io)
+        _check(model(**inputs, output_hidden_states=True, output_attentions=True), io, real=real)
         # the fused path (no attention maps asked for) gives the same numbers
         fused = model(**inputs)
-    assert max_diff(fused.last_hidden_state, io["last_hidden_state"]) <= TOL
+    pick = (lambda t: t) if real is None else (lambda t: t[real])
+    assert max_diff(pick(fused.last_hidden_state), pick(io["last_hidden_state"])) <= TOL
     if "head_mask_1d" in io:
         inputs["head_mask"] = io["head_mask_1d"]
         with torch.no_grad():
-            _check(model(**inputs, output_hidden_states=True, output_attentions=True), io, "_1d")
+            _check(model(**inputs, output_hidden_states=True, output_attentions=True), io, "_1d", real=real)
 
 
 @pytest.mark.parametrize("case", ["relative_key", "relative_key_query"])
@@ -107,4 +117,5 @@ def test_pruned_model_saves_and_reloads(tmp_path):
     io = load_file(V4 / "pruned_relative_key" / "io.safetensors")
     inputs = {k: io[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
     with torch.no_grad():
-        assert max_diff(again(**inputs)[0], io["last_hidden_state"]) <= TOL
+        real = inputs["attention_mask"].bool()
+        assert max_diff(again(**inputs)[0][real], io["last_hidden_state"][real]) <= TOL

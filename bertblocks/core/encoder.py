@@ -19,6 +19,7 @@ from .config import BertConfig
 from .interfaces import Attention, Embedding, FeedForward, Pooler, Positions, PositionScheme
 from .masks import additive_mask, causal_mask, check_attention_mask, is_all_visible
 from .outputs import EncoderOutput, ModelOutputWithPooling
+from .packing import Packing, right_padded_lengths
 
 
 class TransformerLayer(nn.Module):
@@ -49,7 +50,7 @@ class TransformerLayer(nn.Module):
         positions: Positions,
         head_mask: torch.Tensor | None = None,  # [h_original]
         output_attentions: bool = False,
-        context: DecoderContext | None = None,
+        context: LayerContext | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Returns the layer output, the self-attention and the cross-attention probabilities (or None)."""
         ctx = context or _NO_DECODER
@@ -62,6 +63,7 @@ class TransformerLayer(nn.Module):
             cache=ctx.cache,
             layer_index=ctx.layer_index,
             is_causal=ctx.is_causal,
+            packing=ctx.packing,
         )
         cross_weights = None
         if self.has_cross_attention:
@@ -90,17 +92,18 @@ class TransformerLayer(nn.Module):
 
 
 @dataclass(frozen=True)
-class DecoderContext:
-    """What decoder layers need beyond an encoder layer's inputs; built once per forward pass."""
+class LayerContext:
+    """Per-forward facts layers need beyond the hidden states and mask; built once per forward pass."""
 
     cache: KVCache | None = None
     is_causal: bool = False
     encoder_hidden_states: torch.Tensor | None = None  # [b, s, H]
     encoder_mask: torch.Tensor | None = None  # additive [b, 1, 1|q, s]
     layer_index: int = 0
+    packing: Packing | None = None  # hidden states are the packed real tokens [1, T, H]
 
 
-_NO_DECODER = DecoderContext()
+_NO_DECODER = LayerContext()
 
 
 class Encoder(nn.Module):
@@ -119,7 +122,7 @@ class Encoder(nn.Module):
         head_mask: torch.Tensor | None = None,  # [layers, h_original]
         output_attentions: bool = False,
         output_hidden_states: bool = False,
-        context: DecoderContext | None = None,
+        context: LayerContext | None = None,
     ) -> EncoderOutput:
         all_hidden: list[torch.Tensor] = []
         all_attn: list[torch.Tensor] = []
@@ -251,6 +254,10 @@ class EncoderModel(nn.Module):
         layer_head_mask = self._expand_head_mask(head_mask, dtype)
 
         context = None
+        packing = self._packing_for(attention_mask, mask)
+        if packing is not None:
+            hidden = packing.pack(hidden)[None]  # [1, T, H]: dense layers see real tokens only
+            context = LayerContext(packing=packing)
         if cfg.is_decoder:
             encoder_mask = None
             if encoder_hidden_states is not None and encoder_attention_mask is not None:
@@ -258,7 +265,7 @@ class EncoderModel(nn.Module):
                 check_attention_mask(encoder_attention_mask, batch, length, s)
                 if not is_all_visible(encoder_attention_mask):
                     encoder_mask = additive_mask(encoder_attention_mask, dtype)
-            context = DecoderContext(
+            context = LayerContext(
                 cache=cache,
                 is_causal=mask is None,  # else causality is already in the mask
                 encoder_hidden_states=encoder_hidden_states,
@@ -274,6 +281,14 @@ class EncoderModel(nn.Module):
             output_hidden_states=bool(output_hidden_states),
             context=context,
         )
+        if packing is not None:
+            encoded = replace(
+                encoded,
+                last_hidden_state=packing.unpack(encoded.last_hidden_state[0]),
+                hidden_states=None
+                if encoded.hidden_states is None
+                else tuple(packing.unpack(h[0]) for h in encoded.hidden_states),
+            )
         sequence = encoded.last_hidden_state
         pooled = self.pooler(sequence, attention_mask) if self.pooler is not None else None
         out = ModelOutputWithPooling(
@@ -285,6 +300,28 @@ class EncoderModel(nn.Module):
             cross_attentions=encoded.cross_attentions,
         )
         return out if return_dict is None or return_dict else out.to_tuple()
+
+    def _packing_for(self, attention_mask: torch.Tensor | None, mask: torch.Tensor | None) -> Packing | None:
+        """Pack when the config allows it, the batch is right-padded, and (``auto``) in inference with enough
+        padding to pay for the gathers. Padded positions of the outputs then hold zeros."""
+        enc = self.config.encoder
+        if (
+            enc.packing == "never"
+            or mask is None  # nothing padded
+            or attention_mask is None
+            or attention_mask.dim() != 2
+            or self.config.is_decoder
+            or torch.compiler.is_compiling()  # data-dependent shapes
+        ):
+            return None
+        if enc.packing == "auto" and (self.training or torch.is_grad_enabled()):
+            return None
+        lengths = right_padded_lengths(attention_mask)
+        if lengths is None:
+            return None
+        if enc.packing == "auto" and 1 - lengths.sum().item() / attention_mask.numel() < enc.packing_threshold:
+            return None
+        return Packing.from_mask(attention_mask)
 
     def _prepare_cache(
         self, past_key_values: KVCache | Sequence[Sequence[torch.Tensor]] | None, use_cache: bool | None

@@ -20,6 +20,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from .cache import KVCache
+    from .packing import Packing
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,16 @@ class BackendCapabilities:
         attention_weights: can return the probabilities (``output_attentions=True``).
         causal: honours ``is_causal`` (decoders).
         dropout: applies attention dropout in training.
+        varlen: implements :meth:`AttentionBackend.varlen`, attention over packed sequences given by
+            ``cu_seqlens``; packed batches then never return to the padded layout. Backends without it get
+            packed batches re-padded for the attention call only.
     """
 
     additive_mask: bool = True
     attention_weights: bool = False
     causal: bool = False
     dropout: bool = True
+    varlen: bool = False
 
 
 class AttentionBackend(ABC):
@@ -155,6 +160,23 @@ class AttentionBackend(ABC):
         need_weights: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
+    def varlen(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        cu_seqlens: torch.Tensor,
+        max_seqlen: int,
+        scale: float,
+        dropout_p: float,
+    ) -> torch.Tensor:
+        """Attention within each packed sequence: ``[T, h, d]`` each → ``[T, h, d]``.
+
+        ``cu_seqlens [n + 1]`` (int32) delimits the sequences. Only called when ``capabilities.varlen``.
+        """
+        raise NotImplementedError(f"backend {self.name!r} does not implement varlen attention")
+
 
 class Attention(nn.Module, ABC):
     """Multi-head attention sub-layer *including* its output projection, residual and LayerNorm.
@@ -179,6 +201,7 @@ class Attention(nn.Module, ABC):
         cache: KVCache | None = None,
         layer_index: int = 0,
         is_causal: bool = False,
+        packing: Packing | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``hidden_states [b, q, H]`` → ``([b, q, H], probabilities [b, h, q, k] or None)``.
 
@@ -192,6 +215,9 @@ class Attention(nn.Module, ABC):
                 them (and are computed once per cache).
             cache: the decoder's cache; self-attention appends its keys/values at ``layer_index``.
             is_causal: queries must not see later keys (decoder self-attention).
+            packing: when set, ``hidden_states`` is a packed batch ``[1, T, H]`` of the real tokens of a padded
+                batch (see :mod:`bertblocks.core.packing`); the output is packed the same way, while ``mask``,
+                ``positions`` and the returned probabilities keep the padded layout.
         """
 
     @abstractmethod

@@ -13,6 +13,7 @@ from torch import nn
 from bertblocks.core.cache import KVCache
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Attention, AttentionBackend, PositionBias, Positions, PositionScheme
+from bertblocks.core.packing import Packing
 
 
 class SelfAttentionProjections(nn.Module):
@@ -100,7 +101,10 @@ class BertAttention(Attention):
         cache: KVCache | None = None,
         layer_index: int = 0,
         is_causal: bool = False,
+        packing: Packing | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if packing is not None:
+            return self._packed(hidden_states, mask, positions, head_mask, output_attentions, packing)
         b, q, _ = hidden_states.shape
         h, d = self.num_heads, self.head_dim
         proj = self.self
@@ -120,13 +124,28 @@ class BertAttention(Attention):
             if cache is not None:
                 key, value = cache.update(layer_index, key, value)  # [b, h, past + q, d]
 
-        bias = proj.position_bias
+        context, weights = self._attend(query, key, value, mask, positions, head_mask, output_attentions, is_causal)
+        context = context.transpose(1, 2).reshape(b, q, h * d)  # [b, q, h·d]
+        return self.output(context, hidden_states), weights
+
+    def _attend(
+        self,
+        query: torch.Tensor,  # [b, h, q, d]
+        key: torch.Tensor,  # [b, h, k, d]
+        value: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: Positions,
+        head_mask: torch.Tensor | None,
+        output_attentions: bool,
+        is_causal: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Position bias, backend, head mask: ``[b, h, q, d]`` context and optional probabilities."""
+        bias = self.self.position_bias
         if bias is not None:
             # HF computes (QKᵀ + bias) / √d; the backend scales QKᵀ itself, so the bias is scaled here and
             # travels in the additive mask, which every backend (SDPA included) accepts.
             term = bias(query, key, positions) * self.scale  # [b, h, q, k]
             mask = term if mask is None else term + mask
-
         context, weights = self.backend(
             query,
             key,
@@ -135,7 +154,7 @@ class BertAttention(Attention):
             scale=self.scale,
             dropout_p=self.dropout_p if self.training else 0.0,
             # one new query sees every cached key: nothing to hide
-            is_causal=is_causal and q > 1,
+            is_causal=is_causal and query.shape[2] > 1,
             need_weights=output_attentions,
         )
         if head_mask is not None:
@@ -143,11 +162,44 @@ class BertAttention(Attention):
             # to the [b, h, q, d] output and the fused kernel stays usable.
             if self.num_heads != self.original_num_heads:
                 head_mask = head_mask[self.kept_head_index]
-            factor = head_mask.view(1, h, 1, 1)
+            factor = head_mask.view(1, self.num_heads, 1, 1)
             context = context * factor
             weights = weights * factor if weights is not None else None
-        context = context.transpose(1, 2).reshape(b, q, h * d)  # [b, q, h·d]
-        return self.output(context, hidden_states), weights
+        return context, weights
+
+    def _packed(
+        self,
+        hidden_states: torch.Tensor,  # [1, T, H] real tokens only
+        mask: torch.Tensor | None,
+        positions: Positions,
+        head_mask: torch.Tensor | None,
+        output_attentions: bool,
+        packing: Packing,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Projections on the real tokens; attention per sequence (varlen) or in the padded layout."""
+        proj = self.self
+        h, d = self.num_heads, self.head_dim
+        q, k, v = proj.query(hidden_states[0]), proj.key(hidden_states[0]), proj.value(hidden_states[0])  # [T, h·d]
+        caps = self.backend.capabilities
+        if caps.varlen and proj.position_bias is None and head_mask is None and not output_attentions:
+            t = q.shape[0]
+            context = self.backend.varlen(
+                q.view(t, h, d),
+                k.view(t, h, d),
+                v.view(t, h, d),
+                cu_seqlens=packing.cu_seqlens,
+                max_seqlen=packing.max_seqlen,
+                scale=self.scale,
+                dropout_p=self.dropout_p if self.training else 0.0,
+            ).reshape(t, h * d)
+            return self.output(context[None], hidden_states), None
+        # Re-pad Q/K/V for this call only: [T, h·d] → [b, h, L, d]. Padded query rows are zeros and are
+        # dropped again below; padded keys are hidden by the mask as usual.
+        query, key, value = (self._heads(packing.unpack(x)) for x in (q, k, v))
+        context, weights = self._attend(query, key, value, mask, positions, head_mask, output_attentions, False)
+        b, _, length, _ = context.shape
+        context = packing.pack(context.transpose(1, 2).reshape(b, length, h * d))  # [T, h·d]
+        return self.output(context[None], hidden_states), weights
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         """``[b, t, h·d]`` → ``[b, h, t, d]``."""

@@ -1,0 +1,69 @@
+"""Packed (unpadded) batches: the real tokens of a padded batch, laid end to end.
+
+Shapes::
+
+    padded  [b, L, ...]      packed  [T, ...]    T = number of real tokens (sum of the lengths)
+
+In a packed forward pass every position-wise operation — the Q/K/V and output projections, the
+feed-forward block, every LayerNorm — runs on the ``T`` real tokens only. Attention needs the sequences
+apart: a backend that declares ``varlen`` gets the packed tensors with ``cu_seqlens``; any other backend
+gets Q/K/V scattered back into the padded layout for that one call (its cost is ``b·L²``, small next to the
+dense layers at BERT lengths), with the usual padding mask and position bias, so every backend and every
+position scheme works unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Where the real tokens of a right-padded ``[b, L]`` batch sit.
+
+    Attributes:
+        index: ``[T]`` flat indices (into ``b·L``) of the real tokens, row by row.
+        batch, length: the padded shape ``b``, ``L``.
+        cu_seqlens: ``[b + 1]`` int32 cumulative lengths (FlashAttention's varlen convention).
+        max_seqlen: the longest row.
+    """
+
+    index: torch.Tensor
+    batch: int
+    length: int
+    cu_seqlens: torch.Tensor
+    max_seqlen: int
+
+    @classmethod
+    def from_mask(cls, attention_mask: torch.Tensor) -> Packing:
+        """Build from a ``[b, L]`` 0/1 mask."""
+        b, length = attention_mask.shape
+        flat = attention_mask.reshape(-1).bool()
+        index = flat.nonzero().squeeze(1)
+        lengths = attention_mask.sum(dim=1)
+        cu = torch.zeros(b + 1, dtype=torch.int32, device=attention_mask.device)
+        cu[1:] = lengths.cumsum(0)
+        return cls(index, b, length, cu, int(lengths.max()))
+
+    @property
+    def num_tokens(self) -> int:
+        return self.index.shape[0]
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """``[b, L, ...]`` → ``[T, ...]``."""
+        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)
+
+    def unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """``[T, ...]`` → ``[b, L, ...]`` with zeros at padded positions."""
+        out = x.new_zeros(self.batch * self.length, *x.shape[1:])
+        out.index_copy_(0, self.index, x)
+        return out.view(self.batch, self.length, *x.shape[1:])
+
+
+def right_padded_lengths(attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """Row lengths if every row of the ``[b, L]`` mask is ones then zeros (right padding), else ``None``."""
+    lengths = attention_mask.sum(dim=1)
+    expected = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None, :] < lengths[:, None]
+    return lengths if bool((attention_mask.bool() == expected).all()) else None

@@ -1,0 +1,110 @@
+"""The packed (unpadded) encoder path equals the padded path on real tokens, for every scheme and backend."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import bertblocks
+from bertblocks.core.packing import Packing, right_padded_lengths
+from tests.conftest import TINY, max_diff
+
+
+def _model(position, backend, packing):
+    torch.manual_seed(0)
+    model = bertblocks.build_model(
+        {**TINY, "position": position, "initializer_range": 0.2},
+        [f"encoder.attention.backend={backend}", f"encoder.packing={packing}"],
+    ).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "distance_embedding" in name:
+                param.normal_()
+    return model
+
+
+def _batch():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 99, (4, 12), generator=g)
+    mask = torch.ones(4, 12, dtype=torch.long)
+    mask[1, 5:] = 0
+    mask[2, 9:] = 0
+    mask[3, 2:] = 0
+    types = torch.randint(0, 2, (4, 12), generator=g)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+@pytest.mark.parametrize("position", ["absolute", "relative_key", "relative_key_query"])
+def test_packed_equals_padded_on_real_tokens(position, backend):
+    padded, packed = _model(position, backend, "never"), _model(position, backend, "always")
+    x = _batch()
+    head_mask = torch.tensor([[1.0, 0.0, 1.0, 0.5], [1.0, 1.0, 0.0, 1.0]])
+    real = x["attention_mask"].bool()
+    with torch.no_grad():
+        a = padded(**x, head_mask=head_mask, output_hidden_states=True, output_attentions=True)
+        b = packed(**x, head_mask=head_mask, output_hidden_states=True, output_attentions=True)
+    assert max_diff(a.last_hidden_state[real], b.last_hidden_state[real]) <= 1e-5
+    assert max_diff(a.pooler_output, b.pooler_output) <= 1e-5
+    for x_a, x_b in zip(a.hidden_states, b.hidden_states, strict=True):
+        assert max_diff(x_a[real], x_b[real]) <= 1e-5
+    for w_a, w_b in zip(a.attentions, b.attentions, strict=True):
+        # attention maps keep the padded layout; rows of padded queries are not computed in the same way
+        assert max_diff(w_a[real[:, None, :, None].expand_as(w_a)], w_b[real[:, None, :, None].expand_as(w_b)]) <= 1e-5
+    # padded positions hold zeros in a packed run (documented), never stale or random values
+    assert b.last_hidden_state[~real].abs().max() == 0
+
+
+def test_auto_packs_in_inference_only_and_matches():
+    model = _model("relative_key", "sdpa", "auto")
+    x = _batch()  # 17 of 48 positions are padding: above the default threshold
+    calls = []
+    hook = model.encoder.layer[0].intermediate.register_forward_hook(lambda m, i, o: calls.append(i[0].shape))
+    with torch.no_grad():
+        auto = model(**x).last_hidden_state
+    model.train()
+    model(**x)
+    hook.remove()
+    tokens = int(x["attention_mask"].sum())
+    assert calls[0] == (1, tokens, 32)  # inference: dense layers saw the real tokens only
+    assert calls[1] == (4, 12, 32)  # training: padded as before
+    model.eval()
+    model.config.encoder.packing = "never"
+    with torch.no_grad():
+        padded = model(**x).last_hidden_state
+    real = x["attention_mask"].bool()
+    assert max_diff(auto[real], padded[real]) <= 1e-5
+
+
+def test_left_padding_and_little_padding_are_not_packed():
+    model = _model("absolute", "sdpa", "auto")
+    x = _batch()
+    calls = []
+    model.encoder.layer[0].intermediate.register_forward_hook(lambda m, i, o: calls.append(i[0].shape))
+    left = x["attention_mask"].flip(1)
+    little = torch.ones(4, 12, dtype=torch.long)
+    little[0, -1] = 0
+    with torch.no_grad():
+        model(input_ids=x["input_ids"], attention_mask=left)
+        model(input_ids=x["input_ids"], attention_mask=little)
+    assert calls == [(4, 12, 32), (4, 12, 32)]
+
+
+def test_packing_round_trip():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
+    packing = Packing.from_mask(mask)
+    assert packing.cu_seqlens.tolist() == [0, 3, 4, 8]
+    assert packing.max_seqlen == 4
+    x = torch.randn(3, 4, 5)
+    packed = packing.pack(x)
+    assert packed.shape == (8, 5)
+    back = packing.unpack(packed)
+    assert torch.equal(back[mask.bool()], x[mask.bool()])
+    assert back[~mask.bool()].abs().max() == 0
+    assert right_padded_lengths(mask).tolist() == [3, 1, 4]
+    assert right_padded_lengths(mask.flip(1)) is None
+
+
+def test_packing_option_is_validated():
+    with pytest.raises(bertblocks.ConfigError, match=r"encoder\.packing"):
+        bertblocks.build_model({**TINY, "encoder": {**TINY["encoder"], "packing": "sometimes"}})
