@@ -28,6 +28,17 @@ from .registry import (
     get_registry,
     hookimpl,
 )
+from .task_model import (
+    BertForMaskedLM,
+    BertForMultipleChoice,
+    BertForNextSentencePrediction,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertLMHeadModel,
+    BertTaskModel,
+)
 from .tokenizer import BertTokenizer, TokenizerFilesNotFoundError
 from .zoo import create_model, get_preset, list_presets
 
@@ -35,7 +46,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BertConfig",
+    "BertForMaskedLM",
+    "BertForMultipleChoice",
+    "BertForNextSentencePrediction",
+    "BertForPreTraining",
+    "BertForQuestionAnswering",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
+    "BertLMHeadModel",
     "BertModel",
+    "BertTaskModel",
     "BertTokenizer",
     "BuildError",
     "CheckpointError",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,14 +102,55 @@ def normalize_keys(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, 
     return out
 
 
+def tied_parameters(model: torch.nn.Module) -> dict[str, str]:
+    """Names under which a parameter appears a second time (tied weights) → its first name.
+
+    ``{"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight", "cls.predictions.decoder.bias":
+    "cls.predictions.bias"}`` for a tied masked-LM model; first in state-dict order is the name that is stored.
+    """
+    first: dict[int, str] = {}
+    tied: dict[str, str] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if id(parameter) in first:
+            tied[name] = first[id(parameter)]
+        else:
+            first[id(parameter)] = name
+    return tied
+
+
+def untied_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` without the second names of tied parameters: what a checkpoint stores.
+
+    transformers writes a tied masked-LM model without ``cls.predictions.decoder.{weight,bias}`` and re-ties
+    them on load; so do we.
+    """
+    tied = tied_parameters(model)
+    return {k: v for k, v in model.state_dict().items() if k not in tied}
+
+
 def match_state_dict(
     model: torch.nn.Module,
     state: Mapping[str, torch.Tensor],
     ignorable: Iterable[str] = (),
     required_prefixes: tuple[str, ...] = BACKBONE_PREFIXES,
     strict: bool = True,
+    *,
+    prefix: str = "",
 ) -> tuple[dict[str, torch.Tensor], LoadingInfo]:
     """Decide, key by key, what of ``state`` goes into ``model``.
+
+    Args:
+        model: what the weights go into.
+        state: the checkpoint's tensors, keys already normalised to the model's (legacy names, prefix).
+        ignorable: keys known to be unused (a position scheme's leftovers), dropped without complaint.
+        required_prefixes: the backbone's module prefixes, whose weights must all be present (``strict``).
+        strict: missing backbone weights are an error.
+        prefix: where the backbone sits in ``model`` (``"bert."`` in a task model); applied to the stale
+            buffers and ``required_prefixes``.
+
+    Tied parameters are loaded once, under their first name: a checkpoint need not hold the second name
+    (transformers does not write it) and, if it does, that copy is ignored, as transformers re-ties after
+    loading.
 
     Returns the tensors to load and a :class:`LoadingInfo`.
 
@@ -117,8 +159,10 @@ def match_state_dict(
             when ``strict``, backbone weights missing from the checkpoint. Pooler or head weights that are
             missing or unexpected are only reported, as transformers does.
     """
-    expected = model.state_dict()
-    ignorable = set(ignorable) | set(STALE_BUFFERS)
+    tied = tied_parameters(model)
+    expected = {k: v for k, v in model.state_dict().items() if k not in tied}
+    ignorable = set(ignorable) | {prefix + key for key in STALE_BUFFERS} | set(tied)
+    required_prefixes = tuple(prefix + p for p in required_prefixes)
     info = LoadingInfo()
     loadable: dict[str, torch.Tensor] = {}
     for key, tensor in state.items():
@@ -156,12 +200,14 @@ def write_checkpoint(
 ) -> list[Path]:
     """Write ``config.json`` and the weights (safetensors by default, sharded above ``max_shard_size`` bytes).
 
-    Tensors are written contiguous and unshared, as safetensors requires.
+    Tensors are written contiguous and unshared, as safetensors requires. Tied parameters should be left out
+    by the caller (:func:`untied_state_dict`); any other tensors that still share storage are copied.
     """
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(dict(config_json), indent=2, sort_keys=True) + "\n")
+    owners = Counter(v.untyped_storage().data_ptr() for v in state.values())
     tensors = {
-        k: v.detach().contiguous().clone() if _shares_storage(v, state) else v.detach().contiguous()
+        k: v.detach().contiguous().clone() if owners[v.untyped_storage().data_ptr()] > 1 else v.detach().contiguous()
         for k, v in state.items()
     }
     shards = _split(tensors, max_shard_size)
@@ -187,11 +233,6 @@ def write_checkpoint(
         }
         (directory / (SAFE_INDEX if safe_serialization else BIN_INDEX)).write_text(json.dumps(index, indent=2))
     return written
-
-
-def _shares_storage(tensor: torch.Tensor, state: Mapping[str, torch.Tensor]) -> bool:
-    ptr = tensor.untyped_storage().data_ptr()
-    return sum(1 for t in state.values() if t.untyped_storage().data_ptr() == ptr) > 1
 
 
 def _split(tensors: Mapping[str, torch.Tensor], max_shard_size: int | None) -> list[dict[str, torch.Tensor]]:

@@ -13,6 +13,7 @@ from .checkpoint import (
     match_state_dict,
     normalize_keys,
     read_state_dict,
+    untied_state_dict,
     write_checkpoint,
 )
 from .configuration import ConfigSource, load_config
@@ -142,9 +143,10 @@ class BertModel(EncoderModel):
             safe_serialization: safetensors (default) or ``pytorch_model.bin``.
             max_shard_size: split the weights into shards of at most this many bytes, with an index file.
         """
-        config_json = self.config.to_hf()
+        # A backbone is saved as a backbone, whatever head its config names (a task model's `bert` shares it).
+        config_json = self.config.model_copy(update={"head": None}).to_hf()
         config_json["architectures"] = ["BertModel"]
-        write_checkpoint(Path(directory), self.state_dict(), config_json, safe_serialization, max_shard_size)
+        write_checkpoint(Path(directory), untied_state_dict(self), config_json, safe_serialization, max_shard_size)
 
     @property
     def num_parameters(self) -> int:
@@ -163,10 +165,35 @@ def build_model(
 
 
 def from_pretrained(
-    path: str | Path, overrides: Sequence[str] | Mapping[str, Any] = (), **kwargs: Any
-) -> BertModel | tuple[BertModel, LoadingInfo]:
-    """Shorthand for :meth:`BertModel.from_pretrained`."""
-    return BertModel.from_pretrained(path, overrides, **kwargs)
+    path: str | Path, overrides: Sequence[str] | Mapping[str, Any] = (), *, head: str | None = None, **kwargs: Any
+) -> Any:
+    """Load a checkpoint as a backbone (default) or as a task model.
+
+    Args:
+        path: checkpoint directory or hub id.
+        overrides: dotted config overrides.
+        head: ``None``: the backbone, :class:`BertModel` (whatever the checkpoint's ``architectures``);
+            ``"auto"``: the head ``config.json``'s ``architectures`` names (``BertForMaskedLM`` → a
+            :class:`~bertblocks.BertForMaskedLM`), or the backbone if it names none; a head name
+            (``"sequence_classification"``): a task model with that head.
+        kwargs: as for :meth:`BertModel.from_pretrained` / :meth:`bertblocks.BertTaskModel.from_pretrained`.
+    """
+    if head is None:
+        return BertModel.from_pretrained(path, overrides, **kwargs)
+    # imported here: task models are built on BertModel, so task_model imports this module
+    from .task_model import task_model_class
+
+    if head == "auto":
+        directory = resolve_pretrained(
+            path,
+            **{k: kwargs[k] for k in ("revision", "cache_dir", "local_files_only", "token") if k in kwargs},
+        )
+        config = load_config(directory, overrides, kwargs.get("registry"))
+        if config.head is None:
+            return BertModel.from_pretrained(directory, overrides, **kwargs)
+        head = config.head.name
+        path = directory
+    return task_model_class(head).from_pretrained(path, overrides, head=head, **kwargs)
 
 
 __all__ = ["BertConfig", "BertModel", "build_model", "from_pretrained"]

@@ -446,8 +446,12 @@ class BertConfig(BaseModel):
                     node = node[part]
                 node[leaf] = src.pop(hf_key)
         ours = src.pop("bertblocks", None) or {}
-        if src.get("architectures") == ["BertModel"]:
+        architectures = src.get("architectures")
+        if architectures == ["BertModel"]:
             src.pop("architectures")  # the default, rewritten by to_hf
+        elif isinstance(architectures, list) and len(architectures) == 1 and architectures[0] in HF_ARCHITECTURES:
+            # a task checkpoint: its class names the head (BertForMaskedLM → masked_lm); to_hf writes it back
+            data["head"] = {"name": HF_ARCHITECTURES[src.pop("architectures")[0]]}
         for key in _HF_DROPPED:
             src.pop(key, None)
         data["hf"] = src
@@ -464,7 +468,8 @@ class BertConfig(BaseModel):
         a ``bertblocks`` key, which transformers keeps as an inert attribute and :meth:`from_hf` reads back.
         """
         enc = self.encoder
-        out: dict[str, Any] = {"model_type": "bert", "architectures": ["BertModel"]}
+        architecture = _HEAD_ARCHITECTURES.get(self.head.name) if self.head is not None else None
+        out: dict[str, Any] = {"model_type": "bert", "architectures": [architecture or "BertModel"]}
         out.update(self.hf)
         out.update({key: getattr(self, key) for key in _HF_TOP_LEVEL if key != "num_labels"})
         out["id2label"] = {str(k): v for k, v in (self.id2label or {}).items()}
@@ -516,6 +521,18 @@ _HF_NESTED: dict[str, tuple[str, ...]] = {
     "hidden_act": ("encoder", "feedforward", "activation"),
     "chunk_size_feed_forward": ("encoder", "chunk_size_feed_forward"),
 }
+#: transformers' task-model class → built-in head name (config.json ``architectures`` ↔ ``head``)
+HF_ARCHITECTURES: dict[str, str] = {
+    "BertForMaskedLM": "masked_lm",
+    "BertForNextSentencePrediction": "next_sentence",
+    "BertForPreTraining": "pretraining",
+    "BertLMHeadModel": "causal_lm",
+    "BertForSequenceClassification": "sequence_classification",
+    "BertForTokenClassification": "token_classification",
+    "BertForQuestionAnswering": "question_answering",
+    "BertForMultipleChoice": "multiple_choice",
+}
+_HEAD_ARCHITECTURES = {head: architecture for architecture, head in HF_ARCHITECTURES.items()}
 # written by HF at save time and meaningless to carry over (rewritten by whoever saves next)
 _HF_DROPPED = ("model_type", "_name_or_path", "_attn_implementation_autoset")
 

@@ -12,11 +12,14 @@ Shape notation used throughout::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import nn
+
+from .outputs import ModelOutput, ModelOutputWithPooling
 
 if TYPE_CHECKING:
     from .cache import KVCache
@@ -262,10 +265,63 @@ class Pooler(nn.Module, ABC):
 
 
 class Head(nn.Module, ABC):
-    """A task head on top of the backbone (masked LM, classification, …).
+    """A task head on top of the backbone (masked LM, classification, …): logits, and the loss from labels.
+
+    Why the head's children are adopted by the task model: transformers keeps head modules as direct children
+    of the task model (``cls.predictions.bias``, ``classifier.weight``, ``qa_outputs.weight``). A head names its
+    children exactly so (``cls``, ``classifier``, ``dropout``, ``qa_outputs``), and the task model registers
+    those children as its own, keeping the head itself as an unregistered attribute that holds the logic. The
+    state-dict keys are then HF's without any renaming table (the same precedent as :class:`FeedForward`).
+    A head should therefore hold no parameters or buffers of its own, only in children.
+
+    Shapes::
+
+        output.last_hidden_state [b, q, H]   output.pooler_output [b, H] (only when needs_pooler)
+        batch_shape: leading shape of the caller's input_ids, (b,) — or (b, c) for multiple choice
 
     Attributes:
-        needs_pooler: the head reads ``pooler_output``, so the backbone must keep its pooler.
+        needs_pooler: the head reads ``pooler_output``, so the backbone keeps its pooler (HF builds masked-LM,
+            causal-LM, token-classification and QA models without one).
+        label_names: the label keyword arguments the head takes (``labels``, ``next_sentence_label``,
+            ``start_positions``, ``end_positions``); the task model refuses any other.
+        config_fields: config fields the head reads and may write back (``problem_type``): the task model
+            copies them onto the head's attributes of the same name before each call, and back after.
     """
 
     needs_pooler: ClassVar[bool] = False
+    label_names: ClassVar[tuple[str, ...]] = ("labels",)
+    config_fields: ClassVar[tuple[str, ...]] = ()
+
+    def prepare_inputs(self, inputs: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
+        """Reshape the backbone inputs (``input_ids``, ``attention_mask``, ``token_type_ids``, ``position_ids``,
+        ``inputs_embeds``) before the backbone runs; identity unless the head reads inputs of another rank."""
+        return inputs
+
+    @abstractmethod
+    def forward(
+        self,
+        output: ModelOutputWithPooling,
+        labels: Mapping[str, torch.Tensor],
+        batch_shape: tuple[int, ...],
+    ) -> ModelOutput:
+        """Logits (and, when ``labels`` holds every label the loss needs, the loss) from the backbone output.
+
+        Args:
+            output: what the backbone returned.
+            labels: the label tensors given, by keyword (only names from :attr:`label_names`).
+            batch_shape: leading shape of the caller's inputs, before :meth:`prepare_inputs`.
+
+        Returns:
+            An output with transformers' field names; the task model fills in ``hidden_states``,
+            ``attentions`` (and the decoder fields) from the backbone output where the type has them.
+
+        Raises:
+            ValueError: labels of the wrong shape, dtype or range, saying which and what was expected.
+        """
+
+    def tie_weights(self, input_embeddings: nn.Embedding) -> None:
+        """Share weights with the token embedding table (a masked-LM decoder), if the head was built to.
+
+        Called by the task model once the head is initialised, so initialisation never overwrites the
+        embeddings through a tied weight.
+        """

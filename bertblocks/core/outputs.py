@@ -79,3 +79,93 @@ class ModelOutputWithPooling(ModelOutput):
     past_key_values: Any = None
     attentions: tuple[torch.Tensor, ...] | None = None
     cross_attentions: tuple[torch.Tensor, ...] | None = None
+
+
+# ------------------------------------------------------------------------------------------ task heads
+# transformers' output types of the BERT task models: the same names, fields and field order, so that
+# `out.logits`, `out["loss"]` and `out[0]` read as they do with transformers.
+
+
+@dataclass
+class MaskedLMOutput(ModelOutput):
+    """Masked LM: ``logits [b, q, vocab]``; ``loss`` = cross-entropy over labels that are not -100."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class CausalLMOutputWithCrossAttentions(ModelOutput):
+    """Causal LM: ``logits [b, q, vocab]``; ``loss`` predicts token ``i + 1`` from position ``i``."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    past_key_values: Any = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+    cross_attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class NextSentencePredictorOutput(ModelOutput):
+    """Next-sentence prediction: ``logits [b, 2]`` (0 = B continues A, 1 = B is random)."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class BertForPreTrainingOutput(ModelOutput):
+    """Pre-training: masked-LM ``prediction_logits [b, q, vocab]`` and NSP ``seq_relationship_logits [b, 2]``;
+    ``loss`` is their sum."""
+
+    loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    seq_relationship_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class SequenceClassifierOutput(ModelOutput):
+    """Sequence classification or regression: ``logits [b, num_labels]``."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class TokenClassifierOutput(ModelOutput):
+    """Token classification: ``logits [b, q, num_labels]``."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class MultipleChoiceModelOutput(ModelOutput):
+    """Multiple choice: ``logits [b, choices]``; hidden states and attentions are per flattened choice."""
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class QuestionAnsweringModelOutput(ModelOutput):
+    """Extractive QA: ``start_logits`` and ``end_logits``, each ``[b, q]``."""
+
+    loss: torch.Tensor | None = None
+    start_logits: torch.Tensor | None = None
+    end_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None

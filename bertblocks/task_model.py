@@ -1,0 +1,462 @@
+"""Task models: a backbone (``self.bert``) plus a head from the registry, with transformers' task-model API.
+
+``BertForMaskedLM``, ``BertForSequenceClassification`` … are drop-ins for transformers' classes of the same
+names: the same forward arguments, output fields and checkpoint keys. Each is :class:`BertTaskModel` with its
+head fixed; :class:`BertTaskModel` itself takes any registered head (third-party ones included).
+
+Example:
+    >>> model = BertForSequenceClassification.from_pretrained("path/to/bert", ["num_labels=3"])
+    >>> out = model(input_ids, attention_mask=mask, labels=torch.tensor([0, 2]))
+    >>> out.loss.backward()
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import torch
+from torch import nn
+
+from .checkpoint import (
+    LoadingInfo,
+    find_weights,
+    match_state_dict,
+    normalize_keys,
+    read_state_dict,
+    untied_state_dict,
+    write_checkpoint,
+)
+from .configuration import ConfigSource, load_config
+from .core.config import BertConfig
+from .core.encoder import init_weights
+from .core.interfaces import Head
+from .core.outputs import ModelOutput
+from .hub import resolve_pretrained
+from .model import BertModel
+from .registry import BuildError, Registry, get_registry, validate_config
+
+logger = logging.getLogger("bertblocks")
+
+#: the backbone's output fields a head output also carries (when its type has them), as transformers passes on
+_PASSED_THROUGH = ("past_key_values", "hidden_states", "attentions", "cross_attentions")
+_LABEL_ARGUMENTS = ("labels", "next_sentence_label", "start_positions", "end_positions")
+
+T = TypeVar("T", bound="BertTaskModel")
+
+
+def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
+    """Build the head ``config.head`` names, with flat keyword arguments (see ``docs/how-to/task-heads.md``).
+
+    Raises:
+        BuildError: the config names no head, or the plugin returned something that is not a :class:`Head`.
+    """
+    if config.head is None:
+        raise BuildError("the config names no head (set head: masked_lm, sequence_classification, …)")
+    reg = registry or get_registry()
+    component = reg.get("head", config.head.name)
+    activation = reg.get("activation", config.encoder.feedforward.activation)
+    dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+    try:
+        head = component.factory(
+            hidden_size=config.hidden_size,
+            vocab_size=config.vocab_size,
+            num_labels=config.num_labels,
+            layer_norm_eps=config.layer_norm_eps,
+            activation=partial(activation.factory, options=activation.options.model_validate({})),
+            classifier_dropout=dropout,
+            tie_word_embeddings=config.tie_word_embeddings,
+            is_decoder=config.is_decoder,
+            options=component.options.model_validate(config.head.options()),
+        )
+    except ValueError as e:  # a head refusing the config (e.g. QA with num_labels != 2)
+        raise BuildError(f"head {config.head.name!r} from {component.provider}: {e}") from None
+    if not isinstance(head, Head):
+        raise BuildError(
+            f"head {config.head.name!r} from {component.provider} returned {type(head).__name__}, not a Head"
+        )
+    return head
+
+
+class BertTaskModel(nn.Module):
+    """A backbone plus a task head, with HF's checkpoint keys: ``bert.*`` and the head's (``cls.*``, ``classifier.*``,
+    ``qa_outputs.*``).
+
+    The head's child modules are registered on this model under their own names (HF's); the head object keeps
+    the logic (logits, loss) and is not itself a registered submodule, so no key carries a ``head.`` prefix and
+    ``parameters()`` lists each parameter once.
+
+    Attributes:
+        config: the model's config, shared with ``self.bert`` (as transformers shares it).
+        bert: the backbone, built without a pooler unless the head reads the pooled output (as transformers).
+        head: the head object (logic only; its modules are this model's children).
+    """
+
+    #: key prefix of the backbone in task checkpoints
+    base_model_prefix: ClassVar[str] = "bert"
+    #: the head this class always has (``None``: whatever the config or ``head=`` names)
+    head_name: ClassVar[str | None] = None
+
+    def __init__(self, config: BertConfig, backbone: BertModel, head: Head) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = backbone
+        for name, child in head.named_children():
+            if name == "bert":
+                raise BuildError(f"head {type(head).__name__} has a child named 'bert', which is the backbone's")
+            self.add_module(name, child)  # HF's key: `classifier.weight`, not `head.classifier.weight`
+        # A plain attribute, not a submodule: its children are registered above, once.
+        object.__setattr__(self, "head", head)
+
+    head: Head
+
+    # ------------------------------------------------------------------------------------------- building
+    @classmethod
+    def from_config(
+        cls: type[T],
+        config: ConfigSource,
+        overrides: Sequence[str] | Mapping[str, Any] = (),
+        *,
+        head: str | None = None,
+        registry: Registry | None = None,
+    ) -> T:
+        """Build a randomly initialised task model (HF's initialisation) from a config, a file or a dict.
+
+        Args:
+            config: a config, a YAML/JSON file, a checkpoint directory or a dict.
+            overrides: dotted config overrides (``["num_labels=3"]``).
+            head: the head to use; default: the class's (``BertForMaskedLM`` → ``masked_lm``), else the
+                config's ``head``.
+            registry: where components are looked up.
+
+        Raises:
+            BuildError: no head named, a head that conflicts with the class, or a head the config cannot serve
+                (e.g. one reading the pooled output while ``pooler`` is null).
+            ConfigError: the config is invalid.
+        """
+        reg = registry or get_registry()
+        cfg = load_config(config, overrides, reg)
+        if cls.head_name is not None and head is not None and head != cls.head_name:
+            raise BuildError(f"{cls.__name__} always has the {cls.head_name!r} head; got head={head!r}")
+        name = cls.head_name or head or (cfg.head.name if cfg.head is not None else None)
+        if name is None:
+            raise BuildError(
+                "no head: the config names none and none was given "
+                "(pass head='masked_lm', … or use a class such as BertForMaskedLM)"
+            )
+        if cfg.head is None or cfg.head.name != name:
+            # the class (or argument) decides, as loading a BertForPreTraining checkpoint into
+            # transformers' BertForSequenceClassification does; the old head's options go with it
+            cfg = validate_config({**cfg.model_dump(), "head": {"name": name}}, reg)
+        model_cls = cls if cls.head_name is not None else _TASK_CLASSES.get(name, cls)
+        head_module = build_head(cfg, reg)
+        if head_module.needs_pooler and cfg.pooler is None:
+            raise BuildError(f"the {name!r} head reads the pooled output, but the config has pooler: null")
+        backbone = BertModel.from_config(cfg, registry=reg, add_pooling_layer=head_module.needs_pooler)
+        # One config object for the model and its backbone, as in transformers; the backbone's structure was
+        # fixed when it was built (it ignores `head`, and `pooler` only chose whether it has one).
+        backbone.config = cfg
+        init_weights(head_module, cfg.initializer_range)
+        head_module.tie_weights(backbone.get_input_embeddings())  # after init: never re-draw the embeddings
+        return model_cls(cfg, backbone, head_module)  # type: ignore[return-value]
+
+    @classmethod
+    def from_pretrained(
+        cls: type[T],
+        path: str | Path,
+        overrides: Sequence[str] | Mapping[str, Any] = (),
+        *,
+        head: str | None = None,
+        registry: Registry | None = None,
+        attn_implementation: str | None = None,
+        strict: bool = True,
+        output_loading_info: bool = False,
+        revision: str | None = None,
+        cache_dir: str | Path | None = None,
+        local_files_only: bool = False,
+        token: str | bool | None = None,
+    ) -> T | tuple[T, LoadingInfo]:
+        """Load an HF checkpoint (task or backbone-only) into a task model.
+
+        A backbone-only checkpoint (keys without ``bert.``) leaves the head newly initialised; a checkpoint of
+        another task leaves its head weights unused. Both are reported by name (a ``bertblocks`` logger
+        warning, and :class:`LoadingInfo`), as transformers does; missing *backbone* weights are an error.
+
+        Args:
+            path: checkpoint directory or hub id (see :meth:`bertblocks.BertModel.from_pretrained`).
+            overrides: dotted config overrides applied to the checkpoint's config (``["num_labels=3"]``).
+            head: for :class:`BertTaskModel`: the head; default: the one ``architectures`` names.
+            registry: where components are looked up.
+            attn_implementation: ``"eager"``/``"sdpa"``/a plugin backend.
+            strict: missing backbone weights are an error (``False``: keep them as initialised, report them).
+            output_loading_info: also return the :class:`LoadingInfo`.
+            revision, cache_dir, local_files_only, token: hub options.
+
+        Raises:
+            FileNotFoundError: no config or weights at ``path``.
+            ConfigError: the config is invalid.
+            CheckpointError: weights that do not fit (wrong shape, foreign architecture, missing backbone).
+        """
+        directory = resolve_pretrained(
+            path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
+        )
+        extra: dict[str, Any] | list[str] = dict(overrides) if isinstance(overrides, Mapping) else list(overrides)
+        if attn_implementation is not None:
+            if isinstance(extra, dict):
+                extra["encoder.attention.backend"] = attn_implementation
+            else:
+                extra.append(f"encoder.attention.backend={attn_implementation}")
+        model = cls.from_config(directory, extra, head=head, registry=registry)
+        info = model.load_checkpoint(directory, strict=strict)
+        return (model, info) if output_loading_info else model
+
+    # -------------------------------------------------------------------------------------- checkpoints
+    def load_checkpoint(self, directory: str | Path, strict: bool = True) -> LoadingInfo:
+        """Load the weights of an HF checkpoint directory; report newly initialised and unused weights by name."""
+        prefix = f"{self.base_model_prefix}."
+        state = normalize_keys(read_state_dict(find_weights(Path(directory))), "")  # legacy names only
+        if not any(key.startswith(prefix) for key in state):
+            state = {prefix + key: tensor for key, tensor in state.items()}  # a backbone-only checkpoint
+        ignorable = [prefix + key for key in self.bert.position_scheme.ignored_checkpoint_keys]
+        loadable, info = match_state_dict(self, state, ignorable=ignorable, strict=strict, prefix=prefix)
+        self.load_state_dict(loadable, strict=False)
+        name = type(self).__name__
+        if info.missing_keys:
+            logger.warning(
+                "Some weights of %s were not initialized from the checkpoint at %s and are newly initialized: "
+                "%s. You should probably train this model on a down-stream task.",
+                name,
+                directory,
+                ", ".join(info.missing_keys),
+            )
+        if info.unexpected_keys:
+            logger.warning(
+                "Some weights of the checkpoint at %s were not used when initializing %s: %s",
+                directory,
+                name,
+                ", ".join(info.unexpected_keys),
+            )
+        return info
+
+    def save_pretrained(
+        self, directory: str | Path, *, safe_serialization: bool = True, max_shard_size: int | None = None
+    ) -> None:
+        """Write ``config.json`` (``architectures`` = HF's class name) and the weights, without tied copies, so
+        that transformers' matching class and Auto classes load them with no missing or unexpected keys.
+
+        Args:
+            directory: created if needed.
+            safe_serialization: safetensors (default) or ``pytorch_model.bin``.
+            max_shard_size: split the weights into shards of at most this many bytes, with an index file.
+        """
+        config_json = self.config.to_hf()
+        write_checkpoint(Path(directory), untied_state_dict(self), config_json, safe_serialization, max_shard_size)
+
+    # ------------------------------------------------------------------------------------------- forward
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        head_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **backbone_kwargs: Any,
+    ) -> ModelOutput | tuple[Any, ...]:
+        """Run the backbone and the head; with labels, also the loss. Arguments are transformers' task models'.
+
+        Args:
+            input_ids, attention_mask, token_type_ids, position_ids, head_mask, inputs_embeds: as for
+                :class:`bertblocks.BertModel` (``[b, c, q]`` for multiple choice).
+            labels: the head's targets (class indices, token ids with -100 to ignore, or regression values).
+            next_sentence_label: the pre-training head's NSP targets ``[b]``.
+            start_positions, end_positions: the QA head's span targets ``[b]``.
+            output_attentions, output_hidden_states, return_dict: as for the backbone.
+            backbone_kwargs: passed on to the backbone (``encoder_hidden_states``, ``encoder_attention_mask``,
+                ``past_key_values``, ``use_cache``).
+
+        Raises:
+            ValueError: a label argument this head does not take, or labels of the wrong shape, dtype or range.
+        """
+        given = {
+            name: value
+            for name, value in zip(
+                _LABEL_ARGUMENTS, (labels, next_sentence_label, start_positions, end_positions), strict=True
+            )
+            if value is not None
+        }
+        head = self.head
+        unknown = [name for name in given if name not in head.label_names]
+        if unknown:
+            raise ValueError(
+                f"{type(self).__name__} ({self._head_label()} head) takes {', '.join(head.label_names)}; "
+                f"got {', '.join(unknown)}"
+            )
+        if given and self.config.is_decoder:
+            backbone_kwargs["use_cache"] = False  # a loss reads the whole sequence: no cache (as HF's LM head)
+        if input_ids is not None:
+            batch_shape = tuple(input_ids.shape[:-1])
+        elif inputs_embeds is not None:
+            batch_shape = tuple(inputs_embeds.shape[:-2])
+        else:
+            batch_shape = ()
+        inputs = head.prepare_inputs(
+            {
+                "input_ids": input_ids,
+                "attention_mask": attention_mask,
+                "token_type_ids": token_type_ids,
+                "position_ids": position_ids,
+                "inputs_embeds": inputs_embeds,
+            }
+        )
+        output = self.bert(
+            **inputs,
+            head_mask=head_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **backbone_kwargs,
+        )
+        for field in head.config_fields:  # the config is the truth; the head mirrors it for this call
+            setattr(head, field, getattr(self.config, field))
+        result = head(output, given, batch_shape)
+        for field in head.config_fields:  # what the head learned (HF writes problem_type back)
+            value = getattr(head, field)
+            if value != getattr(self.config, field):
+                setattr(self.config, field, value)
+        names = {f.name for f in fields(result)}
+        for field in _PASSED_THROUGH:
+            if field in names and getattr(result, field) is None:
+                setattr(result, field, getattr(output, field))
+        return result if return_dict is None or return_dict else result.to_tuple()
+
+    # ------------------------------------------------------------------------------------------ utilities
+    def _head_label(self) -> str:
+        return self.config.head.name if self.config.head is not None else type(self.head).__name__
+
+    def train(self: T, mode: bool = True) -> T:
+        super().train(mode)
+        self.head.training = mode  # the unregistered head object; its modules were switched above
+        return self
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.bert.get_input_embeddings()
+
+    def get_output_embeddings(self) -> nn.Module | None:
+        """The LM decoder (``cls.predictions.decoder``) of language-model heads, else ``None``."""
+        cls_module = getattr(self, "cls", None)
+        predictions = getattr(cls_module, "predictions", None)
+        return getattr(predictions, "decoder", None)
+
+    def gradient_checkpointing_enable(self) -> None:
+        """Recompute the backbone's layer activations in backward instead of storing them (training only)."""
+        self.bert.gradient_checkpointing_enable()
+
+    def gradient_checkpointing_disable(self) -> None:
+        self.bert.gradient_checkpointing_disable()
+
+    def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
+        """Remove attention heads of the backbone for good (see :meth:`bertblocks.BertModel.prune_heads`)."""
+        self.bert.prune_heads(heads_to_prune)
+
+    @property
+    def num_parameters(self) -> int:
+        """Unique parameters (a tied weight counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+# ------------------------------------------------------------------------------ transformers' class names
+class BertForMaskedLM(BertTaskModel):
+    """transformers' ``BertForMaskedLM``: the ``masked_lm`` head (no pooler; decoder tied to the embeddings)."""
+
+    head_name = "masked_lm"
+
+
+class BertForNextSentencePrediction(BertTaskModel):
+    """transformers' ``BertForNextSentencePrediction``: the ``next_sentence`` head on the pooled output."""
+
+    head_name = "next_sentence"
+
+
+class BertForPreTraining(BertTaskModel):
+    """transformers' ``BertForPreTraining``: the ``pretraining`` head (masked LM + next sentence)."""
+
+    head_name = "pretraining"
+
+
+class BertLMHeadModel(BertTaskModel):
+    """transformers' ``BertLMHeadModel``: the ``causal_lm`` head (no pooler); a decoder with ``is_decoder: true``."""
+
+    head_name = "causal_lm"
+
+
+class BertForSequenceClassification(BertTaskModel):
+    """transformers' ``BertForSequenceClassification``: the ``sequence_classification`` head (``problem_type``)."""
+
+    head_name = "sequence_classification"
+
+
+class BertForTokenClassification(BertTaskModel):
+    """transformers' ``BertForTokenClassification``: the ``token_classification`` head (no pooler)."""
+
+    head_name = "token_classification"
+
+
+class BertForQuestionAnswering(BertTaskModel):
+    """transformers' ``BertForQuestionAnswering``: the ``question_answering`` head (no pooler)."""
+
+    head_name = "question_answering"
+
+
+class BertForMultipleChoice(BertTaskModel):
+    """transformers' ``BertForMultipleChoice``: the ``multiple_choice`` head (inputs ``[b, choices, seq]``)."""
+
+    head_name = "multiple_choice"
+
+
+#: head name → the class named as transformers names it (the class ``BertTaskModel.from_*`` returns)
+_TASK_CLASSES: dict[str, type[BertTaskModel]] = {
+    cls.head_name: cls
+    for cls in (
+        BertForMaskedLM,
+        BertForNextSentencePrediction,
+        BertForPreTraining,
+        BertLMHeadModel,
+        BertForSequenceClassification,
+        BertForTokenClassification,
+        BertForQuestionAnswering,
+        BertForMultipleChoice,
+    )
+    if cls.head_name is not None
+}
+
+
+def task_model_class(head: str) -> type[BertTaskModel]:
+    """The class for ``head``: transformers' name for a built-in head, :class:`BertTaskModel` for others."""
+    return _TASK_CLASSES.get(head, BertTaskModel)
+
+
+__all__ = [
+    "BertForMaskedLM",
+    "BertForMultipleChoice",
+    "BertForNextSentencePrediction",
+    "BertForPreTraining",
+    "BertForQuestionAnswering",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
+    "BertLMHeadModel",
+    "BertTaskModel",
+    "build_head",
+    "task_model_class",
+]
