@@ -111,7 +111,7 @@ def resolve_tokenizer_files(
     fetch = _Fetcher(str(path_or_id), revision, cache_dir, local_files_only, token)
     found = [p for p in (fetch.optional(name) for name in files) if p is not None]
     if not found:
-        raise PretrainedNotFoundError(f"{fetch.describe()} has none of the tokenizer files {', '.join(files)}.")
+        raise fetch._error(f"any of the tokenizer files ({', '.join(files)})", None)
     return found[0].parent
 
 
@@ -215,8 +215,8 @@ class _Fetcher:
         where = f"the hub cache ({self.cache_dir})" if self.cache_dir else "the hub cache"
         if self.offline:
             return PretrainedNotFoundError(
-                f"{self.repo_id!r} is not a local directory, and {filename} of {self.describe()} is not in "
-                f"{where}. Offline mode is on (local_files_only=True or HF_HUB_OFFLINE=1), so the hub was not "
+                f"{self.repo_id!r} is not a local directory, and {filename} of {self.describe()} is not "
+                f"in {where}. Offline mode is on (local_files_only=True or HF_HUB_OFFLINE=1), so the hub was not "
                 "asked: download the model once while online, or pass the path of a directory that holds "
                 "config.json and the weights."
             )
@@ -227,7 +227,7 @@ class _Fetcher:
         elif isinstance(cause, RevisionNotFoundError):
             why = "has no such revision"
         elif cause is None:
-            why = f"has no {filename}"
+            why = f"has not {filename}" if filename.startswith("any ") else f"has no {filename}"
         elif isinstance(cause, LocalEntryNotFoundError):
             why = f"could not be reached, and {filename} is not in {where}"
         else:
