@@ -236,27 +236,20 @@ def _configure_build(parser: argparse.ArgumentParser) -> None:
 
 
 def _build_model(cfg: Any, head: str | None, device: str = "meta") -> Any:
-    """Assemble ``cfg`` (with ``head``) without weights; on the meta device only shapes are made (no memory)."""
+    """Assemble ``cfg`` (with ``head``) without weights; on the meta device only shapes are made (no memory).
+
+    A head (``--head`` or the config's ``head``) gives a task model (``BertForMaskedLM``, …), else a backbone.
+    """
     import torch
 
     import bertblocks
 
-    if head is not None:
-        cfg = bertblocks.load_config(cfg, {"head": head})
+    from .task_model import BertTaskModel
+
     with torch.device(device):
-        if cfg.head is None:
+        if head is None and cfg.head is None:
             return bertblocks.build_model(cfg)
-        return _build_head_model(cfg)
-
-
-def _build_head_model(cfg: Any) -> Any:
-    import bertblocks
-
-    builder = getattr(bertblocks, "build_model", None)
-    try:
-        return builder(cfg)  # type: ignore[misc]
-    except TypeError as e:
-        raise UnavailableError(f"this installation cannot build task heads ({e})") from None
+        return BertTaskModel.from_config(cfg, head=head)
 
 
 def _run_build(args: argparse.Namespace) -> int:
@@ -437,8 +430,9 @@ def _run_trace(args: argparse.Namespace) -> int:
 
     from . import introspect
 
-    if _is_checkpoint(args.config) and args.head is None:
-        model = bertblocks.from_pretrained(args.config, args.overrides)
+    if _is_checkpoint(args.config):
+        # the checkpoint's own head (its config.json `architectures`) unless --head names another
+        model = bertblocks.from_pretrained(args.config, args.overrides, head=args.head or "auto")
         tok_dir = args.tokenizer or args.config
     else:
         cfg = config_from_args(args)
@@ -466,6 +460,8 @@ def _run_trace(args: argparse.Namespace) -> int:
         notes.append(f"token ids taken modulo vocab_size={cfg.vocab_size}")
     if "token_type_ids" in batch:
         batch["token_type_ids"] = batch["token_type_ids"] % cfg.type_vocab_size
+    if cfg.head is not None and cfg.head.name == "multiple_choice":
+        batch = {k: v[:, None] for k, v in batch.items()}  # [b, choices, q]: one choice
     steps = introspect.trace(model, batch, max_depth=args.depth)
     text = introspect.format_trace(steps, tokens[:length])
     if notes:

@@ -502,3 +502,55 @@ def test_embed_with_a_missing_model(capsys, tmp_path):
     assert code == 1
     assert "nowhere" in err
     assert "Traceback" not in err
+
+
+# -------------------------------------------------------------------------------------------- task heads
+def test_build_bert_base_cased_with_mlm_head_counts_like_torchinfo(capsys):
+    """The figures the issue quotes from torchinfo, and the unique count transformers gives the same model."""
+    import transformers
+
+    code, out, err = run(capsys, "build", "bert-base-cased", "--head", "masked_lm")
+    assert code == 0, err
+    assert "Total params (counted per module): 130,609,732" in out
+    assert "Unique params: 108,340,804 (22,268,928 shared)" in out
+    assert out.splitlines()[4].split() == ["BertForMaskedLM", "130,609,732"]
+    with torch.device("meta"):
+        reference = transformers.BertForMaskedLM(transformers.BertConfig(vocab_size=28996))
+    assert reference.num_parameters() == 108_340_804
+    tied = reference.get_input_embeddings().weight.numel()
+    assert 108_340_804 + tied == 130_609_732  # the decoder shares the word embeddings: counted in both branches
+
+
+def test_trace_a_task_checkpoint_runs_its_head(capsys, hf_checkpoint):
+    from bertblocks.sentence import minilm_path
+
+    directory = hf_checkpoint("BertForMaskedLM")
+    code, out, err = run(
+        capsys, "trace", str(directory), "--text", "a test", "--tokenizer", str(minilm_path()), "--json"
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    model_step = data["steps"][0]
+    assert model_step["type"] == "BertForMaskedLM"
+    assert model_step["outputs"]["logits"] == [1, 4, 99]
+    assert data["notes"] == ["token ids taken modulo vocab_size=99"]
+    assert any(s["path"] == "cls.predictions.decoder" for s in data["steps"])
+
+
+def test_diagram_and_build_with_a_classification_head(capsys, tiny_yaml):
+    code, out, err = run(capsys, "diagram", str(tiny_yaml), "--head", "sequence_classification")
+    assert code == 0, err
+    assert '    head["head: sequence_classification"]' in out
+    assert "    pooler -.-> head" in out
+    code, out, _ = run(capsys, "build", str(tiny_yaml), "--head", "sequence_classification", "--set", "num_labels=3")
+    assert code == 0
+    assert any(
+        line.split()[:2] == ["classifier:", "Linear"] and line.endswith(f"{32 * 3 + 3:,}") for line in out.splitlines()
+    )
+
+
+def test_build_with_an_unknown_head(capsys, tiny_yaml):
+    code, _, err = run(capsys, "build", str(tiny_yaml), "--head", "masked_lmm")
+    assert code == 1
+    assert "unknown head 'masked_lmm'" in err
+    assert "did you mean 'masked_lm'" in err
