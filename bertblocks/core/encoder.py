@@ -385,6 +385,7 @@ class EncoderModel(nn.Module):
                 f"of this model; truncate the input (e.g. tokenizer max_length)"
             )
         if token_type_ids is not None:
+            _check_integer("token_type_ids", token_type_ids)
             if tuple(token_type_ids.shape) != (batch, length):
                 raise ValueError(
                     f"token_type_ids must have the input's shape {(batch, length)}; got {tuple(token_type_ids.shape)}"
@@ -396,6 +397,7 @@ class EncoderModel(nn.Module):
             ):
                 raise ValueError(f"token_type_ids must lie in [0, {cfg.type_vocab_size}) (type_vocab_size)")
         if position_ids is not None:
+            _check_integer("position_ids", position_ids)
             if position_ids.dim() != 2 or position_ids.shape[-1] != length or position_ids.shape[0] not in (1, batch):
                 raise ValueError(f"position_ids must be [batch or 1, {length}]; got shape {tuple(position_ids.shape)}")
             if (
@@ -413,13 +415,13 @@ class EncoderModel(nn.Module):
         if head_mask is None:
             return None
         layers, heads = self.config.encoder.num_layers, self.config.encoder.attention.num_heads
-        if head_mask.dim() == 1:
-            head_mask = head_mask.unsqueeze(0).expand(layers, -1)
-        if head_mask.dim() != 2 or tuple(head_mask.shape) != (layers, heads):
+        if tuple(head_mask.shape) not in ((heads,), (layers, heads)):  # checked before expanding: report what was given
             raise ValueError(
                 f"head_mask must be [num_heads] = [{heads}] or [num_layers, num_heads] = [{layers}, {heads}]; "
                 f"got shape {tuple(head_mask.shape)}"
             )
+        if head_mask.dim() == 1:
+            head_mask = head_mask.unsqueeze(0).expand(layers, -1)
         return head_mask.to(dtype)
 
     # ------------------------------------------------------------------------------------------- utilities
@@ -444,6 +446,12 @@ class EncoderModel(nn.Module):
 
     def gradient_checkpointing_disable(self) -> None:
         self.encoder.gradient_checkpointing = False
+
+
+def _check_integer(name: str, tensor: torch.Tensor) -> None:
+    # an embedding look-up with floats fails deep inside torch with a message that names no argument
+    if tensor.is_floating_point() or tensor.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer tensor; got {tensor.dtype}")
 
 
 @torch.no_grad()

@@ -33,10 +33,15 @@ def check_attention_mask(mask: torch.Tensor, batch_size: int, query_length: int,
             f"(batch={batch_size}, query_len={query_length}, key_len={key_length}, where key_len counts "
             f"cached positions too)"
         )
-    if mask.is_floating_point() and not torch.compiler.is_compiling() and bool((mask < 0).any()):
-        raise ValueError(
-            "attention_mask holds negative values: pass a 0/1 padding mask (1 = attend), not an additive mask"
-        )
+    if mask.dtype != torch.bool and not torch.compiler.is_compiling() and mask.numel():
+        # (1 - m) * finfo.min turns any value other than 0 or 1 into a huge bias of either sign, so an
+        # additive mask (0 / -10000) or a count passed by mistake would silently give wrong numbers
+        low, high = (v.item() for v in torch.aminmax(mask))
+        if low < 0 or high > 1:
+            raise ValueError(
+                f"attention_mask holds values outside [0, 1] (min {low}, max {high}): pass a 0/1 padding mask "
+                "(1 = attend), not an additive mask"
+            )
 
 
 def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
