@@ -257,7 +257,14 @@ class BertTokenizer:
                     length=max_length if pad == "max_length" else None,
                 )
             inputs: list[Any] = texts if pairs is None else list(zip(texts, pairs, strict=True))
-            return backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
+            try:
+                return backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
+            except Exception as e:  # tokenizers raises a bare Exception for impossible truncation
+                if "truncat" not in str(e).lower():
+                    raise
+                raise ValueError(
+                    f"cannot truncate to max_length={max_length} with truncation={truncation!r}: {e}"
+                ) from None
         finally:
             backend.no_padding()
             backend.no_truncation()
