@@ -26,6 +26,7 @@ from .core.config import ConfigError
 from .hub import resolve_pretrained
 from .model import BertModel
 from .registry import Registry, get_registry
+from .task_model import BertTaskModel, task_model_class
 
 
 def list_presets(pattern: str = "*", *, registry: Registry | None = None) -> list[str]:
@@ -65,17 +66,19 @@ def create_model(
     token: str | bool | None = None,
     strict: bool = True,
     **fields: Any,
-) -> BertModel:
+) -> BertModel | BertTaskModel:
     """Build the architecture of preset ``name``, optionally with a head and pretrained weights.
 
     Args:
         name: a preset (see :func:`list_presets`).
-        head: a task head by name (``"masked_lm"``) or as a spec (``{"name": "sequence_classification"}``);
-            ``None`` builds the bare backbone. Head models are not available in this version yet: a head raises
-            ``NotImplementedError``.
+        head: a task head by name (``"masked_lm"``) or as a spec with its options
+            (``{"name": "sequence_classification", ...}``); the model is then the matching task class
+            (:class:`~bertblocks.BertForMaskedLM`, …, with HF's checkpoint keys). ``None`` builds the backbone,
+            :class:`~bertblocks.BertModel` (unless an override sets ``head``).
         pretrained: a checkpoint directory or hub id whose weights are loaded into the preset's architecture
             (its ``config.json`` is not used: the preset and overrides decide the architecture, and weights that
-            do not fit raise :class:`~bertblocks.CheckpointError`).
+            do not fit raise :class:`~bertblocks.CheckpointError`). With a head, a backbone-only checkpoint
+            leaves the head newly initialised (reported, as transformers does).
         overrides: dotted keys, as a mapping (``{"encoder.attention.backend": "eager"}``) or as
             ``["encoder.num_layers=4"]`` strings whose values are parsed as YAML; what ``--set`` does on the
             command line.
@@ -95,12 +98,14 @@ def create_model(
     Raises:
         UnknownPresetError: no preset of that name (the closest are named).
         ConfigError: an override makes the config invalid (every problem, with its dotted path).
+        BuildError: a head the config cannot serve (e.g. one reading the pooled output with ``pooler: null``).
         FileNotFoundError: ``pretrained`` is neither a directory nor a hub id that can be found.
         CheckpointError: the pretrained weights do not fit the architecture.
 
     Example:
         >>> model = create_model("bert-mini-uncased-relative-key", overrides={"encoder.num_layers": 2})
         >>> model = create_model("bert-base-uncased", pretrained="google-bert/bert-base-uncased")
+        >>> classifier = create_model("bert-tiny-uncased", head="sequence_classification", num_labels=3)
     """
     reg = registry or get_registry()
     data = copy.deepcopy(dict(reg.get_preset(name).config))
@@ -108,13 +113,14 @@ def create_model(
     if head is not None:
         data["head"] = {"name": head} if isinstance(head, str) else dict(head)
     data = apply_overrides(data, overrides)
-    if data.get("head") is not None:
-        raise NotImplementedError(
-            f"create_model({name!r}) was asked for the head {data['head']!r}, but this version of bertblocks "
-            "builds backbones only; leave head=None"
-        )
+    spec = data.get("head")
+    head_name = spec if isinstance(spec, str) else spec.get("name") if isinstance(spec, Mapping) else None
+    model: BertModel | BertTaskModel
     try:
-        model = BertModel.from_config(data, registry=reg)
+        if head_name is None:
+            model = BertModel.from_config(data, registry=reg)
+        else:
+            model = task_model_class(head_name).from_config(data, head=head_name, registry=reg)
     except ConfigError as e:
         raise ConfigError(e.issues, f"preset {name}") from None
     if pretrained is not None:

@@ -271,6 +271,37 @@ def test_a_preset_with_an_invalid_config_fails_when_used_with_its_name():
         bertblocks.create_model("bad-bert", registry=reg)
 
 
-def test_head_is_refused_until_head_models_exist():
-    with pytest.raises(NotImplementedError, match="masked_lm"):
-        bertblocks.create_model("bert-tiny-uncased", head="masked_lm")
+@pytest.mark.parametrize(
+    ("head", "hf_class"),
+    [("masked_lm", "BertForMaskedLM"), ("sequence_classification", "BertForSequenceClassification")],
+)
+def test_create_model_with_a_head_builds_the_task_model_transformers_builds(head, hf_class):
+    with torch.device("meta"):
+        ours = bertblocks.create_model("bert-mini-uncased", head=head, num_labels=3)
+        cfg = ours.config
+        theirs = getattr(transformers, hf_class)(transformers.BertConfig(**cfg.to_hf()))
+    assert type(ours).__name__ == hf_class
+    assert cfg.to_hf()["architectures"] == [hf_class]
+    mine = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
+    assert mine == {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
+
+
+def test_create_model_with_a_head_loads_a_backbone_checkpoint_and_leaves_the_head_new(hf_checkpoint):
+    directory = hf_checkpoint(hidden_size=128, num_attention_heads=2, intermediate_size=512)
+    small = {"vocab_size": TINY_HF["vocab_size"], "max_position_embeddings": TINY_HF["max_position_embeddings"]}
+    model = bertblocks.create_model(
+        "bert-tiny-uncased", head={"name": "sequence_classification"}, pretrained=directory, num_labels=4, **small
+    )
+    assert isinstance(model, bertblocks.BertForSequenceClassification)
+    assert model.classifier.out_features == 4
+    backbone = bertblocks.BertModel.from_pretrained(directory)
+    for key, value in backbone.state_dict().items():
+        assert torch.equal(model.bert.state_dict()[key], value), key
+
+
+def test_an_unknown_head_names_the_closest():
+    with pytest.raises(bertblocks.ConfigError) as err:
+        bertblocks.create_model("bert-tiny-uncased", head="masked_ml")
+    assert "preset bert-tiny-uncased" in str(err.value)
+    assert "head: unknown head 'masked_ml'" in str(err.value)
+    assert "did you mean 'masked_lm'?" in str(err.value)
