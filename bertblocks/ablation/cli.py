@@ -23,7 +23,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="ADDR",
         help="Ray cluster to join (HOST:PORT, ray://HOST:PORT or auto); default: a local Ray instance",
     )
-    parser.add_argument("--workers", type=int, default=1, metavar="N", help="local worker processes (default 1)")
+    parser.add_argument(
+        "--workers", type=int, default=1, metavar="N", help="local worker processes (default 1; 0: in this process)"
+    )
     parser.add_argument(
         "--set",
         dest="overrides",

@@ -10,6 +10,7 @@ Masked-LM sequences pack consecutive sentences (``[CLS] s1 [SEP] s2 [SEP] …``)
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,14 +54,51 @@ class PreparedData:
         return [self.pad_id, self.cls_id, self.sep_id, self.mask_id]
 
 
-def train_tokenizer(texts: list[str], vocab_size: int, lowercase: bool = True) -> Tokenizer:
-    """A BERT-style WordPiece tokenizer trained on ``texts``; ``[PAD]`` is id 0."""
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+def _bert_tokenizer(vocab: dict[str, int], lowercase: bool) -> Tokenizer:
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer)
     return tokenizer
+
+
+def train_tokenizer(texts: list[str], vocab_size: int, lowercase: bool = True, trainer: str = "frequency") -> Tokenizer:
+    """A BERT-style WordPiece tokenizer (``tokenizers``) for ``texts``; ``[PAD]`` is id 0.
+
+    Args:
+        texts: the corpus.
+        vocab_size: the largest vocabulary.
+        lowercase: BERT's uncased normalisation.
+        trainer: ``frequency`` (default): the special tokens, every character (as a word start and as a
+            ``##`` continuation, so any word can be spelt), then whole words by frequency (ties
+            alphabetical) up to ``vocab_size``. A pure function of the corpus. ``wordpiece``: the
+            ``tokenizers`` WordPiece trainer, which learns sub-word merges but breaks ties between equally
+            frequent merges in hash order, so two trainings on one corpus can differ (we saw 5 of 6 differ):
+            runs on different executors would then not see the same token ids.
+    """
+    if trainer == "wordpiece":
+        tokenizer = _bert_tokenizer({"[UNK]": 0}, lowercase)
+        wordpiece = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False
+        )
+        tokenizer.train_from_iterator(texts, wordpiece)
+        return tokenizer
+    probe = _bert_tokenizer({"[UNK]": 0}, lowercase)
+    counts: Counter[str] = Counter()
+    for text in texts:
+        normal = probe.normalizer.normalize_str(text)  # type: ignore[union-attr]
+        counts.update(word for word, _ in probe.pre_tokenizer.pre_tokenize_str(normal))  # type: ignore[union-attr]
+    letters = sorted({ch for word in counts for ch in word})
+    tokens = [*SPECIAL_TOKENS, *letters, *(f"##{ch}" for ch in letters)]
+    if len(tokens) > vocab_size:
+        raise ValueError(f"vocab_size {vocab_size} is below the {len(tokens)} special and character tokens")
+    seen = set(tokens)
+    for word, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        if len(tokens) >= vocab_size:
+            break
+        if word not in seen:
+            tokens.append(word)
+            seen.add(word)
+    return _bert_tokenizer({token: i for i, token in enumerate(tokens)}, lowercase)
 
 
 def load_texts(study: Study) -> tuple[list[str], list[int] | None]:
@@ -100,7 +138,10 @@ def get_tokenizer(study: Study, texts: list[str], saved: Path | None = None) -> 
         return Tokenizer.from_file(str(path))
     if saved is not None and saved.is_file():
         return Tokenizer.from_file(str(saved))
-    return train_tokenizer(texts, spec.vocab_size, spec.lowercase)
+    try:
+        return train_tokenizer(texts, spec.vocab_size, spec.lowercase, spec.trainer)
+    except ValueError as e:
+        raise StudyError.single("tokenizer.vocab_size", str(e), study) from None
 
 
 def prepare(study: Study, tokenizer: Tokenizer, texts: list[str], labels: list[int] | None) -> PreparedData:

@@ -17,6 +17,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import replace
 from typing import Any, Protocol
 
+import torch
+
 from .run import RunTask, execute
 from .study import StudyError
 
@@ -30,6 +32,24 @@ class Executor(Protocol):
     def run(self, tasks: list[RunTask]) -> Iterator[Outcome]: ...
 
     def close(self) -> None: ...
+
+
+class InlineExecutor:
+    """Runs in the calling process, one after another (``workers=0``): for debugging and quick tests."""
+
+    def run(self, tasks: list[RunTask]) -> Iterator[Outcome]:
+        threads = torch.get_num_threads()
+        try:
+            for task in tasks:
+                try:
+                    yield task, execute(task)
+                except Exception as e:
+                    yield task, e
+        finally:
+            torch.set_num_threads(threads)  # execute() set the run's; give the caller back its own
+
+    def close(self) -> None:
+        pass
 
 
 class LocalExecutor:
@@ -108,10 +128,10 @@ def connect_ray(address: str | None, num_cpus: int | None = None) -> bool:
         import ray
     except ImportError:
         raise StudyError.single("executor", "the ray executor needs Ray: pip install 'bertblocks[ray]'") from None
+    if address and address not in ("auto", "local"):
+        _check_reachable(address)  # first, even when connected: the address asked for must answer
     if ray.is_initialized():
         return False
-    if address and address not in ("auto", "local"):
-        _check_reachable(address)
     try:
         if address:
             ray.init(address=address, log_to_driver=False, include_dashboard=False)

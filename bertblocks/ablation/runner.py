@@ -33,7 +33,7 @@ import yaml
 
 from . import report
 from .data import PreparedData, get_tokenizer, load_texts, prepare
-from .executors import Executor, LocalExecutor, RayExecutor, connect_ray
+from .executors import Executor, InlineExecutor, LocalExecutor, RayExecutor, connect_ray
 from .run import RunTask
 from .study import Study, StudyError, expand_variants, fingerprint, load_study
 
@@ -78,7 +78,7 @@ def run_study(
         out_dir: output folder; default ``ablation/<study name>`` in the working directory.
         overrides: ``--set``-style dotted changes to the study (``train.steps=10``).
         executor: ``local`` worker processes or ``ray``.
-        workers: local worker processes (``local`` only).
+        workers: local worker processes (``local`` only); 0 runs in this process, one run after another.
         ray_address: Ray cluster address (``ray`` only); ``None`` joins a Ray instance this process already
             started, or starts a local one.
         progress: show a progress bar on stderr.
@@ -91,8 +91,8 @@ def run_study(
     study = source if isinstance(source, Study) else load_study(source, list(overrides))
     if executor not in ("local", "ray"):
         raise StudyError.single("executor", f"unknown executor {executor!r}; choose local or ray", study)
-    if executor == "local" and workers < 1:
-        raise StudyError.single("workers", f"must be at least 1; got {workers}", study)
+    if executor == "local" and workers < 0:
+        raise StudyError.single("workers", f"must be 0 (this process) or more; got {workers}", study)
     out = Path(out_dir) if out_dir is not None else Path("ablation") / study.title
 
     data, tokenizer_json = None, None
@@ -115,9 +115,7 @@ def run_study(
         tasks = _tasks(study, data, tokenizer_json)
         runs_dir = out / "runs"
         runs_dir.mkdir(parents=True, exist_ok=True)
-        (out / "study.yaml").write_text(
-            yaml.safe_dump(study.spec.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
-        )
+        (out / "study.yaml").write_text(yaml.safe_dump(study.as_written(), sort_keys=False), encoding="utf-8")
         if tokenizer_json is not None:
             _write_atomic(out / "tokenizer.json", tokenizer_json)
 
@@ -132,7 +130,11 @@ def run_study(
         result = StudyResult(study, out, [], [], reused=list(records))
 
         failures: dict[str, str] = {}
-        engine: Executor = RayExecutor(study.spec.threads) if executor == "ray" else LocalExecutor(workers)
+        engine: Executor
+        if executor == "ray":
+            engine = RayExecutor(study.spec.threads)
+        else:
+            engine = LocalExecutor(workers) if workers else InlineExecutor()
         bar = _progress(len(tasks), len(records), study.title, progress)
         try:
             for task, outcome in engine.run(todo):

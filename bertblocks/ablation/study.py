@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from bertblocks.configuration import apply_overrides, load_config
 from bertblocks.core.config import BertConfig, ConfigError, ConfigIssue, closest, issues_from_validation_error
+from bertblocks.registry import RegistryError
 
 Metric = Literal["params", "flops", "latency", "memory"]
 ALL_METRICS: tuple[Metric, ...] = ("params", "flops", "latency", "memory")
@@ -104,6 +105,11 @@ class TokenizerSpec(_Strict):
     """WordPiece tokenizer trained on the corpus (with ``tokenizers``), or an existing ``tokenizer.json``."""
 
     vocab_size: PositiveInt = Field(1000, description="largest vocabulary to train")
+    trainer: Literal["frequency", "wordpiece"] = Field(
+        "frequency",
+        description="frequency: whole words by count over a character fallback (reproducible); wordpiece: "
+        "the tokenizers WordPiece trainer (sub-words; ties broken in hash order, not reproducible)",
+    )
     lowercase: bool = True
     path: str | None = Field(None, description="use this tokenizer.json instead of training one")
 
@@ -155,6 +161,17 @@ class Study:
     @property
     def seeds(self) -> list[int]:
         return list(self.spec.train.seeds) if self.spec.train else [0]
+
+    def as_written(self) -> dict[str, Any]:
+        """The spec as a dict whose file paths (base, corpus, tokenizer) hold wherever the dict is saved."""
+        data = self.spec.model_dump(mode="json")
+        base = base_file(self.spec.base, self.source)
+        if base is not None:
+            data["base"] = str(base.resolve())
+        for section in ("corpus", "tokenizer"):
+            if data[section].get("path"):
+                data[section]["path"] = str(self.resolve(data[section]["path"]).resolve())
+        return data
 
     def resolve(self, relative: str) -> Path:
         """A path written in the study file, taken relative to the study file's folder."""
@@ -235,17 +252,27 @@ def load_study(
     return study
 
 
+def base_file(base: str, study_file: Path | None) -> Path | None:
+    """The config file ``base`` names: relative to the study file first, then to the working directory."""
+    candidate = Path(base)
+    if study_file is not None and not candidate.is_absolute() and (study_file.parent / candidate).exists():
+        return study_file.parent / candidate
+    return candidate if candidate.exists() else None
+
+
 def _load_base(spec: StudySpec, path: Path | None, where: str | None) -> BertConfig:
-    candidate = Path(spec.base)
-    if path is not None and not candidate.is_absolute() and (path.parent / candidate).exists():
-        candidate = path.parent / candidate
-    source: str | Path = candidate if candidate.exists() else spec.base
+    found = base_file(spec.base, path)
+    source: str | Path = found if found is not None else spec.base
     try:
         return load_config(source)
     except FileNotFoundError:
         raise StudyError(
             [ConfigIssue("base", f"{spec.base!r} is neither a config file (relative to the study) nor a preset")],
             where,
+        ) from None
+    except RegistryError as e:  # an unknown preset name: the message lists the presets and the closest
+        raise StudyError(
+            [ConfigIssue("base", f"no config file {spec.base!r} next to the study, and {e}")], where
         ) from None
     except ConfigError as e:
         raise StudyError([ConfigIssue(f"base ({spec.base})", str(i)) for i in e.issues], where) from None
