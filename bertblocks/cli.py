@@ -346,9 +346,18 @@ def _options_of(component: Any) -> list[dict[str, Any]]:
 def _run_components(args: argparse.Namespace) -> int:
     import bertblocks
 
-    components = bertblocks.get_registry().components(args.kind)
-    rows = [(c.kind, c.name, c.provider, c.description) for c in components]
-    text = table(rows, ("kind", "name", "provider", "description"))
+    registry = bertblocks.get_registry()
+    components = registry.components(args.kind)
+    plugins = {p.name: p for p in registry.plugins()}
+
+    def origin(component: Any) -> tuple[str, str, str]:
+        """(plugin, distribution, version) of the plugin that registered ``component``."""
+        name = component.provider.split(" (", 1)[0]
+        info = plugins.get(name)
+        return (name, info.distribution, info.version) if info else (name, "?", "")
+
+    rows = [(c.kind, c.name, *origin(c)[1:], c.description) for c in components]
+    text = table(rows, ("kind", "name", "distribution", "version", "description"))
     if args.verbose:
         for c in components:
             for opt in _options_of(c):
@@ -361,6 +370,9 @@ def _run_components(args: argparse.Namespace) -> int:
                 "kind": c.kind,
                 "name": c.name,
                 "provider": c.provider,
+                "plugin": origin(c)[0],
+                "distribution": origin(c)[1],
+                "version": origin(c)[2],
                 "description": c.description,
                 "options": _options_of(c),
             }
