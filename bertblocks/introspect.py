@@ -326,8 +326,11 @@ def _layer_label(config: BertConfig, index: int) -> str:
     pruned = f" ({len(config.pruned_heads[index])} pruned)" if config.pruned_heads.get(index) else ""
     attn_opts = "".join(f", {k}={v}" for k, v in sorted(attention.options().items()))
     ff_opts = "".join(f", {k}={v}" for k, v in sorted(feedforward.options().items()))
+    kind = ""
+    if config.is_decoder:
+        kind = " · causal" + (" + cross-attention" if config.add_cross_attention else "")
     return (
-        f"attention: {attention.name} · {attention.backend.name} · {heads} heads{pruned}{attn_opts}"
+        f"attention: {attention.name} · {attention.backend.name} · {heads} heads{pruned}{attn_opts}{kind}"
         f"<br/>feedforward: {feedforward.name} · {feedforward.intermediate_size} · {feedforward.activation}{ff_opts}"
     )
 

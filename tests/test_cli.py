@@ -552,3 +552,11 @@ def test_build_with_an_unknown_head(capsys, tiny_yaml):
     assert code == 1
     assert "unknown head 'masked_lmm'" in err
     assert "did you mean 'masked_lm'" in err
+
+
+def test_diagram_of_a_decoder_says_causal_and_cross_attention(capsys, tiny_yaml):
+    code, out, err = run(
+        capsys, "diagram", str(tiny_yaml), "--set", "is_decoder=true", "--set", "add_cross_attention=true"
+    )
+    assert code == 0, err
+    assert "attention: bert · sdpa · 4 heads · causal + cross-attention" in out
