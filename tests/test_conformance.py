@@ -1,0 +1,281 @@
+"""The conformance suite (``bertblocks.testing``) over every registered component, and proof that it catches
+components that break their interface.
+
+The cases are generated from the registry (built-ins plus every installed plugin, the example
+``bertblocks-alibi`` included), so a new component is covered without touching this file.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertblocks.core.component import KINDS, Component
+from bertblocks.core.interfaces import BackendCapabilities, Pooler, Positions
+from bertblocks.plugins.backends import SdpaBackend
+from bertblocks.plugins.embeddings import BertEmbeddings, build_bert_embeddings
+from bertblocks.plugins.feedforward import BertIntermediate, build_bert_feedforward
+from bertblocks.registry import DISABLE_AUTOLOAD_ENV, Registry
+from bertblocks.testing import CHECKS, ConformanceError, ConformanceSuite
+
+
+def _installed_registry() -> Registry:
+    """Built-ins and every installed plugin, whatever the environment says; a broken plugin fails loudly."""
+    saved = os.environ.pop(DISABLE_AUTOLOAD_ENV, None)
+    try:
+        return Registry(strict=True)
+    finally:
+        if saved is not None:
+            os.environ[DISABLE_AUTOLOAD_ENV] = saved
+
+
+REGISTRY = _installed_registry()
+BUILTIN_PLUGIN_NAMES = {p.name for p in REGISTRY.plugins() if p.distribution == "bertblocks"}
+SUITE = ConformanceSuite(REGISTRY, compile_backend="aot_eager")
+
+
+@pytest.mark.parametrize("case", SUITE.params(exclude=["compile"]))
+def test_component_conforms(case):
+    case.run()
+
+
+def _compile_params() -> list:
+    # The built-in activations are torch-native element-wise modules, traced inside every other compiled model
+    # through the default gelu; compiling each one separately would cost seconds and show nothing new.
+    return [
+        p
+        for p in SUITE.params(include=["compile"])
+        if p.values[0].subject.kind != "activation"
+        or p.values[0].subject.name == "gelu"
+        or p.values[0].subject.component.provider.split(" ")[0] not in BUILTIN_PLUGIN_NAMES
+    ]
+
+
+@pytest.mark.parametrize("case", _compile_params())
+def test_component_compiles(case):
+    """Components traced by torch.compile (aot_eager: dynamo and AOT autograd without C++ code generation)."""
+    case.run()
+
+
+@pytest.mark.compile
+def test_sdpa_model_compiles_with_inductor():
+    """One full inductor compile (code generation included), on the default backend."""
+    (case,) = ConformanceSuite(REGISTRY).cases(kinds=["backend"], names=["sdpa"], include=["compile"])
+    case.run()
+
+
+def test_the_suite_covers_every_kind_and_the_example_plugin():
+    cases = SUITE.cases()
+    covered = {(c.subject.kind, c.subject.name) for c in cases}
+    assert covered == {(c.kind, c.name) for c in REGISTRY.components()}
+    assert {("position", "alibi"), ("backend", "local")} <= covered
+    kinds_with_checks = {kind for check in CHECKS for kind in check.kinds}
+    assert {c.kind for c in REGISTRY.components()} <= kinds_with_checks
+    assert set(kinds_with_checks) <= set(KINDS)
+
+
+def test_the_report_outside_pytest():
+    report = SUITE.run(names=["local"], kinds=["backend"], exclude=["compile"])
+    assert report["backend-local-eager_equivalence"] == "ok"
+    broken = ConformanceSuite(_registry_with(_component("backend", "no_mask", lambda: NoMaskBackend())))
+    report = broken.run(names=["no_mask"], include=["eager_equivalence", "causal"])
+    assert report["backend-no_mask-eager_equivalence"].startswith("FAILED: ConformanceError: output vs eager (padding")
+    assert report["backend-no_mask-causal"] == "skipped: the backend does not claim causal support"
+
+
+# ---------------------------------------------------------------------- the suite catches broken components
+class NoMaskBackend(SdpaBackend):
+    """Forgets the mask (the bug of transformers #46132: a custom kernel silently dropping masking)."""
+
+    name = "no_mask"
+    capabilities = BackendCapabilities(additive_mask=True, attention_weights=False, causal=False, dropout=True)
+
+    def __call__(self, query, key, value, *, mask, scale, dropout_p, is_causal, need_weights):
+        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout_p, scale=scale), None
+
+
+class TopLeftCausalBackend(SdpaBackend):
+    """Claims causal support but aligns the causal mask top-left, which is wrong when queries follow a cache."""
+
+    def __call__(self, query, key, value, *, mask, scale, dropout_p, is_causal, need_weights):
+        if is_causal and mask is None:
+            return F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scale), None
+        return super().__call__(
+            query, key, value, mask=mask, scale=scale, dropout_p=dropout_p, is_causal=is_causal, need_weights=False
+        )
+
+
+class AlwaysDropoutBackend(SdpaBackend):
+    """Applies dropout even in eval mode (ignores ``dropout_p``)."""
+
+    def __call__(self, query, key, value, *, mask, scale, dropout_p, is_causal, need_weights):
+        return super().__call__(
+            query, key, value, mask=mask, scale=scale, dropout_p=0.1, is_causal=is_causal, need_weights=False
+        )
+
+
+class NoWeightsBackend(SdpaBackend):
+    """Claims attention_weights but never returns them."""
+
+    def __call__(self, query, key, value, *, mask, scale, dropout_p, is_causal, need_weights):
+        out, _ = super().__call__(
+            query, key, value, mask=mask, scale=scale, dropout_p=dropout_p, is_causal=is_causal, need_weights=False
+        )
+        return out, None
+
+
+class CompileOnlyBugBackend(SdpaBackend):
+    """Gives other numbers when compiled (stands in for a kernel whose traced path differs)."""
+
+    def __call__(self, query, key, value, *, mask, scale, dropout_p, is_causal, need_weights):
+        out, weights = super().__call__(
+            query, key, value, mask=mask, scale=scale, dropout_p=dropout_p, is_causal=is_causal, need_weights=False
+        )
+        return (out * 1.5 if torch.compiler.is_compiling() else out), weights
+
+
+class CacheBlindScheme:
+    """ALiBi-like bias that numbers queries from 0 even after a cache (the bug of transformers #19045)."""
+
+    def __init__(self, max_positions: int) -> None:
+        from bertblocks_alibi import AlibiOptions, AlibiPositions
+
+        self.inner = AlibiPositions(max_positions, AlibiOptions())
+
+    def make(self) -> Any:
+        from bertblocks_alibi import AlibiBias
+
+        class Blind(AlibiBias):
+            def forward(self, query, key, positions):
+                q = query.shape[2]
+                restarted = Positions(torch.arange(q), positions.key, positions.distance_range)
+                return super().forward(query, key, restarted)
+
+        scheme = self.inner
+        correct = scheme.attention_bias
+
+        def attention_bias(num_heads: int, head_dim: int) -> Blind:
+            return Blind(correct(num_heads, head_dim).slopes.tolist())
+
+        scheme.attention_bias = attention_bias  # type: ignore[method-assign]
+        return scheme
+
+
+class MeanOverPadding(Pooler):
+    """Averages padded positions too."""
+
+    def forward(self, hidden_states, attention_mask=None):
+        return hidden_states.mean(dim=1)
+
+
+class UnusedParameterEmbeddings(BertEmbeddings):
+    """Holds a parameter it never uses (breaks DDP, transformers PR #31899); see :func:`_embeddings`."""
+
+
+class RestartingEmbeddings(BertEmbeddings):
+    """Ignores ``past_length``: positions restart at 0 after a cache."""
+
+    def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds, past_length=0):
+        return super().forward(input_ids, token_type_ids, position_ids, inputs_embeds, 0)
+
+
+class CumulativeIntermediate(BertIntermediate):
+    """Mixes positions (a running mean): not position-wise."""
+
+    def forward(self, hidden_states):
+        steps = torch.arange(1, hidden_states.shape[1] + 1, dtype=hidden_states.dtype)[None, :, None]
+        return super().forward(hidden_states.cumsum(dim=1) / steps)
+
+
+def _cumulative_feedforward(**kwargs: Any) -> Any:
+    ff = build_bert_feedforward(**kwargs)
+    ff.intermediate.__class__ = CumulativeIntermediate
+    return ff
+
+
+def _embeddings(cls: type[BertEmbeddings]) -> Any:
+    def make(**kwargs: Any) -> BertEmbeddings:
+        built = build_bert_embeddings(**kwargs)
+        built.__class__ = cls
+        if cls is UnusedParameterEmbeddings:
+            built.unused = nn.Linear(2, 2)
+        return built
+
+    return make
+
+
+def _component(kind: str, name: str, make: Any) -> Component:
+    return Component(kind, name, lambda **kwargs: make(**kwargs) if kind != "backend" else make())  # type: ignore[arg-type]
+
+
+def _registry_with(*components: Component) -> Registry:
+    reg = Registry(load_entry_points=False)
+
+    class Broken:
+        @staticmethod
+        def bertblocks_register_components() -> list[Component]:
+            return list(components)
+
+    reg.register(Broken(), name="broken-components")
+    return reg
+
+
+BROKEN: list[tuple[str, Component, list[str]]] = [
+    ("mask ignored", _component("backend", "no_mask", NoMaskBackend), ["eager_equivalence", "batch_independence"]),
+    (
+        "causal aligned top-left",
+        _component("backend", "top_left", TopLeftCausalBackend),
+        ["causal", "cache_equivalence"],
+    ),
+    ("dropout in eval", _component("backend", "leaky", AlwaysDropoutBackend), ["determinism", "eager_equivalence"]),
+    ("weights claimed", _component("backend", "no_weights", NoWeightsBackend), ["attention_weights"]),
+    ("compiled differs", _component("backend", "compile_bug", CompileOnlyBugBackend), ["compile"]),
+    (
+        "positions restart after cache",
+        _component("position", "blind", lambda *, max_positions, options: CacheBlindScheme(max_positions).make()),
+        ["position_scheme", "cache_equivalence"],
+    ),
+    (
+        "pooler reads padding",
+        _component("pooler", "mean_all", lambda *, hidden_size, options: MeanOverPadding()),
+        ["pooler", "batch_independence"],
+    ),
+    ("unused parameter", _component("embedding", "unused", _embeddings(UnusedParameterEmbeddings)), ["gradients"]),
+    (
+        "embedding ignores past_length",
+        _component("embedding", "restart", _embeddings(RestartingEmbeddings)),
+        ["embedding", "cache_equivalence"],
+    ),
+    (
+        "feed-forward mixes positions",
+        _component("feedforward", "mixing", _cumulative_feedforward),
+        ["position_wise"],
+    ),
+    (
+        "activation not element-wise",
+        _component("activation", "softmax", lambda **_: nn.Softmax(dim=-1)),
+        ["elementwise"],
+    ),
+]
+
+
+def _broken_cases() -> list[Any]:
+    params = []
+    for label, component, checks in BROKEN:
+        for check in checks:
+            marks = [pytest.mark.compile] if check == "compile" else []
+            params.append(pytest.param(component, check, id=f"{label}-{check}", marks=marks))
+    return params
+
+
+@pytest.mark.parametrize(("component", "check"), _broken_cases())
+def test_the_suite_catches_a_broken_component(component, check):
+    suite = ConformanceSuite(_registry_with(component), compile_backend="aot_eager")
+    (case,) = suite.cases(kinds=[component.kind], names=[component.name], include=[check])
+    with pytest.raises(ConformanceError):
+        case.check.run(case.subject)
