@@ -20,7 +20,7 @@ import hashlib
 import itertools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +38,10 @@ ALL_METRICS: tuple[Metric, ...] = ("params", "flops", "latency", "memory")
 
 class StudyError(ConfigError):
     """A study that cannot run; ``issues`` lists every problem with its dotted path inside the study file."""
+
+    def __init__(self, issues: Iterable[ConfigIssue], source: str | None = None) -> None:
+        super().__init__(issues, source)
+        self.args = (str(self.args[0]).replace("invalid config", "cannot run the study", 1),)
 
     @classmethod
     def single(cls, loc: str, msg: str, study: Study | None = None) -> StudyError:
