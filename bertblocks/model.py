@@ -20,6 +20,7 @@ from .configuration import ConfigSource, load_config
 from .core.config import BertConfig
 from .core.encoder import EncoderModel, init_weights
 from .hub import resolve_pretrained
+from .loading import deferred_init, load_into, materialize
 from .registry import Registry, build_components, get_registry
 
 logger = logging.getLogger("bertblocks")
@@ -107,8 +108,12 @@ class BertModel(EncoderModel):
                 extra["encoder.attention.backend"] = attn_implementation
             else:
                 extra.append(f"encoder.attention.backend={attn_implementation}")
-        model = cls.from_config(directory, extra, registry=registry, add_pooling_layer=add_pooling_layer)
+        # Parameters start on the meta device: the checkpoint's tensors become the parameters, and only
+        # what it lacks is initialised (no random init of weights about to be overwritten, no second copy).
+        with deferred_init():
+            model = cls.from_config(directory, extra, registry=registry, add_pooling_layer=add_pooling_layer)
         info = model.load_checkpoint(directory, strict=strict)
+        materialize(model, model.config.initializer_range)
         return (model, info) if output_loading_info else model
 
     def load_checkpoint(self, directory: str | Path, strict: bool = True) -> LoadingInfo:
@@ -117,7 +122,7 @@ class BertModel(EncoderModel):
         position = self.config.position.name
         ignorable = self.position_scheme.ignored_checkpoint_keys
         loadable, info = match_state_dict(self, state, ignorable=ignorable, strict=strict)
-        self.load_state_dict(loadable, strict=False)
+        load_into(self, loadable)
         if info.missing_keys:
             logger.warning(
                 "Some weights were not in the checkpoint at %s and are newly initialised: %s",

@@ -37,6 +37,7 @@ from .core.encoder import init_weights
 from .core.interfaces import Head
 from .core.outputs import ModelOutput
 from .hub import resolve_pretrained
+from .loading import deferred_init, load_into, materialize
 from .model import BertModel
 from .registry import BuildError, Registry, get_registry, validate_config
 
@@ -210,8 +211,12 @@ class BertTaskModel(nn.Module):
                 extra["encoder.attention.backend"] = attn_implementation
             else:
                 extra.append(f"encoder.attention.backend={attn_implementation}")
-        model = cls.from_config(directory, extra, head=head, registry=registry)
+        # Parameters start on the meta device: the checkpoint's tensors become the parameters, and only
+        # what it lacks is initialised (no random init of weights about to be overwritten, no second copy).
+        with deferred_init():
+            model = cls.from_config(directory, extra, head=head, registry=registry)
         info = model.load_checkpoint(directory, strict=strict)
+        materialize(model, model.config.initializer_range)
         return (model, info) if output_loading_info else model
 
     # -------------------------------------------------------------------------------------- checkpoints
@@ -223,7 +228,7 @@ class BertTaskModel(nn.Module):
             state = {prefix + key: tensor for key, tensor in state.items()}  # a backbone-only checkpoint
         ignorable = [prefix + key for key in self.bert.position_scheme.ignored_checkpoint_keys]
         loadable, info = match_state_dict(self, state, ignorable=ignorable, strict=strict, prefix=prefix)
-        self.load_state_dict(loadable, strict=False)
+        load_into(self, loadable)
         name = type(self).__name__
         if info.missing_keys:
             logger.warning(

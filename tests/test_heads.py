@@ -411,7 +411,8 @@ def test_third_party_head_builds_saves_and_reloads(tmp_path):
     assert saved["bertblocks"]["head"]["name"] == "mean_regression"
     again = bertblocks.from_pretrained(tmp_path, head="auto").eval()
     with torch.no_grad():
-        assert max_diff(again(**batch(15)).logits, model(**batch(15)).logits) == 0
+        # loaded tensors are the checkpoint's own buffers (other alignment): last-bit differences only
+        assert max_diff(again(**batch(15)).logits, model(**batch(15)).logits) <= 1e-6
 
 
 # ----------------------------------------------------------------------------------------- bad input

@@ -454,21 +454,27 @@ def _check_integer(name: str, tensor: torch.Tensor) -> None:
         raise ValueError(f"{name} must be an integer tensor; got {tensor.dtype}")
 
 
-@torch.no_grad()
 def init_weights(module: nn.Module, std: float) -> None:
-    """HF BERT's initialisation: normal(0, std) for linear and embedding weights, zero biases, unit LayerNorm;
-    the padding row of an embedding with ``padding_idx`` starts at zero."""
+    """HF BERT's initialisation of ``module`` and everything in it (see :func:`init_module`)."""
     for sub in module.modules():
-        if isinstance(sub, nn.Linear):
-            sub.weight.normal_(0.0, std)
-            if sub.bias is not None:
-                sub.bias.zero_()
-        elif isinstance(sub, nn.Embedding):
-            sub.weight.normal_(0.0, std)
-            if sub.padding_idx is not None:
-                sub.weight[sub.padding_idx].zero_()
-        elif isinstance(sub, nn.LayerNorm):
-            sub.weight.fill_(1.0)
-            sub.bias.zero_()
-        elif hasattr(sub, "reset_parameters_like_hf"):
-            sub.reset_parameters_like_hf(std)
+        init_module(sub, std)
+
+
+@torch.no_grad()
+def init_module(module: nn.Module, std: float) -> None:
+    """HF BERT's initialisation of one module's own parameters: normal(0, std) for linear and embedding
+    weights, zero biases, unit LayerNorm; the padding row of an embedding with ``padding_idx`` starts at zero.
+    Other modules may define ``reset_parameters_like_hf(std)``."""
+    if isinstance(module, nn.Linear):
+        module.weight.normal_(0.0, std)
+        if module.bias is not None:
+            module.bias.zero_()
+    elif isinstance(module, nn.Embedding):
+        module.weight.normal_(0.0, std)
+        if module.padding_idx is not None:
+            module.weight[module.padding_idx].zero_()
+    elif isinstance(module, nn.LayerNorm):
+        module.weight.fill_(1.0)
+        module.bias.zero_()
+    elif hasattr(module, "reset_parameters_like_hf"):
+        module.reset_parameters_like_hf(std)

@@ -1,0 +1,78 @@
+"""Loading weights without the work they replace.
+
+``from_pretrained`` builds the model with its parameters on the ``meta`` device (shapes only: no memory, no
+random initialisation), then *assigns* the checkpoint's tensors as the parameters (no second copy), and
+finally initialises, HF's way, only the parameters the checkpoint did not provide (a new head, say).
+Buffers are created normally: they are small and some (``position_ids``) must hold real values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from .checkpoint import tied_parameters
+from .core.encoder import init_module
+
+_META = torch.device("meta")
+
+
+@contextmanager
+def deferred_init() -> Iterator[None]:
+    """Inside, every parameter a module registers lands on the ``meta`` device (buffers stay real)."""
+    original = nn.Module.register_parameter
+
+    def register(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        original(module, name, param)
+        if param is not None and not param.is_meta:
+            module._parameters[name] = nn.Parameter(param.to(_META), requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def load_into(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
+    """Load matched checkpoint tensors into ``model``.
+
+    Parameters still on ``meta`` take the checkpoint tensor itself (cast to the parameter's dtype if needed)
+    instead of a copy; tied parameters (a masked-LM decoder and the token embeddings) are tied again after.
+    """
+    tied = tied_parameters(model)  # second name → first name, recorded before parameters are replaced
+    deferred = any(p.is_meta for p in model.parameters())
+    if deferred:
+        current = model.state_dict(keep_vars=True)
+        tensors = {k: v.to(current[k].dtype) if k in current else v for k, v in tensors.items()}
+    model.load_state_dict(tensors, strict=False, assign=deferred)
+    for second, first in tied.items():
+        owner, _, leaf = second.rpartition(".")
+        source_owner, _, source_leaf = first.rpartition(".")
+        setattr(model.get_submodule(owner), leaf, getattr(model.get_submodule(source_owner), source_leaf))
+
+
+def materialize(model: nn.Module, std: float) -> list[str]:
+    """Give every parameter still on ``meta`` real memory and HF's initialisation; return their names."""
+    names = [name for name, p in model.named_parameters() if p.is_meta]
+    if not names:
+        return []
+    tied = tied_parameters(model)
+    for module in model.modules():
+        own = dict(module.named_parameters(recurse=False))
+        if any(p.is_meta for p in own.values()):
+            # e.g. a loaded weight whose bias was missing: to_empty swaps every parameter's data, so the
+            # loaded tensors are kept aside and put back after the module's initialisation
+            loaded = {name: p.data for name, p in own.items() if not p.is_meta}
+            module.to_empty(device="cpu", recurse=False)
+            init_module(module, std)
+            for name, data in loaded.items():
+                getattr(module, name).data = data
+    for second, first in tied.items():  # to_empty made new tensors for both names: tie them again
+        owner, _, leaf = second.rpartition(".")
+        source_owner, _, source_leaf = first.rpartition(".")
+        setattr(model.get_submodule(owner), leaf, getattr(model.get_submodule(source_owner), source_leaf))
+    return names
