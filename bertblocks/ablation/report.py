@@ -130,7 +130,7 @@ def write_json(path: Path, title: str, summaries: list[VariantSummary], records:
 
 
 def write_plot(path: Path, title: str, summaries: list[VariantSummary]) -> None:
-    """Horizontal bars per metric (one panel each), error bars = std over seeds."""
+    """One panel per metric: bars for costs, points for quality (zoomed), error bars = std over seeds."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display needed
@@ -145,7 +145,12 @@ def write_plot(path: Path, title: str, summaries: list[VariantSummary]) -> None:
     for ax, metric in zip(axes.flat, metrics, strict=False):
         means = [s.mean.get(metric, math.nan) for s in summaries]
         stds = [s.std.get(metric, 0.0) for s in summaries]
-        ax.barh(range(len(names)), means, xerr=stds, color="#4C72B0", ecolor="#222222", capsize=3)
+        if metric in ("eval_loss", "accuracy"):
+            # quality differences are small beside the value: points with error bars on a zoomed axis
+            ax.errorbar(means, range(len(names)), xerr=stds, fmt="o", color="#C44E52", ecolor="#222222", capsize=3)
+            ax.margins(x=0.25, y=0.15)
+        else:
+            ax.barh(range(len(names)), means, xerr=stds, color="#4C72B0", ecolor="#222222", capsize=3)
         ax.set_yticks(range(len(names)), names, fontsize=8)
         ax.tick_params(labelleft=ax.get_subplotspec().is_first_col())  # names once per row of panels
         ax.invert_yaxis()
