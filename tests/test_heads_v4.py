@@ -96,3 +96,19 @@ def test_fixture_head_checkpoint_round_trips_through_save(tmp_path):
     with torch.no_grad():
         out = again.eval()(**inputs)
     assert max_diff(out.prediction_logits, io["prediction_logits"]) <= TOL
+
+
+@pytest.mark.parametrize("case", ["decoder_absolute", "decoder_relative_key", "decoder_relative_key_query"])
+def test_causal_lm_head_on_v4_decoders_gives_logits_and_shifted_loss(case):
+    """The causal-LM head in decoder mode (cross-attention): full-forward logits and loss of v4's
+    BertLMHeadModel; with labels no cache is built, as in transformers."""
+    io = load_file(V4 / case / "io.safetensors")
+    model = bertblocks.from_pretrained(V4 / case, head="auto").eval()
+    assert isinstance(model, bertblocks.BertLMHeadModel)
+    assert model.config.is_decoder
+    inputs = {k: io[k] for k in ("input_ids", "attention_mask", "encoder_hidden_states", "encoder_attention_mask")}
+    with torch.no_grad():
+        out = model(**inputs, labels=io["labels"])
+    assert max_diff(out.logits, io["logits"]) <= TOL
+    assert max_diff(out.loss, io["loss"]) <= TOL
+    assert out.past_key_values is None
