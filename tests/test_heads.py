@@ -143,19 +143,15 @@ def test_head_matches_transformers(hf_checkpoint, case):
     assert list(mine.keys()) == list(theirs.keys())  # same fields, same order
     assert ours.config.problem_type == hf.config.problem_type  # inferred and written back as HF does
 
-
-@pytest.mark.parametrize("case", [c for c in CASES if c != "question_answering"])
-def test_head_with_default_packing_matches_transformers_at_real_positions(hf_checkpoint, case):
-    cls_name, overrides, _, fields = CASES[case]
-    directory = hf_checkpoint(cls_name, **overrides)
-    hf = getattr(transformers, cls_name).from_pretrained(directory).eval()
-    ours = getattr(bertblocks, cls_name).from_pretrained(directory).eval()
-    assert ours.config.encoder.packing == "auto"
+    # the default config (packing `auto`): real positions and losses that ignore padding still match
+    packed = getattr(bertblocks, cls_name).from_pretrained(directory).eval()
+    assert packed.config.encoder.packing == "auto"
     mask = _inputs(case)["attention_mask"]
-    (theirs, _), (mine, _) = _run(hf, case), _run(ours, case)
+    default, _ = _run(packed, case)
     for field in fields:
-        assert max_diff(_real(mine[field], mask), _real(theirs[field], mask)) <= TOL, field
-    assert max_diff(mine.loss, theirs.loss) <= TOL  # labels at padding are -100 or absent
+        assert max_diff(_real(default[field], mask), _real(theirs[field], mask)) <= TOL, field
+    if case != "question_answering":  # QA's softmax also runs over padded positions (see NEVER_PACK)
+        assert max_diff(default.loss, theirs.loss) <= TOL
 
 
 @pytest.mark.parametrize("case", ["masked_lm", "single_label", "multiple_choice"])
