@@ -279,6 +279,33 @@ def test_missing_corpus_file_is_reported_before_anything_is_written(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+# ------------------------------------------------------------------------------------- example studies
+@pytest.mark.parametrize(
+    ("name", "variants"),
+    [
+        ("positions", VARIANTS),
+        ("backends", ["eager", "sdpa", "eager-layer-0"]),
+        ("alibi-plugin", ["absolute", "relative_key", "alibi", "alibi-local"]),
+    ],
+)
+def test_example_studies_validate_and_start_with_a_comment(name, variants, monkeypatch):
+    path = ROOT / "examples" / "studies" / f"{name}.yaml"
+    header = path.read_text().splitlines()[:3]
+    assert header[0].startswith(f"# {name}: ")
+    assert any(f"bertblocks ablate examples/studies/{name}.yaml" in line for line in path.read_text().splitlines())
+    if name == "alibi-plugin":
+        pytest.importorskip("bertblocks_alibi", reason="the example plugin is not installed")
+        import bertblocks.registry as registry
+
+        monkeypatch.delenv(registry.DISABLE_AUTOLOAD_ENV)  # this study needs the plugin's entry point
+        registry.set_registry(None)
+    study = load_study(path)
+    assert [v.name for v in study.variants] == variants
+    if name == "backends":
+        layer0, layer1 = (study.variants[2].config.encoder.layer_specs(i)[0].backend.name for i in (0, 1))
+        assert (layer0, layer1) == ("eager", "sdpa")
+
+
 # ----------------------------------------------------------------------------------------------- FLOPs
 @pytest.mark.parametrize("position", ["absolute", "relative_key", "relative_key_query"])
 @pytest.mark.parametrize("backend", ["eager", "sdpa"])
@@ -351,3 +378,17 @@ def test_classification_study_trains_and_reports_accuracy(tmp_path):
     assert "perplexity" not in metrics
     assert set(metrics) >= {"params", "train_loss", "eval_loss"}
     assert torch.isfinite(torch.tensor(metrics["eval_loss"]))
+
+
+def test_cli_json_output_summarises_a_costs_only_study(tmp_path, capsys):
+    from bertblocks import cli
+
+    study = write_study(tmp_path, train=None, measure={"batch": 2, "seq_len": 16, "metrics": ["params", "flops"]})
+    out = tmp_path / "out"
+    assert cli.main(["--json", "ablate", str(study), "--out", str(out), "--workers", "0", "--no-progress"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [v["variant"] for v in data["variants"]] == VARIANTS
+    assert data["variants"][0]["seeds"] == [0]  # no training: one run per variant
+    assert set(data["variants"][0]["mean"]) == {"params", "flops_per_token", "flops_per_token_counted"}
+    assert len(list((out / "runs").glob("*.json"))) == 3
+    assert not (out / "tokenizer.json").exists()

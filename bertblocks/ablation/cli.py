@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 
 from .runner import StudyRunError, run_study
 
@@ -46,8 +47,9 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--ray-address needs --executor ray")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
         raise UnavailableError("--executor ray needs Ray: pip install 'bertblocks[ray]'")
+    as_json = getattr(args, "json", False)
     try:
-        run_study(
+        result = run_study(
             args.study,
             args.out,
             overrides=args.overrides,
@@ -55,7 +57,14 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             ray_address=args.ray_address,
             progress=not args.no_progress,
+            echo=None if as_json else print,
         )
     except StudyRunError as e:
         raise CLIError(str(e)) from None
+    if as_json:  # the summaries (results.json without the per-run records)
+        summaries = [
+            {"variant": s.variant, "seeds": s.seeds, "mean": s.mean, "std": s.std, "notes": s.notes}
+            for s in result.summaries
+        ]
+        print(json.dumps({"study": result.study.title, "out": str(result.out_dir), "variants": summaries}, indent=2))
     return 0
