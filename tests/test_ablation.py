@@ -392,3 +392,21 @@ def test_cli_json_output_summarises_a_costs_only_study(tmp_path, capsys):
     assert set(data["variants"][0]["mean"]) == {"params", "flops_per_token", "flops_per_token_counted"}
     assert len(list((out / "runs").glob("*.json"))) == 3
     assert not (out / "tokenizer.json").exists()
+
+
+def test_without_matplotlib_and_tqdm_the_study_still_runs_and_says_so(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name in ("matplotlib", "tqdm") else real(name, *a)
+    )
+    study = write_study(
+        tmp_path, train=None, vary={}, variants={"one": {}}, measure={"seq_len": 8, "metrics": ["params"]}
+    )
+    lines: list[str] = []
+    run_study(study, tmp_path / "out", workers=0, echo=lines.append)
+    assert not (tmp_path / "out" / "results.png").exists()
+    assert (tmp_path / "out" / "results.csv").is_file()
+    assert "no plot: matplotlib is not installed (pip install 'bertblocks[ablation]')" in lines
+    assert "tiny: 1/1 runs" in capsys.readouterr().err  # the plain progress line instead of tqdm's bar

@@ -21,6 +21,7 @@ run again and replaced.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -160,10 +161,15 @@ def run_study(
     result.table = report.format_table(study.title, result.summaries)
     report.write_json(out / "results.json", study.title, result.summaries, ordered)
     report.write_csv(out / "results.csv", result.summaries)
-    report.write_plot(out / "results.png", study.title, result.summaries)
+    written = [out / "results.csv", out / "results.json"]
+    if importlib.util.find_spec("matplotlib") is not None:
+        report.write_plot(out / "results.png", study.title, result.summaries)
+        written.append(out / "results.png")
     if echo is not None:
         echo(result.table)
-        echo(f"results: {out / 'results.csv'}, {out / 'results.json'}, {out / 'results.png'}")
+        echo(f"results: {', '.join(map(str, written))}")
+        if len(written) == 2:
+            echo("no plot: matplotlib is not installed (pip install 'bertblocks[ablation]')")
     if failures:
         raise StudyRunError(failures)
     return result
@@ -220,9 +226,22 @@ class _Bar:
     def close(self) -> None: ...
 
 
+class _TextBar(_Bar):
+    """Without tqdm: one line per finished run."""
+
+    def __init__(self, total: int, done: int, title: str) -> None:
+        self.total, self.done, self.title = total, done, title
+
+    def update(self, n: int) -> None:
+        self.done += n
+        print(f"{self.title}: {self.done}/{self.total} runs", file=sys.stderr, flush=True)
+
+
 def _progress(total: int, done: int, title: str, enabled: bool) -> Any:
     if not enabled:
         return _Bar()
+    if importlib.util.find_spec("tqdm") is None:
+        return _TextBar(total, done, title)
     from tqdm import tqdm
 
     return tqdm(total=total, initial=done, desc=title, unit="run", file=sys.stderr, dynamic_ncols=True)
