@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import bertblocks
+from bertblocks.checkpoint import CheckpointError, map_safetensors
 from bertblocks.loading import deferred_init
 from tests.conftest import batch, max_diff
 
@@ -72,3 +73,35 @@ def test_deferred_init_keeps_buffers_real_and_restores_modules():
     assert layer.weight.is_meta
     assert torch.equal(layer.steps, torch.arange(3))
     assert not torch.nn.Linear(4, 3).weight.is_meta  # patched only inside the block
+
+
+def test_mapped_safetensors_equal_safetensors_own_reader(tmp_path):
+    tensors = {
+        "f32": torch.randn(3, 4),
+        "f16": torch.randn(5).half(),
+        "bf16": torch.randn(2, 2).bfloat16(),
+        "i64": torch.arange(7),
+        "flag": torch.tensor([True, False]),
+        "empty": torch.empty(0, 3),
+    }
+    path = tmp_path / "t.safetensors"
+    save_file(tensors, path, metadata={"format": "pt"})
+    mapped = map_safetensors(path)
+    reference = load_file(path)
+    assert mapped.keys() == reference.keys()
+    for name in tensors:
+        assert mapped[name].dtype == reference[name].dtype
+        assert torch.equal(mapped[name], reference[name])
+    # the mapping is private: writing to a loaded tensor never changes the file
+    mapped["f32"].add_(1.0)
+    assert torch.equal(load_file(path)["f32"], tensors["f32"])
+
+
+def test_broken_safetensors_file_is_a_checkpoint_error(tmp_path):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{oops")
+    with pytest.raises(CheckpointError, match="not a valid safetensors file"):
+        map_safetensors(path)
+    path.write_bytes(b"")
+    with pytest.raises(CheckpointError, match="is empty"):
+        map_safetensors(path)
