@@ -112,6 +112,8 @@ class BertTaskModel(nn.Module):
             self.add_module(name, child)  # HF's key: `classifier.weight`, not `head.classifier.weight`
         # A plain attribute, not a submodule: its children are registered above, once.
         object.__setattr__(self, "head", head)
+        # packing leaves zeros at padded positions: fine for heads that ignore them, not for one that reads them
+        backbone.auto_packing = not head.reads_padded_positions
 
     head: Head
 

@@ -112,9 +112,9 @@ def _run(model, case):
 
 
 # ------------------------------------------------------------------------------------ parity with HF 5
-# Exact parity everywhere needs `encoder.packing=never`: HF computes real values at padded positions, which
-# QA's loss reads (its softmax runs over every position). With the default packing (`auto`, inference only)
-# padded positions hold zeros, so there only real positions and the losses that ignore padding are compared.
+# Exact parity at every position needs `encoder.packing=never`: HF computes real values at padded positions.
+# With the default packing (`auto`, inference only) padded positions hold zeros, so there real positions and
+# the losses are compared; QA, whose softmax reads padded positions too, turns automatic packing off.
 NEVER_PACK = ["encoder.packing=never"]
 
 
@@ -150,8 +150,8 @@ def test_head_matches_transformers(hf_checkpoint, case):
     default, _ = _run(packed, case)
     for field in fields:
         assert max_diff(_real(default[field], mask), _real(theirs[field], mask)) <= TOL, field
-    if case != "question_answering":  # QA's softmax also runs over padded positions (see NEVER_PACK)
-        assert max_diff(default.loss, theirs.loss) <= TOL
+    assert max_diff(default.loss, theirs.loss) <= TOL
+    assert packed.bert.auto_packing == (case != "question_answering")
 
 
 @pytest.mark.parametrize("case", ["masked_lm", "single_label", "multiple_choice"])

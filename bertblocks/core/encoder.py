@@ -183,6 +183,8 @@ class EncoderModel(nn.Module):
         super().__init__()
         self.config = config
         self.position_scheme = position
+        #: whether ``encoder.packing: auto`` may pack; a task head that reads padded positions turns it off
+        self.auto_packing = True
         self.embeddings = embeddings
         self.encoder = encoder
         self.pooler = pooler
@@ -314,7 +316,7 @@ class EncoderModel(nn.Module):
             or torch.compiler.is_compiling()  # data-dependent shapes
         ):
             return None
-        if enc.packing == "auto" and (self.training or torch.is_grad_enabled()):
+        if enc.packing == "auto" and (self.training or torch.is_grad_enabled() or not self.auto_packing):
             return None
         lengths = right_padded_lengths(attention_mask)
         if lengths is None:

@@ -286,9 +286,13 @@ class Head(nn.Module, ABC):
             ``start_positions``, ``end_positions``); the task model refuses any other.
         config_fields: config fields the head reads and may write back (``problem_type``): the task model
             copies them onto the head's attributes of the same name before each call, and back after.
+        reads_padded_positions: the head's outputs or loss depend on hidden states at padded positions (QA's
+            softmax runs over every position, as HF's does), so the backbone must not pack padded batches
+            automatically (packing leaves zeros there).
     """
 
     needs_pooler: ClassVar[bool] = False
+    reads_padded_positions: ClassVar[bool] = False
     label_names: ClassVar[tuple[str, ...]] = ("labels",)
     config_fields: ClassVar[tuple[str, ...]] = ()
 

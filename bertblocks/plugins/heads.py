@@ -413,6 +413,7 @@ class QuestionAnsweringHead(Head):
     """
 
     label_names = ("start_positions", "end_positions")
+    reads_padded_positions = True  # the start/end softmax spans padding too
 
     def __init__(self, *, hidden_size: int, num_labels: int) -> None:
         super().__init__()
