@@ -251,8 +251,8 @@ def test_per_layer_overrides_build_those_components_and_keep_the_numbers(hf_chec
     with torch.no_grad():
         ours = mixed(**inputs, output_hidden_states=True)
         reference = base(**inputs, output_hidden_states=True)
-        # layer 0 only changed its kernel: the same numbers as the all-sdpa model
-        assert max_diff(ours.hidden_states[1][real], reference.hidden_states[1][real]) <= 1e-6
+        # layer 0 only changed its kernel: the same numbers as the all-sdpa model (fp32 rounding aside)
+        assert max_diff(ours.hidden_states[1][real], reference.hidden_states[1][real]) <= 1e-5
         # layer 1 changed its activation: the numbers move, and equal the layer run by hand with relu
         assert max_diff(ours.hidden_states[2][real], reference.hidden_states[2][real]) > 1e-3
         manual = base.encoder.layer[1]
