@@ -143,7 +143,8 @@ def test_changed_study_reruns_only_changed_runs(tmp_path, killed_then_resumed):
 @pytest.fixture(scope="module")
 def ray_instance():
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # a small object store: the study's tensors are tiny, and CI's /dev/shm may be too
+    ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
 
