@@ -259,7 +259,7 @@ def test_per_layer_overrides_build_those_components_and_keep_the_numbers(hf_chec
         manual.intermediate.intermediate_act_fn = nn.ReLU()
         mask = (1.0 - inputs["attention_mask"][:, None, None, :].float()) * torch.finfo(torch.float32).min
         expected = manual(reference.hidden_states[1], mask, Positions.contiguous(9, 0, torch.device("cpu")))[0]
-    assert max_diff(ours.hidden_states[2][real], expected[real]) <= 1e-6
+    assert max_diff(ours.hidden_states[2][real], expected[real]) <= 1e-5
 
 
 def test_override_that_names_another_backend_keeps_the_shared_fields():
