@@ -291,6 +291,9 @@ def test_backend_without_additive_mask_is_refused_with_relative_positions():
     assert isinstance(model.encoder.layer[0].attention.backend, NoMaskBackend)
     with torch.no_grad():
         assert model(input_ids=batch()["input_ids"]).last_hidden_state.shape == (3, 9, 32)
+        # ... but a padded batch needs a mask it cannot take: a clear error, not silently unmasked attention
+        with pytest.raises(ValueError, match="backend 'no_mask' takes no attention mask"):
+            model(**batch())
 
 
 def test_factory_returning_the_wrong_type_is_a_build_error():

@@ -140,6 +140,11 @@ class BertAttention(Attention):
         is_causal: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Position bias, backend, head mask: ``[b, h, q, d]`` context and optional probabilities."""
+        if mask is not None and not self.backend.capabilities.additive_mask:
+            raise ValueError(
+                f"attention backend {self.backend.name!r} takes no attention mask, but this batch is padded "
+                "(or masked); pass unpadded inputs, or choose a backend that takes masks (eager, sdpa)"
+            )
         bias = self.self.position_bias
         if bias is not None:
             # HF computes (QKᵀ + bias) / √d; the backend scales QKᵀ itself, so the bias is scaled here and
