@@ -506,61 +506,28 @@ class MultipleChoiceHead(Head):
 
 # ------------------------------------------------------------------------------------------- factories
 # Every head factory receives the same keywords (see the module docstring) and takes what it needs.
-def _masked_lm(
-    *,
-    hidden_size: int,
-    vocab_size: int,
-    activation: Callable[[], nn.Module],
-    layer_norm_eps: float,
-    tie_word_embeddings: bool,
-    options: BaseModel,
-    **_: Any,
-) -> MaskedLMHead:
-    return MaskedLMHead(
-        hidden_size=hidden_size,
-        vocab_size=vocab_size,
-        activation=activation(),
-        layer_norm_eps=layer_norm_eps,
-        tie=tie_word_embeddings,
-    )
+def _language_model(cls: type[_LanguageModelHead] | type[PreTrainingHead]) -> Callable[..., Head]:
+    """The factory of a head built on HF's ``cls.predictions`` (masked LM, causal LM, pre-training)."""
 
+    def factory(
+        *,
+        hidden_size: int,
+        vocab_size: int,
+        activation: Callable[[], nn.Module],
+        layer_norm_eps: float,
+        tie_word_embeddings: bool,
+        options: BaseModel,
+        **_: Any,
+    ) -> Head:
+        return cls(
+            hidden_size=hidden_size,
+            vocab_size=vocab_size,
+            activation=activation(),
+            layer_norm_eps=layer_norm_eps,
+            tie=tie_word_embeddings,
+        )
 
-def _causal_lm(
-    *,
-    hidden_size: int,
-    vocab_size: int,
-    activation: Callable[[], nn.Module],
-    layer_norm_eps: float,
-    tie_word_embeddings: bool,
-    options: BaseModel,
-    **_: Any,
-) -> CausalLMHead:
-    return CausalLMHead(
-        hidden_size=hidden_size,
-        vocab_size=vocab_size,
-        activation=activation(),
-        layer_norm_eps=layer_norm_eps,
-        tie=tie_word_embeddings,
-    )
-
-
-def _pretraining(
-    *,
-    hidden_size: int,
-    vocab_size: int,
-    activation: Callable[[], nn.Module],
-    layer_norm_eps: float,
-    tie_word_embeddings: bool,
-    options: BaseModel,
-    **_: Any,
-) -> PreTrainingHead:
-    return PreTrainingHead(
-        hidden_size=hidden_size,
-        vocab_size=vocab_size,
-        activation=activation(),
-        layer_norm_eps=layer_norm_eps,
-        tie=tie_word_embeddings,
-    )
+    return factory
 
 
 def _next_sentence(*, hidden_size: int, options: BaseModel, **_: Any) -> NextSentenceHead:
@@ -595,10 +562,20 @@ def _multiple_choice(
 
 def bertblocks_register_components() -> list[Component]:
     return [
-        Component("head", "masked_lm", _masked_lm, MaskedLMOptions, "masked-LM logits (BertForMaskedLM)"),
+        Component(
+            "head", "masked_lm", _language_model(MaskedLMHead), MaskedLMOptions, "masked-LM logits (BertForMaskedLM)"
+        ),
         Component("head", "next_sentence", _next_sentence, NextSentenceOptions, "BertForNextSentencePrediction"),
-        Component("head", "pretraining", _pretraining, PreTrainingOptions, "masked LM + NSP (BertForPreTraining)"),
-        Component("head", "causal_lm", _causal_lm, CausalLMOptions, "next-token logits (BertLMHeadModel)"),
+        Component(
+            "head",
+            "pretraining",
+            _language_model(PreTrainingHead),
+            PreTrainingOptions,
+            "masked LM + NSP (BertForPreTraining)",
+        ),
+        Component(
+            "head", "causal_lm", _language_model(CausalLMHead), CausalLMOptions, "next-token logits (BertLMHeadModel)"
+        ),
         Component(
             "head",
             "sequence_classification",

@@ -83,42 +83,31 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
                 f"{where}: backend {attention_spec.backend.name!r} cannot take an additive score bias, which "
                 f"the {config.position.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
             )
-        attention = _make(
+        if config.is_decoder and not backend.capabilities.causal:
+            raise BuildError(
+                f"{where}: backend {attention_spec.backend.name!r} cannot do causal attention, which a decoder "
+                "(is_decoder: true) needs; choose a backend that can (eager, sdpa)"
+            )
+        make_attention = partial(
+            _make,
             reg,
             "attention",
             attention_spec,
             Attention,
-            f"{where} attention",
             hidden_size=config.hidden_size,
             num_heads=attention_spec.num_heads,
             dropout=attention_spec.dropout,
             hidden_dropout=config.hidden_dropout_prob,
             layer_norm_eps=config.layer_norm_eps,
             backend=backend,
-            position=position,
         )
-        if config.is_decoder and not backend.capabilities.causal:
-            raise BuildError(
-                f"{where}: backend {attention_spec.backend.name!r} cannot do causal attention, which a decoder "
-                "(is_decoder: true) needs; choose a backend that can (eager, sdpa)"
-            )
-        crossattention = None
-        if config.add_cross_attention:
-            # Cross-attention never carries a position bias (HF builds it with absolute positions).
-            crossattention = _make(
-                reg,
-                "attention",
-                attention_spec,
-                Attention,
-                f"{where} cross-attention",
-                hidden_size=config.hidden_size,
-                num_heads=attention_spec.num_heads,
-                dropout=attention_spec.dropout,
-                hidden_dropout=config.hidden_dropout_prob,
-                layer_norm_eps=config.layer_norm_eps,
-                backend=backend,
-                position=PositionScheme(config.max_position_embeddings),
-            )
+        attention = make_attention(f"{where} attention", position=position)
+        # Cross-attention never carries a position bias (HF builds it with absolute positions).
+        crossattention = (
+            make_attention(f"{where} cross-attention", position=PositionScheme(config.max_position_embeddings))
+            if config.add_cross_attention
+            else None
+        )
         activation = reg.get("activation", ff_spec.activation)
         feedforward = _make(
             reg,
