@@ -94,10 +94,21 @@ def test_type_rendering():
 
 # ------------------------------------------------------------------------------------ commands in docs
 def shell_commands(path: Path) -> list[list[str]]:
+    """``bertblocks`` command lines shown in shell blocks, and in transcripts (``$ bertblocks …``) of any block.
+
+    In a transcript only the ``$`` lines are commands; the rest is output (``bertblocks ablate: error: …``).
+    """
     commands = []
-    for body in blocks(path, {"bash", "sh", "shell", "console"}):
-        for line in body.splitlines():
-            line = line.strip().removeprefix("$ ")
+    for lang, body in FENCE.findall(path.read_text(encoding="utf-8")):
+        lines = [line.strip() for line in body.splitlines()]
+        transcript = any(line.startswith("$ ") for line in lines)
+        if not transcript and lang not in {"bash", "sh", "shell", "console"}:
+            continue
+        for line in lines:
+            if transcript:
+                if not line.startswith("$ "):
+                    continue
+                line = line[2:]
             if not line.startswith("bertblocks "):
                 continue
             argv = shlex.split(line, comments=True)
@@ -150,3 +161,14 @@ def test_relative_links_lead_to_existing_files(page):
     targets = [(page.parent / t).resolve() for t in LINK.findall(text) if "://" not in t]
     broken = [str(t.relative_to(ROOT)) for t in targets if not t.exists()]
     assert not broken, f"{rel(page)} links to missing files: {broken}"
+
+
+def test_commands_are_read_from_shell_blocks_and_transcripts_only(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```bash\nbertblocks build x.yaml --set a=1 | head  # tree\n```\n"
+        "```text\n$ bertblocks validate bad.yaml\nbertblocks validate: error: invalid config\n```\n"
+        "```text\nbertblocks build: not a command, no transcript\n```\n",
+        encoding="utf-8",
+    )
+    assert shell_commands(page) == [["build", "x.yaml", "--set", "a=1"], ["validate", "bad.yaml"]]
