@@ -172,3 +172,10 @@ def test_commands_are_read_from_shell_blocks_and_transcripts_only(tmp_path):
         encoding="utf-8",
     )
     assert shell_commands(page) == [["build", "x.yaml", "--set", "a=1"], ["validate", "bad.yaml"]]
+
+
+def test_every_page_is_linked_from_the_docs_index():
+    index = DOCS / "index.md"
+    linked = {(DOCS / t).resolve() for t in LINK.findall(index.read_text(encoding="utf-8")) if "://" not in t}
+    orphans = [rel(p) for p in DOCS.rglob("*.md") if p != index and p.resolve() not in linked]
+    assert not orphans, f"docs/index.md does not link to {orphans}"
