@@ -51,7 +51,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
         return source.model_dump(), None
     if isinstance(source, Mapping):
         # a deep copy: overrides are set in place and must never change the caller's nested dicts
-        return _from_mapping(copy.deepcopy(dict(source)), None), None
+        return _from_mapping(copy.deepcopy(dict(source))), None
     path = Path(source)
     if isinstance(source, str) and not path.exists() and _looks_like_a_name(source):
         reg = registry or get_registry()
@@ -59,7 +59,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
             preset = reg.get_preset(source)
         except UnknownPresetError as e:
             raise UnknownPresetError(e.name, e.available, context=" (and no file of that name)") from None
-        return _from_mapping(copy.deepcopy(dict(preset.config)), None), f"preset {source}"
+        return _from_mapping(copy.deepcopy(dict(preset.config))), f"preset {source}"
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
@@ -83,7 +83,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([ConfigIssue("", f"expected a mapping at the top, got {type(data).__name__}")], str(path))
-    return _from_mapping(data, str(path)), str(path)
+    return _from_mapping(data), str(path)
 
 
 def _looks_like_a_name(source: str) -> bool:
@@ -96,7 +96,7 @@ def is_hf_config(data: Mapping[str, Any]) -> bool:
     return "encoder" not in data and ("model_type" in data or "num_hidden_layers" in data)
 
 
-def _from_mapping(data: dict[str, Any], where: str | None) -> dict[str, Any]:
+def _from_mapping(data: dict[str, Any]) -> dict[str, Any]:
     if is_hf_config(data):
         return BertConfig.from_hf(data).model_dump()
     return data

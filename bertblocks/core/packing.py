@@ -47,10 +47,6 @@ class Packing:
         cu[1:] = lengths.cumsum(0)
         return cls(index, b, length, cu, int(lengths.max()))
 
-    @property
-    def num_tokens(self) -> int:
-        return self.index.shape[0]
-
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """``[b, L, ...]`` → ``[T, ...]``."""
         return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.index)

@@ -280,11 +280,6 @@ class Registry:
             out.append(PluginInfo(name, dist, version, hooks))
         return out
 
-    def call_hook(self, hook: str) -> list[Any]:
-        """Concatenated results of a list-returning hook over all plugins (for hooks added later)."""
-        results = getattr(self._pm.hook, hook)()
-        return [item for result in results for item in (result or [])]
-
 
 def _unknown_hooks(plugin: object) -> str:
     """A message naming the ``bertblocks_*`` functions of ``plugin`` that are no hook (typos), or ``""``."""
