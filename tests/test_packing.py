@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
 import bertblocks
+from bertblocks.core.component import Component
+from bertblocks.core.interfaces import BackendCapabilities
 from bertblocks.core.packing import Packing, right_padded_lengths
+from bertblocks.plugins.backends import SdpaBackend
+from bertblocks.registry import Registry
 from tests.conftest import TINY, max_diff
 
 
@@ -108,3 +114,50 @@ def test_packing_round_trip():
 def test_packing_option_is_validated():
     with pytest.raises(bertblocks.ConfigError, match=r"encoder\.packing"):
         bertblocks.build_model({**TINY, "encoder": {**TINY["encoder"], "packing": "sometimes"}})
+
+
+class _PerSequenceBackend(SdpaBackend):
+    """A plugin backend declaring ``varlen``: attention per packed sequence, never in the padded layout."""
+
+    name = "per_sequence"
+    capabilities = BackendCapabilities(additive_mask=True, attention_weights=True, causal=True, varlen=True)
+    calls = 0
+
+    def varlen(self, query, key, value, *, cu_seqlens, max_seqlen, scale, dropout_p):
+        type(self).calls += 1
+        bounds = cu_seqlens.tolist()
+        pieces = []
+        for start, stop in itertools.pairwise(bounds):
+            q, k, v = (x[start:stop].transpose(0, 1)[None] for x in (query, key, value))  # [1, h, l, d]
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale, dropout_p=dropout_p)
+            pieces.append(out[0].transpose(0, 1))  # [l, h, d]
+        return torch.cat(pieces)
+
+
+class _VarlenPlugin:
+    @staticmethod
+    def bertblocks_register_components():
+        return [Component("backend", "per_sequence", lambda *, options: _PerSequenceBackend())]
+
+
+def test_varlen_backend_gets_packed_sequences_and_matches_padded():
+    registry = Registry(load_entry_points=False)
+    registry.register(_VarlenPlugin(), name="varlen-test")
+    torch.manual_seed(0)
+    config = {**TINY, "initializer_range": 0.2}
+    padded = bertblocks.build_model(config, ["encoder.packing=never"], registry=registry).eval()
+    varlen = bertblocks.build_model(
+        config, ["encoder.packing=always", "encoder.attention.backend=per_sequence"], registry=registry
+    ).eval()
+    varlen.load_state_dict(padded.state_dict())
+    x = _batch()
+    real = x["attention_mask"].bool()
+    _PerSequenceBackend.calls = 0
+    with torch.no_grad():
+        a, b = padded(**x).last_hidden_state, varlen(**x).last_hidden_state
+    assert _PerSequenceBackend.calls == 2  # once per layer: the packed path used varlen, not re-padding
+    assert max_diff(a[real], b[real]) <= 1e-5
+    with torch.no_grad():  # attention maps need the padded layout: the same backend falls back to it
+        maps = varlen(**x, output_attentions=True).attentions
+    assert _PerSequenceBackend.calls == 2
+    assert maps[0].shape == (4, 4, 12, 12)
