@@ -101,18 +101,20 @@ def generate(
             "encoder_attention_mask": encoder_attention_mask,
         }
 
+    # Without padding the model's defaults are the right positions and mask: skip building them each step.
+    padded = bool((attention_mask == 0).any())
     sequences, mask = input_ids, attention_mask
     finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
     cache = None
     step_ids = sequences
     for _ in range(max_new_tokens):
         # positions count real tokens, so a left-padded row sees the positions it would see alone
-        positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+        positions = (mask.cumsum(dim=1) - 1).clamp(min=0) if padded else None
         if use_cache and cache is not None:
             out = model(
                 input_ids=step_ids,
-                attention_mask=mask,
-                position_ids=positions[:, -1:],
+                attention_mask=mask if padded else None,
+                position_ids=positions[:, -1:] if positions is not None else None,
                 past_key_values=cache,
                 use_cache=True,
                 **encoder_kwargs,
@@ -120,7 +122,7 @@ def generate(
         else:
             out = model(
                 input_ids=sequences,
-                attention_mask=mask,
+                attention_mask=mask if padded else None,
                 position_ids=positions,
                 use_cache=use_cache,
                 **encoder_kwargs,

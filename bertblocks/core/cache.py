@@ -20,20 +20,22 @@ import torch
 class _Growing:
     """One layer's self-attention keys or values with amortised O(1) appends along the time axis."""
 
+    __slots__ = ("buffer", "capacity", "length")
+
     def __init__(self, first: torch.Tensor) -> None:
         self.buffer = first
-        self.length = first.shape[2]
+        self.length = self.capacity = first.shape[2]
 
     def append(self, new: torch.Tensor) -> torch.Tensor:
-        needed = self.length + new.shape[2]
-        if needed > self.buffer.shape[2]:
-            capacity = max(needed, 2 * self.buffer.shape[2])
-            grown = new.new_empty(*new.shape[:2], capacity, new.shape[3])
-            grown[:, :, : self.length] = self.buffer[:, :, : self.length]
+        end = self.length + new.shape[2]
+        if end > self.capacity:
+            self.capacity = max(end, 2 * self.capacity)
+            grown = new.new_empty(new.shape[0], new.shape[1], self.capacity, new.shape[3])
+            grown[:, :, : self.length].copy_(self.buffer[:, :, : self.length])
             self.buffer = grown
-        self.buffer[:, :, self.length : needed] = new
-        self.length = needed
-        return self.view()
+        self.buffer[:, :, self.length : end].copy_(new)
+        self.length = end
+        return self.buffer[:, :, :end]
 
     def view(self) -> torch.Tensor:
         return self.buffer[:, :, : self.length]
@@ -52,6 +54,8 @@ class KVCache:
 
     def __init__(self, num_layers: int) -> None:
         self.num_layers = num_layers
+        #: the shape signature of the model last checked against this cache (see ``check_compatible``)
+        self.signature: tuple[int, ...] | None = None
         self._keys: list[_Growing | None] = [None] * num_layers
         self._values: list[_Growing | None] = [None] * num_layers
         self._cross: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers

@@ -185,6 +185,7 @@ class EncoderModel(nn.Module):
         self.position_scheme = position
         #: whether ``encoder.packing: auto`` may pack; a task head that reads padded positions turns it off
         self.auto_packing = True
+        self._cache_shape_memo: tuple[int, ...] | None = None
         self.embeddings = embeddings
         self.encoder = encoder
         self.pooler = pooler
@@ -232,7 +233,12 @@ class EncoderModel(nn.Module):
         past_length = cache.get_seq_length() if cache is not None else 0
         batch, length = self._check_inputs(input_ids, inputs_embeds, token_type_ids, position_ids, past_length)
         if cache is not None:
-            cache.check_compatible(batch, self._heads_per_layer(), self._head_dim())
+            # A full check walks every layer; a cache this model already checked (the usual decoding loop)
+            # only needs its batch size confirmed.
+            signature = (batch, *self._cache_shape())
+            if cache.signature != signature:
+                cache.check_compatible(batch, signature[2:], signature[1])
+                cache.signature = signature
         if encoder_hidden_states is not None and not cfg.add_cross_attention:
             raise ValueError(
                 "encoder_hidden_states given, but this model has no cross-attention layers "
@@ -343,8 +349,12 @@ class EncoderModel(nn.Module):
             return past_key_values
         return KVCache.from_legacy(past_key_values)
 
-    def _heads_per_layer(self) -> list[int]:
-        return [layer.attention.num_heads for layer in self.encoder.layer]
+    def _cache_shape(self) -> tuple[int, ...]:
+        """``(head_dim, heads of layer 0, heads of layer 1, …)``: what a cache must match; kept until pruning."""
+        if self._cache_shape_memo is None:
+            heads = (layer.attention.num_heads for layer in self.encoder.layer)
+            self._cache_shape_memo = (self._head_dim(), *heads)
+        return self._cache_shape_memo
 
     def _head_dim(self) -> int:
         return self.config.hidden_size // self.config.encoder.attention.num_heads
@@ -436,6 +446,7 @@ class EncoderModel(nn.Module):
         Recorded in ``config.pruned_heads`` so that a saved checkpoint (with its smaller tensors) rebuilds
         the same shapes before its weights are loaded.
         """
+        self._cache_shape_memo = None  # the layers' head counts change
         merged = {int(k): list(v) for k, v in self.config.pruned_heads.items()}
         for layer, heads in heads_to_prune.items():
             self.encoder.layer[layer].attention.prune_heads(set(heads))
