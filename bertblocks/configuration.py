@@ -122,6 +122,22 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str] | Mapping[str
     return data
 
 
+def with_backend(
+    overrides: Sequence[str] | Mapping[str, Any], attn_implementation: str | None
+) -> list[str] | dict[str, Any]:
+    """A copy of ``overrides`` that also sets ``encoder.attention.backend`` when ``attn_implementation`` is given
+    (transformers' name for the same choice)."""
+    if isinstance(overrides, Mapping):
+        extra: dict[str, Any] = dict(overrides)
+        if attn_implementation is not None:
+            extra["encoder.attention.backend"] = attn_implementation
+        return extra
+    items = list(overrides)
+    if attn_implementation is not None:
+        items.append(f"encoder.attention.backend={attn_implementation}")
+    return items
+
+
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     parts = key.split(".")
     node: Any = data

@@ -49,10 +49,7 @@ def load_into(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
         current = model.state_dict(keep_vars=True)
         tensors = {k: v.to(current[k].dtype) if k in current else v for k, v in tensors.items()}
     model.load_state_dict(tensors, strict=False, assign=deferred)
-    for second, first in tied.items():
-        owner, _, leaf = second.rpartition(".")
-        source_owner, _, source_leaf = first.rpartition(".")
-        setattr(model.get_submodule(owner), leaf, getattr(model.get_submodule(source_owner), source_leaf))
+    _tie_again(model, tied)
 
 
 def materialize(model: nn.Module, std: float) -> list[str]:
@@ -71,8 +68,12 @@ def materialize(model: nn.Module, std: float) -> list[str]:
             init_module(module, std)
             for name, data in loaded.items():
                 getattr(module, name).data = data
-    for second, first in tied.items():  # to_empty made new tensors for both names: tie them again
-        owner, _, leaf = second.rpartition(".")
-        source_owner, _, source_leaf = first.rpartition(".")
-        setattr(model.get_submodule(owner), leaf, getattr(model.get_submodule(source_owner), source_leaf))
+    _tie_again(model, tied)  # to_empty made new tensors for both names
     return names
+
+
+def _tie_again(model: nn.Module, tied: Mapping[str, str]) -> None:
+    """Point every second name of a tied parameter (``second → first``) at the first name's parameter."""
+    for second, first in tied.items():
+        owner, _, leaf = second.rpartition(".")
+        setattr(model.get_submodule(owner), leaf, model.get_parameter(first))

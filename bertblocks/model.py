@@ -16,7 +16,7 @@ from .checkpoint import (
     untied_state_dict,
     write_checkpoint,
 )
-from .configuration import ConfigSource, load_config
+from .configuration import ConfigSource, load_config, with_backend
 from .core.config import BertConfig
 from .core.encoder import EncoderModel, init_weights
 from .hub import resolve_pretrained
@@ -102,12 +102,7 @@ class BertModel(EncoderModel):
         directory = resolve_pretrained(
             path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
         )
-        extra = dict(overrides) if isinstance(overrides, Mapping) else list(overrides)
-        if attn_implementation is not None:
-            if isinstance(extra, dict):
-                extra["encoder.attention.backend"] = attn_implementation
-            else:
-                extra.append(f"encoder.attention.backend={attn_implementation}")
+        extra = with_backend(overrides, attn_implementation)
         # Parameters start on the meta device: the checkpoint's tensors become the parameters, and only
         # what it lacks is initialised (no random init of weights about to be overwritten, no second copy).
         with deferred_init():
