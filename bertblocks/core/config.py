@@ -146,13 +146,15 @@ class EmbeddingSpec(ComponentSpec):
 
 
 class PositionSpec(ComponentSpec):
-    """Position scheme. Built in: ``absolute``, ``relative_key``, ``relative_key_query``."""
+    """Position scheme. Built in: ``absolute``, ``relative_key``, ``relative_key_query``, ``rope``,
+    ``relative_bucket``, ``none``."""
 
     name: str = "absolute"
 
 
 class BackendSpec(ComponentSpec):
-    """Attention kernel. Built in: ``sdpa`` (PyTorch's scaled_dot_product_attention), ``eager``."""
+    """Attention kernel. Built in: ``sdpa`` (PyTorch's scaled_dot_product_attention), ``eager``,
+    ``sliding_window``."""
 
     name: str = "sdpa"
 
@@ -191,7 +193,8 @@ class PoolerSpec(ComponentSpec):
 
 # ----------------------------------------------------------------------------------------------- encoder
 def _parse_layers(value: Any) -> list[int]:
-    """``3``, ``"6-11"``, ``"0,2,4"`` or ``[0, 2]`` → a sorted list of layer indices."""
+    """``3``, ``"6-11"``, ``"0,2,4"``, ``"0-21/3"`` (every third: 0, 3, …, 21) or ``[0, 2]`` → a sorted list of
+    layer indices."""
     if isinstance(value, bool):
         raise ValueError("layers must be an index, a range like '6-11', or a list of indices")
     if isinstance(value, int):
@@ -199,14 +202,19 @@ def _parse_layers(value: Any) -> list[int]:
     if isinstance(value, str):
         out: set[int] = set()
         for part in value.replace(" ", "").split(","):
-            lo, sep, hi = part.partition("-")
+            span, slash, every = part.partition("/")
+            lo, sep, hi = span.partition("-")
             try:
-                start, stop = int(lo), int(hi if sep else lo)
+                start, stop, step = int(lo), int(hi if sep else lo), int(every) if slash else 1
             except ValueError:
-                raise ValueError(f"cannot read layer range {value!r}; write e.g. '6-11' or '0,2,4'") from None
+                raise ValueError(
+                    f"cannot read layer range {value!r}; write e.g. '6-11', '0,2,4' or '0-21/3' (every third)"
+                ) from None
             if stop < start:
                 raise ValueError(f"layer range {part!r} is empty (end before start)")
-            out.update(range(start, stop + 1))
+            if step < 1:
+                raise ValueError(f"layer range {part!r}: the step after '/' must be at least 1")
+            out.update(range(start, stop + 1, step))
         return sorted(out)
     if isinstance(value, list | tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return sorted(set(value))
@@ -225,13 +233,18 @@ class LayerOverride(BaseModel):
     layers: list[int]
     attention: dict[str, Any] | None = None
     feedforward: dict[str, Any] | None = None
+    position: dict[str, Any] | None = Field(
+        None,
+        description="position-scheme changes for these layers' self-attention (e.g. another RoPE base); the "
+        "embedding and a bias shared by all layers still come from the top-level position",
+    )
 
     @field_validator("layers", mode="before")
     @classmethod
     def _layers(cls, value: Any) -> list[int]:
         return _parse_layers(value)
 
-    @field_validator("attention", "feedforward", mode="before")
+    @field_validator("attention", "feedforward", "position", mode="before")
     @classmethod
     def _shorthand(cls, value: Any) -> Any:
         return {"name": value} if isinstance(value, str) else value
@@ -272,6 +285,14 @@ class EncoderConfig(BaseModel):
                 if override.feedforward:
                     feedforward = merge_spec(feedforward, override.feedforward)
         return attention, feedforward
+
+    def layer_position(self, index: int, position: PositionSpec) -> PositionSpec:
+        """The position spec of layer ``index``'s self-attention: ``position`` (the model's) after every
+        override's ``position`` changes (later wins)."""
+        for override in self.overrides:
+            if index in override.layers and override.position:
+                position = merge_spec(position, override.position)
+        return position
 
 
 def merge_spec(base: ComponentSpec, changes: Mapping[str, Any]) -> Any:

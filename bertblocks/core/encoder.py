@@ -16,7 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .cache import KVCache
 from .config import BertConfig
-from .interfaces import Attention, Embedding, FeedForward, Pooler, Positions, PositionScheme
+from .interfaces import Attention, Embedding, FeedForward, Pooler, Positions, PositionScheme, SharedPositionBias
 from .masks import additive_mask, causal_mask, check_attention_mask, is_all_visible
 from .outputs import EncoderOutput, ModelOutputWithPooling
 from .packing import Packing, right_padded_lengths
@@ -109,10 +109,18 @@ _NO_DECODER = LayerContext()
 class Encoder(nn.Module):
     """The layer stack. ``gradient_checkpointing`` recomputes each layer in backward while training."""
 
-    def __init__(self, layers: Sequence[TransformerLayer]) -> None:
+    def __init__(self, layers: Sequence[TransformerLayer], shared_bias: SharedPositionBias | None = None) -> None:
         super().__init__()
         self.layer = nn.ModuleList(layers)  # singular name: HF's key is `encoder.layer.N`
         self.gradient_checkpointing = False
+        # A position bias shared by every layer lives here, as in MPNet (`encoder.relative_attention_bias`).
+        self.shared_bias_name = shared_bias.module_name if shared_bias is not None else None
+        if shared_bias is not None:
+            self.add_module(shared_bias.module_name, shared_bias)
+
+    @property
+    def shared_bias(self) -> SharedPositionBias | None:
+        return getattr(self, self.shared_bias_name) if self.shared_bias_name else None
 
     def forward(
         self,
@@ -128,11 +136,16 @@ class Encoder(nn.Module):
         all_attn: list[torch.Tensor] = []
         all_cross: list[torch.Tensor] = []
         ctx = context or _NO_DECODER
+        shared = self.shared_bias
+        if shared is not None:
+            # once per forward pass, not once per layer
+            positions = replace(positions, score_bias=shared(positions, hidden_states.dtype))
         for i, layer in enumerate(self.layer):
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             layer_head_mask = None if head_mask is None else head_mask[i]
-            layer_ctx = replace(ctx, layer_index=i) if context is not None else None
+            # every layer learns its index (KV cache slot, and position schemes whose layers differ)
+            layer_ctx = replace(ctx, layer_index=i) if i or context is not None else None
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
                 hidden_states, weights, cross = checkpoint(
                     layer,
@@ -258,7 +271,8 @@ class EncoderModel(nn.Module):
                     if cfg.is_decoder
                     else additive_mask(attention_mask, dtype)
                 )
-        positions = Positions.contiguous(length, past_length, device)
+        # the user's position_ids reach the position scheme (rotary schemes rotate by them)
+        positions = Positions.contiguous(length, past_length, device, ids=position_ids)
         layer_head_mask = self._expand_head_mask(head_mask, dtype)
 
         context = None
@@ -266,6 +280,7 @@ class EncoderModel(nn.Module):
         if packing is not None:
             hidden = packing.pack(hidden)[None]  # [1, T, H]: dense layers see real tokens only
             context = LayerContext(packing=packing)
+            positions = positions.packed(packing)  # each sequence's positions, from 0, for its packed tokens
         if cfg.is_decoder:
             encoder_mask = None
             if encoder_hidden_states is not None and encoder_attention_mask is not None:

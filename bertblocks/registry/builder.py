@@ -70,18 +70,36 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
         position=position,
     )
     enc = config.encoder
+    shared_bias = position.shared_bias(enc.attention.num_heads)
     layers = []
     for i in range(enc.num_layers):
         attention_spec, ff_spec = enc.layer_specs(i)
         where = f"encoder layer {i}"
+        position_spec = enc.layer_position(i, config.position)
+        layer_position = (
+            position
+            if position_spec == config.position
+            else _make(
+                reg,
+                "position",
+                position_spec,
+                PositionScheme,
+                f"{where} position",
+                max_positions=config.max_position_embeddings,
+            )
+        )
         backend = _make(reg, "backend", attention_spec.backend, AttentionBackend, f"{where} backend")
         head_dim = config.hidden_size // attention_spec.num_heads
-        if position.attention_bias(attention_spec.num_heads, head_dim) is not None and not (
-            backend.capabilities.additive_mask
-        ):
+        if shared_bias is not None and attention_spec.num_heads != enc.attention.num_heads:
+            raise BuildError(
+                f"{where}: the {config.position.name!r} position scheme shares one bias over "
+                f"{enc.attention.num_heads} heads by all layers, but this layer has {attention_spec.num_heads}"
+            )
+        per_layer_bias = layer_position.attention_bias(attention_spec.num_heads, head_dim)
+        if (shared_bias is not None or per_layer_bias is not None) and not backend.capabilities.additive_mask:
             raise BuildError(
                 f"{where}: backend {attention_spec.backend.name!r} cannot take an additive score bias, which "
-                f"the {config.position.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
+                f"the {position_spec.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
             )
         if config.is_decoder and not backend.capabilities.causal:
             raise BuildError(
@@ -100,8 +118,9 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
             hidden_dropout=config.hidden_dropout_prob,
             layer_norm_eps=config.layer_norm_eps,
             backend=backend,
+            layer_index=i,
         )
-        attention = make_attention(f"{where} attention", position=position)
+        attention = make_attention(f"{where} attention", position=layer_position)
         # Cross-attention never carries a position bias (HF builds it with absolute positions).
         crossattention = (
             make_attention(f"{where} cross-attention", position=PositionScheme(config.max_position_embeddings))
@@ -127,7 +146,7 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
         if config.pooler is not None
         else None
     )
-    return Assembled(embeddings, Encoder(layers), pooler, position)
+    return Assembled(embeddings, Encoder(layers, shared_bias), pooler, position)
 
 
 def _options(component: Component, given: dict[str, Any]) -> BaseModel:

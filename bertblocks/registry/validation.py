@@ -19,6 +19,7 @@ from bertblocks.core.config import (
     issues_from_validation_error,
     merge_spec,
 )
+from bertblocks.core.interfaces import PositionScheme
 
 from .errors import UnknownComponentError
 from .manager import Registry, get_registry
@@ -68,6 +69,12 @@ def validate_config(
         apply(("pooler",), checker.check("pooler", config.pooler, "pooler"))
 
     for j, override in enumerate(enc.overrides):
+        if override.position:
+            loc = f"encoder.overrides.{j}.position"
+            try:
+                checker.check("position", merge_spec(config.position, override.position), loc)
+            except ValidationError as e:
+                issues.extend(issues_from_validation_error(e, loc))
         for part, base in (("attention", enc.attention), ("feedforward", enc.feedforward)):
             changes = getattr(override, part)
             if not changes:
@@ -84,6 +91,9 @@ def validate_config(
             else:
                 checker.check_name("activation", spec.activation, f"{loc}.activation")
 
+    if not issues:
+        issues.extend(_position_problems(config, reg))
+
     if config.head is not None:
         apply(("head",), checker.check("head", config.head, "head"))
     if config.add_cross_attention and not config.is_decoder:
@@ -92,6 +102,37 @@ def validate_config(
     if issues:
         raise ConfigError(issues, source)
     return BertConfig.model_validate(normalized)
+
+
+def _position_problems(config: BertConfig, registry: Registry) -> list[ConfigIssue]:
+    """Ask each layer's position scheme whether it fits that layer's heads (RoPE needs an even head dimension,
+    a rotary width within it, …), so that such a config fails at ``validate`` and not at ``build``. Identical
+    complaints of several layers are reported once, with the layers named."""
+    enc = config.encoder
+    found: dict[tuple[str, str], list[int]] = {}
+    schemes: dict[str, PositionScheme] = {}
+    for i in range(enc.num_layers):
+        try:
+            attention, _ = enc.layer_specs(i)
+            spec = enc.layer_position(i, config.position)
+        except ValidationError:
+            continue  # reported where the override is checked
+        key = spec.model_dump_json()
+        if key not in schemes:
+            component = registry.get("position", spec.name)
+            options = component.options.model_validate(spec.options())
+            made = component.factory(max_positions=config.max_position_embeddings, options=options)
+            if not isinstance(made, PositionScheme):
+                continue  # the builder reports a factory returning the wrong type, naming its provider
+            schemes[key] = made
+        loc = "position" if spec == config.position else "encoder.overrides"
+        for problem in schemes[key].problems(attention.num_heads, config.hidden_size // attention.num_heads):
+            found.setdefault((loc, problem), []).append(i)
+    issues = []
+    for (loc, problem), layers in found.items():
+        where = "every layer" if len(layers) == enc.num_layers else f"layers {', '.join(map(str, layers))}"
+        issues.append(ConfigIssue(loc, f"{problem} ({where})"))
+    return issues
 
 
 class _ComponentChecker:
