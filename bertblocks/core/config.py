@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     NonNegativeInt,
     PositiveInt,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
@@ -127,6 +128,9 @@ class ComponentSpec(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     name: str
+    #: the plugin's option defaults, recorded when the registry fills them in (``validate``), so that
+    #: :meth:`BertConfig.to_hf` writes only options that differ from them
+    _option_defaults: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="before")
     @classmethod
@@ -506,7 +510,7 @@ class BertConfig(BaseModel):
                 "pruned_heads": {str(k): v for k, v in self.pruned_heads.items()},
             }
         )
-        extra = _diff(self.model_dump(), type(self).from_hf(dict(out.items())).model_dump())
+        extra = _diff(_without_default_options(self), type(self).from_hf(dict(out.items())).model_dump())
         if extra:
             out["bertblocks"] = extra
         return out
@@ -556,6 +560,25 @@ HF_ARCHITECTURES: dict[str, str] = {
 _HEAD_ARCHITECTURES = {head: architecture for architecture, head in HF_ARCHITECTURES.items()}
 # written by HF at save time and meaningless to carry over (rewritten by whoever saves next)
 _HF_DROPPED = ("model_type", "_name_or_path", "_attn_implementation_autoset")
+
+
+def _without_default_options(model: BaseModel) -> dict[str, Any]:
+    """``model.model_dump()`` without the plugin options that still hold the defaults the registry filled in."""
+    out = model.model_dump()
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else None
+        if isinstance(value, BaseModel):
+            out[name] = _without_default_options(value)
+        elif items is not None:
+            for key, item in items:
+                if isinstance(item, BaseModel):
+                    out[name][key] = _without_default_options(item)
+    if isinstance(model, ComponentSpec):
+        for key, default in model._option_defaults.items():
+            if key in out and out[key] == default:
+                del out[key]
+    return out
 
 
 def _diff(full: Any, base: Any) -> Any:

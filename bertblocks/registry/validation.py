@@ -101,7 +101,35 @@ def validate_config(
 
     if issues:
         raise ConfigError(issues, source)
-    return BertConfig.model_validate(normalized)
+    validated = BertConfig.model_validate(normalized)
+    _record_option_defaults(validated, reg)
+    return validated
+
+
+def _record_option_defaults(config: BertConfig, registry: Registry) -> None:
+    """Tell every component spec the defaults of its plugin's options (see ``ComponentSpec._option_defaults``)."""
+    enc = config.encoder
+    specs = [
+        ("embedding", config.embedding),
+        ("position", config.position),
+        ("attention", enc.attention),
+        ("backend", enc.attention.backend),
+        ("feedforward", enc.feedforward),
+        ("pooler", config.pooler),
+        ("head", config.head),
+    ]
+    for kind, spec in specs:
+        if spec is None:
+            continue
+        try:
+            options = registry.get(kind, spec.name).options
+        except UnknownComponentError:
+            continue
+        spec._option_defaults = {
+            name: field.get_default(call_default_factory=True)
+            for name, field in options.model_fields.items()
+            if not field.is_required()
+        }
 
 
 def _position_problems(config: BertConfig, registry: Registry) -> list[ConfigIssue]:
