@@ -405,3 +405,64 @@ def test_attention_without_biases_prunes_and_head_masks(fused):
         model.prune_heads({1: [3]})
         assert (model(ids).last_hidden_state - masked).abs().max() <= ATOL
     assert model.encoder.layer[1].attention.output.dense.bias is None
+
+
+# --------------------------------------------------------------------------- ModernBERT's attention, whole
+@pytest.mark.parametrize("layer_index", [0, 1])  # 0: global (base 160000), 1: local (±2 tokens, base 10000)
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_rope_fused_qkv_no_bias_and_sliding_window_equal_transformers_modernbert_attention(layer_index, implementation):
+    from transformers import ModernBertConfig
+    from transformers.masking_utils import create_bidirectional_mask, create_bidirectional_sliding_window_mask
+    from transformers.models.modernbert.modeling_modernbert import ModernBertAttention, ModernBertRotaryEmbedding
+
+    hf_config = ModernBertConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=37,
+        local_attention=4,
+        global_attn_every_n_layers=3,
+        global_rope_theta=160000.0,
+        local_rope_theta=10000.0,
+        attention_bias=False,
+        attention_dropout=0.0,
+    )
+    hf_config._attn_implementation = implementation
+    torch.manual_seed(0)
+    theirs = ModernBertAttention(hf_config, layer_idx=layer_index).eval()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_(0.0, 0.2)
+
+    cfg = _config(position={"name": "rope", "base": 10000.0}, max_position_embeddings=64)
+    cfg["encoder"]["num_layers"] = 3
+    cfg["encoder"]["attention"].update({"qkv_bias": False, "output_bias": False, "fused_qkv": True, "dropout": 0.0})
+    cfg["encoder"]["attention"]["backend"] = {"name": "sliding_window", "window": 4, "kernel": implementation}
+    cfg["encoder"]["overrides"] = [
+        {"layers": "0-2/3", "attention": {"backend": implementation}, "position": {"base": 160000.0}}
+    ]
+    ours = _model(cfg).encoder.layer[layer_index].attention
+    with torch.no_grad():
+        ours.self.Wqkv.weight.copy_(theirs.Wqkv.weight)
+        ours.output.dense.weight.copy_(theirs.Wo.weight)
+    captured = []
+    ours.output.dense.register_forward_hook(lambda module, args, out: captured.append(out))
+
+    g = torch.Generator().manual_seed(2)
+    hidden = torch.randn(2, 11, 32, generator=g)
+    padding = torch.ones(2, 11, dtype=torch.long)
+    padding[1, -3:] = 0
+    position_ids = torch.arange(11)[None]
+    layer_type = hf_config.layer_types[layer_index]
+    make_mask = (
+        create_bidirectional_mask if layer_type == "full_attention" else create_bidirectional_sliding_window_mask
+    )
+    with torch.no_grad():
+        mask = make_mask(config=hf_config, inputs_embeds=hidden, attention_mask=padding)
+        cos_sin = ModernBertRotaryEmbedding(hf_config)(hidden, position_ids, layer_type)
+        want, _ = theirs(hidden, position_embeddings=cos_sin, attention_mask=mask)
+        additive = (1.0 - padding[:, None, None, :].float()) * torch.finfo(torch.float32).min
+        ours(hidden, mask=additive, positions=Positions.contiguous(11, 0, hidden.device))
+    real = padding.bool()
+    assert (captured[0][real] - want[real]).abs().max() <= ATOL
