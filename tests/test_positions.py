@@ -466,3 +466,34 @@ def test_rope_fused_qkv_no_bias_and_sliding_window_equal_transformers_modernbert
         ours(hidden, mask=additive, positions=Positions.contiguous(11, 0, hidden.device))
     real = padding.bool()
     assert (captured[0][real] - want[real]).abs().max() <= ATOL
+
+
+# --------------------------------------------------------------------------------- a plugin's varlen backend
+@pytest.mark.parametrize("position", ["rope", "relative_bucket"])
+def test_varlen_backend_with_rope_and_shared_bias_equals_padded(position):
+    from bertblocks.registry import Registry
+    from tests.test_packing import _PerSequenceBackend, _VarlenPlugin
+
+    registry = Registry(load_entry_points=False)
+    registry.register(_VarlenPlugin(), name="varlen-test")
+    cfg = _config(position=position)
+    torch.manual_seed(0)
+    padded = BertModel.from_config(cfg, ["encoder.packing=never"], registry=registry).eval()
+    varlen = BertModel.from_config(
+        cfg, ["encoder.packing=always", "encoder.attention.backend=per_sequence"], registry=registry
+    ).eval()
+    varlen.load_state_dict(padded.state_dict())
+    ids = _ids(b=3)
+    mask = torch.ones_like(ids)
+    mask[1, -4:] = 0
+    mask[2, -7:] = 0
+    spaced = torch.arange(9)[None] * torch.tensor([[1], [2], [3]])  # per-row positions
+    real = mask.bool()
+    for extra in ({}, {"position_ids": spaced}):
+        _PerSequenceBackend.calls = 0
+        with torch.no_grad():
+            want = padded(ids, attention_mask=mask, **extra).last_hidden_state
+            got = varlen(ids, attention_mask=mask, **extra).last_hidden_state
+        # rope runs per packed sequence (varlen); a shared bias needs the padded layout, so it falls back
+        assert _PerSequenceBackend.calls == (2 if position == "rope" else 0)
+        assert (got[real] - want[real]).abs().max() <= ATOL
