@@ -132,6 +132,19 @@ class ComponentSpec(BaseModel):
     #: :meth:`BertConfig.to_hf` writes only options that differ from them
     _option_defaults: dict[str, Any] = PrivateAttr(default_factory=dict)
 
+    def __eq__(self, other: object) -> bool:
+        # equal specs name the same component with the same values, whether or not the registry has told
+        # them their defaults yet (pydantic would compare that private record too)
+        if not isinstance(other, ComponentSpec):
+            return NotImplemented
+        return (
+            type(self) is type(other)
+            and self.__dict__ == other.__dict__
+            and self.__pydantic_extra__ == other.__pydantic_extra__
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like every pydantic model
+
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
@@ -141,6 +154,12 @@ class ComponentSpec(BaseModel):
     def options(self) -> dict[str, Any]:
         """The plugin-specific options (everything that is not a typed field of this spec)."""
         return dict(self.__pydantic_extra__ or {})
+
+    def changed_options(self) -> dict[str, Any]:
+        """The plugin options that differ from the plugin's defaults (all of them before ``validate`` has
+        recorded the defaults)."""
+        defaults = self._option_defaults
+        return {k: v for k, v in self.options().items() if k not in defaults or defaults[k] != v}
 
 
 class EmbeddingSpec(ComponentSpec):
@@ -305,7 +324,10 @@ def merge_spec(base: ComponentSpec, changes: Mapping[str, Any]) -> Any:
         for key in base.options():
             data.pop(key, None)
     data = _deep_merge(data, changes)
-    return type(base).model_validate(data)
+    merged = type(base).model_validate(data)
+    if merged.name == base.name:  # the same plugin: the same defaults
+        merged._option_defaults = dict(base._option_defaults)
+    return merged
 
 
 def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
