@@ -490,7 +490,7 @@ def check_position_scheme(subject: Subject) -> None:
             )
     bias = scheme.attention_bias(4, 8)
     if bias is None:
-        if table is None and shared is None and scheme.rotary(4, 8) is None:
+        if table is None and shared is None and scheme.layer_terms(0, 4, 8).rotary is None:
             raise ConformanceSkip("the scheme adds no embedding, no score bias and no rotation")
         return
     for dtype in (torch.float32, torch.float64):
