@@ -166,13 +166,13 @@ def modernbert_attention(hidden: int, heads: int, batch: int, length: int, repea
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--repeats", type=int, default=None, help="timed runs per contender (9; --quick: 5)")
     args = parser.parse_args()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     if args.quick:
-        hidden, layers, heads, batch, length, repeats = 256, 4, 4, 4, 128, 5
+        hidden, layers, heads, batch, length, repeats = 256, 4, 4, 4, 128, args.repeats or 5
     else:
-        hidden, layers, heads, batch, length, repeats = 768, 12, 12, 8, 256, args.repeats
+        hidden, layers, heads, batch, length, repeats = 768, 12, 12, 8, 256, args.repeats or 9
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")
     schemes(hidden, layers, heads, batch, length, repeats)
     mpnet(hidden, layers, heads, batch, length, repeats)

@@ -45,8 +45,9 @@ class Positions:
         key: ``[k]`` int64.
         distance_range: smallest and largest ``query - key`` distance, as Python ints, so that relative
             schemes can slice their tables without a device sync.
-        ids: ``[b|1, q]`` explicit per-token positions (user ``position_ids``), or ``None`` for ``query``.
-        packed_ids: ``[T]`` per-token positions of the packed real tokens, set when the batch is packed.
+        ids: ``[b|1, q]`` per-token positions: the user's ``position_ids``, else ``query[None]``
+            (:meth:`contiguous` fills it; ``None`` means ``query``).
+        packed_ids: ``[1, T]`` per-token positions of the packed real tokens, set when the batch is packed.
         score_bias: ``[b|1, h, q, k]`` a term the position scheme computed once for all layers (a shared
             relative bias), added to the *scaled* scores of every self-attention layer; ``h`` counts the heads
             as built (before pruning).
@@ -68,11 +69,13 @@ class Positions:
         """Queries at ``past_length + arange(q)``, keys at ``arange(past_length + q)``; ``ids [b|1, q]``: the
         user's ``position_ids`` (rotary schemes use them)."""
         key = torch.arange(past_length + query_length, device=device)
+        query = key[past_length:]
         return cls(
-            query=key[past_length:],
+            query=query,
             key=key,
             distance_range=(1 - query_length, past_length + query_length - 1),
-            ids=ids,
+            # one tensor for every layer, so that tables computed from it can be shared (see ``memo``)
+            ids=ids if ids is not None else query[None],
         )
 
     @property
@@ -85,13 +88,13 @@ class Positions:
         if packed:
             if self.packed_ids is None:
                 raise ValueError("tokens(packed=True) asked of positions built for a batch that is not packed")
-            return self.packed_ids[None]
+            return self.packed_ids
         return self.ids if self.ids is not None else self.query[None]
 
     def packed(self, packing: Packing) -> Positions:
         """These positions plus ``packed_ids`` for ``packing`` (each sequence's own positions, from 0)."""
         ids = self.tokens().expand(packing.batch, packing.length)
-        return replace(self, packed_ids=packing.pack(ids), memo={})
+        return replace(self, packed_ids=packing.pack(ids)[None], memo={})
 
 
 # --------------------------------------------------------------------------------------------- embeddings
@@ -158,7 +161,8 @@ class Rotary(nn.Module, ABC):
 
     ``B, t`` is ``b, q`` for a padded batch and ``1, T`` for a packed one (``positions`` restart at 0 for every
     packed sequence). ``positions`` comes from :meth:`Positions.tokens`; ``memo`` (:attr:`Positions.memo`)
-    may hold tables shared by the layers of one forward pass.
+    may hold tables shared by the layers of one forward pass: store the positions tensor with them and reuse
+    them only for that very tensor (``stored is positions``), as every layer gets the same one.
     """
 
     #: dimensions of each head it rotates (from the first); the rest pass through unchanged

@@ -152,9 +152,9 @@ class RotaryEmbedding(Rotary):
         self, positions: torch.Tensor, dtype: torch.dtype, memo: dict[Any, Any] | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos, sin [B|1, t, 1, r]`` for ``positions [B|1, t]``, laid out for this pairing."""
-        key = ("rope", self.rotary_dim, self.base, self.interleaved, positions.shape, dtype)
-        if memo is not None and key in memo:
-            return memo[key]
+        key = ("rope", self.rotary_dim, self.base, self.interleaved, dtype)
+        if memo is not None and key in memo and memo[key][0] is positions:
+            return memo[key][1]
         compute = torch.float64 if dtype == torch.float64 else torch.float32
         exponent = torch.arange(0, self.rotary_dim, 2, device=positions.device, dtype=torch.int64).to(compute)
         inv_freq = 1.0 / (self.base ** (exponent / self.rotary_dim))  # [r/2], transformers' formula
@@ -162,7 +162,7 @@ class RotaryEmbedding(Rotary):
         angles = angles.repeat_interleave(2, dim=-1) if self.interleaved else torch.cat((angles, angles), dim=-1)
         tables = (angles.cos().to(dtype)[:, :, None, :], angles.sin().to(dtype)[:, :, None, :])  # [B, t, 1, r]
         if memo is not None:
-            memo[key] = tables
+            memo[key] = (positions, tables)  # valid for this positions tensor only
         return tables
 
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
