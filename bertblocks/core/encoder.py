@@ -113,6 +113,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(layers)  # singular name: HF's key is `encoder.layer.N`
         self.gradient_checkpointing = False
+        self._indexed = tuple(LayerContext(layer_index=i) for i in range(len(layers)))
         # A position bias shared by every layer lives here, as in MPNet (`encoder.relative_attention_bias`).
         self.shared_bias_name = shared_bias.module_name if shared_bias is not None else None
         if shared_bias is not None:
@@ -136,6 +137,8 @@ class Encoder(nn.Module):
         all_attn: list[torch.Tensor] = []
         all_cross: list[torch.Tensor] = []
         ctx = context or _NO_DECODER
+        if len(self._indexed) != len(self.layer):  # layers added or removed after construction
+            self._indexed = tuple(LayerContext(layer_index=i) for i in range(len(self.layer)))
         shared = self.shared_bias
         if shared is not None:
             # once per forward pass, not once per layer
@@ -144,8 +147,9 @@ class Encoder(nn.Module):
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             layer_head_mask = None if head_mask is None else head_mask[i]
-            # every layer learns its index (KV cache slot, and position schemes whose layers differ)
-            layer_ctx = replace(ctx, layer_index=i) if i or context is not None else None
+            # every layer learns its index (KV cache slot, attentions whose layers differ); without a
+            # per-forward context the contexts are made once per model, not once per call
+            layer_ctx = replace(ctx, layer_index=i) if context is not None else self._indexed[i]
             if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
                 hidden_states, weights, cross = checkpoint(
                     layer,
