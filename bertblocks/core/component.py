@@ -30,13 +30,16 @@ class Component:
 
     Attributes:
         kind: which interface it implements (``attention``, ``backend``, ``position``, …).
-        name: the name configs use (``sdpa``, ``relative_key``, …); unique within its kind.
+        name: the name configs use; unique within its kind.
         factory: builds the component; called with keyword arguments documented per kind in
             ``docs/plugins/hooks.md``, always including ``options`` (an instance of ``options``).
         options: pydantic model of the component's own options; give it ``extra="forbid"`` so typos are
             errors.
         description: one line for listings.
         provider: filled in by the registry: the plugin (and distribution) that registered it.
+        architecture: heads only: the model class name a checkpoint's ``config.json`` lists under
+            ``architectures`` for a model with this head (transformers' task-model class). Loading reads the
+            head from it; saving writes it. ``""``: none (such a model is saved as a bare backbone's class).
     """
 
     kind: Kind
@@ -45,6 +48,7 @@ class Component:
     options: type[BaseModel] = NoOptions
     description: str = ""
     provider: str = ""
+    architecture: str = ""
 
 
 @dataclass(frozen=True)

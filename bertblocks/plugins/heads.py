@@ -563,18 +563,36 @@ def _multiple_choice(
 def bertblocks_register_components() -> list[Component]:
     return [
         Component(
-            "head", "masked_lm", _language_model(MaskedLMHead), MaskedLMOptions, "masked-LM logits (BertForMaskedLM)"
+            "head",
+            "masked_lm",
+            _language_model(MaskedLMHead),
+            MaskedLMOptions,
+            "masked-LM logits (BertForMaskedLM)",
+            architecture="BertForMaskedLM",
         ),
-        Component("head", "next_sentence", _next_sentence, NextSentenceOptions, "BertForNextSentencePrediction"),
+        Component(
+            "head",
+            "next_sentence",
+            _next_sentence,
+            NextSentenceOptions,
+            "BertForNextSentencePrediction",
+            architecture="BertForNextSentencePrediction",
+        ),
         Component(
             "head",
             "pretraining",
             _language_model(PreTrainingHead),
             PreTrainingOptions,
             "masked LM + NSP (BertForPreTraining)",
+            architecture="BertForPreTraining",
         ),
         Component(
-            "head", "causal_lm", _language_model(CausalLMHead), CausalLMOptions, "next-token logits (BertLMHeadModel)"
+            "head",
+            "causal_lm",
+            _language_model(CausalLMHead),
+            CausalLMOptions,
+            "next-token logits (BertLMHeadModel)",
+            architecture="BertLMHeadModel",
         ),
         Component(
             "head",
@@ -582,6 +600,7 @@ def bertblocks_register_components() -> list[Component]:
             _sequence_classification,
             SequenceClassificationOptions,
             "classification / regression on the pooled output (BertForSequenceClassification)",
+            architecture="BertForSequenceClassification",
         ),
         Component(
             "head",
@@ -589,6 +608,7 @@ def bertblocks_register_components() -> list[Component]:
             _token_classification,
             TokenClassificationOptions,
             "per-token classes (BertForTokenClassification)",
+            architecture="BertForTokenClassification",
         ),
         Component(
             "head",
@@ -596,6 +616,7 @@ def bertblocks_register_components() -> list[Component]:
             _question_answering,
             QuestionAnsweringOptions,
             "start/end span logits (BertForQuestionAnswering)",
+            architecture="BertForQuestionAnswering",
         ),
         Component(
             "head",
@@ -603,5 +624,6 @@ def bertblocks_register_components() -> list[Component]:
             _multiple_choice,
             MultipleChoiceOptions,
             "one score per choice (BertForMultipleChoice)",
+            architecture="BertForMultipleChoice",
         ),
     ]
