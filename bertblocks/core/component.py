@@ -1,8 +1,9 @@
-"""What a plugin hands the registry: components it adds, and named presets.
+"""What a plugin hands the registry: components it adds, named presets, and command-line commands.
 
 Plugins describe components with :class:`Component` and return them from their
 ``bertblocks_register_components`` hook; named architectures (the zoo) are :class:`Preset` s returned from
-``bertblocks_register_presets``. This lives in ``core`` (not ``registry``) so that plugins, built-in
+``bertblocks_register_presets``; ``bertblocks`` subcommands are :class:`Command` s returned from
+``bertblocks_register_commands``. This lives in ``core`` (not ``registry``) so that plugins, built-in
 or third-party, depend on the interfaces only.
 """
 
@@ -65,5 +66,29 @@ class Preset:
 
     name: str
     config: Mapping[str, Any]
+    description: str = ""
+    provider: str = ""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One ``bertblocks`` subcommand.
+
+    ``configure`` and ``run`` may be given as ``"module:function"`` strings, imported only when the command is
+    used, so that listing the commands (``bertblocks --help``) imports nothing of the plugin but this object.
+
+    Attributes:
+        name: what users type (``bertblocks NAME``); unique across all plugins.
+        help: one line for ``bertblocks --help``.
+        configure: adds the command's arguments: ``(parser: argparse.ArgumentParser) -> None``.
+        run: does the work and returns the exit code: ``(args: argparse.Namespace) -> int``.
+        description: longer text for ``bertblocks NAME --help`` (defaults to ``help``).
+        provider: filled in by the registry: the plugin (and distribution) that registered it.
+    """
+
+    name: str
+    help: str
+    configure: Callable[..., Any] | str
+    run: Callable[..., Any] | str
     description: str = ""
     provider: str = ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .builder import BuildError, build_components
 from .errors import (
+    DuplicateCommandError,
     DuplicateComponentError,
     DuplicatePresetError,
     PluginLoadError,
@@ -19,6 +20,7 @@ __all__ = [
     "DISABLE_AUTOLOAD_ENV",
     "ENTRY_POINT_GROUP",
     "BuildError",
+    "DuplicateCommandError",
     "DuplicateComponentError",
     "DuplicatePresetError",
     "PluginInfo",
