@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
-from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 import torch
@@ -25,7 +24,7 @@ from ..core.config import BertConfig
 from ..core.encoder import EncoderModel, init_weights
 from ..core.interfaces import Head
 from ..core.outputs import ModelOutput
-from ..registry import BuildError, Registry, get_registry, validate_config
+from ..registry import BuildError, Registry, build_head, get_registry, validate_config
 from .backbone import BertModel
 from .pretrained import PretrainedModel
 
@@ -34,39 +33,6 @@ _PASSED_THROUGH = ("past_key_values", "hidden_states", "attentions", "cross_atte
 _LABEL_ARGUMENTS = ("labels", "next_sentence_label", "start_positions", "end_positions")
 
 T = TypeVar("T", bound="BertTaskModel")
-
-
-def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
-    """Build the head ``config.head`` names, with flat keyword arguments (see ``docs/how-to/task-heads.md``).
-
-    Raises:
-        BuildError: the config names no head, or the plugin returned something that is not a :class:`Head`.
-    """
-    if config.head is None:
-        raise BuildError("the config names no head (set head: masked_lm, sequence_classification, …)")
-    reg = registry or get_registry()
-    component = reg.get("head", config.head.name)
-    activation = reg.get("activation", config.encoder.feedforward.activation)
-    dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-    try:
-        head = component.factory(
-            hidden_size=config.hidden_size,
-            vocab_size=config.vocab_size,
-            num_labels=config.num_labels,
-            layer_norm_eps=config.layer_norm_eps,
-            activation=partial(activation.factory, options=activation.options.model_validate({})),
-            classifier_dropout=dropout,
-            tie_word_embeddings=config.tie_word_embeddings,
-            is_decoder=config.is_decoder,
-            options=component.options.model_validate(config.head.options()),
-        )
-    except ValueError as e:  # a head refusing the config (e.g. QA with num_labels != 2)
-        raise BuildError(f"head {config.head.name!r} from {component.provider}: {e}") from None
-    if not isinstance(head, Head):
-        raise BuildError(
-            f"head {config.head.name!r} from {component.provider} returned {type(head).__name__}, not a Head"
-        )
-    return head
 
 
 class BertTaskModel(PretrainedModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .builder import BuildError, build_components
+from .builder import BuildError, build_components, build_head
 from .errors import (
     DuplicateCommandError,
     DuplicateComponentError,
@@ -30,6 +30,7 @@ __all__ = [
     "UnknownComponentError",
     "UnknownPresetError",
     "build_components",
+    "build_head",
     "get_registry",
     "hookimpl",
     "hookspec",
