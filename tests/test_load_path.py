@@ -192,3 +192,15 @@ def test_the_save_path_round_trips_every_class(tmp_path: Path):
         assert {k: v.shape for k, v in loaded.state_dict().items()} == {
             k: v.shape for k, v in model.state_dict().items()
         }
+
+
+def test_create_model_with_pretrained_weights_loads_on_the_meta_device(tmp_path, init_calls):
+    small = {"vocab_size": 99, "max_position_embeddings": 32}
+    torch.manual_seed(0)
+    reference = bertblocks.create_model("bert-tiny-uncased", overrides=small).eval()
+    reference.save_pretrained(tmp_path)
+    init_calls.clear()
+    model = bertblocks.create_model("bert-tiny-uncased", overrides=small, pretrained=tmp_path)
+    assert init_calls == []  # every weight came from the checkpoint
+    with torch.no_grad():
+        assert max_diff(model(**batch()).last_hidden_state, reference(**batch()).last_hidden_state) == 0.0
