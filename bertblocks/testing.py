@@ -489,6 +489,11 @@ def check_position_scheme(subject: Subject) -> None:
                 whole[:, :, 5:],
             )
     bias = scheme.attention_bias(4, 8)
+    _expect(
+        scheme.adds_score_bias is None or (bias is not None) == scheme.adds_score_bias,
+        f"adds_score_bias is {scheme.adds_score_bias} but attention_bias returned "
+        f"{'a bias' if bias is not None else 'None'}: declare what the scheme contributes",
+    )
     if bias is None:
         if table is None and shared is None and scheme.layer_terms(0, 4, 8).rotary is None:
             raise ConformanceSkip("the scheme adds no embedding, no score bias and no rotation")

@@ -23,6 +23,7 @@ class AbsolutePositions(PositionScheme):
     """A learned embedding per position, added to the token embeddings (original BERT)."""
 
     name = "absolute"
+    adds_score_bias = False
 
     def embedding(self, hidden_size: int) -> nn.Module:
         return nn.Embedding(self.max_positions, hidden_size)
@@ -74,6 +75,7 @@ class RelativeKeyPositions(PositionScheme):
     """``relative_key``: score bias ``q_i · E[i - j]`` (Shaw et al. 2018). No position embedding is added."""
 
     name = "relative_key"
+    adds_score_bias = True
     with_key: ClassVar[bool] = False
     # transformers 4.x creates (and saves) an absolute table even for relative models, unused.
     ignored_checkpoint_keys = ("embeddings.position_embeddings.weight",)
@@ -93,6 +95,7 @@ class NoPositions(PositionScheme):
     """``none``: no position information at all (a bag of tokens, or an ablation baseline)."""
 
     name = "none"
+    adds_score_bias = False
 
 
 # ------------------------------------------------------------------------------------------------- rotary
@@ -188,6 +191,7 @@ class RopePositions(PositionScheme):
     """``rope``: rotary position embedding in every self-attention layer; nothing added to the embeddings."""
 
     name = "rope"
+    adds_score_bias = False
 
     def __init__(self, max_positions: int, options: RopeOptions) -> None:
         super().__init__(max_positions)
@@ -275,6 +279,7 @@ class RelativeBucketPositions(PositionScheme):
     """
 
     name = "relative_bucket"
+    adds_score_bias = False  # no per-layer bias: its one shared bias comes from shared_bias()
 
     def __init__(self, max_positions: int, options: RelativeBucketOptions) -> None:
         super().__init__(max_positions)
