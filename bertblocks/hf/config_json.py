@@ -23,8 +23,8 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..core.config import (
-    ComponentSpec,
     BertConfig,
+    ComponentSpec,
     ConfigError,
     ConfigIssue,
     _deep_merge,
