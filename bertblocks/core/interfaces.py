@@ -192,8 +192,8 @@ class PositionScheme:
 
     A scheme may do any of:
 
-    * (a) add an embedding to the token embeddings (:meth:`embedding`; BERT's ``absolute``);
-    * (b) add a score bias: per layer (:meth:`attention_bias`, HF's ``relative_key``) or shared by every layer
+    * (a) add an embedding to the token embeddings (:meth:`embedding`; BERT's learned table);
+    * (b) add a score bias: per layer (:meth:`attention_bias`, Shaw et al.'s distances) or shared by every layer
       and computed once per forward pass (:meth:`shared_bias`, MPNet's buckets);
     * (c) rotate queries and keys (:meth:`rotary`, RoPE).
 
