@@ -21,6 +21,7 @@ from bertblocks.core.interfaces import (
     Pooler,
     PositionScheme,
 )
+from bertblocks.core.limits import check_size
 
 from .errors import RegistryError
 from .manager import Registry, get_registry
@@ -44,8 +45,10 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
     """Assemble the embeddings, the encoder stack and the pooler of a validated ``config``.
 
     Raises:
+        LimitError: the model would exceed a resource limit (:mod:`bertblocks.core.limits`).
         BuildError: a component refused the job (capability missing, factory returned the wrong type).
     """
+    check_size(config)  # before anything is allocated: a config is data, but data that says how much memory
     reg = registry or get_registry()
     position = _make(
         reg,
