@@ -123,8 +123,8 @@ def _local_directory(path_or_id: str | Path) -> Path | None:
         raise PretrainedNotFoundError(f"{path} is a file; expected a checkpoint directory or a hub id.")
     if isinstance(path_or_id, Path) or looks_like_a_path(str(path_or_id)):
         raise PretrainedNotFoundError(
-            f"{path_or_id} does not exist: it looks like a path, so it was not tried as a hub id "
-            "(hub ids look like 'name' or 'org/name')."
+            f"{path_or_id} is not a directory (it does not exist), and it looks like a path, so it was not tried "
+            "as a hub id (hub ids look like 'name' or 'org/name')."
         )
     if not _could_be_repo_id(str(path_or_id)):
         raise PretrainedNotFoundError(

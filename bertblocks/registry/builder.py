@@ -143,7 +143,16 @@ def _make(reg: Registry, kind: str, spec: ComponentSpec, expected: type, where: 
 
 
 def _call(component: Component, expected: type, where: str, **kwargs: Any) -> Any:
-    made = component.factory(**kwargs)
+    try:
+        made = component.factory(**kwargs)
+    except BuildError:
+        raise
+    except Exception as e:
+        # a plugin's bug (or a refusal) must say which layer, component and distribution it came from
+        raise BuildError(
+            f"{where}: {component.kind} {component.name!r} from {component.provider} failed to build: "
+            f"{type(e).__name__}: {e}"
+        ) from e
     if not isinstance(made, expected):
         raise BuildError(
             f"{where}: {component.kind} {component.name!r} from {component.provider} returned "
