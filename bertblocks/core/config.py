@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from .limits import MAX_LAYERS_ENV, max_layers
+from .misspelt_keys import warn_misspelt_keys
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -507,6 +508,7 @@ class BertConfig(BaseModel):
             data["head"] = {"name": HF_ARCHITECTURES[src.pop("architectures")[0]]}
         for key in _HF_DROPPED:
             src.pop(key, None)
+        warn_misspelt_keys(src, (*_HF_TOP_LEVEL, *_HF_NESTED, "position_embedding_type", "architectures", "bertblocks"))
         data["hf"] = src
         data = _deep_merge(data, ours)
         try:
