@@ -78,8 +78,10 @@ def test_billion_laughs_in_a_cli_override_is_refused():
     assert load_yaml(nested)["y"][0] == list(range(1, 10))  # a few aliases are fine
     bomb = billion_laughs().replace("\n", ", ").strip(", ")
     error, seconds, peak = bounded(lambda: bertblocks.load_config(TINY, [f"hf={{{bomb}}}"]))
-    assert isinstance(error, ConfigError) and "aliases expand" in str(error)
-    assert seconds < CPU_SECONDS and peak < PEAK_BYTES
+    assert isinstance(error, ConfigError)
+    assert "aliases expand" in str(error)
+    assert seconds < CPU_SECONDS
+    assert peak < PEAK_BYTES
 
 
 def test_anchors_that_share_a_few_options_still_load(tmp_path):
@@ -96,7 +98,8 @@ def test_anchors_that_share_a_few_options_still_load(tmp_path):
 def test_a_recursive_alias_is_refused():
     with pytest.raises(YAMLLimitError, match="recursive alias") as info:
         load_yaml("a: &a [1, *a]")
-    assert info.value.problem_mark is not None and info.value.problem_mark.line == 0
+    assert info.value.problem_mark is not None
+    assert info.value.problem_mark.line == 0
 
 
 def test_the_alias_limit_can_be_raised_and_switched_off(monkeypatch):
@@ -127,7 +130,8 @@ def test_a_range_past_the_layer_limit_is_refused_even_with_as_many_layers():
     error, seconds, peak = bounded(lambda: bertblocks.load_config(data))
     assert isinstance(error, ConfigError)
     assert f"reaches layer {10**8 - 1}, but no stack may have more than 1024 layers ({MAX_LAYERS_ENV})" in str(error)
-    assert seconds < CPU_SECONDS and peak < 20 * 2**20
+    assert seconds < CPU_SECONDS
+    assert peak < 20 * 2**20
 
 
 def test_small_ranges_outside_the_stack_still_list_the_layers():
@@ -143,7 +147,8 @@ def test_a_million_layers_are_refused_before_anything_is_built():
     assert isinstance(error, LimitError)
     assert str(error).startswith("encoder.num_layers: 1000000 layers exceed the limit of 1024")
     assert f"{MAX_LAYERS_ENV}=1000000" in str(error)
-    assert seconds < CPU_SECONDS and peak < 20 * 2**20
+    assert seconds < CPU_SECONDS
+    assert peak < 20 * 2**20
 
 
 def test_a_huge_hidden_size_is_refused_with_the_size_it_would_have():
@@ -153,7 +158,9 @@ def test_a_huge_hidden_size_is_refused_with_the_size_it_would_have():
         bertblocks.build_model(cfg)  # refused even on the meta device: the estimate comes first
     message = str(info.value)
     assert f"about {estimate.parameters:,} parameters" in message
-    assert "TiB" in message and "hidden_size 1000000" in message and MAX_PARAMETERS_ENV in message
+    assert "TiB" in message
+    assert "hidden_size 1000000" in message
+    assert MAX_PARAMETERS_ENV in message
 
 
 def test_the_parameter_limit_is_read_from_the_environment(monkeypatch):
@@ -217,7 +224,8 @@ def test_cli_limits_are_user_errors(tmp_path: Path, capsys):
     assert "aliases expand" in capsys.readouterr().err
     assert main(["build", "bert-tiny-uncased", "--set", "encoder.num_layers=1000000"]) == 1
     err = capsys.readouterr().err
-    assert "exceed the limit of 1024" in err and "bug" not in err
+    assert "exceed the limit of 1024" in err
+    assert "bug" not in err
 
 
 @pytest.mark.parametrize("value", ["[eager", "{a: 1", "'open", "a: b: c"])
