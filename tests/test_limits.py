@@ -60,7 +60,7 @@ def test_billion_laughs_config_is_refused_fast_with_a_clear_error(tmp_path):
     assert str(path) in str(error)
     assert "refused YAML: aliases expand to more than 10,000 nodes" in str(error)
     assert MAX_ALIAS_NODES_ENV in str(error)
-    assert seconds < CPU_SECONDS and peak < PEAK_BYTES, (seconds, peak)
+    assert (seconds < CPU_SECONDS, peak < PEAK_BYTES) == (True, True), (seconds, peak)
 
 
 def test_billion_laughs_study_is_refused_fast(tmp_path):
@@ -69,7 +69,7 @@ def test_billion_laughs_study_is_refused_fast(tmp_path):
     error, seconds, peak = bounded(lambda: load_study(path))
     assert isinstance(error, StudyError)
     assert "aliases expand to more than" in str(error)
-    assert seconds < CPU_SECONDS and peak < PEAK_BYTES, (seconds, peak)
+    assert (seconds < CPU_SECONDS, peak < PEAK_BYTES) == (True, True), (seconds, peak)
 
 
 def test_billion_laughs_in_a_cli_override_is_refused():
@@ -119,7 +119,7 @@ def test_a_huge_layer_range_is_a_short_error_without_expansion():
     assert isinstance(error, ConfigError)
     assert str(error).endswith("encoder.overrides.0.layers: layers 2-10000000 do not exist (num_layers is 2)")
     assert len(str(error)) < 200
-    assert seconds < CPU_SECONDS and peak < 20 * 2**20, (seconds, peak)
+    assert (seconds < CPU_SECONDS, peak < 20 * 2**20) == (True, True), (seconds, peak)
 
 
 def test_a_range_past_the_layer_limit_is_refused_even_with_as_many_layers():
