@@ -78,10 +78,13 @@ def _held(path: Path) -> bool:
 
 @pytest.mark.skipif(sys.platform == "win32", reason="the test probes the lock with fcntl")
 def test_two_concurrent_studies_into_one_folder_one_refused_the_other_complete(tmp_path, capsys):
-    study = small_study(tmp_path)
+    # in its own process (no workers), with enough steps to hold the lock for some seconds; the second study
+    # reaches the lock in a fraction of that
+    study = small_study(tmp_path, train={**SHORT_TRAIN, "steps": 40})
     out = tmp_path / "out"
     env = {**os.environ, "BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    command = [sys.executable, "-m", "bertblocks.cli", "ablate", str(study), "--out", str(out), "--no-progress"]
+    command = [sys.executable, "-m", "bertblocks.cli", "ablate", str(study), "--out", str(out), "--workers", "0"]
+    command.append("--no-progress")
     first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while not _held(out / LOCK_FILE):
