@@ -68,7 +68,15 @@ def find_weights(directory: Path) -> list[Path]:
         if (directory / name).is_file():
             return [directory / name]
         if (directory / index).is_file():
-            weight_map = json.loads((directory / index).read_text())["weight_map"]
+            try:
+                weight_map = json.loads((directory / index).read_text())["weight_map"]
+                shards = list(dict.fromkeys(weight_map.values()))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise CheckpointError(f"{directory / index} is not a shard index with a weight_map ({e!r})") from None
+            # a shard is a file beside the index, never a path out of the checkpoint (`../../secret`)
+            outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]
+            if outside:
+                raise CheckpointError(f"{directory / index} names shards that are not file names: {outside}")
             shards = list(dict.fromkeys(weight_map.values()))
             missing = [s for s in shards if not (directory / s).is_file()]
             if missing:

@@ -65,7 +65,10 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
         path = path / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError([ConfigIssue(f"byte {e.start}", "not UTF-8 text")], str(path)) from None
     if path.suffix == ".json":
         try:
             data = json.loads(text)

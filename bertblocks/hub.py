@@ -167,9 +167,14 @@ def _could_be_repo_id(text: str) -> bool:
 def _shards(index_path: Path) -> list[str]:
     try:
         weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
-    except (OSError, ValueError, KeyError) as e:
+        shards = list(dict.fromkeys(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise PretrainedNotFoundError(f"{index_path} is not a readable shard index ({e}).") from None
-    return list(dict.fromkeys(weight_map.values()))
+    # a shard is a file of the repository's top folder; never fetch (or write) a path out of it
+    outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]
+    if outside:
+        raise PretrainedNotFoundError(f"{index_path} names shards that are not file names: {outside}.")
+    return shards
 
 
 class _Fetcher:

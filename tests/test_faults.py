@@ -210,3 +210,41 @@ def test_a_missing_path_is_never_tried_as_a_hub_id(tmp_path, monkeypatch):
         with pytest.raises(PretrainedNotFoundError, match="looks like a path, so it was not tried as a hub id"):
             bertblocks.from_pretrained(text)
     assert main(["embed", "--model", "models/bert", "hi"]) == 1
+
+
+# ------------------------------------------------------------------------------------------- CLI exits
+def _checkpoint_with(directory: Any, files: dict[str, bytes | str], drop: tuple[str, ...] = ()) -> str:
+    for name in drop:
+        (directory / name).unlink()
+    for name, content in files.items():
+        data = content.encode() if isinstance(content, str) else content
+        (directory / name).write_bytes(data)
+    return str(directory)
+
+
+@pytest.mark.parametrize(
+    ("files", "drop", "message"),
+    [
+        ({"model.safetensors.index.json": "{}"}, ("model.safetensors",), "is not a shard index with a weight_map"),
+        (
+            {"model.safetensors.index.json": '{"weight_map": {"w": "../../outside.safetensors"}}'},
+            ("model.safetensors",),
+            "names shards that are not file names: ['../../outside.safetensors']",
+        ),
+        ({"tokenizer.json": "{not json"}, (), "tokenizer.json is not a valid tokenizer file"),
+        ({"config.json": "[1, 2]"}, (), "expected a mapping at the top"),
+    ],
+)
+def test_cli_user_errors_in_checkpoint_files_exit_1_naming_the_file(hf_checkpoint, capsys, files, drop, message):
+    directory = _checkpoint_with(hf_checkpoint(), files, drop)
+    assert main(["embed", "--model", directory, "hello"]) == 1
+    err = capsys.readouterr().err
+    assert message in err
+    assert "bug" not in err
+
+
+def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path, capsys):
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"\xff\xfe\x00junk")
+    assert main(["validate", str(path)]) == 1
+    assert f"invalid config in {path} (1 error):\n  byte 0: not UTF-8 text" in capsys.readouterr().err

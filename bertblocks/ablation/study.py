@@ -223,6 +223,8 @@ def load_study(
         where = str(path)
         try:
             raw = load_yaml(path.read_text(encoding="utf-8")) or {}  # safe_load, alias bombs refused
+        except UnicodeDecodeError as e:
+            raise StudyError([ConfigIssue(f"byte {e.start}", "not UTF-8 text")], where) from None
         except yaml.YAMLError as e:
             raise StudyError([ConfigIssue("", f"malformed YAML: {e}")], where) from None
     if not isinstance(raw, dict):
