@@ -39,10 +39,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checkpoint import LoadingInfo
 from .core.component import KINDS, Component
 from .core.interfaces import AttentionBackend, Head, Positions, PositionScheme
-from .model import BertModel
+from .hf.weights import LoadingInfo
+from .models.backbone import BertModel
 from .registry import BuildError, Registry, get_registry
 
 #: float32 tolerance, as for HF parity
@@ -120,7 +120,7 @@ class Subject:
         torch.manual_seed(seed)
         cfg = dict(config) if config is not None else self.config(**changes)
         if self.kind == "head":
-            from .task_model import BertTaskModel
+            from .models.task_models import BertTaskModel
 
             return BertTaskModel.from_config(cfg, head=self.name, registry=self.registry).eval()
         return BertModel.from_config(cfg, registry=self.registry).eval()
@@ -128,7 +128,7 @@ class Subject:
     def reload(self, directory: str) -> tuple[nn.Module, LoadingInfo]:
         """The model :meth:`model` saved to ``directory``, loaded back with its loading report."""
         if self.kind == "head":
-            from .task_model import BertTaskModel
+            from .models.task_models import BertTaskModel
 
             return BertTaskModel.from_pretrained(  # type: ignore[return-value]
                 directory, head=self.name, registry=self.registry, output_loading_info=True
@@ -474,6 +474,11 @@ def check_position_scheme(subject: Subject) -> None:
         emb = table(ids)
         _expect(tuple(emb.shape) == (3, 9, 32), f"position embedding of [3, 9] ids is {tuple(emb.shape)}")
     bias = scheme.attention_bias(4, 8)
+    _expect(
+        scheme.adds_score_bias is None or (bias is not None) == scheme.adds_score_bias,
+        f"adds_score_bias is {scheme.adds_score_bias} but attention_bias returned "
+        f"{'a bias' if bias is not None else 'None'}: declare what the scheme contributes",
+    )
     if bias is None:
         if table is None:
             raise ConformanceSkip("the scheme adds neither an embedding nor an attention bias")

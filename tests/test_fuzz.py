@@ -28,8 +28,8 @@ import bertblocks
 from bertblocks import ConfigError
 from bertblocks.bounded_yaml import load_yaml
 from bertblocks.core.limits import LimitError, check_size
+from bertblocks.hf.weight_files import SAFETENSORS_DTYPES, WeightFileError, read_safetensors
 from bertblocks.registry import RegistryError
-from bertblocks.weight_files import SAFETENSORS_DTYPES, WeightFileError, read_safetensors
 
 
 def fuzz(max_examples: int) -> settings:

@@ -18,7 +18,7 @@ import bertblocks
 from bertblocks import CheckpointError
 from bertblocks.checkpoint import map_safetensors
 from bertblocks.cli import main
-from bertblocks.weight_files import WeightFileError, read_safetensors, read_torch_bin
+from bertblocks.hf.weight_files import WeightFileError, read_safetensors, read_torch_bin
 
 
 def raw_safetensors(path: Path, header: Any, data: bytes, header_size: int | None = None) -> Path:

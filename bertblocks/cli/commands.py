@@ -1,186 +1,33 @@
-"""The ``bertblocks`` command line: build, inspect and check models assembled from configs.
+"""The built-in ``bertblocks`` commands: build, validate, plugins, components, presets, trace, diagram, embed,
+similarity, convert, schema.
 
-Run ``bertblocks --help`` for the commands, ``bertblocks CMD --help`` for one; ``docs/reference/cli.md`` lists
-them all (generated from this parser).
-
-Exit codes (scripts may rely on them):
-
-====  ================================================================================================
-0     success
-1     invalid input: a missing file, malformed YAML/JSON, an invalid config (every error is printed), an
-      unknown preset or component, weights that do not fit, a plugin that failed to load (``plugins``)
-2     usage error (argparse: unknown command or option, missing argument)
-3     a feature this installation lacks (a part of bertblocks or an optional dependency is missing)
-4     an unexpected internal error (a bug: please report it with the output of ``--debug``)
-====  ================================================================================================
-
-Errors are one clear message on stderr; ``--debug`` adds the traceback. ``--json`` (before or after the
-command) prints machine-readable output on stdout instead of tables.
-
-Adding a command:
-    Every command is a :class:`Subcommand` in :data:`SUBCOMMANDS`, a table keyed by name. Add one with
-    :func:`register_subcommand`, giving either callables or ``"module:function"`` strings (imported only when
-    the command runs, so ``bertblocks --help`` stays fast)::
-
-        register_subcommand(
-            "ablate",
-            "run an ablation grid over config overrides",
-            configure="bertblocks.ablation:configure_parser",  # (parser: ArgumentParser) -> None
-            run="bertblocks.ablation:run",                     # (args: Namespace) -> int (exit code)
-        )
-
-    ``configure`` adds the command's arguments; :func:`add_config_argument` adds the usual ``CONFIG`` and
-    ``--set`` options and :func:`config_from_args` reads them. ``run`` prints with :func:`emit` (which honours
-    ``--json``) and returns the exit code; raising :class:`CLIError` (exit 1) or any of the library's errors
-    gives a clean one-message failure. The registration line belongs in this module, in the table at the
-    bottom, so that the command exists without importing anything else.
+This module is a plugin like any other: it hands its commands to the CLI through the
+``bertblocks_register_commands`` hook (:func:`bertblocks_register_commands`). Heavy imports (torch, the model
+classes) happen inside the commands, when they run.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
-import traceback
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-EXIT_OK = 0
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 3
-EXIT_INTERNAL = 4
-
-EXIT_CODES: dict[int, str] = {
-    EXIT_OK: "success",
-    EXIT_INVALID: "invalid input: missing file, malformed or invalid config, unknown preset/component, bad weights",
-    EXIT_USAGE: "usage error (unknown command or option, missing argument)",
-    EXIT_UNAVAILABLE: "a feature this installation lacks",
-    EXIT_INTERNAL: "unexpected internal error (a bug; rerun with --debug)",
-}
-
-
-class CLIError(Exception):
-    """A failure to report as one message with an exit code (default 1, invalid input)."""
-
-    def __init__(self, message: str, code: int = EXIT_INVALID) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class UnavailableError(CLIError):
-    """A command needs a part of bertblocks (or a package) that this installation does not have."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, EXIT_UNAVAILABLE)
-
-
-Configure = Callable[[argparse.ArgumentParser], None]
-Run = Callable[[argparse.Namespace], int]
-
-
-@dataclass(frozen=True)
-class Subcommand:
-    """One ``bertblocks`` command.
-
-    Attributes:
-        name: what users type.
-        help: one line for ``bertblocks --help``.
-        configure: adds the command's arguments to its parser; a callable or ``"module:function"``.
-        run: does the work and returns the exit code; a callable or ``"module:function"``.
-        description: longer text for ``bertblocks NAME --help`` (defaults to ``help``).
-    """
-
-    name: str
-    help: str
-    configure: Configure | str
-    run: Run | str
-    description: str = ""
-
-
-SUBCOMMANDS: dict[str, Subcommand] = {}
-
-
-def register_subcommand(
-    name: str, help: str, configure: Configure | str, run: Run | str, description: str = ""
-) -> Subcommand:
-    """Add a command to :data:`SUBCOMMANDS`; a name already taken is an error (no silent replacement)."""
-    if name in SUBCOMMANDS:
-        raise ValueError(f"bertblocks subcommand {name!r} is already registered")
-    command = Subcommand(name, help, configure, run, description)
-    SUBCOMMANDS[name] = command
-    return command
-
-
-def _resolve(target: Callable[..., Any] | str) -> Callable[..., Any]:
-    if callable(target):
-        return target
-    module, _, attr = target.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise UnavailableError(f"{target} is not available in this installation ({e})") from None
-
-
-# ------------------------------------------------------------------------------------- helpers for commands
-def add_config_argument(parser: argparse.ArgumentParser, metavar: str = "CONFIG") -> None:
-    """``CONFIG`` (a YAML/JSON file, a checkpoint directory or a preset name) and repeatable ``--set``."""
-    parser.add_argument(
-        "config", metavar=metavar, help="YAML/JSON config file, HF checkpoint directory, or preset name"
-    )
-    add_set_argument(parser)
-
-
-def add_set_argument(parser: argparse.ArgumentParser) -> None:
-    """The repeatable ``--set dotted.key=value`` override option."""
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config field (dotted path, value parsed as YAML); repeatable, "
-        "e.g. --set encoder.attention.backend=eager",
-    )
-
-
-def config_from_args(args: argparse.Namespace) -> Any:
-    """The validated :class:`~bertblocks.BertConfig` named by ``args.config`` with ``args.overrides`` applied."""
-    return load_config_source(args.config, args.overrides)
-
-
-def load_config_source(source: str, overrides: Sequence[str] = ()) -> Any:
-    """Load a config from a file, a checkpoint directory or a preset name (overrides applied, validated).
-
-    Raises:
-        FileNotFoundError: a path that does not exist.
-        bertblocks.UnknownPresetError: a bare name that is no preset (the message names the closest).
-        bertblocks.ConfigError: the config is malformed or invalid (every problem, with dotted paths).
-    """
-    import bertblocks
-
-    return bertblocks.load_config(source, overrides)
-
-
-def emit(args: argparse.Namespace, text: str, data: Any) -> None:
-    """Print ``data`` as JSON with ``--json``, else ``text``."""
-    if getattr(args, "json", False):
-        print(json.dumps(data, indent=2, default=str))
-    else:
-        print(text)
-
-
-def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
-    """A plain left-aligned text table."""
-    cells = [[str(c) for c in header], *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+from ..core.component import Command
+from . import (
+    EXIT_INVALID,
+    EXIT_OK,
+    CLIError,
+    UnavailableError,
+    add_config_argument,
+    add_set_argument,
+    config_from_args,
+    emit,
+    load_config_source,
+    table,
+)
 
 
 # ---------------------------------------------------------------------------------------------- validate
@@ -244,7 +91,7 @@ def _build_model(cfg: Any, head: str | None, device: str = "meta") -> Any:
 
     import bertblocks
 
-    from .task_model import BertTaskModel
+    from ..models.task_models import BertTaskModel
 
     with torch.device(device):
         if head is None and cfg.head is None:
@@ -253,7 +100,7 @@ def _build_model(cfg: Any, head: str | None, device: str = "meta") -> Any:
 
 
 def _run_build(args: argparse.Namespace) -> int:
-    from . import introspect
+    from .. import introspect
 
     cfg = config_from_args(args)
     model = _build_model(cfg, args.head)
@@ -324,7 +171,7 @@ def _run_plugins(args: argparse.Namespace) -> int:
 
 
 def _configure_components(parser: argparse.ArgumentParser) -> None:
-    from .core.component import KINDS
+    from ..core.component import KINDS
 
     parser.add_argument("kind", nargs="?", choices=KINDS, help="list only this kind")
     parser.add_argument("-v", "--verbose", action="store_true", help="also list each component's options")
@@ -424,13 +271,13 @@ def _configure_trace(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_tokenizer(directory: str | Path) -> Any:
-    from .tokenizer import BertTokenizer
+    from ..hf.tokenizer import BertTokenizer
 
     return BertTokenizer.from_pretrained(directory)
 
 
 def _default_tokenizer_dir() -> Path:
-    from .sentence import minilm_path
+    from ..sentence import minilm_path
 
     return minilm_path()
 
@@ -444,7 +291,7 @@ def _run_trace(args: argparse.Namespace) -> int:
 
     import bertblocks
 
-    from . import introspect
+    from .. import introspect
 
     if _is_checkpoint(args.config):
         # the checkpoint's own head (its config.json `architectures`) unless --head names another
@@ -510,7 +357,7 @@ def _configure_diagram(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_diagram(args: argparse.Namespace) -> int:
-    from . import introspect
+    from .. import introspect
 
     cfg = config_from_args(args)
     model = _build_model(cfg, args.head)  # assembled, so the diagram shows what builds, not just what parses
@@ -535,7 +382,7 @@ def _configure_sentences(parser: argparse.ArgumentParser) -> None:
 def _encode(args: argparse.Namespace) -> Any:
     import bertblocks
 
-    from . import sentence
+    from .. import sentence
 
     source = args.model or str(sentence.minilm_path())
     model = bertblocks.from_pretrained(source, args.overrides)
@@ -605,7 +452,7 @@ def _configure_schema(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_schema(args: argparse.Namespace) -> int:
-    from .core.config import BertConfig
+    from ..core.config import BertConfig
 
     text = json.dumps(BertConfig.model_json_schema(), indent=2)
     if args.output:
@@ -616,143 +463,42 @@ def _run_schema(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# ------------------------------------------------------------------------------------------------ parser
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser (every registered subcommand); ``docs/reference/cli.md`` is generated from it."""
-    common = argparse.ArgumentParser(add_help=False)
-    # SUPPRESS: given after the command these override the main parser's; absent, they do not reset it.
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
-    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="tracebacks on errors")
-    parser = argparse.ArgumentParser(
-        prog="bertblocks",
-        description="Build, inspect and check BERT models assembled from configs and plugins.",
-        epilog="exit codes: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()),
-    )
-    parser.add_argument("--json", action="store_true", help="machine-readable output (JSON on stdout)")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    from . import __version__
-
-    parser.add_argument("--version", action="version", version=f"bertblocks {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in SUBCOMMANDS.values():
-        p = sub.add_parser(
-            command.name,
-            help=command.help,
-            description=command.description or command.help,
-            parents=[common],
-        )
-        try:
-            _resolve(command.configure)(p)
-        except UnavailableError as e:
-            # One command whose module is missing must not take the others down: it reports itself when run.
-            p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-            p.set_defaults(_run=_unavailable(str(e)))
-            continue
-        p.set_defaults(_run=command.run)
-    return parser
-
-
-def _unavailable(message: str) -> Run:
-    def run(args: argparse.Namespace) -> int:
-        raise UnavailableError(message)
-
-    return run
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code (the console script exits with it).
-
-    Example:
-        >>> main(["validate", "examples/configs/minilm-relative-ablation.yaml"])
-        0
-    """
-    parser = build_parser()
-    try:
-        args = parser.parse_args(list(argv) if argv is not None else None)
-    except SystemExit as e:  # argparse: --help/--version (0) or a usage error (2)
-        return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
-    try:
-        return int(_resolve(args._run)(args))
-    except Exception as e:
-        code = _exit_code(e)
-        message = _message(e)
-        print(f"bertblocks {args.command}: error: {message}", file=sys.stderr)
-        if args.debug:
-            traceback.print_exc()
-        elif code == EXIT_INTERNAL:
-            print("(this is a bug; rerun with --debug for the traceback)", file=sys.stderr)
-        return code
-    except KeyboardInterrupt:
-        return 130
-
-
-def _exit_code(error: Exception) -> int:
-    from .checkpoint import CheckpointError
-    from .core.config import ConfigError
-    from .registry import RegistryError
-
-    if isinstance(error, CLIError):
-        return error.code
-    if isinstance(error, ConfigError | RegistryError | CheckpointError | FileNotFoundError | NotADirectoryError):
-        return EXIT_INVALID
-    if isinstance(error, ImportError):
-        return EXIT_UNAVAILABLE
-    if isinstance(error, OSError | ValueError):  # unreadable files, inputs the model rejects
-        return EXIT_INVALID
-    return EXIT_INTERNAL
-
-
-def _message(error: Exception) -> str:
-    if isinstance(error, FileNotFoundError) and error.filename:
-        return f"no such file or directory: {error.filename}"
-    text = str(error) or type(error).__name__
-    if _exit_code(error) == EXIT_INTERNAL:
-        return f"{type(error).__name__}: {text}"
-    return text
-
-
-# ------------------------------------------------------------------------------------------- the commands
-register_subcommand(
-    "build",
-    "validate and assemble a model; print its module tree with parameter counts",
-    _configure_build,
-    _run_build,
-)
-register_subcommand(
-    "validate", "check a config and print every error with its dotted path", _configure_validate, _run_validate
-)
-register_subcommand(
-    "plugins", "list registered plugins with their distribution, version and hooks", _configure_plugins, _run_plugins
-)
-register_subcommand(
-    "components",
-    "list registered components (of one kind) and who provides them",
-    _configure_components,
-    _run_components,
-)
-register_subcommand("presets", "list the named architectures (the zoo)", _configure_presets, _run_presets)
-register_subcommand(
-    "trace",
-    "run one real input through a model and print the tensor shapes at every step",
-    _configure_trace,
-    _run_trace,
-)
-register_subcommand("diagram", "print a Mermaid flowchart of the assembled model", _configure_diagram, _run_diagram)
-register_subcommand("embed", "sentence embeddings (mean-pooled, L2-normalised)", _configure_sentences, _run_embed)
-register_subcommand(
-    "similarity", "cosine-similarity table of sentence embeddings", _configure_sentences, _run_similarity
-)
-register_subcommand(
-    "convert", "convert a config between HF config.json and bertblocks YAML", _configure_convert, _run_convert
-)
-register_subcommand("schema", "print the JSON Schema of the config format", _configure_schema, _run_schema)
-register_subcommand(
-    "ablate",
-    "run an ablation study: vary components, measure cost and quality per variant",
-    "bertblocks.ablation.cli:configure_parser",
-    "bertblocks.ablation.cli:run",
-)
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m bertblocks.cli`
-    sys.exit(main())
+def bertblocks_register_commands() -> list[Command]:
+    """The built-in commands, in the order ``bertblocks --help`` lists them."""
+    return [
+        Command(
+            "build",
+            "validate and assemble a model; print its module tree with parameter counts",
+            _configure_build,
+            _run_build,
+        ),
+        Command(
+            "validate", "check a config and print every error with its dotted path", _configure_validate, _run_validate
+        ),
+        Command(
+            "plugins",
+            "list registered plugins with their distribution, version and hooks",
+            _configure_plugins,
+            _run_plugins,
+        ),
+        Command(
+            "components",
+            "list registered components (of one kind) and who provides them",
+            _configure_components,
+            _run_components,
+        ),
+        Command("presets", "list the named architectures (the zoo)", _configure_presets, _run_presets),
+        Command(
+            "trace",
+            "run one real input through a model and print the tensor shapes at every step",
+            _configure_trace,
+            _run_trace,
+        ),
+        Command("diagram", "print a Mermaid flowchart of the assembled model", _configure_diagram, _run_diagram),
+        Command("embed", "sentence embeddings (mean-pooled, L2-normalised)", _configure_sentences, _run_embed),
+        Command("similarity", "cosine-similarity table of sentence embeddings", _configure_sentences, _run_similarity),
+        Command(
+            "convert", "convert a config between HF config.json and bertblocks YAML", _configure_convert, _run_convert
+        ),
+        Command("schema", "print the JSON Schema of the config format", _configure_schema, _run_schema),
+    ]

@@ -89,7 +89,7 @@ def find_weights(directory: Path) -> list[Path]:
 
 def read_state_dict(files: Iterable[Path]) -> dict[str, torch.Tensor]:
     """Every tensor of the given files: safetensors validated and memory-mapped, ``.bin`` through ``torch.load``
-    with ``weights_only=True`` (no code runs); see :mod:`bertblocks.weight_files`.
+    with ``weights_only=True`` (no code runs); see :mod:`bertblocks.hf.weight_files`.
 
     Raises:
         CheckpointError: a damaged, malformed or refused file, naming the file and the tensor.
@@ -105,7 +105,7 @@ def read_state_dict(files: Iterable[Path]) -> dict[str, torch.Tensor]:
 
 def map_safetensors(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a safetensors file, its header validated first, as views of a private memory map of it
-    (no copy; see :func:`bertblocks.weight_files.read_safetensors`).
+    (no copy; see :func:`bertblocks.hf.weight_files.read_safetensors`).
 
     Raises:
         CheckpointError: a file that is not valid safetensors (naming the file and the tensor).

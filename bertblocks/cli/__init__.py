@@ -1,0 +1,329 @@
+"""The ``bertblocks`` command line: build, inspect and check models assembled from configs.
+
+Run ``bertblocks --help`` for the commands, ``bertblocks CMD --help`` for one; ``docs/reference/cli.md`` lists
+them all (generated from this parser).
+
+Exit codes (scripts may rely on them):
+
+====  ================================================================================================
+0     success
+1     invalid input: a missing file, malformed YAML/JSON, an invalid config (every error is printed), an
+      unknown preset or component, weights that do not fit, a plugin that failed to load (``plugins``)
+2     usage error (argparse: unknown command or option, missing argument)
+3     a feature this installation lacks (a part of bertblocks or an optional dependency is missing)
+4     an unexpected internal error (a bug: please report it with the output of ``--debug``)
+====  ================================================================================================
+
+Errors are one clear message on stderr; ``--debug`` adds the traceback. ``--json`` (before or after the
+command) prints machine-readable output on stdout instead of tables.
+
+Adding a command:
+    A plugin returns :class:`~bertblocks.core.component.Command` objects from its ``bertblocks_register_commands``
+    hook (datasette's ``register_commands``); the built-in commands (:mod:`bertblocks.cli.commands`) and
+    ``bertblocks ablate`` (:mod:`bertblocks.ablation.plugin`) register through the same hook. ``configure`` and
+    ``run`` may be ``"module:function"`` strings, imported only when the command runs, so that
+    ``bertblocks --help`` stays fast::
+
+        def bertblocks_register_commands():
+            return [Command("hello", "say hello", configure="my_plugin.cli:configure", run="my_plugin.cli:run")]
+
+    ``configure`` adds the command's arguments; :func:`add_config_argument` adds the usual ``CONFIG`` and
+    ``--set`` options and :func:`config_from_args` reads them. ``run`` prints with :func:`emit` (which honours
+    ``--json``) and returns the exit code; raising :class:`CLIError` (exit 1) or any of the library's errors
+    gives a clean one-message failure. Two plugins registering the same name is an error naming both.
+    :func:`register_subcommand` adds a command in-process (an embedding application, a test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import traceback
+from collections.abc import Callable, Collection, Iterator, MutableMapping, Sequence
+from typing import Any
+
+from ..core.component import Command
+from ..registry.errors import RegistryError
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+EXIT_INTERNAL = 4
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_INVALID: "invalid input: missing file, malformed or invalid config, unknown preset/component, bad weights",
+    EXIT_USAGE: "usage error (unknown command or option, missing argument)",
+    EXIT_UNAVAILABLE: "a feature this installation lacks",
+    EXIT_INTERNAL: "unexpected internal error (a bug; rerun with --debug)",
+}
+
+
+class CLIError(Exception):
+    """A failure to report as one message with an exit code (default 1, invalid input)."""
+
+    def __init__(self, message: str, code: int = EXIT_INVALID) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class UnavailableError(CLIError):
+    """A command needs a part of bertblocks (or a package) that this installation does not have."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_UNAVAILABLE)
+
+
+Configure = Callable[[argparse.ArgumentParser], None]
+Run = Callable[[argparse.Namespace], int]
+
+
+#: a command (the name this module has always used for :class:`~bertblocks.core.component.Command`)
+Subcommand = Command
+
+#: the command plugins bertblocks ships; registered into the registry through the same hook a third party uses
+DEFAULT_COMMAND_PLUGINS = ("bertblocks.cli.commands", "bertblocks.ablation.plugin")
+
+
+def plugin_commands() -> dict[str, Command]:
+    """The commands every plugin registers (``bertblocks_register_commands``), shipped ones included.
+
+    Raises:
+        DuplicateCommandError: two plugins registered one name (the message names both).
+    """
+    from .. import __version__
+    from ..registry import get_registry
+
+    registry = get_registry()
+    for module in DEFAULT_COMMAND_PLUGINS:
+        if not registry.has_plugin(module):
+            registry.register(importlib.import_module(module), module, distribution="bertblocks", version=__version__)
+    return registry.commands()
+
+
+class CommandTable(MutableMapping[str, Command]):
+    """Every ``bertblocks`` command by name: the plugins' (read when used, never at import), plus commands set
+    here in-process (:func:`register_subcommand`, or ``SUBCOMMANDS[name] = …`` to replace one)."""
+
+    def __init__(self) -> None:
+        self._added: dict[str, Command] = {}
+        self._removed: set[str] = set()
+
+    def _all(self) -> dict[str, Command]:
+        commands = {name: c for name, c in plugin_commands().items() if name not in self._removed}
+        commands.update(self._added)
+        return commands
+
+    def __getitem__(self, name: str) -> Command:
+        return self._all()[name]
+
+    def __setitem__(self, name: str, command: Command) -> None:
+        self._added[name] = command
+        self._removed.discard(name)
+
+    def __delitem__(self, name: str) -> None:
+        if name in self._added:
+            del self._added[name]
+        elif name in plugin_commands() and name not in self._removed:
+            self._removed.add(name)
+        else:
+            raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+SUBCOMMANDS: MutableMapping[str, Command] = CommandTable()
+
+
+def register_subcommand(
+    name: str, help: str, configure: Configure | str, run: Run | str, description: str = ""
+) -> Command:
+    """Add a command in-process; a name already taken (by a plugin or in-process) is an error."""
+    if name in SUBCOMMANDS:
+        provider = SUBCOMMANDS[name].provider or "(in-process)"
+        raise ValueError(f"bertblocks subcommand {name!r} is already registered (by {provider})")
+    command = Command(name, help, configure, run, description, provider="(in-process)")
+    SUBCOMMANDS[name] = command
+    return command
+
+
+def _resolve(target: Callable[..., Any] | str) -> Callable[..., Any]:
+    if callable(target):
+        return target
+    module, _, attr = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise UnavailableError(f"{target} is not available in this installation ({e})") from None
+
+
+# ------------------------------------------------------------------------------------- helpers for commands
+def add_config_argument(parser: argparse.ArgumentParser, metavar: str = "CONFIG") -> None:
+    """``CONFIG`` (a YAML/JSON file, a checkpoint directory or a preset name) and repeatable ``--set``."""
+    parser.add_argument(
+        "config", metavar=metavar, help="YAML/JSON config file, HF checkpoint directory, or preset name"
+    )
+    add_set_argument(parser)
+
+
+def add_set_argument(parser: argparse.ArgumentParser) -> None:
+    """The repeatable ``--set dotted.key=value`` override option."""
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field (dotted path, value parsed as YAML); repeatable, "
+        "e.g. --set encoder.attention.backend=eager",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """The validated :class:`~bertblocks.BertConfig` named by ``args.config`` with ``args.overrides`` applied."""
+    return load_config_source(args.config, args.overrides)
+
+
+def load_config_source(source: str, overrides: Sequence[str] = ()) -> Any:
+    """Load a config from a file, a checkpoint directory or a preset name (overrides applied, validated).
+
+    Raises:
+        FileNotFoundError: a path that does not exist.
+        bertblocks.UnknownPresetError: a bare name that is no preset (the message names the closest).
+        bertblocks.ConfigError: the config is malformed or invalid (every problem, with dotted paths).
+    """
+    import bertblocks
+
+    return bertblocks.load_config(source, overrides)
+
+
+def emit(args: argparse.Namespace, text: str, data: Any) -> None:
+    """Print ``data`` as JSON with ``--json``, else ``text``."""
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(text)
+
+
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
+    """A plain left-aligned text table."""
+    cells = [[str(c) for c in header], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------ parser
+def build_parser(configure: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every registered command; ``docs/reference/cli.md`` is generated from it.
+
+    Args:
+        configure: the commands whose arguments are added (their ``configure`` imported); ``None``: all.
+            ``bertblocks --help`` configures none, so it imports no command's module.
+    """
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: given after the command these override the main parser's; absent, they do not reset it.
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="tracebacks on errors")
+    parser = argparse.ArgumentParser(
+        prog="bertblocks",
+        description="Build, inspect and check BERT models assembled from configs and plugins.",
+        epilog="exit codes: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()),
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output (JSON on stdout)")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"bertblocks {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in list(SUBCOMMANDS.values()):
+        p = sub.add_parser(
+            command.name,
+            help=command.help,
+            description=command.description or command.help,
+            parents=[common],
+        )
+        if configure is not None and command.name not in configure:
+            continue
+        try:
+            _resolve(command.configure)(p)
+        except UnavailableError as e:
+            # One command whose module is missing must not take the others down: it reports itself when run.
+            p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+            p.set_defaults(_run=_unavailable(str(e)))
+            continue
+        p.set_defaults(_run=command.run)
+    return parser
+
+
+def _unavailable(message: str) -> Run:
+    def run(args: argparse.Namespace) -> int:
+        raise UnavailableError(message)
+
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (the console script exits with it).
+
+    Example:
+        >>> main(["validate", "examples/configs/minilm-relative-ablation.yaml"])
+        0
+    """
+    arguments = list(argv) if argv is not None else sys.argv[1:]
+    chosen = next((a for a in arguments if not a.startswith("-")), None)
+    try:
+        parser = build_parser(configure={chosen} if chosen else set())
+    except RegistryError as e:  # e.g. two plugins registering one command name: say which, exit 1
+        print(f"bertblocks: error: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        args = parser.parse_args(arguments)
+    except SystemExit as e:  # argparse: --help/--version (0) or a usage error (2)
+        return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    try:
+        return int(_resolve(args._run)(args))
+    except Exception as e:
+        code = _exit_code(e)
+        message = _message(e)
+        print(f"bertblocks {args.command}: error: {message}", file=sys.stderr)
+        if args.debug:
+            traceback.print_exc()
+        elif code == EXIT_INTERNAL:
+            print("(this is a bug; rerun with --debug for the traceback)", file=sys.stderr)
+        return code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _exit_code(error: Exception) -> int:
+    from ..core.config import ConfigError
+    from ..hf.weights import CheckpointError
+    from ..registry import RegistryError
+
+    if isinstance(error, CLIError):
+        return error.code
+    if isinstance(error, ConfigError | RegistryError | CheckpointError | FileNotFoundError | NotADirectoryError):
+        return EXIT_INVALID
+    if isinstance(error, ImportError):
+        return EXIT_UNAVAILABLE
+    if isinstance(error, OSError | ValueError):  # unreadable files, inputs the model rejects
+        return EXIT_INVALID
+    return EXIT_INTERNAL
+
+
+def _message(error: Exception) -> str:
+    if isinstance(error, FileNotFoundError) and error.filename:
+        return f"no such file or directory: {error.filename}"
+    text = str(error) or type(error).__name__
+    if _exit_code(error) == EXIT_INTERNAL:
+        return f"{type(error).__name__}: {text}"
+    return text

@@ -1,0 +1,74 @@
+"""The public model class: an assembled backbone that loads and saves HF BERT checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..config_files import ConfigSource, load_config
+from ..core.config import BertConfig
+from ..core.encoder import EncoderModel, init_weights
+from ..registry import Registry, build_components, get_registry
+from .pretrained import PretrainedModel
+
+
+class BertModel(EncoderModel, PretrainedModel):
+    """A BERT backbone assembled from a config; a drop-in for transformers' ``BertModel``.
+
+    Example:
+        >>> model = BertModel.from_pretrained("path/to/bert")          # HF checkpoint directory
+        >>> out = model(input_ids, attention_mask=mask)
+        >>> out.last_hidden_state.shape
+    """
+
+    #: key prefix of the backbone in task checkpoints (``bert.encoder...``); a bare backbone has none
+    base_model_prefix = "bert"
+
+    # loading and saving: PretrainedModel.from_pretrained / load_checkpoint / save_pretrained (one path for all)
+
+    @classmethod
+    def from_config(
+        cls,
+        config: ConfigSource,
+        overrides: Sequence[str] | Mapping[str, Any] = (),
+        *,
+        registry: Registry | None = None,
+        add_pooling_layer: bool = True,
+    ) -> BertModel:
+        """Build a randomly initialised model (HF's initialisation) from a config, a file or a dict."""
+        cfg = load_config(config, overrides, registry)
+        if not add_pooling_layer and cfg.pooler is not None:
+            cfg = cfg.model_copy(update={"pooler": None})
+        parts = build_components(cfg, registry or get_registry())
+        model = cls(cfg, parts.embeddings, parts.encoder, parts.pooler, parts.position)
+        init_weights(model, cfg.initializer_range)
+        pruned = {int(k): list(v) for k, v in cfg.pruned_heads.items()}
+        if pruned:
+            model.prune_heads(pruned)
+        return model
+
+    def checkpoint_backbones(self) -> dict[str, EncoderModel]:
+        return {"": self}
+
+    def checkpoint_prefix(self) -> tuple[str, bool]:
+        # a task checkpoint (`bert.encoder…`) loads into a bare backbone with its prefix stripped
+        return f"{self.base_model_prefix}.", False
+
+    def checkpoint_config(self) -> dict[str, Any]:
+        # A backbone is saved as a backbone, whatever head its config names (a task model's `bert` shares it).
+        config_json = self.config.model_copy(update={"head": None}).to_hf()
+        config_json["architectures"] = ["BertModel"]
+        return config_json
+
+
+def build_model(
+    config: ConfigSource,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+    *,
+    registry: Registry | None = None,
+) -> BertModel:
+    """Build a model from a config (YAML/JSON path, dict or :class:`BertConfig`) without weights."""
+    return BertModel.from_config(config, overrides, registry=registry)
+
+
+__all__ = ["BertConfig", "BertModel", "build_model"]
