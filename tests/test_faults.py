@@ -78,19 +78,6 @@ def test_cli_plugins_and_components_still_work_and_show_both_providers(clashing_
     assert "registered twice" in capsys.readouterr().err
 
 
-def test_strict_registry_raises_a_clash_at_once():
-    class StrictClash:
-        def bertblocks_register_components(self) -> list[Component]:
-            return [Component("feedforward", "bert", build_bert_feedforward)]
-
-    reg = Registry(load_entry_points=False)
-    reg.register(StrictClash(), name="strict-clash")
-    assert reg.get("backend", "eager").name == "eager"
-    # strict mode is checked at construction; a registry built empty and filled by hand has none to check
-    with pytest.raises(DuplicateComponentError):
-        reg.get("feedforward", "bert")
-
-
 class _Broken:
     def bertblocks_register_components(self) -> list[Component]:
         return [Component("feedforward", "broken", _raises, description="raises")]

@@ -237,6 +237,8 @@ def test_a_duplicate_from_an_installed_package_names_both_providers(plugin_dir):
     assert message.startswith("backend 'local' is registered twice: by ")
     assert "alibi (bertblocks-alibi)" in message
     assert "dupe (dupe-plugin)" in message
+    with pytest.raises(DuplicateComponentError, match="backend 'local' is registered twice"):
+        Registry(strict=True)  # strict: the clash is an error at once
 
 
 def test_an_in_process_plugin_needs_no_packaging(plugin_dir):
