@@ -135,16 +135,28 @@ def _record_option_defaults(config: BertConfig, registry: Registry) -> None:
 def _position_problems(config: BertConfig, registry: Registry) -> list[ConfigIssue]:
     """Ask each layer's position scheme whether it fits that layer's heads (RoPE needs an even head dimension,
     a rotary width within it, …), so that such a config fails at ``validate`` and not at ``build``. Identical
-    complaints of several layers are reported once, with the layers named."""
+    complaints of several layers are reported once, with the layers named.
+
+    Layers without an override are alike, so they are asked once (a stack may be deep); overridden layers
+    one by one (no more than the overrides name).
+    """
     enc = config.encoder
-    found: dict[tuple[str, str], list[int]] = {}
-    schemes: dict[str, PositionScheme] = {}
-    for i in range(enc.num_layers):
+    overridden = sorted({i for override in enc.overrides for i in override.layers if i < enc.num_layers})
+    groups: list[tuple[list[int], Any, Any]] = []
+    if len(overridden) < enc.num_layers:
+        taken = set(overridden)
+        plain = [i for i in range(enc.num_layers) if i not in taken] if overridden else []
+        groups.append((plain, enc.attention, config.position))
+    for i in overridden:
         try:
             attention, _ = enc.layer_specs(i)
             spec = enc.layer_position(i, config.position)
         except ValidationError:
             continue  # reported where the override is checked
+        groups.append(([i], attention, spec))
+    found: dict[tuple[str, str], list[int]] = {}
+    schemes: dict[str, PositionScheme] = {}
+    for layers, attention, spec in groups:
         key = spec.model_dump_json()
         if key not in schemes:
             component = registry.get("position", spec.name)
@@ -155,10 +167,15 @@ def _position_problems(config: BertConfig, registry: Registry) -> list[ConfigIss
             schemes[key] = made
         loc = "position" if spec == config.position else "encoder.overrides"
         for problem in schemes[key].problems(attention.num_heads, config.hidden_size // attention.num_heads):
-            found.setdefault((loc, problem), []).append(i)
+            found.setdefault((loc, problem), []).extend(layers)
     issues = []
     for (loc, problem), layers in found.items():
-        where = "every layer" if len(layers) == enc.num_layers else f"layers {', '.join(map(str, layers))}"
+        if not layers or len(layers) == enc.num_layers:
+            where = "every layer"
+        elif len(layers) > 16:
+            where = f"{len(layers)} layers"
+        else:
+            where = f"layers {', '.join(map(str, sorted(layers)))}"
         issues.append(ConfigIssue(loc, f"{problem} ({where})"))
     return issues
 
