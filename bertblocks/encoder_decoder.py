@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import yaml
@@ -31,30 +31,51 @@ from .checkpoint import (
     match_state_dict,
     normalize_keys,
     read_state_dict,
-    untied_state_dict,
-    write_checkpoint,
 )
 from .configuration import load_config
 from .core.config import BertConfig
+from .core.config_surface import FlatConfigView
 from .core.outputs import ModelOutput
 from .generation import generate
 from .model import BertModel
+from .model_surface import PretrainedSurface
 from .registry import Registry
 from .task_model import BertLMHeadModel
 
 
-class EncoderDecoderConfig(BaseModel):
+class EncoderDecoderConfig(FlatConfigView, BaseModel):
     """Two BERT configs and the tokens that start and pad decoder inputs.
 
-    The decoder is always built with ``is_decoder: true`` and ``add_cross_attention: true``.
+    The decoder is always built with ``is_decoder: true`` and ``add_cross_attention: true``. ``to_dict()``,
+    ``get()`` and ``model_type`` read as transformers' ``EncoderDecoderConfig``.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_type: ClassVar[str] = "encoder-decoder"
+    flat_aliases: ClassVar[dict[str, str]] = {}
+    is_encoder_decoder: ClassVar[bool] = True
 
     encoder: dict[str, Any] = Field(description="the encoder's config (ours or HF's config.json form)")
     decoder: dict[str, Any] = Field(description="the decoder's config (ours or HF's config.json form)")
     decoder_start_token_id: int = Field(description="first decoder input token (e.g. [CLS])")
     pad_token_id: int = Field(0, description="replaces -100 in labels shifted into decoder inputs")
+
+    def to_hf(self) -> dict[str, Any]:
+        """transformers' ``EncoderDecoderModel`` ``config.json``: both BERT configs in HF's flat form."""
+        encoder = load_config(self.encoder).model_copy(update={"head": None}).to_hf()
+        decoder = load_config({**self.decoder, "is_decoder": True, "add_cross_attention": True}).to_hf()
+        if decoder.get("architectures") == ["BertModel"]:
+            decoder["architectures"] = ["BertLMHeadModel"]
+        return {
+            "model_type": "encoder-decoder",
+            "architectures": ["EncoderDecoderModel"],
+            "is_encoder_decoder": True,
+            "encoder": encoder,
+            "decoder": decoder,
+            "decoder_start_token_id": self.decoder_start_token_id,
+            "pad_token_id": self.pad_token_id,
+            "tie_encoder_decoder": False,
+        }
 
 
 @dataclass
@@ -80,7 +101,7 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
-class BertEncoderDecoder(nn.Module):
+class BertEncoderDecoder(PretrainedSurface, nn.Module):
     """BERT2BERT: ``encoder`` (a :class:`BertModel`) and ``decoder`` (a :class:`BertLMHeadModel`)."""
 
     def __init__(self, config: EncoderDecoderConfig, encoder: BertModel, decoder: BertLMHeadModel) -> None:
@@ -137,12 +158,11 @@ class BertEncoderDecoder(nn.Module):
         model.load_state_dict(loadable, strict=False)
         return (model, info) if output_loading_info else model
 
-    def save_pretrained(self, directory: str | Path, *, safe_serialization: bool = True) -> None:
-        """Write what transformers' ``EncoderDecoderModel.from_pretrained`` reads."""
-        directory = Path(directory)
+    def _config_json(self) -> dict[str, Any]:
+        """What ``save_pretrained`` writes: what transformers' ``EncoderDecoderModel.from_pretrained`` reads."""
         encoder_json = self.encoder.config.model_copy(update={"head": None}).to_hf()
         decoder_json = self.decoder.config.to_hf()
-        config_json = {
+        return {
             "model_type": "encoder-decoder",
             "architectures": ["EncoderDecoderModel"],
             "is_encoder_decoder": True,
@@ -152,7 +172,28 @@ class BertEncoderDecoder(nn.Module):
             "pad_token_id": self.config.pad_token_id,
             "tie_encoder_decoder": False,
         }
-        write_checkpoint(directory, untied_state_dict(self), config_json, safe_serialization)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The encoder's token embeddings (transformers' ``EncoderDecoderModel`` answers the same)."""
+        return self.encoder.get_input_embeddings()
+
+    def get_output_embeddings(self) -> nn.Module | None:
+        """The decoder's LM decoder."""
+        return self.decoder.get_output_embeddings()
+
+    def tie_weights(self) -> None:
+        self.decoder.tie_weights()
+
+    def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> nn.Embedding:
+        """Not supported on the pair, as in transformers: resize ``model.encoder`` and ``model.decoder``.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError(
+            "resizing the embeddings of an encoder-decoder model directly is not supported (as in transformers): "
+            "call resize_token_embeddings on model.encoder and model.decoder"
+        )
 
     # ------------------------------------------------------------------------------------------- forward
     def encode(

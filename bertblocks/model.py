@@ -13,20 +13,19 @@ from .checkpoint import (
     match_state_dict,
     normalize_keys,
     read_state_dict,
-    untied_state_dict,
-    write_checkpoint,
 )
 from .configuration import ConfigSource, load_config, with_backend
 from .core.config import BertConfig
 from .core.encoder import EncoderModel, init_weights
 from .hub import resolve_pretrained
 from .loading import deferred_init, load_into, materialize
+from .model_surface import PretrainedSurface, apply_load_options, config_keywords, split_load_kwargs
 from .registry import Registry, build_components, get_registry
 
 logger = logging.getLogger("bertblocks")
 
 
-class BertModel(EncoderModel):
+class BertModel(PretrainedSurface, EncoderModel):
     """A BERT backbone assembled from a config; a drop-in for transformers' ``BertModel``.
 
     Example:
@@ -74,6 +73,7 @@ class BertModel(EncoderModel):
         cache_dir: str | Path | None = None,
         local_files_only: bool = False,
         token: str | bool | None = None,
+        **kwargs: Any,
     ) -> BertModel | tuple[BertModel, LoadingInfo]:
         """Load an HF BERT checkpoint: a directory (``config.json`` + weights) or a hub id.
 
@@ -92,6 +92,8 @@ class BertModel(EncoderModel):
             cache_dir: hub cache directory (default: ``huggingface_hub``'s).
             local_files_only: use the hub cache only (``HF_HUB_OFFLINE=1`` does the same).
             token: hub token for private repositories.
+            kwargs: transformers' options ``dtype``/``torch_dtype`` (a dtype, its name or ``"auto"``) and
+                ``device_map`` (one device), and config fields as transformers takes them (``num_labels=3``).
 
         Raises:
             FileNotFoundError: no config or weights at ``path`` (a hub id not found, or offline and not cached:
@@ -102,6 +104,7 @@ class BertModel(EncoderModel):
         directory = resolve_pretrained(
             path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
         )
+        overrides, options = split_load_kwargs(overrides, kwargs, config_keywords(BertConfig.model_fields))
         extra = with_backend(overrides, attn_implementation)
         # Parameters start on the meta device: the checkpoint's tensors become the parameters, and only
         # what it lacks is initialised (no random init of weights about to be overwritten, no second copy).
@@ -109,6 +112,8 @@ class BertModel(EncoderModel):
             model = cls.from_config(directory, extra, registry=registry, add_pooling_layer=add_pooling_layer)
         info = model.load_checkpoint(directory, strict=strict)
         materialize(model, model.config.initializer_range)
+        apply_load_options(model, options, model.config.hf.get("dtype", model.config.hf.get("torch_dtype")))
+        model.name_or_path = str(path)
         return (model, info) if output_loading_info else model
 
     def load_checkpoint(self, directory: str | Path, strict: bool = True) -> LoadingInfo:
@@ -133,25 +138,12 @@ class BertModel(EncoderModel):
             )
         return info
 
-    def save_pretrained(
-        self, directory: str | Path, *, safe_serialization: bool = True, max_shard_size: int | None = None
-    ) -> None:
-        """Write ``config.json`` and the weights so that transformers' ``BertModel.from_pretrained`` loads them.
-
-        Args:
-            directory: created if needed.
-            safe_serialization: safetensors (default) or ``pytorch_model.bin``.
-            max_shard_size: split the weights into shards of at most this many bytes, with an index file.
-        """
+    def _config_json(self) -> dict[str, Any]:
+        """What ``save_pretrained`` writes as ``config.json``: transformers' ``BertModel`` config."""
         # A backbone is saved as a backbone, whatever head its config names (a task model's `bert` shares it).
         config_json = self.config.model_copy(update={"head": None}).to_hf()
         config_json["architectures"] = ["BertModel"]
-        write_checkpoint(Path(directory), untied_state_dict(self), config_json, safe_serialization, max_shard_size)
-
-    @property
-    def num_parameters(self) -> int:
-        """Unique parameters (a tied weight counts once)."""
-        return sum(p.numel() for p in self.parameters())
+        return config_json
 
 
 def build_model(

@@ -28,8 +28,6 @@ from .checkpoint import (
     match_state_dict,
     normalize_keys,
     read_state_dict,
-    untied_state_dict,
-    write_checkpoint,
 )
 from .configuration import ConfigSource, load_config, with_backend
 from .core.config import BertConfig
@@ -39,6 +37,7 @@ from .core.outputs import ModelOutput
 from .hub import resolve_pretrained
 from .loading import deferred_init, load_into, materialize
 from .model import BertModel
+from .model_surface import PretrainedSurface, apply_load_options, config_keywords, split_load_kwargs
 from .registry import BuildError, Registry, get_registry, validate_config
 
 logger = logging.getLogger("bertblocks")
@@ -83,7 +82,7 @@ def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
     return head
 
 
-class BertTaskModel(nn.Module):
+class BertTaskModel(PretrainedSurface, nn.Module):
     """A backbone plus a task head, with HF's checkpoint keys: ``bert.*`` and the head's (``cls.*``, ``classifier.*``,
     ``qa_outputs.*``).
 
@@ -182,6 +181,7 @@ class BertTaskModel(nn.Module):
         cache_dir: str | Path | None = None,
         local_files_only: bool = False,
         token: str | bool | None = None,
+        **kwargs: Any,
     ) -> T | tuple[T, LoadingInfo]:
         """Load an HF checkpoint (task or backbone-only) into a task model.
 
@@ -198,6 +198,8 @@ class BertTaskModel(nn.Module):
             strict: missing backbone weights are an error (``False``: keep them as initialised, report them).
             output_loading_info: also return the :class:`LoadingInfo`.
             revision, cache_dir, local_files_only, token: hub options.
+            kwargs: ``dtype``/``torch_dtype``, ``device_map`` and config fields (``num_labels=3``), as for
+                :meth:`bertblocks.BertModel.from_pretrained`.
 
         Raises:
             FileNotFoundError: no config or weights at ``path``.
@@ -207,6 +209,7 @@ class BertTaskModel(nn.Module):
         directory = resolve_pretrained(
             path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
         )
+        overrides, options = split_load_kwargs(overrides, kwargs, config_keywords(BertConfig.model_fields))
         extra = with_backend(overrides, attn_implementation)
         # Parameters start on the meta device: the checkpoint's tensors become the parameters, and only
         # what it lacks is initialised (no random init of weights about to be overwritten, no second copy).
@@ -214,6 +217,8 @@ class BertTaskModel(nn.Module):
             model = cls.from_config(directory, extra, head=head, registry=registry)
         info = model.load_checkpoint(directory, strict=strict)
         materialize(model, model.config.initializer_range)
+        apply_load_options(model, options, model.config.hf.get("dtype", model.config.hf.get("torch_dtype")))
+        model.name_or_path = str(path)
         return (model, info) if output_loading_info else model
 
     # -------------------------------------------------------------------------------------- checkpoints
@@ -244,19 +249,10 @@ class BertTaskModel(nn.Module):
             )
         return info
 
-    def save_pretrained(
-        self, directory: str | Path, *, safe_serialization: bool = True, max_shard_size: int | None = None
-    ) -> None:
-        """Write ``config.json`` (``architectures`` = HF's class name) and the weights, without tied copies, so
-        that transformers' matching class and Auto classes load them with no missing or unexpected keys.
-
-        Args:
-            directory: created if needed.
-            safe_serialization: safetensors (default) or ``pytorch_model.bin``.
-            max_shard_size: split the weights into shards of at most this many bytes, with an index file.
-        """
-        config_json = self.config.to_hf()
-        write_checkpoint(Path(directory), untied_state_dict(self), config_json, safe_serialization, max_shard_size)
+    def _config_json(self) -> dict[str, Any]:
+        """What ``save_pretrained`` writes as ``config.json``: ``architectures`` names transformers' class, so that
+        its matching class and Auto classes load the checkpoint with no missing or unexpected keys."""
+        return self.config.to_hf()
 
     # ------------------------------------------------------------------------------------------- forward
     def forward(
@@ -274,6 +270,7 @@ class BertTaskModel(nn.Module):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Any = None,
         **backbone_kwargs: Any,
     ) -> ModelOutput | tuple[Any, ...]:
         """Run the backbone and the head; with labels, also the loss. Arguments are transformers' task models'.
@@ -285,6 +282,8 @@ class BertTaskModel(nn.Module):
             next_sentence_label: the pre-training head's NSP targets ``[b]``.
             start_positions, end_positions: the QA head's span targets ``[b]``.
             output_attentions, output_hidden_states, return_dict: as for the backbone.
+            num_items_in_batch: what transformers' Trainer passes for loss normalisation; accepted and ignored,
+                as transformers' BERT task models do (the loss is the mean over this batch).
             backbone_kwargs: passed on to the backbone (``encoder_hidden_states``, ``encoder_attention_mask``,
                 ``past_key_values``, ``use_cache``).
 
@@ -361,21 +360,9 @@ class BertTaskModel(nn.Module):
         predictions = getattr(cls_module, "predictions", None)
         return getattr(predictions, "decoder", None)
 
-    def gradient_checkpointing_enable(self) -> None:
-        """Recompute the backbone's layer activations in backward instead of storing them (training only)."""
-        self.bert.gradient_checkpointing_enable()
-
-    def gradient_checkpointing_disable(self) -> None:
-        self.bert.gradient_checkpointing_disable()
-
     def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
         """Remove attention heads of the backbone for good (see :meth:`bertblocks.BertModel.prune_heads`)."""
         self.bert.prune_heads(heads_to_prune)
-
-    @property
-    def num_parameters(self) -> int:
-        """Unique parameters (a tied weight counts once)."""
-        return sum(p.numel() for p in self.parameters())
 
 
 # ------------------------------------------------------------------------------ transformers' class names

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import nn
@@ -113,6 +114,8 @@ class Encoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(layers)  # singular name: HF's key is `encoder.layer.N`
         self.gradient_checkpointing = False
+        #: keyword arguments for ``torch.utils.checkpoint.checkpoint`` (transformers' ``gradient_checkpointing_kwargs``)
+        self.checkpoint_options: dict[str, Any] = {"use_reentrant": False}
 
     def forward(
         self,
@@ -142,7 +145,7 @@ class Encoder(nn.Module):
                     layer_head_mask,
                     output_attentions,
                     layer_ctx,
-                    use_reentrant=False,
+                    **self.checkpoint_options,
                 )
             else:
                 hidden_states, weights, cross = layer(
