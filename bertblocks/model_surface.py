@@ -208,25 +208,52 @@ class PretrainedSurface:
         return self
 
     # ------------------------------------------------------------------------------ gradient checkpointing
-    def gradient_checkpointing_enable(self, gradient_checkpointing_kwargs: Mapping[str, Any] | None = None) -> None:
-        """Recompute layer activations in backward instead of storing them (training only).
+    def activation_checkpointing_enable(
+        self,
+        activation_checkpointing_kwargs: Mapping[str, Any] | None = None,
+        every_n_layers: int = 1,
+        offload: bool = False,
+    ) -> None:
+        """Recompute layer activations in backward instead of storing them (training only); what transformers'
+        Trainer calls for ``TrainingArguments(activation_checkpointing=True)`` (or ``gradient_checkpointing``).
 
         Args:
-            gradient_checkpointing_kwargs: options for ``torch.utils.checkpoint.checkpoint``, as transformers
-                takes them (default ``{"use_reentrant": False}``). With ``use_reentrant=True`` the inputs of the
-                first layer must require grad: the input embeddings are then hooked to produce outputs that do
-                (transformers' ``enable_input_require_grads``), so frozen embeddings (PEFT) still train.
+            activation_checkpointing_kwargs: options for ``torch.utils.checkpoint.checkpoint`` (default
+                ``{"use_reentrant": False}``). With ``use_reentrant=True`` the inputs of the first layer must require
+                grad: the input embeddings are then hooked to produce outputs that do (transformers'
+                ``enable_input_require_grads``), so frozen embeddings (PEFT) still train.
+            every_n_layers: checkpoint layers 0, n, 2n, … only.
+            offload: keep what checkpointed layers save in host memory.
+
+        Raises:
+            ValueError: ``every_n_layers`` below 1.
         """
-        options = {"use_reentrant": False, **(gradient_checkpointing_kwargs or {})}
+        if every_n_layers < 1:
+            raise ValueError(f"every_n_layers must be at least 1, got {every_n_layers}")
+        options = {"use_reentrant": False, **(activation_checkpointing_kwargs or {})}
         for encoder in self._encoders():
             encoder.gradient_checkpointing = True
             encoder.checkpoint_options = dict(options)
+            encoder.checkpoint_every = every_n_layers
+            encoder.checkpoint_offload = offload
         if options.get("use_reentrant"):
             self.enable_input_require_grads()
 
-    def gradient_checkpointing_disable(self) -> None:
+    def activation_checkpointing_disable(self) -> None:
         for encoder in self._encoders():
             encoder.gradient_checkpointing = False
+
+    def gradient_checkpointing_enable(
+        self,
+        gradient_checkpointing_kwargs: Mapping[str, Any] | None = None,
+        every_n_layers: int = 1,
+        offload: bool = False,
+    ) -> None:
+        """transformers' older name of :meth:`activation_checkpointing_enable` (same arguments)."""
+        self.activation_checkpointing_enable(gradient_checkpointing_kwargs, every_n_layers, offload)
+
+    def gradient_checkpointing_disable(self) -> None:
+        self.activation_checkpointing_disable()
 
     @property
     def is_gradient_checkpointing(self) -> bool:

@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
@@ -366,52 +368,79 @@ class BertTaskModel(PretrainedSurface, nn.Module):
 
 
 # ------------------------------------------------------------------------------ transformers' class names
+def _forward_taking(label_names: tuple[str, ...]) -> Any:
+    """``BertTaskModel.forward`` whose signature lists only ``label_names`` of the label arguments.
+
+    Why: transformers' Trainer finds a model's label arguments in its ``forward`` signature, and only treats a
+    batch as labelled (evaluation loss, metrics) when *every* one is present; transformers' classes list only
+    their own (``labels`` for classification, ``start_positions``/``end_positions`` for QA).
+    """
+    base = BertTaskModel.forward
+
+    def forward(self: BertTaskModel, *args: Any, **kwargs: Any) -> ModelOutput | tuple[Any, ...]:
+        return base(self, *args, **kwargs)
+
+    functools.update_wrapper(forward, base)
+    signature = inspect.signature(base)
+    kept = [p for name, p in signature.parameters.items() if name not in _LABEL_ARGUMENTS or name in label_names]
+    forward.__signature__ = signature.replace(parameters=kept)  # type: ignore[attr-defined]
+    return forward
+
+
 class BertForMaskedLM(BertTaskModel):
     """transformers' ``BertForMaskedLM``: the ``masked_lm`` head (no pooler; decoder tied to the embeddings)."""
 
     head_name = "masked_lm"
+    forward = _forward_taking(("labels",))
 
 
 class BertForNextSentencePrediction(BertTaskModel):
     """transformers' ``BertForNextSentencePrediction``: the ``next_sentence`` head on the pooled output."""
 
     head_name = "next_sentence"
+    forward = _forward_taking(("labels",))
 
 
 class BertForPreTraining(BertTaskModel):
     """transformers' ``BertForPreTraining``: the ``pretraining`` head (masked LM + next sentence)."""
 
     head_name = "pretraining"
+    forward = _forward_taking(("labels", "next_sentence_label"))
 
 
 class BertLMHeadModel(BertTaskModel):
     """transformers' ``BertLMHeadModel``: the ``causal_lm`` head (no pooler); a decoder with ``is_decoder: true``."""
 
     head_name = "causal_lm"
+    forward = _forward_taking(("labels",))
 
 
 class BertForSequenceClassification(BertTaskModel):
     """transformers' ``BertForSequenceClassification``: the ``sequence_classification`` head (``problem_type``)."""
 
     head_name = "sequence_classification"
+    forward = _forward_taking(("labels",))
 
 
 class BertForTokenClassification(BertTaskModel):
     """transformers' ``BertForTokenClassification``: the ``token_classification`` head (no pooler)."""
 
     head_name = "token_classification"
+    forward = _forward_taking(("labels",))
 
 
 class BertForQuestionAnswering(BertTaskModel):
     """transformers' ``BertForQuestionAnswering``: the ``question_answering`` head (no pooler)."""
 
     head_name = "question_answering"
+    forward = _forward_taking(("start_positions", "end_positions"))
 
 
 class BertForMultipleChoice(BertTaskModel):
     """transformers' ``BertForMultipleChoice``: the ``multiple_choice`` head (inputs ``[b, choices, seq]``)."""
 
     head_name = "multiple_choice"
+    forward = _forward_taking(("labels",))
 
 
 #: head name → the class named as transformers names it (the class ``BertTaskModel.from_*`` returns)

@@ -19,12 +19,25 @@ class ModelOutput:
     """Base of every output type: a dataclass that also behaves like an ordered mapping and a tuple."""
 
     def to_tuple(self) -> tuple[Any, ...]:
-        """The non-``None`` fields in declaration order (what ``return_dict=False`` returns)."""
-        return tuple(v for v in (getattr(self, f.name) for f in fields(self)) if v is not None)
+        """The non-``None`` fields in declaration order (what ``return_dict=False`` returns), then any keys set
+        with ``out[key] = value`` that are not fields (as transformers' outputs, which are dicts, keep them)."""
+        own = tuple(v for v in (getattr(self, f.name) for f in fields(self)) if v is not None)
+        return own + tuple(self._extra().values())
 
     def keys(self) -> list[str]:
-        """Names of the fields that are set (not ``None``)."""
-        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+        """Names of the fields that are set (not ``None``), then of extra keys (see :meth:`__setitem__`)."""
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None] + list(self._extra())
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        """``out["logits"] = t`` sets the field; another key is kept beside the fields (transformers' pipelines
+        add ``input_ids`` to a model's output this way)."""
+        if key in {f.name for f in fields(self)}:
+            setattr(self, key, value)
+        else:
+            self.__dict__.setdefault("_extra_items", {})[key] = value
+
+    def _extra(self) -> dict[str, Any]:
+        return self.__dict__.get("_extra_items", {})
 
     def values(self) -> list[Any]:
         return [getattr(self, k) for k in self.keys()]
@@ -36,7 +49,7 @@ class ModelOutput:
         if isinstance(key, str):
             if key not in self.keys():
                 raise KeyError(f"{type(self).__name__} has no field {key!r} set; set fields: {self.keys()}")
-            return getattr(self, key)
+            return self._extra()[key] if key in self._extra() else getattr(self, key)
         return self.to_tuple()[key]
 
     def __contains__(self, key: object) -> bool:
