@@ -7,16 +7,25 @@ position skips fields that are ``None``, exactly as transformers does, so code w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 
 @dataclass
 class ModelOutput:
-    """Base of every output type: a dataclass that also behaves like an ordered mapping and a tuple."""
+    """Base of every output type: a dataclass that also behaves like an ordered mapping and a tuple.
+
+    Every subclass is registered as a pytree node (its fields, ``None`` included, are the children), so
+    ``torch.export``, the ONNX exporter, ``torch.compile`` and DDP see the tensors inside an output.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register_pytree_node(cls)
 
     def to_tuple(self) -> tuple[Any, ...]:
         """The non-``None`` fields in declaration order (what ``return_dict=False`` returns), then any keys set
@@ -60,6 +69,30 @@ class ModelOutput:
 
     def __len__(self) -> int:
         return len(self.keys())
+
+
+def _register_pytree_node(cls: type[ModelOutput]) -> None:
+    """Register ``cls`` with torch's pytree: flattened into its fields in declaration order (extra keys set
+    with ``out[key] = value`` are not part of the tree)."""
+
+    def flatten(output: ModelOutput) -> tuple[list[Any], tuple[str, ...]]:
+        names = tuple(f.name for f in fields(output))
+        return [getattr(output, name) for name in names], names
+
+    def flatten_with_keys(output: ModelOutput) -> tuple[list[tuple[Any, Any]], tuple[str, ...]]:
+        values, names = flatten(output)
+        return [(pytree.MappingKey(name), value) for name, value in zip(names, values, strict=True)], names
+
+    def unflatten(values: Iterable[Any], names: tuple[str, ...]) -> ModelOutput:
+        return cls(**dict(zip(names, values, strict=True)))
+
+    pytree.register_pytree_node(
+        cls,
+        flatten,
+        unflatten,
+        serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
+        flatten_with_keys_fn=flatten_with_keys,
+    )
 
 
 @dataclass
