@@ -540,24 +540,6 @@ def _encode(args: argparse.Namespace) -> Any:
     return sentence.encode(model, tokenizer, list(args.texts)), sentence
 
 
-def _run_embed(args: argparse.Namespace) -> int:
-    embeddings, _ = _encode(args)
-    n, dim = embeddings.shape
-    lines = [f"{n} embedding{'s' if n != 1 else ''} of dimension {dim} (mean-pooled, L2-normalised)"]
-    for text, row in zip(args.texts, embeddings, strict=True):
-        head = ", ".join(f"{v:+.4f}" for v in row[:6].tolist())
-        lines.append(f"{_clip(text)}: [{head}, …]")
-    emit(
-        args,
-        "\n".join(lines),
-        {
-            "shape": [n, dim],
-            "embeddings": [{"text": t, "vector": r.tolist()} for t, r in zip(args.texts, embeddings, strict=True)],
-        },
-    )
-    return EXIT_OK
-
-
 def _run_similarity(args: argparse.Namespace) -> int:
     embeddings, sentence = _encode(args)
     scores = sentence.similarity(embeddings, embeddings)
@@ -734,7 +716,12 @@ register_subcommand(
     _run_trace,
 )
 register_subcommand("diagram", "print a Mermaid flowchart of the assembled model", _configure_diagram, _run_diagram)
-register_subcommand("embed", "sentence embeddings (mean-pooled, L2-normalised)", _configure_sentences, _run_embed)
+register_subcommand(
+    "embed",
+    "sentence embeddings (mean-pooled, L2-normalised) of texts, a file or stdin; to .npy or .jsonl",
+    "bertblocks.embed_command:configure",
+    "bertblocks.embed_command:run",
+)
 register_subcommand(
     "similarity", "cosine-similarity table of sentence embeddings", _configure_sentences, _run_similarity
 )
@@ -742,6 +729,12 @@ register_subcommand(
     "convert", "convert a config between HF config.json and bertblocks YAML", _configure_convert, _run_convert
 )
 register_subcommand("schema", "print the JSON Schema of the config format", _configure_schema, _run_schema)
+register_subcommand(
+    "export",
+    "export a checkpoint to ONNX or torch.export (dynamic batch and sequence, attention mask kept)",
+    "bertblocks.export_command:configure",
+    "bertblocks.export_command:run",
+)
 register_subcommand(
     "ablate",
     "run an ablation study: vary components, measure cost and quality per variant",

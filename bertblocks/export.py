@@ -105,7 +105,7 @@ def output_names_of(model: nn.Module, example: Mapping[str, torch.Tensor]) -> li
     """The output fields the model sets (``last_hidden_state``, ``pooler_output``; ``logits``; …)."""
     with torch.no_grad():
         out = model(**example)
-    return [name for name in out.keys() if isinstance(out[name], torch.Tensor)]
+    return [name for name in out if isinstance(out[name], torch.Tensor)]
 
 
 def export_onnx(
