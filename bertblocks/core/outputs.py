@@ -19,7 +19,7 @@ import torch.utils._pytree as pytree
 class ModelOutput:
     """Base of every output type: a dataclass that also behaves like an ordered mapping and a tuple.
 
-    Every subclass is registered as a pytree node (its fields, ``None`` included, are the children), so
+    Every subclass is registered as a pytree node (the fields that are set are its children), so
     ``torch.export``, the ONNX exporter, ``torch.compile`` and DDP see the tensors inside an output.
     """
 
@@ -72,11 +72,11 @@ class ModelOutput:
 
 
 def _register_pytree_node(cls: type[ModelOutput]) -> None:
-    """Register ``cls`` with torch's pytree: flattened into its fields in declaration order (extra keys set
-    with ``out[key] = value`` are not part of the tree)."""
+    """Register ``cls`` with torch's pytree: flattened into the fields that are set, in declaration order (as
+    transformers flattens its outputs; extra keys set with ``out[key] = value`` are not part of the tree)."""
 
     def flatten(output: ModelOutput) -> tuple[list[Any], tuple[str, ...]]:
-        names = tuple(f.name for f in fields(output))
+        names = tuple(f.name for f in fields(output) if getattr(output, f.name) is not None)
         return [getattr(output, name) for name in names], names
 
     def flatten_with_keys(output: ModelOutput) -> tuple[list[tuple[Any, Any]], tuple[str, ...]]:
