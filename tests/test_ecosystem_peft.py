@@ -31,8 +31,10 @@ def test_lora_train_save_load_merge(tmp_path):
     reference = {k: v.clone() for k, v in base.state_dict().items()}
     model = get_peft_model(base, _lora(modules_to_save=["classifier"]))
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
-    assert trainable and all("lora_" in name or "classifier" in name for name in trainable)
-    assert any(".query.lora_A" in name for name in trainable) and any(".value.lora_B" in name for name in trainable)
+    assert trainable
+    assert all("lora_" in name or "classifier" in name for name in trainable)
+    assert any(".query.lora_A" in name for name in trainable)
+    assert any(".value.lora_B" in name for name in trainable)
 
     inputs = {**batch(), "labels": torch.tensor([0, 2, 1])}
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
@@ -86,7 +88,8 @@ def test_lora_applies_on_the_packed_path():
         with model.disable_adapter():
             assert max_diff(model(**inputs).last_hidden_state[mask], plain[mask]) < TOL
     # the adapter saw the packed real tokens only, not the padded [b, s] grid
-    assert calls and all(shape[:-1].numel() == int(mask.sum()) for shape in calls)
+    assert calls
+    assert all(shape[:-1].numel() == int(mask.sum()) for shape in calls)
     assert max_diff(packed[mask], plain[mask]) > 1e-3  # the adapters changed the outputs
     unpacked = BertModel.from_config(TINY, ["encoder.packing=never"]).eval()
     unpacked.load_state_dict(base_state)

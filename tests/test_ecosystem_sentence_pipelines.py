@@ -66,7 +66,7 @@ def test_load_pipeline_refuses_foreign_module_types(tmp_path):
     (tmp_path / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "", "type": "evil.Module"}]))
     with pytest.raises(ValueError, match=r"neither sentence-transformers' nor bertblocks': \['evil.Module'\]"):
         load_pipeline(tmp_path)
-    with pytest.raises(FileNotFoundError, match="modules.json not found"):
+    with pytest.raises(FileNotFoundError, match=r"modules\.json not found"):
         load_pipeline(tmp_path / "nowhere")
 
 

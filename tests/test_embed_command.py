@@ -53,15 +53,25 @@ def test_thousand_line_file_to_npy_in_input_order(checkpoint, tmp_path, capsys):
     texts = _corpus()
     (tmp_path / "corpus.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     code = cli.main(
-        ["embed", "--model", str(checkpoint), "--input", str(tmp_path / "corpus.txt"), "--batch-size", "64"]
-        + ["--output", str(tmp_path / "out.npy")]
+        [
+            "embed",
+            "--model",
+            str(checkpoint),
+            "--input",
+            str(tmp_path / "corpus.txt"),
+            "--batch-size",
+            "64",
+            "--output",
+            str(tmp_path / "out.npy"),
+        ]
     )
     out, err = capsys.readouterr()
     assert code == 0, err
     assert f"1000 embeddings of dimension 32 (mean-pooled, L2-normalised) → {tmp_path / 'out.npy'}" in out
     assert err == ""  # not a terminal: no progress bar
     got = np.load(tmp_path / "out.npy")
-    assert got.shape == (1000, 32) and got.dtype == np.float32
+    assert got.shape == (1000, 32)
+    assert got.dtype == np.float32
     assert np.abs(got - _python_api(checkpoint, texts)).max() < 1e-6
 
 

@@ -44,7 +44,8 @@ def test_outputs_are_pytree_nodes():
     leaves, spec = pytree.tree_flatten(out)
     assert [t.item() for t in leaves] == [1.0, 0.0]
     rebuilt = pytree.tree_unflatten([torch.full((1,), 5.0), torch.zeros(1)], spec)
-    assert isinstance(rebuilt, ModelOutputWithPooling) and rebuilt.last_hidden_state.item() == 5.0
+    assert isinstance(rebuilt, ModelOutputWithPooling)
+    assert rebuilt.last_hidden_state.item() == 5.0
     assert pytree.tree_flatten(SequenceClassifierOutput(logits=torch.ones(2)))[0][0].shape == (2,)
 
 

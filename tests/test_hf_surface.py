@@ -250,7 +250,7 @@ def test_push_to_hub_offline_fails_clearly_and_uploads_what_save_pretrained_writ
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     model = BertModel.from_config(TINY)
-    with pytest.raises(Exception, match="(?i)offline"):
+    with pytest.raises(Exception, match=r"(?i)offline"):
         model.push_to_hub("someone/tiny-bert")
 
 
@@ -363,8 +363,9 @@ def test_encoder_decoder_surface(tmp_path):
     assert model.num_parameters() == sum(p.numel() for p in model.parameters())
     assert model.device.type == "cpu"
     model.gradient_checkpointing_enable()
-    assert model.encoder.encoder.gradient_checkpointing and model.decoder.bert.encoder.gradient_checkpointing
-    with pytest.raises(NotImplementedError, match="call resize_token_embeddings on model.encoder"):
+    assert model.encoder.encoder.gradient_checkpointing
+    assert model.decoder.bert.encoder.gradient_checkpointing
+    with pytest.raises(NotImplementedError, match=r"call resize_token_embeddings on model\.encoder"):
         model.resize_token_embeddings(120)
     model.save_pretrained(tmp_path, max_shard_size="50KB")
     theirs = transformers.EncoderDecoderModel.from_pretrained(tmp_path).eval()
