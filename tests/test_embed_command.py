@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bertblocks import BertModel, BertTokenizer, cli, sentence
-from bertblocks.embed_command import embed_corpus
+from bertblocks.cli.embed import embed_corpus
 from tests.conftest import TINY
 
 WORDS = ["alpha", "beta", "gamma", "delta", "eps", "zeta", "eta", "theta", "iota", "kappa"]

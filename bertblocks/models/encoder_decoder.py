@@ -25,22 +25,22 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from .checkpoint import (
+from ..config_files import load_config
+from ..core.config import BertConfig
+from ..core.config_surface import FlatConfigView
+from ..core.outputs import ModelOutput
+from ..hf.weights import (
     LoadingInfo,
     find_weights,
     match_state_dict,
     normalize_keys,
     read_state_dict,
 )
-from .configuration import load_config
-from .core.config import BertConfig
-from .core.config_surface import FlatConfigView
-from .core.outputs import ModelOutput
+from ..registry import Registry
+from .backbone import BertModel
 from .generation import generate
-from .model import BertModel
-from .model_surface import PretrainedSurface
-from .registry import Registry
-from .task_model import BertLMHeadModel
+from .surface import PretrainedSurface
+from .task_models import BertLMHeadModel
 
 
 class EncoderDecoderConfig(FlatConfigView, BaseModel):

@@ -10,7 +10,7 @@ share memory"). :class:`Trainer` here is transformers' class with that one metho
 by bertblocks and by transformers' Auto classes.
 
 Example:
-    >>> from bertblocks.trainer import Trainer          # instead of `from transformers import Trainer`
+    >>> from bertblocks.integrations.trainer import Trainer          # instead of `from transformers import Trainer`
     >>> trainer = Trainer(model=model, args=args, train_dataset=rows, eval_dataset=rows)
     >>> trainer.train(); trainer.save_model("out")      # out/config.json + out/model.safetensors
 """
@@ -22,7 +22,7 @@ import os
 import torch
 import transformers
 
-from .model_surface import PretrainedSurface
+from ..models.surface import PretrainedSurface
 
 #: the file transformers' Trainer writes its ``TrainingArguments`` to, next to the model
 TRAINING_ARGS_NAME = "training_args.bin"

@@ -15,7 +15,7 @@ one, then loads with that permission (nothing is downloaded or run besides the i
 Example:
     >>> from sentence_transformers import SentenceTransformer
     >>> from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
-    >>> from bertblocks.sentence_transformers_module import BertblocksModule
+    >>> from bertblocks.integrations.sentence_transformers import BertblocksModule
     >>> encoder = BertblocksModule(minilm_path(), max_seq_length=256)
     >>> st = SentenceTransformer(modules=[encoder, Pooling(encoder.get_embedding_dimension(), "mean"), Normalize()])
     >>> st.encode(["A man is eating food."]).shape          # (1, 384)
@@ -31,7 +31,7 @@ import torch
 from sentence_transformers.base.modules.input_module import InputModule
 from transformers import AutoTokenizer
 
-from .model import BertModel
+from ..models.backbone import BertModel
 
 
 class BertblocksModule(InputModule):

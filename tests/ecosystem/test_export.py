@@ -15,7 +15,7 @@ import torch.utils._pytree as pytree
 
 from bertblocks import BertForMaskedLM, BertForSequenceClassification, BertModel, cli
 from bertblocks.core.outputs import ModelOutputWithPooling, SequenceClassifierOutput
-from bertblocks.export import export_onnx, export_program
+from bertblocks.models.export import export_onnx, export_program
 from tests.conftest import TINY, batch
 
 TOL = 1e-5

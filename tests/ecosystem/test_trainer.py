@@ -13,7 +13,7 @@ import transformers
 from transformers import TrainingArguments
 
 from bertblocks import BertForMaskedLM, BertForSequenceClassification
-from bertblocks.trainer import Trainer
+from bertblocks.integrations.trainer import Trainer
 from tests.conftest import TINY, batch, max_diff
 
 TOL = 1e-5

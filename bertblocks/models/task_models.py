@@ -24,23 +24,23 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from .checkpoint import (
+from ..config_files import ConfigSource, load_config, with_backend
+from ..core.config import BertConfig
+from ..core.encoder import init_weights
+from ..core.interfaces import Head
+from ..core.outputs import ModelOutput
+from ..hf.hub import resolve_pretrained
+from ..hf.weights import (
     LoadingInfo,
     find_weights,
     match_state_dict,
     normalize_keys,
     read_state_dict,
 )
-from .configuration import ConfigSource, load_config, with_backend
-from .core.config import BertConfig
-from .core.encoder import init_weights
-from .core.interfaces import Head
-from .core.outputs import ModelOutput
-from .hub import resolve_pretrained
-from .loading import deferred_init, load_into, materialize
-from .model import BertModel
-from .model_surface import PretrainedSurface, apply_load_options, config_keywords, split_load_kwargs
-from .registry import BuildError, Registry, get_registry, validate_config
+from ..registry import BuildError, Registry, get_registry, validate_config
+from .backbone import BertModel
+from .meta_device import deferred_init, load_into, materialize
+from .surface import PretrainedSurface, apply_load_options, config_keywords, split_load_kwargs
 
 logger = logging.getLogger("bertblocks")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .cli import EXIT_OK, CLIError, add_set_argument, emit
+from . import EXIT_OK, CLIError, add_set_argument, emit
 
 #: output suffix → format
 FORMATS = {".onnx": "onnx", ".pt2": "torch.export"}
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     import bertblocks
 
-    from .export import export_onnx, export_program
+    from ..models.export import export_onnx, export_program
 
     output = Path(args.output)
     fmt = FORMATS.get(output.suffix)

@@ -22,9 +22,9 @@ from typing import IO, Any
 import torch
 import torch.nn.functional as F
 
-from .cli import EXIT_OK, CLIError, _clip, _load_tokenizer, add_set_argument, emit
-from .sentence import mean_pool
-from .tokenizer import BertTokenizer
+from ..hf.tokenizer import BertTokenizer
+from ..sentence import mean_pool
+from . import EXIT_OK, CLIError, _clip, _load_tokenizer, add_set_argument, emit
 
 #: output file suffixes ``--output`` writes
 OUTPUT_FORMATS = (".npy", ".jsonl")
@@ -170,7 +170,7 @@ def _texts(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     import bertblocks
 
-    from .sentence import minilm_path
+    from ..sentence import minilm_path
 
     if args.batch_size < 1:
         raise CLIError(f"--batch-size must be at least 1, got {args.batch_size}")

@@ -18,8 +18,8 @@ from bertblocks import (
     BertForTokenClassification,
     BertModel,
 )
+from bertblocks.integrations.sentence_transformers import MODULE_TYPE, BertblocksModule, load_pipeline
 from bertblocks.sentence import minilm_path
-from bertblocks.sentence_transformers_module import MODULE_TYPE, BertblocksModule, load_pipeline
 
 TEXTS = [
     "A man is eating food.",

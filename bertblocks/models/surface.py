@@ -10,7 +10,6 @@ plain ``nn.Module`` with a ``config`` that surface, behaving as transformers' do
 A class using the mixin provides ``config``, ``get_input_embeddings()`` and ``_config_json()`` (the
 ``config.json`` dict it saves); task models also ``get_output_embeddings()`` and a ``head``.
 
-Where it belongs: next to the model classes (``bertblocks/models/`` once the package layout lands).
 """
 
 from __future__ import annotations
@@ -25,8 +24,8 @@ import torch
 import yaml
 from torch import nn
 
-from .checkpoint import tied_parameters, write_checkpoint
-from .core.encoder import Encoder
+from ..core.encoder import Encoder
+from ..hf.weights import tied_parameters, write_checkpoint
 
 #: keyword arguments of transformers' ``from_pretrained`` that bertblocks reads (the rest name config fields)
 LOAD_OPTIONS = ("dtype", "torch_dtype", "device_map", "low_cpu_mem_usage", "use_safetensors", "trust_remote_code")
@@ -93,7 +92,7 @@ def split_load_kwargs(
         )
     if not fields:
         return overrides, options
-    from .core.config_surface import FLAT_ALIASES
+    from ..core.config_surface import FLAT_ALIASES
 
     merged: dict[str, Any] = dict(overrides) if isinstance(overrides, Mapping) else {}
     if not isinstance(overrides, Mapping):
@@ -106,7 +105,7 @@ def split_load_kwargs(
 
 def config_keywords(model_fields: Iterator[str] | Sequence[str]) -> list[str]:
     """The keyword names ``from_pretrained`` accepts as config overrides: fields and flat aliases."""
-    from .core.config_surface import FLAT_ALIASES
+    from ..core.config_surface import FLAT_ALIASES
 
     return [*model_fields, *FLAT_ALIASES]
 
