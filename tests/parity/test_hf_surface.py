@@ -244,7 +244,7 @@ def test_save_pretrained_off_the_main_process_writes_nothing(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-def test_push_to_hub_offline_fails_clearly_and_uploads_what_save_pretrained_writes(tmp_path, monkeypatch):
+def test_push_to_hub_offline_fails_clearly(monkeypatch):
     import huggingface_hub
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -252,6 +252,25 @@ def test_push_to_hub_offline_fails_clearly_and_uploads_what_save_pretrained_writ
     model = BertModel.from_config(TINY)
     with pytest.raises(Exception, match=r"(?i)offline"):
         model.push_to_hub("someone/tiny-bert")
+
+
+def test_push_to_hub_uploads_what_save_pretrained_writes(monkeypatch, tmp_path):
+    """The upload itself needs the hub; what is handed to it (bertblocks' own step) is checked here."""
+    model = BertForMaskedLM.from_config(TINY)
+    uploaded = {}
+
+    def upload(folder, repo_id, **options):
+        uploaded.update(repo_id=repo_id, files=sorted(p.name for p in Path(folder).iterdir()), **options)
+        uploaded["config"] = json.loads((Path(folder) / "config.json").read_text())
+        return "commit"
+
+    monkeypatch.setattr(model, "_upload", upload)
+    assert model.push_to_hub("someone/tiny-bert", private=True, max_shard_size="50KB") == "commit"
+    model.save_pretrained(tmp_path, max_shard_size="50KB")
+    assert uploaded["repo_id"] == "someone/tiny-bert"
+    assert uploaded["private"] is True
+    assert uploaded["files"] == sorted(p.name for p in tmp_path.iterdir())
+    assert uploaded["config"]["architectures"] == ["BertForMaskedLM"]
 
 
 # ---------------------------------------------------------------------------------------------- config
