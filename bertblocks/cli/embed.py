@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 from ..hf.tokenizer import BertTokenizer
 from ..sentence import mean_pool
-from . import EXIT_OK, CLIError, _clip, _load_tokenizer, add_set_argument, emit
+from . import EXIT_OK, CLIError, add_set_argument, emit
+from .commands import _clip, _load_tokenizer
 
 #: output file suffixes ``--output`` writes
 OUTPUT_FORMATS = (".npy", ".jsonl")

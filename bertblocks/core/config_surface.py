@@ -50,14 +50,18 @@ class FlatConfigView:
     """Mixin for a pydantic config: transformers' flat attribute names, ``to_dict``/``get``/``save_pretrained``,
     and atomic validated assignment.
 
-    A class using it defines ``model_type`` and ``to_hf()`` (the flat ``config.json`` dict).
+    A class using it defines ``to_hf()`` (the flat ``config.json`` dict).
     """
 
-    model_type: ClassVar[str] = "bert"
     #: transformers' attribute names that read the nested field they name (see :data:`FLAT_ALIASES`)
     flat_aliases: ClassVar[dict[str, str]] = FLAT_ALIASES
 
     # ------------------------------------------------------------------------------- dict-like reading
+    @property
+    def model_type(self) -> str:
+        """``config.json``'s ``model_type``: the checkpoint format's name for this architecture."""
+        return str(self.to_hf().get("model_type", ""))
+
     def to_hf(self) -> dict[str, Any]:  # pragma: no cover - provided by the config class
         raise NotImplementedError
 

@@ -7,8 +7,10 @@ transformers' ``Trainer``, PEFT, accelerate, ``pipeline`` and sentence-transform
 plain ``nn.Module`` with a ``config`` that surface, behaving as transformers' does, without making it a
 ``PreTrainedModel``: bertblocks models stay plain modules that ``torch.compile``, DDP and FSDP accept.
 
-A class using the mixin provides ``config``, ``get_input_embeddings()`` and ``_config_json()`` (the
-``config.json`` dict it saves); task models also ``get_output_embeddings()`` and a ``head``.
+The mixin goes before :class:`~bertblocks.models.pretrained.PretrainedModel` in a class's bases: it widens
+``from_pretrained`` (transformers' keywords) and ``save_pretrained`` (transformers' arguments) around the one
+load/save path there. A class provides ``config``, ``get_input_embeddings()`` and ``checkpoint_config()``;
+task models also ``get_output_embeddings()`` and a ``head``.
 
 """
 
@@ -350,9 +352,42 @@ class PretrainedSurface:
             self.tie_weights()
         return new
 
+    # --------------------------------------------------------------------------------------------- loading
+    #: the config fields ``from_pretrained`` takes as keywords (``num_labels=3``); none for a class whose config
+    #: is not a BERT config
+    takes_config_keywords: ClassVar[bool] = True
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, overrides: Sequence[str] | Mapping[str, Any] = (), **kwargs: Any) -> Any:
+        """:meth:`bertblocks.models.pretrained.PretrainedModel.from_pretrained`, also taking transformers' keywords.
+
+        Args:
+            path, overrides: as there.
+            kwargs: that method's keywords (``registry``, ``strict``, hub options, build options such as ``head``),
+                plus transformers' ``dtype``/``torch_dtype`` (a dtype, its name, or ``"auto"``: the checkpoint's),
+                ``device_map`` (one device), and config fields (``num_labels=3``, ``num_hidden_layers=…``).
+
+        Raises:
+            ValueError: a dtype that is not a floating-point one, ``dtype`` and ``torch_dtype`` disagreeing, a
+                ``device_map`` over several devices.
+        """
+        options = {k: kwargs.pop(k) for k in LOAD_OPTIONS if k in kwargs}
+        if cls.takes_config_keywords:
+            from ..core.config import BertConfig
+
+            # `head` is a build option of task models (the head to attach), not the config field here
+            names = [k for k in config_keywords(BertConfig.model_fields) if k != "head"]
+            fields = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+            overrides, _ = split_load_kwargs(overrides, fields, names)
+        result = super().from_pretrained(path, overrides, **kwargs)  # type: ignore[misc]
+        model = result[0] if isinstance(result, tuple) else result
+        extra = getattr(model.config, "hf", None) or {}
+        apply_load_options(model, options, extra.get("dtype", extra.get("torch_dtype")))
+        model.name_or_path = str(path)
+        return result
+
     # ---------------------------------------------------------------------------------------------- saving
-    def _config_json(self) -> dict[str, Any]:  # pragma: no cover - provided by the model class
-        raise NotImplementedError
+    checkpoint_config: Any  # provided by the model class (the config.json dict it saves)
 
     def save_pretrained(
         self,
@@ -389,8 +424,11 @@ class PretrainedSurface:
         tied = tied_parameters(self._module())
         state = dict(state_dict) if state_dict is not None else self._module().state_dict()
         state = {k: v for k, v in state.items() if k not in tied}
+        key_map = getattr(self, "checkpoint_key_map", None)
+        if key_map is not None:  # the checkpoint layout's names (a family other than BERT stores others)
+            state = key_map().to_checkpoint(state)
         directory = Path(save_directory)
-        write_checkpoint(directory, state, self._config_json(), safe_serialization, size)
+        write_checkpoint(directory, state, self.checkpoint_config(), safe_serialization, size)
         if push_to_hub:
             repo_id = hub_kwargs.pop("repo_id", directory.name)
             self._upload(directory, repo_id, **hub_kwargs)
