@@ -7,10 +7,10 @@ transformers' ``Trainer``, PEFT, accelerate, ``pipeline`` and sentence-transform
 plain ``nn.Module`` with a ``config`` that surface, behaving as transformers' does, without making it a
 ``PreTrainedModel``: bertblocks models stay plain modules that ``torch.compile``, DDP and FSDP accept.
 
-The mixin goes before :class:`~bertblocks.models.pretrained.PretrainedModel` in a class's bases: it widens
-``from_pretrained`` (transformers' keywords) and ``save_pretrained`` (transformers' arguments) around the one
-load/save path there. A class provides ``config``, ``get_input_embeddings()`` and ``checkpoint_config()``;
-task models also ``get_output_embeddings()`` and a ``head``.
+The mixin goes before :class:`~bertblocks.models.pretrained.PretrainedModel` in a class's bases; loading and
+saving stay there, written once, and take transformers' arguments (``dtype=``, ``num_labels=``,
+``state_dict=``, ``max_shard_size="5GB"``) through the helpers of this module. A class provides ``config`` and
+``get_input_embeddings()``; task models also ``get_output_embeddings()`` and a ``head``.
 
 """
 
@@ -27,7 +27,6 @@ import yaml
 from torch import nn
 
 from ..core.encoder import Encoder
-from ..hf.weights import tied_parameters, write_checkpoint
 
 #: keyword arguments of transformers' ``from_pretrained`` that bertblocks reads (the rest name config fields)
 LOAD_OPTIONS = ("dtype", "torch_dtype", "device_map", "low_cpu_mem_usage", "use_safetensors", "trust_remote_code")
@@ -193,11 +192,6 @@ class PretrainedSurface:
                 return p.dtype
         return torch.get_default_dtype()
 
-    @property
-    def num_parameters(self) -> ParameterCount:
-        """Unique parameters (a tied weight counts once); also callable as transformers' ``num_parameters()``."""
-        return ParameterCount(self._module())
-
     def floating_point_ops(self, inputs: Mapping[str, Any], exclude_embeddings: bool = True) -> int:
         """transformers' estimate for the Trainer's ``total_flos``: 6 × tokens × (non-embedding) parameters."""
         tokens = inputs.get(self.main_input_name)
@@ -352,86 +346,10 @@ class PretrainedSurface:
             self.tie_weights()
         return new
 
-    # --------------------------------------------------------------------------------------------- loading
-    #: the config fields ``from_pretrained`` takes as keywords (``num_labels=3``); none for a class whose config
-    #: is not a BERT config
-    takes_config_keywords: ClassVar[bool] = True
-
-    @classmethod
-    def from_pretrained(cls, path: str | Path, overrides: Sequence[str] | Mapping[str, Any] = (), **kwargs: Any) -> Any:
-        """:meth:`bertblocks.models.pretrained.PretrainedModel.from_pretrained`, also taking transformers' keywords.
-
-        Args:
-            path, overrides: as there.
-            kwargs: that method's keywords (``registry``, ``strict``, hub options, build options such as ``head``),
-                plus transformers' ``dtype``/``torch_dtype`` (a dtype, its name, or ``"auto"``: the checkpoint's),
-                ``device_map`` (one device), and config fields (``num_labels=3``, ``num_hidden_layers=…``).
-
-        Raises:
-            ValueError: a dtype that is not a floating-point one, ``dtype`` and ``torch_dtype`` disagreeing, a
-                ``device_map`` over several devices.
-        """
-        options = {k: kwargs.pop(k) for k in LOAD_OPTIONS if k in kwargs}
-        if cls.takes_config_keywords:
-            from ..core.config import BertConfig
-
-            # `head` is a build option of task models (the head to attach), not the config field here
-            names = [k for k in config_keywords(BertConfig.model_fields) if k != "head"]
-            fields = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
-            overrides, _ = split_load_kwargs(overrides, fields, names)
-        result = super().from_pretrained(path, overrides, **kwargs)  # type: ignore[misc]
-        model = result[0] if isinstance(result, tuple) else result
-        extra = getattr(model.config, "hf", None) or {}
-        apply_load_options(model, options, extra.get("dtype", extra.get("torch_dtype")))
-        model.name_or_path = str(path)
-        return result
-
     # ---------------------------------------------------------------------------------------------- saving
-    checkpoint_config: Any  # provided by the model class (the config.json dict it saves)
-
-    def save_pretrained(
-        self,
-        save_directory: str | Path,
-        *,
-        is_main_process: bool = True,
-        state_dict: Mapping[str, torch.Tensor] | None = None,
-        safe_serialization: bool = True,
-        max_shard_size: int | str | None = None,
-        push_to_hub: bool = False,
-        **hub_kwargs: Any,
-    ) -> None:
-        """Write ``config.json`` and the weights so that transformers' matching class (and Auto classes) load them.
-
-        Tied weights are stored once (transformers re-ties them on load), so the file has no shared tensors.
-
-        Args:
-            save_directory: created if needed.
-            is_main_process: ``False`` writes nothing (the other ranks of a distributed run).
-            state_dict: the tensors to write instead of the model's own (what Trainer, PEFT and accelerate
-                pass); keys are the model's; the second names of tied weights are dropped.
-            safe_serialization: safetensors (default) or ``pytorch_model.bin``.
-            max_shard_size: split the weights into shards of at most this size (bytes, or ``"5GB"``, ``"200MB"``),
-                with an index file; default: one file.
-            push_to_hub: also upload the folder (see :meth:`push_to_hub`; ``hub_kwargs`` go there, ``repo_id``
-                defaulting to the folder's name).
-
-        Raises:
-            ValueError: a ``max_shard_size`` that is not a size.
-        """
-        if not is_main_process:
-            return
-        size = parse_size(max_shard_size)
-        tied = tied_parameters(self._module())
-        state = dict(state_dict) if state_dict is not None else self._module().state_dict()
-        state = {k: v for k, v in state.items() if k not in tied}
-        key_map = getattr(self, "checkpoint_key_map", None)
-        if key_map is not None:  # the checkpoint layout's names (a family other than BERT stores others)
-            state = key_map().to_checkpoint(state)
-        directory = Path(save_directory)
-        write_checkpoint(directory, state, self.checkpoint_config(), safe_serialization, size)
-        if push_to_hub:
-            repo_id = hub_kwargs.pop("repo_id", directory.name)
-            self._upload(directory, repo_id, **hub_kwargs)
+    #: the config fields ``from_pretrained`` takes as keywords (``num_labels=3``); none for a class whose config
+    #: is not a BERT config (read by :meth:`bertblocks.models.pretrained.PretrainedModel.from_pretrained`)
+    takes_config_keywords: ClassVar[bool] = True
 
     def push_to_hub(
         self,
