@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import datasets
 import numpy as np
 import pytest
 import torch
@@ -89,9 +90,12 @@ def test_gradient_accumulation_with_a_model_that_ignores_num_items(tmp_path):
 
 
 def test_save_model_loads_in_bertblocks_and_transformers_auto(tmp_path):
+    """With a `datasets.Dataset`: the Trainer drops the columns forward does not take (read from its signature)."""
     torch.manual_seed(0)
     model = BertForSequenceClassification.from_config(TINY, ["num_labels=3"])
-    trainer = Trainer(model=model, args=_args(tmp_path, num_train_epochs=1), train_dataset=_rows())
+    rows = [{"input_ids": r["input_ids"].tolist(), "labels": int(r["labels"]), "text": "unused"} for r in _rows()]
+    dataset = datasets.Dataset.from_list(rows)
+    trainer = Trainer(model=model, args=_args(tmp_path, num_train_epochs=1), train_dataset=dataset)
     trainer.train()
     trainer.save_model(str(tmp_path / "saved"))
     assert (tmp_path / "saved" / "config.json").is_file()
