@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from .config_surface import FlatConfigView
 from .limits import MAX_LAYERS_ENV, max_layers
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -423,11 +424,13 @@ def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, A
 
 
 # ---------------------------------------------------------------------------------------------- the root
-class BertConfig(BaseModel):
+class BertConfig(FlatConfigView, BaseModel):
     """A whole BERT: vocabulary and sizes, the components and their options.
 
     Field names shared with HF's ``BertConfig`` keep HF's names (``vocab_size``, ``layer_norm_eps``, …);
     the components are nested. :meth:`from_hf` / :meth:`to_hf` convert to and from HF ``config.json``.
+    transformers' flat names (``num_hidden_layers``, ``to_dict()``, ``get()``, ``model_type``) read and write
+    the same fields (:class:`~bertblocks.core.config_surface.FlatConfigView`).
     """
 
     # inf and NaN are never meaningful sizes, rates or epsilons (`layer_norm_eps: .inf` would give NaN outputs)

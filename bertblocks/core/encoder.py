@@ -8,10 +8,13 @@ the additive mask, positions, head-mask expansion) so layers never redo it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd.graph import save_on_cpu
 from torch.utils.checkpoint import checkpoint
 
 from .cache import KVCache
@@ -118,6 +121,12 @@ class Encoder(nn.Module):
         self.shared_bias_name = shared_bias.module_name if shared_bias is not None else None
         if shared_bias is not None:
             self.add_module(shared_bias.module_name, shared_bias)
+        #: keyword arguments for ``torch.utils.checkpoint.checkpoint`` (transformers' ``gradient_checkpointing_kwargs``)
+        self.checkpoint_options: dict[str, Any] = {"use_reentrant": False}
+        #: checkpoint layers 0, n, 2n, … only (the others keep their activations: memory traded for speed)
+        self.checkpoint_every = 1
+        #: keep what checkpointed layers save for backward in host memory (frees accelerator memory)
+        self.checkpoint_offload = False
 
     @property
     def shared_bias(self) -> SharedPositionBias | None:
@@ -150,17 +159,26 @@ class Encoder(nn.Module):
             # every layer learns its index (KV cache slot, attentions whose layers differ); without a
             # per-forward context the contexts are made once per model, not once per call
             layer_ctx = replace(ctx, layer_index=i) if context is not None else self._indexed[i]
-            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                hidden_states, weights, cross = checkpoint(
-                    layer,
-                    hidden_states,
-                    mask,
-                    positions,
-                    layer_head_mask,
-                    output_attentions,
-                    layer_ctx,
-                    use_reentrant=False,
+            if (
+                self.gradient_checkpointing
+                and self.training
+                and torch.is_grad_enabled()
+                and i % self.checkpoint_every == 0
+            ):
+                offload = (
+                    save_on_cpu(pin_memory=torch.cuda.is_available()) if self.checkpoint_offload else nullcontext()
                 )
+                with offload:
+                    hidden_states, weights, cross = checkpoint(
+                        layer,
+                        hidden_states,
+                        mask,
+                        positions,
+                        layer_head_mask,
+                        output_attentions,
+                        layer_ctx,
+                        **self.checkpoint_options,
+                    )
             else:
                 hidden_states, weights, cross = layer(
                     hidden_states, mask, positions, layer_head_mask, output_attentions, layer_ctx

@@ -10,9 +10,10 @@ from ..core.config import BertConfig
 from ..core.encoder import EncoderModel, init_weights
 from ..registry import Registry, build_components, get_registry
 from .pretrained import PretrainedModel
+from .surface import PretrainedSurface
 
 
-class BertModel(EncoderModel, PretrainedModel):
+class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):
     """A BERT backbone assembled from a config; a drop-in for transformers' ``BertModel``.
 
     Example:
