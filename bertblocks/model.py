@@ -11,7 +11,6 @@ from .checkpoint import (
     LoadingInfo,
     find_weights,
     match_state_dict,
-    normalize_keys,
     read_state_dict,
     untied_state_dict,
     write_checkpoint,
@@ -19,6 +18,7 @@ from .checkpoint import (
 from .configuration import ConfigSource, load_config, with_backend
 from .core.config import BertConfig
 from .core.encoder import EncoderModel, init_weights
+from .families import add_prefix, checkpoint_to_model, config_to_hf, get_family, model_to_checkpoint, strip_prefix
 from .hub import resolve_pretrained
 from .loading import deferred_init, load_into, materialize
 from .registry import Registry, build_components, get_registry
@@ -113,7 +113,11 @@ class BertModel(EncoderModel):
 
     def load_checkpoint(self, directory: str | Path, strict: bool = True) -> LoadingInfo:
         """Load the weights of an HF checkpoint directory into this model; report what did not fit."""
-        state = normalize_keys(read_state_dict(find_weights(Path(directory))), f"{self.base_model_prefix}.")
+        prefix = self.base_model_prefix
+        shapes = add_prefix({k: v.shape for k, v in self.state_dict().items()}, prefix)
+        raw = read_state_dict(find_weights(Path(directory)))
+        # the family's key map, applied in its one place; the result is ours, backbone under `bert.`
+        state = strip_prefix(checkpoint_to_model(raw, self.config, shapes, strict=strict), prefix)
         position = self.config.position.name
         ignorable = self.position_scheme.ignored_checkpoint_keys
         loadable, info = match_state_dict(self, state, ignorable=ignorable, strict=strict)
@@ -144,9 +148,13 @@ class BertModel(EncoderModel):
             max_shard_size: split the weights into shards of at most this many bytes, with an index file.
         """
         # A backbone is saved as a backbone, whatever head its config names (a task model's `bert` shares it).
-        config_json = self.config.model_copy(update={"head": None}).to_hf()
-        config_json["architectures"] = ["BertModel"]
-        write_checkpoint(Path(directory), untied_state_dict(self), config_json, safe_serialization, max_shard_size)
+        config = self.config.model_copy(update={"head": None})
+        config_json = config_to_hf(config)
+        prefix = self.base_model_prefix
+        family = get_family(config.family, source=None)
+        state = model_to_checkpoint(add_prefix(untied_state_dict(self), prefix), config)
+        state = strip_prefix(state, family.key_map.prefix)  # transformers saves a backbone without its prefix
+        write_checkpoint(Path(directory), state, config_json, safe_serialization, max_shard_size)
 
     @property
     def num_parameters(self) -> int:

@@ -26,7 +26,6 @@ from .checkpoint import (
     LoadingInfo,
     find_weights,
     match_state_dict,
-    normalize_keys,
     read_state_dict,
     untied_state_dict,
     write_checkpoint,
@@ -35,6 +34,7 @@ from .configuration import ConfigSource, load_config, with_backend
 from .core.config import BertConfig
 from .core.encoder import init_weights
 from .core.interfaces import Head
+from .families import checkpoint_to_model, config_to_hf, model_to_checkpoint
 from .core.outputs import ModelOutput
 from .hub import resolve_pretrained
 from .loading import deferred_init, load_into, materialize
@@ -220,9 +220,10 @@ class BertTaskModel(nn.Module):
     def load_checkpoint(self, directory: str | Path, strict: bool = True) -> LoadingInfo:
         """Load the weights of an HF checkpoint directory; report newly initialised and unused weights by name."""
         prefix = f"{self.base_model_prefix}."
-        state = normalize_keys(read_state_dict(find_weights(Path(directory))), "")  # legacy names only
-        if not any(key.startswith(prefix) for key in state):
-            state = {prefix + key: tensor for key, tensor in state.items()}  # a backbone-only checkpoint
+        raw = read_state_dict(find_weights(Path(directory)))
+        shapes = {k: v.shape for k, v in self.state_dict().items()}
+        # the family's key map, applied in its one place (legacy names and backbone-only checkpoints included)
+        state = checkpoint_to_model(raw, self.config, shapes, strict=strict)
         ignorable = [prefix + key for key in self.bert.position_scheme.ignored_checkpoint_keys]
         loadable, info = match_state_dict(self, state, ignorable=ignorable, strict=strict, prefix=prefix)
         load_into(self, loadable)
@@ -255,8 +256,9 @@ class BertTaskModel(nn.Module):
             safe_serialization: safetensors (default) or ``pytorch_model.bin``.
             max_shard_size: split the weights into shards of at most this many bytes, with an index file.
         """
-        config_json = self.config.to_hf()
-        write_checkpoint(Path(directory), untied_state_dict(self), config_json, safe_serialization, max_shard_size)
+        config_json = config_to_hf(self.config)
+        state = model_to_checkpoint(untied_state_dict(self), self.config)
+        write_checkpoint(Path(directory), state, config_json, safe_serialization, max_shard_size)
 
     # ------------------------------------------------------------------------------------------- forward
     def forward(

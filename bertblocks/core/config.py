@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -309,6 +309,11 @@ class BertConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    #: fills a config dict's component options with their plugins' defaults, so that :meth:`to_hf` compares
+    #: like with like (a default option is no difference). Core cannot look plugins up; the registry layer
+    #: installs this when it is imported.
+    option_defaults: ClassVar[Callable[[dict[str, Any]], dict[str, Any]] | None] = None
+
     vocab_size: PositiveInt = Field(30522, description="token vocabulary size")
     hidden_size: PositiveInt = Field(768, description="width of every hidden state")
     max_position_embeddings: PositiveInt = Field(512, description="longest sequence (positions 0..n-1)")
@@ -337,6 +342,11 @@ class BertConfig(BaseModel):
     )
     pruned_heads: dict[int, list[int]] = Field(
         default_factory=dict, description="heads removed per layer; re-applied before weights are loaded"
+    )
+    family: str = Field(
+        "bert",
+        description="the model family (HF model_type) whose config.json and checkpoint format this model "
+        "loads and saves; 'bertblocks' for a hybrid no transformers class describes",
     )
     hf: dict[str, Any] = Field(
         default_factory=dict,
@@ -467,10 +477,22 @@ class BertConfig(BaseModel):
         What HF cannot express (backend, non-default component names, plugin options, overrides) goes under
         a ``bertblocks`` key, which transformers keeps as an inert attribute and :meth:`from_hf` reads back.
         """
-        enc = self.encoder
         architecture = _HEAD_ARCHITECTURES.get(self.head.name) if self.head is not None else None
         out: dict[str, Any] = {"model_type": "bert", "architectures": [architecture or "BertModel"]}
-        out.update(self.hf)
+        out.update(self.hf_fields())
+        base = type(self).from_hf(dict(out.items())).model_dump()
+        if BertConfig.option_defaults is not None:
+            base = BertConfig.option_defaults(base)
+        extra = _diff(self.model_dump(), base)
+        if extra:
+            out["bertblocks"] = extra
+        return out
+
+    def hf_fields(self) -> dict[str, Any]:
+        """The fields of BERT's ``config.json`` (HF's flat names), without ``model_type``, ``architectures`` and
+        the ``bertblocks`` block: what BERT-like families (RoBERTa, ELECTRA, …) write too."""
+        enc = self.encoder
+        out: dict[str, Any] = dict(self.hf)
         out.update({key: getattr(self, key) for key in _HF_TOP_LEVEL if key != "num_labels"})
         out["id2label"] = {str(k): v for k, v in (self.id2label or {}).items()}
         out.update(
@@ -485,9 +507,6 @@ class BertConfig(BaseModel):
                 "pruned_heads": {str(k): v for k, v in self.pruned_heads.items()},
             }
         )
-        extra = _diff(self.model_dump(), type(self).from_hf(dict(out.items())).model_dump())
-        if extra:
-            out["bertblocks"] = extra
         return out
 
 

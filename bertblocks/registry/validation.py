@@ -86,6 +86,7 @@ def validate_config(
 
     if config.head is not None:
         apply(("head",), checker.check("head", config.head, "head"))
+    checker.check_name("family", config.family, "family")
     if config.add_cross_attention and not config.is_decoder:
         issues.append(ConfigIssue("add_cross_attention", "cross-attention needs is_decoder: true"))
 
@@ -120,3 +121,15 @@ class _ComponentChecker:
             self.issues.extend(issues_from_validation_error(e, loc, known_fields=known))
             return None
         return options.model_dump()
+
+
+def _with_option_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` validated by the process-wide registry (component options filled with their defaults); ``data``
+    unchanged when that registry cannot validate it (a config built with another registry's components)."""
+    try:
+        return validate_config(data).model_dump()
+    except (ConfigError, UnknownComponentError):
+        return data
+
+
+BertConfig.option_defaults = _with_option_defaults

@@ -1,0 +1,63 @@
+"""What a model-family plugin hands the registry: one HF ``model_type`` in and out.
+
+A family (RoBERTa, ELECTRA, DistilBERT, …) is not new modelling code: it is a composition of the registry's
+components plus this description of its Hugging Face format. A plugin registers it as a
+:class:`~bertblocks.core.component.Component` of kind ``family`` whose factory returns a :class:`Family`;
+the component's name is the ``model_type``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .keymap import KeyMap
+
+
+@dataclass(frozen=True)
+class Family:
+    """One HF model family: config.json both ways, a checkpoint key map, and its task classes.
+
+    Attributes:
+        model_type: the ``model_type`` of its ``config.json`` (``roberta``).
+        config_from_hf: HF ``config.json`` dict → a bertblocks config as a nested dict (the YAML form), with
+            ``family`` set to ``model_type``. It reads the family's field names (``dim``, ``n_layers`` …)
+            and fixes what the family implies (RoBERTa's position offset). Raise ``ValueError`` for fields
+            it cannot represent.
+        config_to_hf: a validated config → the HF ``config.json`` fields transformers' config class of this
+            family reads (``model_type`` and ``architectures`` are added by the caller).
+        key_map: the checkpoint layout relative to bertblocks' keys (see :mod:`bertblocks.core.keymap`).
+        architectures: transformers' task-model class name → the head spec it means (a head name, or a
+            mapping with ``name`` and the head's options): what ``architectures`` in ``config.json`` picks
+            with ``head="auto"``, and what ``save_pretrained`` writes back.
+        base_architecture: transformers' backbone class (``RobertaModel``), written for a model without head.
+        fixed: dotted config path → value this family requires (``embedding.position_offset: padding``); a
+            config.json (or its ``bertblocks`` block) that says otherwise is an error naming the field.
+        description: one line for listings and the docs table.
+    """
+
+    model_type: str
+    config_from_hf: Callable[[Mapping[str, Any]], dict[str, Any]]
+    config_to_hf: Callable[[Any], dict[str, Any]]
+    key_map: KeyMap
+    architectures: Mapping[str, str | Mapping[str, Any]] = field(default_factory=dict)
+    base_architecture: str = ""
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+    def head_for(self, architecture: str) -> dict[str, Any] | None:
+        """The head spec (``{"name": ..., **options}``) transformers' class ``architecture`` means, or ``None``."""
+        spec = self.architectures.get(architecture)
+        if spec is None:
+            return None
+        return {"name": spec} if isinstance(spec, str) else dict(spec)
+
+    def architecture_for(self, head: str | None) -> str:
+        """transformers' class name for a model with ``head`` (the backbone class when there is none or the
+        family has no class for it)."""
+        for architecture, spec in self.architectures.items():
+            name = spec if isinstance(spec, str) else spec.get("name")
+            if name == head:
+                return architecture
+        return self.base_architecture
