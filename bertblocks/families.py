@@ -77,15 +77,13 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> d
     head = None
     if isinstance(architectures, list) and len(architectures) == 1:
         head = family.head_for(architectures[0])
-        if head is not None or architectures[0] == family.base_architecture:
-            src.pop("architectures")
     try:
-        data = family.config_from_hf(src)
+        data = family.config_from_hf(src)  # it may read `architectures` (ELECTRA's generator sizes its head)
     except ValueError as e:
         if isinstance(e, ConfigError):
             raise
         raise ConfigError([ConfigIssue("", f"{model_type}: {e}")], "config.json") from None
-    if head is not None:
+    if head is not None and data.get("head") is None:
         data["head"] = head
     data["family"] = model_type
     if ours:

@@ -41,7 +41,10 @@ ERNIE = Family(
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
     key_map=KeyMap(prefix="ernie", head_prefixes=("cls.", "classifier.", "qa_outputs.")),
-    architectures={name.replace("Bert", "Ernie"): head for name, head in HF_ARCHITECTURES.items()},
+    architectures={
+        ("ErnieForCausalLM" if name == "BertLMHeadModel" else name.replace("Bert", "Ernie")): head
+        for name, head in HF_ARCHITECTURES.items()
+    },
     base_architecture="ErnieModel",
     fixed={"position.name": "absolute"},
     description="ERNIE: BERT plus optional task-type embeddings",
