@@ -53,7 +53,9 @@ def get_family(model_type: str, registry: Registry | None = None, source: str | 
         ) from None
     family = component.factory(options=component.options())
     if not isinstance(family, Family):
-        raise TypeError(f"family {model_type!r} from {component.provider} returned {type(family).__name__}, not a Family")
+        raise TypeError(
+            f"family {model_type!r} from {component.provider} returned {type(family).__name__}, not a Family"
+        )
     return family
 
 

@@ -34,8 +34,8 @@ from .configuration import ConfigSource, load_config, with_backend
 from .core.config import BertConfig
 from .core.encoder import init_weights
 from .core.interfaces import Head
-from .families import checkpoint_to_model, config_to_hf, model_to_checkpoint
 from .core.outputs import ModelOutput
+from .families import checkpoint_to_model, config_to_hf, model_to_checkpoint
 from .hub import resolve_pretrained
 from .loading import deferred_init, load_into, materialize
 from .model import BertModel

@@ -225,7 +225,9 @@ def test_model_type_no_family_handles_is_refused_listing_the_families():
     error = _error({"model_type": "gpt2", "num_hidden_layers": 2})
     (message,) = _messages(error)
     assert message.startswith("model_type: no model family handles 'gpt2'; families: ")
-    assert "bert" in message and "roberta" in message and "distilbert" in message
+    assert "bert" in message
+    assert "roberta" in message
+    assert "distilbert" in message
 
 
 # ------------------------------------------------------------------------------------ per-layer overrides

@@ -14,9 +14,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-Kind = Literal[
-    "embedding", "position", "attention", "backend", "feedforward", "activation", "pooler", "head", "family"
-]
+Kind = Literal["embedding", "position", "attention", "backend", "feedforward", "activation", "pooler", "head", "family"]
 KINDS: tuple[str, ...] = get_args(Kind)
 
 

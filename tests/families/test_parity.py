@@ -224,7 +224,8 @@ def test_loads_transformers_checkpoint_and_saves_one_it_loads(tmp_path, family_n
     inputs, mask = batch(family, cls)
     ours, info = bertblocks.from_pretrained(tmp_path / "hf", head="auto", output_loading_info=True)
     ours.eval()
-    assert info.missing_keys == [] and info.unexpected_keys == []
+    assert info.missing_keys == []
+    assert info.unexpected_keys == []
     if cls.endswith("Model"):
         inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
     with torch.no_grad():

@@ -95,8 +95,9 @@ class DenseClassificationOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    activation: Activation = Field("tanh", description="between dense and out_proj: tanh (RoBERTa), gelu "
-                                   "(ELECTRA), relu (DistilBERT)")
+    activation: Activation = Field(
+        "tanh", description="between dense and out_proj: tanh (RoBERTa), gelu (ELECTRA), relu (DistilBERT)"
+    )
 
 
 class DenseClassifier(nn.Module):
