@@ -16,6 +16,42 @@ from .keymap import KeyMap
 
 
 @dataclass(frozen=True)
+class TokenizerConvention:
+    """How a family's tokenizer frames texts: what ``tokenizer.json`` leaves to the tokenizer class.
+
+    Attributes:
+        special_tokens: ``cls_token``, ``sep_token``, ``pad_token``, ``unk_token``, ``mask_token`` (the
+            defaults; ``tokenizer_config.json`` / ``special_tokens_map.json`` override them).
+        single: the template for one text, in ``tokenizers``' ``TemplateProcessing`` syntax, used when the
+            ``tokenizer.json`` has no post-processor of its own.
+        pair: the template for a pair (``$B:1`` gives the second segment token type 1).
+        model_input_names: what the tokenizer returns (no ``token_type_ids`` where the family has none).
+        tokenizer_classes: transformers' tokenizer class names of the family (``tokenizer_config.json``'s
+            ``tokenizer_class`` picks the convention when no config.json says the family).
+    """
+
+    special_tokens: Mapping[str, str]
+    single: str
+    pair: str
+    model_input_names: tuple[str, ...] = ("input_ids", "token_type_ids", "attention_mask")
+    tokenizer_classes: tuple[str, ...] = ()
+
+
+BERT_TOKENIZER = TokenizerConvention(
+    special_tokens={
+        "unk_token": "[UNK]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "cls_token": "[CLS]",
+        "mask_token": "[MASK]",
+    },
+    single="[CLS] $A [SEP]",
+    pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+    tokenizer_classes=("BertTokenizer", "BertTokenizerFast"),
+)
+
+
+@dataclass(frozen=True)
 class Family:
     """One HF model family: config.json both ways, a checkpoint key map, and its task classes.
 
@@ -35,6 +71,7 @@ class Family:
         fixed: dotted config path → value this family requires (``embedding.position_offset: padding``); a
             config.json (or its ``bertblocks`` block) that says otherwise is an error naming the field.
         description: one line for listings and the docs table.
+        tokenizer: the family's special tokens and templates (:class:`TokenizerConvention`).
     """
 
     model_type: str
@@ -45,6 +82,7 @@ class Family:
     base_architecture: str = ""
     fixed: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
+    tokenizer: TokenizerConvention = field(default_factory=lambda: BERT_TOKENIZER)
 
     def head_for(self, architecture: str) -> dict[str, Any] | None:
         """The head spec (``{"name": ..., **options}``) transformers' class ``architecture`` means, or ``None``."""

@@ -3,11 +3,12 @@ types, no pooler; its classifiers put a ``pre_classifier`` (dense → relu) befo
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from bertblocks.core.component import Component
 from bertblocks.core.config import BertConfig
-from bertblocks.core.family import Family
+from bertblocks.core.family import BERT_TOKENIZER, Family
 from bertblocks.core.keymap import KeyMap, Rename
 
 _LAYER = "distilbert.transformer.layer.{i}"
@@ -85,6 +86,12 @@ DISTILBERT = Family(
     base_architecture="DistilBertModel",
     fixed={"embedding.token_types": False, "pooler": None, "position.name": "absolute", "layer_norm_eps": 1e-12},
     description="DistilBERT: BERT layers renamed, no token types, no pooler, pre_classifier heads",
+    # BERT's WordPiece framing, but the model takes no token types
+    tokenizer=replace(
+        BERT_TOKENIZER,
+        model_input_names=("input_ids", "attention_mask"),
+        tokenizer_classes=("DistilBertTokenizer", "DistilBertTokenizerFast"),
+    ),
 )
 
 

@@ -5,11 +5,12 @@ multiple-choice head."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from bertblocks.core.component import Component
 from bertblocks.core.config import BertConfig
-from bertblocks.core.family import Family
+from bertblocks.core.family import BERT_TOKENIZER, Family
 from bertblocks.core.keymap import KeyMap, Rename
 
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
@@ -81,6 +82,7 @@ ELECTRA = Family(
     base_architecture="ElectraModel",
     fixed={"position.name": "absolute", "pooler": None},
     description="ELECTRA: embedding_size projected to hidden, no pooler, discriminator and generator heads",
+    tokenizer=replace(BERT_TOKENIZER, tokenizer_classes=("ElectraTokenizer", "ElectraTokenizerFast")),
 )
 
 

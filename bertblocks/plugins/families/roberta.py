@@ -11,7 +11,7 @@ from typing import Any
 
 from bertblocks.core.component import Component
 from bertblocks.core.config import BertConfig
-from bertblocks.core.family import Family
+from bertblocks.core.family import Family, TokenizerConvention
 from bertblocks.core.keymap import KeyMap, Rename
 
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
@@ -37,6 +37,23 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return bert_fields_to_hf(config, dropped=("position_embedding_type",))
 
 
+def roberta_tokenizer(class_prefix: str) -> TokenizerConvention:
+    """RoBERTa's framing: ``<s> A </s>`` and ``<s> A </s></s> B </s>``, one token type, none returned."""
+    return TokenizerConvention(
+        special_tokens={
+            "unk_token": "<unk>",
+            "sep_token": "</s>",
+            "pad_token": "<pad>",
+            "cls_token": "<s>",
+            "mask_token": "<mask>",
+        },
+        single="<s> $A </s>",
+        pair="<s> $A </s> </s> $B </s>",
+        model_input_names=("input_ids", "attention_mask"),
+        tokenizer_classes=(f"{class_prefix}Tokenizer", f"{class_prefix}TokenizerFast"),
+    )
+
+
 def roberta_like(model_type: str, class_prefix: str, description: str) -> Family:
     """A family with RoBERTa's modelling and checkpoint layout under transformers class names ``<prefix>For…``."""
     return Family(
@@ -55,6 +72,7 @@ def roberta_like(model_type: str, class_prefix: str, description: str) -> Family
         base_architecture=f"{class_prefix}Model",
         fixed=FIXED,
         description=description,
+        tokenizer=roberta_tokenizer(class_prefix),
     )
 
 
