@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bertblocks.core.component import KINDS, Component
-from bertblocks.families import get_family
+from bertblocks.hf.families import get_family
 from bertblocks.model import BertModel
 from bertblocks.registry import Registry
 from bertblocks.registry.hookspecs import PROJECT, BertBlocksHooks

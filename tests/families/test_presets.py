@@ -10,7 +10,7 @@ import transformers
 
 import bertblocks
 from bertblocks import cli
-from bertblocks.families import add_prefix, config_to_hf, get_family, model_to_checkpoint, strip_prefix
+from bertblocks.hf.families import add_prefix, config_to_hf, get_family, model_to_checkpoint, strip_prefix
 
 FAMILY_PRESETS = [name for name in bertblocks.list_presets() if bertblocks.load_config(name).family != "bert"]
 

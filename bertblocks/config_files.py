@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from .core.config import BertConfig, ConfigError, ConfigIssue
-from .families import config_from_hf, config_to_hf
+from .hf.families import config_from_hf, config_to_hf
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
 
 ConfigSource = str | Path | Mapping[str, Any] | BertConfig

@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from .checkpoint import CheckpointError
-from .core.config import BertConfig, ConfigError, ConfigIssue, _deep_merge, _diff
-from .core.family import Family
-from .core.keymap import KeyMapError, to_checkpoint, to_model
-from .registry import Registry, UnknownComponentError, get_registry
+from ..core.config import BertConfig, ConfigError, ConfigIssue, _deep_merge, _diff
+from ..core.family import Family
+from ..core.keymap import KeyMapError, to_checkpoint, to_model
+from ..registry import Registry, UnknownComponentError, get_registry
+from .weights import CheckpointError
 
 #: the family a config.json without ``model_type`` is read as (transformers' BERT)
 DEFAULT_FAMILY = "bert"
