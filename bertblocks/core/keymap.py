@@ -364,7 +364,7 @@ def to_checkpoint(
                 fused_rule[name] = rule
             elif isinstance(rule, Shared):
                 name = ckpt.fill({k: v for k, v in values.items() if k in ckpt.names}, rest)
-                if name in out and out[name] is not tensor and not torch.equal(out[name], tensor):
+                if name in out and _differ(out[name], tensor):
                     raise KeyMapError(
                         f"{key!r} differs from the other layers' copy of {name!r}, but the format stores one tensor "
                         f"for all of them (rule Shared({rule.checkpoint!r}, {rule.model!r}))"
@@ -382,3 +382,12 @@ def to_checkpoint(
             raise KeyMapError(f"cannot write fused {name!r}: parts {missing} are missing from the model")
         out[name] = torch.cat([parts[i] for i in range(len(parts))], dim=rule.dim)
     return out
+
+
+def _differ(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two copies of a shared tensor differ (shapes only for tensors without data, on ``meta``)."""
+    if a is b:
+        return False
+    if a.is_meta or b.is_meta:
+        return a.shape != b.shape
+    return not torch.equal(a, b)

@@ -301,6 +301,9 @@ class BertTaskModel(nn.Module):
             if value is not None
         }
         head = self.head
+        for name in head.label_names:  # a head's own label names (ALBERT's sentence_order_label) are labels too
+            if name not in given and backbone_kwargs.get(name) is not None:
+                given[name] = backbone_kwargs.pop(name)
         unknown = [name for name in given if name not in head.label_names]
         if unknown:
             raise ValueError(

@@ -36,7 +36,7 @@ class BertEmbeddingOptions(BaseModel):
         "none: 0, 1, 2, … (BERT)",
     )
     embedding_size: PositiveInt | None = Field(
-        None, description="width of the tables and LayerNorm; projected to hidden_size when it differs (ELECTRA)"
+        None, description="width of the tables and LayerNorm, then a projection to hidden_size (ELECTRA, ALBERT)"
     )
     extra_type_tables: dict[str, PositiveInt] = Field(
         default_factory=dict,
@@ -84,9 +84,10 @@ class BertEmbeddings(Embedding):
             self.add_module(name, nn.Embedding(size, width))  # the family's key: `embeddings.<name>.weight`
         self.LayerNorm = nn.LayerNorm(width, eps=layer_norm_eps)  # CamelCase: HF checkpoint key
         self.dropout = nn.Dropout(dropout)
-        if width != hidden_size:
+        # a factorized embedding is projected even at equal widths (ALBERT always has the projection)
+        self.has_projection = opts.embedding_size is not None
+        if self.has_projection:
             self.projection = nn.Linear(width, hidden_size)
-        self.has_projection = width != hidden_size
         # Non-persistent, as in transformers >= 4.31: never written to checkpoints.
         self.register_buffer("position_ids", torch.arange(position.max_positions)[None], persistent=False)
         self.register_buffer(

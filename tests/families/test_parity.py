@@ -121,6 +121,20 @@ FAMILIES = {
             "DistilBertForMultipleChoice",
         ),
     ),
+    "albert": Family(
+        "AlbertConfig",
+        {**COMMON, "embedding_size": 16, "hidden_act": "gelu_new"},
+        pad=0,
+        classes=(
+            "AlbertModel",
+            "AlbertForPreTraining",
+            "AlbertForMaskedLM",
+            "AlbertForSequenceClassification",
+            "AlbertForTokenClassification",
+            "AlbertForQuestionAnswering",
+            "AlbertForMultipleChoice",
+        ),
+    ),
     "ernie": Family(
         "ErnieConfig",
         {**COMMON, "use_task_id": True, "task_type_vocab_size": 3},
@@ -146,8 +160,8 @@ def save_hf(family: Family, cls: str, directory: Path, **extra: Any) -> torch.nn
     settings = {**family.settings, **extra}
     if cls.endswith("ForCausalLM"):
         settings["is_decoder"] = True
-    if cls.endswith("QuestionAnswering"):
-        settings["num_labels"] = 2  # start and end
+    if cls.endswith(("QuestionAnswering", "AlbertForPreTraining")):
+        settings["num_labels"] = 2  # start and end; in order or swapped (transformers' SOP loss assumes 2)
     config = getattr(transformers, family.config)(**settings)
     model = getattr(transformers, cls)(config).eval()
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -168,6 +182,9 @@ def batch(family: Family, cls: str) -> tuple[dict[str, torch.Tensor], torch.Tens
         inputs["token_type_ids"] = torch.zeros(shape, dtype=torch.long)
     if cls.endswith(("MaskedLM", "CausalLM")):
         inputs["labels"] = torch.randint(0, 99, shape, generator=g).masked_fill(mask == 0, -100)
+    elif cls.endswith("AlbertForPreTraining"):
+        inputs["labels"] = torch.randint(0, 99, shape, generator=g).masked_fill(mask == 0, -100)
+        inputs["sentence_order_label"] = torch.tensor([0, 1])
     elif cls.endswith("ElectraForPreTraining"):
         inputs["labels"] = torch.randint(0, 2, shape, generator=g)
     elif cls.endswith("ForPreTraining"):
@@ -196,6 +213,7 @@ FIELDS = (
     "seq_relationship_logits",
     "start_logits",
     "end_logits",
+    "sop_logits",
 )
 
 

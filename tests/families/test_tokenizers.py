@@ -55,6 +55,26 @@ def unigram() -> Tokenizer:
     return tok
 
 
+def albert_unigram() -> Tokenizer:
+    tok = Tokenizer(models.Unigram())
+    # the normaliser published ALBERT tokenizer.json files carry (lower-cased, accents stripped)
+    tok.normalizer = normalizers.Sequence(
+        [
+            normalizers.Replace("``", '"'),
+            normalizers.Replace("''", '"'),
+            normalizers.NFKD(),
+            normalizers.StripAccents(),
+            normalizers.Lowercase(),
+        ]
+    )
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    specials = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    trainer = trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="<unk>")
+    tok.train_from_iterator(CORPUS, trainer)
+    return tok
+
+
 def bert_processor(tok: Tokenizer) -> processors.TemplateProcessing:
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     return processors.TemplateProcessing(
@@ -78,6 +98,7 @@ CASES = {
     "wordpiece-distilbert": (wordpiece, bert_processor, "DistilBertTokenizer"),
     "bpe-roberta": (bpe, roberta_processor, "RobertaTokenizer"),
     "unigram-xlm-roberta": (unigram, xlmr_processor, "XLMRobertaTokenizer"),
+    "unigram-albert": (albert_unigram, bert_processor, "AlbertTokenizer"),
 }
 
 

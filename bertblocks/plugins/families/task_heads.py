@@ -54,6 +54,9 @@ class GeluLMOptions(BaseModel):
     embedding_size: PositiveInt | None = Field(
         None, description="transform to this width before the decoder (ELECTRA's generator); hidden_size if null"
     )
+    activation: Literal["gelu", "hidden_act"] = Field(
+        "gelu", description="the transform's activation: gelu (RoBERTa, ELECTRA) or the config's hidden_act (ALBERT)"
+    )
 
 
 def _narrow(predictions: BertLMPredictionHead, hidden_size: int, width: int, vocab_size: int, eps: float) -> None:
@@ -65,20 +68,22 @@ def _narrow(predictions: BertLMPredictionHead, hidden_size: int, width: int, voc
         predictions.decoder.bias = predictions.bias
 
 
-def _gelu_lm(cls: type[MaskedLMHead] | type[CausalLMHead]) -> Any:
+def _gelu_lm(cls: type[MaskedLMHead] | type[CausalLMHead] | type[SentenceOrderPreTrainingHead]) -> Any:
     def factory(
         *,
         hidden_size: int,
         vocab_size: int,
         layer_norm_eps: float,
         tie_word_embeddings: bool,
+        activation: Any,
         options: GeluLMOptions,
         **_: Any,
     ) -> Head:
         head = cls(
             hidden_size=hidden_size,
             vocab_size=vocab_size,
-            activation=_activation("gelu"),  # RoBERTa's lm_head and ELECTRA's generator call gelu, not hidden_act
+            # RoBERTa's lm_head and ELECTRA's generator call gelu, not hidden_act; ALBERT's calls hidden_act
+            activation=activation() if options.activation == "hidden_act" else _activation("gelu"),
             layer_norm_eps=layer_norm_eps,
             tie=tie_word_embeddings,
         )
@@ -215,6 +220,63 @@ class ReplacedTokenDetectionHead(Head):
         return ElectraForPreTrainingOutput(loss=loss, logits=logits)
 
 
+# -------------------------------------------------------------------------------------- ALBERT's SOP
+@dataclass
+class SentenceOrderPreTrainingOutput(ModelOutput):
+    """Masked LM + sentence order (transformers' ``AlbertForPreTrainingOutput``)."""
+
+    loss: torch.Tensor | None = None
+    prediction_logits: torch.Tensor | None = None
+    sop_logits: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+class SentenceOrderClassifier(nn.Module):
+    """ALBERT's ``sop_classifier``: dropout, then two logits from the pooled output."""
+
+    def __init__(self, hidden_size: int, dropout: float) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden_size, 2)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(pooled))
+
+
+class SentenceOrderPreTrainingHead(MaskedLMHead):
+    """ALBERT's pre-training (``AlbertForPreTraining``): masked LM plus sentence-order prediction on the pooled
+    output; the loss is their sum and needs both ``labels`` and ``sentence_order_label``, as transformers'."""
+
+    needs_pooler = True
+    label_names = ("labels", "sentence_order_label")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sop_classifier = SentenceOrderClassifier(kwargs["hidden_size"], 0.1)
+
+    def forward(
+        self, output: ModelOutputWithPooling, labels: Mapping[str, torch.Tensor], batch_shape: tuple[int, ...]
+    ) -> ModelOutput:
+        assert output.last_hidden_state is not None and output.pooler_output is not None
+        logits = self.cls(output.last_hidden_state)  # [b, q, vocab]
+        sop = self.sop_classifier(output.pooler_output)  # [b, 2]
+        loss = None
+        if len(labels) == 2:
+            target, order = labels["labels"], labels["sentence_order_label"]
+            check_class_labels("labels", target, (tuple(logits.shape[:-1]),), self.vocab_size, "token ids or -100")
+            b = sop.shape[0]
+            check_class_labels("sentence_order_label", order, ((b,), (b, 1)), 2, "0 = in order, 1 = swapped")
+            loss = F.cross_entropy(logits.view(-1, self.vocab_size), target.view(-1)) + F.cross_entropy(
+                sop.view(-1, 2), order.view(-1)
+            )
+        elif labels:
+            raise ValueError(
+                f"the sentence-order pre-training loss needs labels and sentence_order_label; got {list(labels)}"
+            )
+        return SentenceOrderPreTrainingOutput(loss=loss, prediction_logits=logits, sop_logits=sop)
+
+
 # ------------------------------------------------------------------------------------------- factories
 class NoHeadOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -260,6 +322,13 @@ def bertblocks_register_components() -> list[Component]:
             _gelu_lm(CausalLMHead),
             GeluLMOptions,
             "causal LM with a gelu transform (RobertaForCausalLM, ElectraForCausalLM)",
+        ),
+        Component(
+            "head",
+            "sentence_order_pretraining",
+            _gelu_lm(SentenceOrderPreTrainingHead),
+            GeluLMOptions,
+            "masked LM + sentence-order prediction (AlbertForPreTraining)",
         ),
         Component(
             "head",
