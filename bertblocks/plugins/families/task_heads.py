@@ -258,7 +258,8 @@ class SentenceOrderPreTrainingHead(MaskedLMHead):
     def forward(
         self, output: ModelOutputWithPooling, labels: Mapping[str, torch.Tensor], batch_shape: tuple[int, ...]
     ) -> ModelOutput:
-        assert output.last_hidden_state is not None and output.pooler_output is not None
+        assert output.last_hidden_state is not None
+        assert output.pooler_output is not None
         logits = self.cls(output.last_hidden_state)  # [b, q, vocab]
         sop = self.sop_classifier(output.pooler_output)  # [b, 2]
         loss = None
