@@ -17,7 +17,7 @@ import torch
 from ..core.config import BertConfig, ConfigError, ConfigIssue, _deep_merge, _diff
 from ..core.family import Family
 from ..core.keymap import KeyMapError, to_checkpoint, to_model
-from ..registry import Registry, UnknownComponentError, get_registry
+from ..registry import Registry, UnknownComponentError, get_registry, validate_config
 from .weights import CheckpointError
 
 #: the family a config.json without ``model_type`` is read as (transformers' BERT)
@@ -115,7 +115,9 @@ def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[s
     head = config.head.name if config.head is not None else None
     out["architectures"] = [family.architecture_for(head)]
     if "bertblocks" not in out:
-        back = BertConfig.model_validate(config_from_hf(copy.deepcopy(out), registry)).model_dump()
+        # compared after validation, which fills every component option with its default: a default is no
+        # difference
+        back = validate_config(config_from_hf(copy.deepcopy(out), registry), registry).model_dump()
         # a head the family has no class for still travels, under bertblocks
         extra = _diff(config.model_dump(), back)
         if extra:

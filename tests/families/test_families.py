@@ -248,3 +248,49 @@ def test_incremental_decoding_equals_a_full_pass(tmp_path, config_cls, cls, extr
             cache = out.past_key_values
             steps.append(out.logits)
     assert (torch.cat(steps, dim=1) - full).abs().max().item() <= 1e-5
+
+
+# ------------------------------------------------------------------------------- packing, config round trip
+def test_packed_roberta_equals_padded_on_real_tokens(tmp_path):
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
+    )
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    transformers.RobertaModel(config).eval().save_pretrained(tmp_path)
+    padded = bertblocks.from_pretrained(tmp_path, ["encoder.packing=never"]).eval()
+    packed = bertblocks.from_pretrained(tmp_path, ["encoder.packing=always"]).eval()
+    ids = torch.randint(3, 99, (3, 8))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    mask[2, 2:] = 0
+    ids = ids.masked_fill(mask == 0, 1)  # RoBERTa's padding token: positions skip it
+    with torch.no_grad():
+        a = padded(ids, attention_mask=mask).last_hidden_state[mask.bool()]
+        b = packed(ids, attention_mask=mask).last_hidden_state[mask.bool()]
+    assert (a - b).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize(
+    ("config_cls", "extra"),
+    [
+        ("RobertaConfig", {}),
+        ("ElectraConfig", {"embedding_size": 16}),
+        ("AlbertConfig", {"embedding_size": 16}),
+        ("ErnieConfig", {"use_task_id": True}),
+    ],
+)
+def test_config_json_round_trips_through_yaml(tmp_path, config_cls, extra):
+    from bertblocks import cli
+
+    getattr(transformers, config_cls)(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, **extra
+    ).save_pretrained(tmp_path)
+    original = json.loads((tmp_path / "config.json").read_text())
+    assert cli.main(["convert", str(tmp_path / "config.json"), str(tmp_path / "c.yaml")]) == 0
+    assert cli.main(["convert", str(tmp_path / "c.yaml"), str(tmp_path / "back.json")]) == 0
+    back = json.loads((tmp_path / "back.json").read_text())
+    assert "bertblocks" not in back  # nothing the family's own fields cannot say
+    for key, value in original.items():
+        if key not in ("transformers_version", "architectures", "dtype", "torch_dtype"):
+            assert back.get(key) == value, key

@@ -5,6 +5,7 @@ and gives the same numbers again."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,6 +136,13 @@ FAMILIES = {
             "AlbertForMultipleChoice",
         ),
     ),
+    "distilbert-sinusoidal": Family(
+        "DistilBertConfig",
+        {**DISTILBERT, "sinusoidal_pos_embds": True},  # the fixed table is stored in the checkpoint
+        pad=0,
+        token_types=False,
+        classes=("DistilBertModel", "DistilBertForMaskedLM"),
+    ),
     "ernie": Family(
         "ErnieConfig",
         {**COMMON, "use_task_id": True, "task_type_vocab_size": 3},
@@ -252,6 +260,9 @@ def test_loads_transformers_checkpoint_and_saves_one_it_loads(tmp_path, family_n
     assert_same(expected, got, mask)
 
     ours.save_pretrained(tmp_path / "ours")
+    written = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert written["architectures"] == [cls]
+    assert "bertblocks" not in written  # the family's own fields say everything
     again, hf_info = getattr(transformers, cls).from_pretrained(tmp_path / "ours", output_loading_info=True)
     assert hf_info["missing_keys"] == set() or not hf_info["missing_keys"]
     assert not hf_info["unexpected_keys"]
