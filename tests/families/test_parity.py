@@ -143,6 +143,20 @@ FAMILIES = {
         token_types=False,
         classes=("DistilBertModel", "DistilBertForMaskedLM"),
     ),
+    "mpnet": Family(
+        "MPNetConfig",
+        {k: v for k, v in COMMON.items()},
+        pad=1,
+        token_types=False,
+        classes=(
+            "MPNetModel",
+            "MPNetForMaskedLM",
+            "MPNetForSequenceClassification",
+            "MPNetForTokenClassification",
+            "MPNetForQuestionAnswering",
+            "MPNetForMultipleChoice",
+        ),
+    ),
     "ernie": Family(
         "ErnieConfig",
         {**COMMON, "use_task_id": True, "task_type_vocab_size": 3},

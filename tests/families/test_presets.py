@@ -30,6 +30,7 @@ def test_every_family_has_presets_base_and_large_where_they_exist():
         "ernie-3.0-base-zh",
         "albert-base-v2",
         "albert-large-v2",
+        "mpnet-base",
     }
     assert expected <= set(FAMILY_PRESETS)
 
