@@ -145,7 +145,7 @@ FAMILIES = {
     ),
     "mpnet": Family(
         "MPNetConfig",
-        {k: v for k, v in COMMON.items()},
+        {**COMMON, "pad_token_id": 1},
         pad=1,
         token_types=False,
         classes=(
