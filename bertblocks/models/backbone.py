@@ -37,6 +37,8 @@ class BertModel(EncoderModel):
 
     #: key prefix of the backbone in task checkpoints (``bert.encoder...``); a bare backbone has none
     base_model_prefix = "bert"
+    #: the registry the model was built from (``None``: the process-wide one); its family is looked up there
+    registry: Registry | None = None
 
     @classmethod
     def from_config(
@@ -53,6 +55,7 @@ class BertModel(EncoderModel):
             cfg = cfg.model_copy(update={"pooler": None})
         parts = build_components(cfg, registry or get_registry())
         model = cls(cfg, parts.embeddings, parts.encoder, parts.pooler, parts.position)
+        model.registry = registry  # where its family is looked up when it loads and saves checkpoints
         init_weights(model, cfg.initializer_range)
         pruned = {int(k): list(v) for k, v in cfg.pruned_heads.items()}
         if pruned:
@@ -117,7 +120,7 @@ class BertModel(EncoderModel):
         shapes = add_prefix({k: v.shape for k, v in self.state_dict().items()}, prefix)
         raw = read_state_dict(find_weights(Path(directory)))
         # the family's key map, applied in its one place; the result is ours, backbone under `bert.`
-        state = strip_prefix(checkpoint_to_model(raw, self.config, shapes, strict=strict), prefix)
+        state = strip_prefix(checkpoint_to_model(raw, self.config, shapes, registry=self.registry, strict=strict), prefix)
         position = self.config.position.name
         ignorable = self.position_scheme.ignored_checkpoint_keys
         loadable, info = match_state_dict(self, state, ignorable=ignorable, strict=strict)
@@ -149,10 +152,10 @@ class BertModel(EncoderModel):
         """
         # A backbone is saved as a backbone, whatever head its config names (a task model's `bert` shares it).
         config = self.config.model_copy(update={"head": None})
-        config_json = config_to_hf(config)
+        config_json = config_to_hf(config, self.registry)
         prefix = self.base_model_prefix
-        family = get_family(config.family, source=None)
-        state = model_to_checkpoint(add_prefix(untied_state_dict(self), prefix), config)
+        family = get_family(config.family, self.registry, source=None)
+        state = model_to_checkpoint(add_prefix(untied_state_dict(self), prefix), config, registry=self.registry)
         state = strip_prefix(state, family.key_map.prefix)  # transformers saves a backbone without its prefix
         write_checkpoint(Path(directory), state, config_json, safe_serialization, max_shard_size)
 

@@ -223,7 +223,7 @@ class BertTaskModel(nn.Module):
         raw = read_state_dict(find_weights(Path(directory)))
         shapes = {k: v.shape for k, v in self.state_dict().items()}
         # the family's key map, applied in its one place (legacy names and backbone-only checkpoints included)
-        state = checkpoint_to_model(raw, self.config, shapes, strict=strict)
+        state = checkpoint_to_model(raw, self.config, shapes, registry=self.bert.registry, strict=strict)
         ignorable = [prefix + key for key in self.bert.position_scheme.ignored_checkpoint_keys]
         loadable, info = match_state_dict(self, state, ignorable=ignorable, strict=strict, prefix=prefix)
         load_into(self, loadable)
@@ -256,8 +256,8 @@ class BertTaskModel(nn.Module):
             safe_serialization: safetensors (default) or ``pytorch_model.bin``.
             max_shard_size: split the weights into shards of at most this many bytes, with an index file.
         """
-        config_json = config_to_hf(self.config)
-        state = model_to_checkpoint(untied_state_dict(self), self.config)
+        config_json = config_to_hf(self.config, self.bert.registry)
+        state = model_to_checkpoint(untied_state_dict(self), self.config, registry=self.bert.registry)
         write_checkpoint(Path(directory), state, config_json, safe_serialization, max_shard_size)
 
     # ------------------------------------------------------------------------------------------- forward

@@ -122,6 +122,18 @@ def test_third_party_family_loads_its_own_checkpoint_format(tmp_path):
         assert torch.equal(reference(ids).last_hidden_state, reloaded(ids).last_hidden_state)
 
 
+def test_third_party_family_through_a_registry_argument_alone(tmp_path):
+    registry = toy_registry()
+    set_registry(None)  # the process-wide registry knows no toybert: the argument must be used throughout
+    reference = bertblocks.BertModel.from_config({**TINY, "pooler": None})
+    toy_checkpoint(tmp_path / "toy", reference)
+    loaded = bertblocks.BertModel.from_pretrained(tmp_path / "toy", registry=registry)
+    loaded.save_pretrained(tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["model_type"] == "toybert"
+    with pytest.raises(ConfigError, match="no model family handles 'toybert'"):
+        bertblocks.from_pretrained(tmp_path / "toy")
+
+
 def test_fused_tensor_of_the_wrong_size_is_a_clear_error(tmp_path):
     toy_registry()
     reference = bertblocks.BertModel.from_config({**TINY, "pooler": None})
