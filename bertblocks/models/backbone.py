@@ -120,7 +120,8 @@ class BertModel(EncoderModel):
         shapes = add_prefix({k: v.shape for k, v in self.state_dict().items()}, prefix)
         raw = read_state_dict(find_weights(Path(directory)))
         # the family's key map, applied in its one place; the result is ours, backbone under `bert.`
-        state = strip_prefix(checkpoint_to_model(raw, self.config, shapes, registry=self.registry, strict=strict), prefix)
+        state = checkpoint_to_model(raw, self.config, shapes, registry=self.registry, strict=strict)
+        state = strip_prefix(state, prefix)
         position = self.config.position.name
         ignorable = self.position_scheme.ignored_checkpoint_keys
         loadable, info = match_state_dict(self, state, ignorable=ignorable, strict=strict)
