@@ -65,7 +65,8 @@ class BertEmbeddings(Embedding):
         options: BertEmbeddingOptions | None = None,
     ) -> None:
         super().__init__()
-        opts = options or BertEmbeddingOptions()
+        # subclasses built with another options model (or none) get BERT's defaults
+        opts = options if isinstance(options, BertEmbeddingOptions) else BertEmbeddingOptions()
         if opts.position_offset == "padding" and pad_token_id is None:
             raise ValueError("embedding.position_offset 'padding' needs a pad_token_id to offset positions past")
         width = opts.embedding_size or hidden_size

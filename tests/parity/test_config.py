@@ -362,7 +362,9 @@ def test_unknown_component_lists_what_exists_and_the_closest():
         message == "encoder.attention.backend: unknown backend 'sdpaa'; available: eager, sdpa (did you mean 'sdpa'?)"
     )
     (message,) = _messages(_error(TINY, ["position=relativ_key"]))
-    assert message.startswith("position: unknown position 'relativ_key'; available: absolute, relative_key,")
+    assert message.startswith(
+        "position: unknown position 'relativ_key'; available: absolute, mpnet_bucket, relative_key,"
+    )
     assert "(did you mean 'relative_key'?)" in message
     (message,) = _messages(
         _error(TINY, ["encoder.overrides.0.layers=1", "encoder.overrides.0.feedforward.activation=gelo"])

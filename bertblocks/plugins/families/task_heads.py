@@ -76,10 +76,13 @@ def _gelu_lm(cls: type[MaskedLMHead] | type[CausalLMHead] | type[SentenceOrderPr
         layer_norm_eps: float,
         tie_word_embeddings: bool,
         activation: Any,
+        classifier_dropout: float,
         options: GeluLMOptions,
         **_: Any,
     ) -> Head:
+        extra = {"classifier_dropout": classifier_dropout} if cls is SentenceOrderPreTrainingHead else {}
         head = cls(
+            **extra,
             hidden_size=hidden_size,
             vocab_size=vocab_size,
             # RoBERTa's lm_head and ELECTRA's generator call gelu, not hidden_act; ALBERT's calls hidden_act
@@ -193,6 +196,9 @@ class ReplacedTokenDetectionHead(Head):
     mask), labels 1 = replaced.
     """
 
+    #: prepare_inputs only reads the mask (for the loss); it reshapes nothing (the conformance suite asks)
+    reshapes_inputs = False
+
     def __init__(self, *, hidden_size: int, activation: nn.Module) -> None:
         super().__init__()
         self.discriminator_predictions = DiscriminatorPredictions(hidden_size, activation)
@@ -251,9 +257,9 @@ class SentenceOrderPreTrainingHead(MaskedLMHead):
     needs_pooler = True
     label_names = ("labels", "sentence_order_label")
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, classifier_dropout: float = 0.1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.sop_classifier = SentenceOrderClassifier(kwargs["hidden_size"], 0.1)
+        self.sop_classifier = SentenceOrderClassifier(kwargs["hidden_size"], classifier_dropout)
 
     def forward(
         self, output: ModelOutputWithPooling, labels: Mapping[str, torch.Tensor], batch_shape: tuple[int, ...]
