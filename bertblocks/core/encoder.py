@@ -1,6 +1,6 @@
 """The encoder skeleton: a stack of layers that calls the component interfaces and nothing concrete.
 
-Module names mirror transformers' ``BertModel`` (``embeddings``, ``encoder.layer.N``, ``pooler``) so that
+Module names mirror transformers' BERT backbone (``embeddings``, ``encoder.layer.N``, ``pooler``) so that
 ``state_dict()`` keys are HF's. The skeleton owns what must be done once per forward pass (input checks,
 the additive mask, positions, head-mask expansion) so layers never redo it.
 """
@@ -164,7 +164,7 @@ class Encoder(nn.Module):
 
 
 class EncoderModel(nn.Module):
-    """A BERT backbone with transformers' ``BertModel`` forward contract.
+    """A BERT backbone with transformers' BERT backbone's forward contract.
 
     Args:
         config: the validated config this model was built from (kept as ``model.config``).
@@ -207,7 +207,7 @@ class EncoderModel(nn.Module):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
     ) -> ModelOutputWithPooling | tuple[torch.Tensor, ...]:
-        """Encode (or, in decoder mode, decode) a batch. Arguments and outputs are transformers' ``BertModel``'s.
+        """Encode (or, in decoder mode, decode) a batch. Arguments and outputs are transformers' BERT backbone's.
 
         Args:
             input_ids: ``[b, q]`` token ids (or give ``inputs_embeds [b, q, H]`` instead).
@@ -390,6 +390,9 @@ class EncoderModel(nn.Module):
                     f"inputs_embeds must be [batch, seq, {cfg.hidden_size}]; got {tuple(inputs_embeds.shape)}"
                 )
             batch, length = inputs_embeds.shape[:2]
+        if length == 0:  # nothing to encode; it would fail later with an IndexError naming no input
+            given = "input_ids" if input_ids is not None else "inputs_embeds"
+            raise ValueError(f"{given} is empty (sequence length 0); give at least one token per sequence")
         if past_length + length > cfg.max_position_embeddings:
             cached = f" after {past_length} cached tokens" if past_length else ""
             raise ValueError(

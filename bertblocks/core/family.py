@@ -47,7 +47,6 @@ BERT_TOKENIZER = TokenizerConvention(
     },
     single="[CLS] $A [SEP]",
     pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-    tokenizer_classes=("BertTokenizer", "BertTokenizerFast"),
 )
 
 
@@ -56,7 +55,7 @@ class Family:
     """One HF model family: config.json both ways, a checkpoint key map, and its task classes.
 
     Attributes:
-        model_type: the ``model_type`` of its ``config.json`` (``roberta``).
+        model_type: the ``model_type`` of its ``config.json`` (RoBERTa's is roberta).
         config_from_hf: HF ``config.json`` dict → a bertblocks config as a nested dict (the YAML form), with
             ``family`` set to ``model_type``. It reads the family's field names (``dim``, ``n_layers`` …)
             and fixes what the family implies (RoBERTa's position offset). Raise ``ValueError`` for fields
@@ -67,9 +66,10 @@ class Family:
         architectures: transformers' task-model class name → the head spec it means (a head name, or a
             mapping with ``name`` and the head's options): what ``architectures`` in ``config.json`` picks
             with ``head="auto"``, and what ``save_pretrained`` writes back.
-        base_architecture: transformers' backbone class (``RobertaModel``), written for a model without head.
+        base_architecture: transformers' backbone class of the family, written for a model without head.
         fixed: dotted config path → value this family requires (``embedding.position_offset: padding``); a
-            config.json (or its ``bertblocks`` block) that says otherwise is an error naming the field.
+            config.json (or the block of bertblocks' own choices in it) that says otherwise is an error naming the
+            field.
         description: one line for listings and the docs table.
         tokenizer: the family's special tokens and templates (:class:`TokenizerConvention`).
     """

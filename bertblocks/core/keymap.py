@@ -21,7 +21,7 @@ Rules (the first rule whose pattern matches a key applies; keys no rule matches 
 * :class:`AbsentBias` — model tensors the format does not store (a bias the family does not have): zeros
   on load, left out on save.
 
-Any rule may be restricted to some heads (``heads=("sequence_classification",)``): DistilBERT's sequence
+Any rule may be restricted to some heads (``heads=(...)``, head names): DistilBERT's sequence
 classifier stores ``pre_classifier`` + ``classifier`` where its token classifier stores ``classifier`` alone.
 """
 
@@ -32,6 +32,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import torch
+
+from .config import DEFAULT_COMPONENTS
 
 
 class KeyMapError(ValueError):
@@ -130,9 +132,9 @@ class KeyMap:
     """A family's checkpoint layout relative to bertblocks' keys.
 
     Attributes:
-        prefix: the family's backbone prefix in task checkpoints (``roberta``); keys under it that no rule
+        prefix: the family's backbone prefix in task checkpoints (RoBERTa's is roberta); keys under it that no rule
             matches are bertblocks' keys under ``model_prefix`` (``roberta.encoder.…`` ↔ ``bert.encoder.…``).
-        model_prefix: bertblocks' backbone prefix (``bert``).
+        model_prefix: bertblocks' backbone prefix: its keys are the default family's (BERT's).
         rules: the rules, first match wins.
         head_prefixes: top-level checkpoint key prefixes of the family's heads (``lm_head.``, ``classifier.``):
             a key outside these and the backbone fits nowhere, which strict loading reports.
@@ -140,7 +142,7 @@ class KeyMap:
 
     prefix: str
     rules: tuple[Rule, ...] = ()
-    model_prefix: str = "bert"
+    model_prefix: str = DEFAULT_COMPONENTS["family"]
     head_prefixes: tuple[str, ...] = ()
 
     def rules_for(self, head: str | None) -> list[Rule]:

@@ -14,10 +14,11 @@ from typing import Any
 
 import torch
 
-from ..core.config import BertConfig, ConfigError, ConfigIssue, _deep_merge, _diff
+from ..core.config import BertConfig, ConfigError, ConfigIssue, _deep_merge
 from ..core.family import Family
 from ..core.keymap import KeyMapError, to_checkpoint, to_model
 from ..registry import Registry, UnknownComponentError, get_registry, validate_config
+from .config_json import _diff  # installs BERT's config.json translation behind BertConfig.from_hf/to_hf
 from .weights import CheckpointError
 
 #: the family a config.json without ``model_type`` is read as (transformers' BERT)
@@ -113,7 +114,7 @@ def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[s
     out = family.config_to_hf(config)
     out["model_type"] = family.model_type
     head = config.head.name if config.head is not None else None
-    out["architectures"] = [family.architecture_for(head)]
+    out.setdefault("architectures", [family.architecture_for(head)])  # BERT's names heads' own classes itself
     if "bertblocks" not in out:
         # compared after validation, which fills every component option with its default: a default is no
         # difference
@@ -223,3 +224,48 @@ def known_families(registry: Registry | None = None) -> list[Family]:
     """Every registered family, sorted by ``model_type``."""
     reg = registry or get_registry()
     return [get_family(c.name, reg) for c in reg.components("family")]
+
+
+class FamilyKeyMap:
+    """A model's family key map at the loading path's plug point (``PretrainedModel.checkpoint_key_map``).
+
+    It knows the model (its shapes size fused parts and expand shared layers), its config (family and head)
+    and whether it is a bare backbone, so that the loading path's base-model prefix step finds bertblocks' own
+    ``bert.`` keys afterwards. Loading through it is strict: a key that fits nowhere is an error naming it.
+
+    Args:
+        model: the model being loaded or saved.
+        config: its config.
+        backbone: ``True`` for a bare backbone (its own keys carry no ``bert.``).
+        registry: where the family is looked up.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, config: BertConfig, *, backbone: bool, registry: Registry | None = None
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.backbone = backbone
+        self.registry = registry
+
+    def _shapes(self) -> dict[str, Any]:
+        shapes = {k: v.shape for k, v in self.model.state_dict().items()}
+        return add_prefix(shapes, BACKBONE) if self.backbone else shapes
+
+    def to_model(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The family's checkpoint keys → bertblocks' (backbone under ``bert.``; the loading path then strips
+        it for a bare backbone)."""
+        return checkpoint_to_model(state, self.config, self._shapes(), registry=self.registry)
+
+    def to_checkpoint(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """bertblocks' keys → the family's; a bare backbone is written without the family's prefix, as
+        transformers writes base models."""
+        if not self.backbone:
+            return model_to_checkpoint(state, self.config, registry=self.registry)
+        stored = model_to_checkpoint(add_prefix(state, BACKBONE), self.config, registry=self.registry)
+        family = get_family(self.config.family, self.registry, source=None)
+        return strip_prefix(stored, family.key_map.prefix)
+
+
+#: bertblocks' backbone prefix in task models (and in every key map's model side)
+BACKBONE = "bert"

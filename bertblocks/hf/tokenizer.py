@@ -140,7 +140,10 @@ class BertTokenizer:
         if not isinstance(max_length, int) or max_length >= _NO_LIMIT:
             max_length = 512
         if (directory / TOKENIZER_JSON).is_file():
-            backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
+            try:
+                backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
+            except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file
+                raise ValueError(f"{directory / TOKENIZER_JSON} is not a valid tokenizer file ({e})") from None
             if backend.post_processor is None:  # the framing is the tokenizer class's: the family's template
                 backend.post_processor = family_template(backend, convention, special)
         elif (directory / VOCAB_TXT).is_file():

@@ -121,15 +121,3 @@ class _ComponentChecker:
             self.issues.extend(issues_from_validation_error(e, loc, known_fields=known))
             return None
         return options.model_dump()
-
-
-def _with_option_defaults(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` validated by the process-wide registry (component options filled with their defaults); ``data``
-    unchanged when that registry cannot validate it (a config built with another registry's components)."""
-    try:
-        return validate_config(data).model_dump()
-    except (ConfigError, UnknownComponentError):
-        return data
-
-
-BertConfig.option_defaults = _with_option_defaults

@@ -203,10 +203,10 @@ def test_checkpoint_key_that_fits_nowhere_is_an_error(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------ hybrids
-def test_hybrid_builds_trains_saves_and_reloads_as_a_bertblocks_model(tmp_path):
+def test_hybrid_builds_trains_saves_and_reloads_as_a_bertblocks_hybrid(tmp_path):
     hybrid = {
         **TINY,
-        "family": "bertblocks",
+        "family": "bertblocks-hybrid",
         "embedding": {"name": "bert", "position_offset": "padding", "token_types": False, "embedding_size": 16},
         "pad_token_id": 1,
         "head": {"name": "dense_classification", "activation": "gelu"},
@@ -218,7 +218,7 @@ def test_hybrid_builds_trains_saves_and_reloads_as_a_bertblocks_model(tmp_path):
     torch.optim.SGD(model.parameters(), lr=0.1).step()
     model.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["model_type"] == "bertblocks"
+    assert saved["model_type"] == "bertblocks-hybrid"
     assert saved["bertblocks"]["embedding"]["position_offset"] == "padding"
     again = bertblocks.from_pretrained(tmp_path, head="auto").eval()
     with torch.no_grad():

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from bertblocks.core.component import Component
-from bertblocks.core.config import HF_ARCHITECTURES, BertConfig
-from bertblocks.core.family import Family
+from bertblocks.core.config import BertConfig
+from bertblocks.core.family import BERT_TOKENIZER, Family
 from bertblocks.core.keymap import KeyMap
+
+from .bertlike import BERT_ARCHITECTURES
 
 
 def _from_hf(hf: Any) -> dict[str, Any]:
@@ -23,9 +26,10 @@ BERT = Family(
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
     key_map=KeyMap(prefix="bert", head_prefixes=("cls.", "classifier.", "qa_outputs.")),
-    architectures=HF_ARCHITECTURES,
+    architectures=BERT_ARCHITECTURES,
     base_architecture="BertModel",
     description="BERT (post-LN, learned absolute positions, token types)",
+    tokenizer=replace(BERT_TOKENIZER, tokenizer_classes=("BertTokenizer", "BertTokenizerFast")),
 )
 
 

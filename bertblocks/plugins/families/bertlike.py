@@ -8,6 +8,17 @@ from typing import Any
 
 from bertblocks.core.config import BertConfig
 
+#: transformers' BERT task classes → the built-in head each means
+BERT_ARCHITECTURES: dict[str, str] = {
+    "BertForMaskedLM": "masked_lm",
+    "BertForNextSentencePrediction": "next_sentence",
+    "BertForPreTraining": "pretraining",
+    "BertLMHeadModel": "causal_lm",
+    "BertForSequenceClassification": "sequence_classification",
+    "BertForTokenClassification": "token_classification",
+    "BertForQuestionAnswering": "question_answering",
+    "BertForMultipleChoice": "multiple_choice",
+}
 #: transformers' task-model suffixes for the BERT-shaped heads, with the head each means
 BERT_SHAPED_HEADS: dict[str, str] = {
     "ForTokenClassification": "token_classification",
@@ -26,8 +37,11 @@ def bert_fields_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def bert_fields_to_hf(config: BertConfig, dropped: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The BERT fields of ``config`` under HF's flat names, minus ``dropped`` (fields the family lacks)."""
-    out = config.hf_fields()
-    for key in dropped:
+    """The BERT fields of ``config`` under HF's flat names, minus ``dropped`` (fields the family lacks).
+
+    ``model_type``, ``architectures`` and the ``bertblocks`` block are left to the caller, which knows the family.
+    """
+    out = config.model_copy(update={"head": None, "family": "bert"}).to_hf()
+    for key in ("model_type", "architectures", "bertblocks", *dropped):
         out.pop(key, None)
     return out

@@ -11,6 +11,8 @@ from bertblocks.core.config import BertConfig
 from bertblocks.core.family import BERT_TOKENIZER, Family
 from bertblocks.core.keymap import KeyMap, Rename
 
+from .bertlike import bert_fields_to_hf
+
 _LAYER = "distilbert.transformer.layer.{i}"
 _OURS = "bert.encoder.layer.{i}"
 _DENSE = ("dense_classification", "dense_multiple_choice")
@@ -64,9 +66,9 @@ def _from_hf(hf: Any) -> dict[str, Any]:
 
 
 def _to_hf(config: BertConfig) -> dict[str, Any]:
-    out = config.hf_fields()
-    for field in ("type_vocab_size", "layer_norm_eps", "position_embedding_type", "chunk_size_feed_forward"):
-        out.pop(field, None)
+    out = bert_fields_to_hf(
+        config, dropped=("type_vocab_size", "layer_norm_eps", "position_embedding_type", "chunk_size_feed_forward")
+    )
     inverse = {ours: theirs for theirs, ours in _NAMES.items()}
     return {inverse.get(k, k): v for k, v in out.items()}
 

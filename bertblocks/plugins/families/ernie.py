@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from bertblocks.core.component import Component
-from bertblocks.core.config import HF_ARCHITECTURES, BertConfig
+from bertblocks.core.config import BertConfig
 from bertblocks.core.family import Family
 from bertblocks.core.keymap import KeyMap
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_ARCHITECTURES, bert_fields_from_hf, bert_fields_to_hf
 
 TASK_TABLE = "task_type_embeddings"
 
@@ -43,7 +43,7 @@ ERNIE = Family(
     key_map=KeyMap(prefix="ernie", head_prefixes=("cls.", "classifier.", "qa_outputs.")),
     architectures={
         ("ErnieForCausalLM" if name == "BertLMHeadModel" else name.replace("Bert", "Ernie")): head
-        for name, head in HF_ARCHITECTURES.items()
+        for name, head in BERT_ARCHITECTURES.items()
     },
     base_architecture="ErnieModel",
     fixed={"position.name": "absolute"},

@@ -1,4 +1,4 @@
-"""``model_type: bertblocks`` — a model no transformers class describes (a hybrid of families, or any config
+"""``model_type: bertblocks-hybrid`` — a model no transformers class describes (a hybrid of families, or any config
 using components transformers lacks). Its config.json carries the whole bertblocks config under ``bertblocks``
 and its checkpoint uses bertblocks' own keys."""
 
@@ -11,7 +11,7 @@ from bertblocks.core.family import Family
 from bertblocks.core.keymap import KeyMap
 
 HYBRID = Family(
-    model_type="bertblocks",
+    model_type="bertblocks-hybrid",
     config_from_hf=lambda hf: {"hf": {k: v for k, v in hf.items() if k not in ("model_type", "architectures")}},
     config_to_hf=lambda config: {},
     key_map=KeyMap(prefix="bert"),
@@ -25,4 +25,4 @@ def _factory(**_: Any) -> Family:
 
 
 def bertblocks_register_components() -> list[Component]:
-    return [Component("family", "bertblocks", _factory, description=HYBRID.description)]
+    return [Component("family", "bertblocks-hybrid", _factory, description=HYBRID.description)]
