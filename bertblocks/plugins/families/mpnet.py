@@ -70,6 +70,7 @@ class MPNetBucketPositions(PositionScheme):
     """Absolute position table (offset past padding by the embedding) plus one shared bucket bias."""
 
     name = "mpnet_bucket"
+    adds_score_bias = True
 
     def __init__(self, max_positions: int, num_buckets: int = 32) -> None:
         super().__init__(max_positions)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
-from bertblocks.core.component import Component
+from bertblocks.core.component import Component, NoOptions
 from bertblocks.core.interfaces import Head
 from bertblocks.core.outputs import (
     ModelOutput,
@@ -285,10 +285,6 @@ class SentenceOrderPreTrainingHead(MaskedLMHead):
 
 
 # ------------------------------------------------------------------------------------------- factories
-class NoHeadOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
 def _dense_classification(
     *, hidden_size: int, num_labels: int, classifier_dropout: float, options: DenseClassificationOptions, **_: Any
 ) -> DenseClassificationHead:
@@ -355,7 +351,7 @@ def bertblocks_register_components() -> list[Component]:
             "head",
             "replaced_token_detection",
             _replaced_token_detection,
-            NoHeadOptions,
+            NoOptions,
             "ELECTRA discriminator: one logit per token (ElectraForPreTraining)",
         ),
     ]
