@@ -7,6 +7,8 @@ unchanged; ``LayerNorm`` is CamelCase for the same reason.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -34,16 +36,32 @@ class SelfAttentionProjections(nn.Module):
 
 
 class AttentionOutput(nn.Module):
-    """HF's ``BertSelfOutput``: ``LayerNorm(dropout(dense(x)) + residual)``."""
+    """HF's ``BertSelfOutput``: ``LayerNorm(dropout(dense(x)) + residual)``.
 
-    def __init__(self, all_head_size: int, hidden_size: int, layer_norm_eps: float, dropout: float) -> None:
+    Without a norm (``norm=None``: a pre-LN or parallel layer adds the residual and owns the norm) it returns
+    ``dropout(dense(x))`` and ignores ``residual``.
+    """
+
+    def __init__(
+        self,
+        all_head_size: int,
+        hidden_size: int,
+        layer_norm_eps: float,
+        dropout: float,
+        norm: nn.Module | str | None = "layernorm",
+    ) -> None:
         super().__init__()
         self.dense = nn.Linear(all_head_size, hidden_size)
-        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        if norm == "layernorm":  # the default of direct callers (before norms were a component)
+            norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.post_norm = norm is not None
+        if isinstance(norm, nn.Module):
+            self.LayerNorm = norm  # CamelCase: HF's checkpoint key, whatever the norm kind
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
+        out = self.dropout(self.dense(hidden_states))
+        return self.LayerNorm(out + residual) if self.post_norm else out
 
 
 class BertAttention(Attention):
@@ -61,6 +79,8 @@ class BertAttention(Attention):
         layer_norm_eps: LayerNorm epsilon.
         backend: the kernel, chosen once at build time.
         position_bias: relative-position score term for this layer, or ``None``.
+        norm: the norm after the residual (``output.LayerNorm``, post-LN); ``None`` for a layer that normalises
+            itself (pre-LN, parallel): the sub-layer then returns ``dropout(dense(context))`` alone.
     """
 
     def __init__(
@@ -73,6 +93,7 @@ class BertAttention(Attention):
         layer_norm_eps: float,
         backend: AttentionBackend,
         position_bias: PositionBias | None,
+        norm: nn.Module | str | None = "layernorm",
     ) -> None:
         super().__init__()
         if hidden_size % num_heads:
@@ -84,7 +105,7 @@ class BertAttention(Attention):
         self.backend = backend
         # `self` is HF's name for this child; kept for checkpoint compatibility.
         self.self = SelfAttentionProjections(hidden_size, num_heads * self.head_dim, position_bias)
-        self.output = AttentionOutput(num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout)
+        self.output = AttentionOutput(num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout, norm)
         self.original_num_heads = num_heads
         self.kept_heads: list[int] = list(range(num_heads))  # original numbers of the heads still here
         self.register_buffer("kept_head_index", torch.arange(num_heads), persistent=False)
@@ -251,6 +272,7 @@ def build_bert_attention(
     backend: AttentionBackend,
     position: PositionScheme,
     options: object,
+    norm: Callable[[], nn.Module] | str | None = "layernorm",
 ) -> BertAttention:
     head_dim = hidden_size // num_heads
     return BertAttention(
@@ -261,6 +283,7 @@ def build_bert_attention(
         layer_norm_eps=layer_norm_eps,
         backend=backend,
         position_bias=position.attention_bias(num_heads, head_dim),
+        norm=norm() if callable(norm) else norm,
     )
 
 

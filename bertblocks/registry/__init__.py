@@ -6,6 +6,7 @@ from .builder import BuildError, build_components
 from .errors import (
     DuplicateComponentError,
     DuplicatePresetError,
+    KindCollisionError,
     PluginLoadError,
     RegistryError,
     UnknownComponentError,
@@ -21,6 +22,7 @@ __all__ = [
     "BuildError",
     "DuplicateComponentError",
     "DuplicatePresetError",
+    "KindCollisionError",
     "PluginInfo",
     "PluginLoadError",
     "Registry",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pluggy
 
-from bertblocks.core.component import Component, Preset
+from bertblocks.core.component import Component, ComponentKind, Preset
 
 PROJECT = "bertblocks"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -37,4 +37,15 @@ class BertBlocksHooks:
         a YAML config file holds) and a one-line description. The config is validated when the preset is
         used (``create_model``, ``load_config``), with the same errors as a config file. A name registered
         by two plugins is an error naming both.
+        """
+
+    @hookspec
+    def bertblocks_register_kinds(self) -> list[ComponentKind]:  # type: ignore[empty-body]
+        """Return the component kinds this plugin declares, for sub-components its own components build.
+
+        Each :class:`~bertblocks.core.component.ComponentKind` has a name (never a built-in kind's, nor another
+        plugin's: either raises :class:`~bertblocks.registry.KindCollisionError` naming both) and the type its
+        factories return. Components of the kind are registered with ``bertblocks_register_components`` like
+        any other; an options field made with :func:`~bertblocks.core.component.subcomponent` names one, and the
+        registry validates it with dotted-path errors.
         """
