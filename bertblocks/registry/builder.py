@@ -209,13 +209,16 @@ def _norm_argument(
     )
 
 
-def accepts(factory: Callable[..., Any], name: str) -> bool:
-    """Whether ``factory`` takes a keyword argument ``name`` (by name or through ``**kwargs``)."""
+def accepts(factory: Callable[..., Any], name: str, by_name_only: bool = False) -> bool:
+    """Whether ``factory`` takes a keyword argument ``name`` (by name, or through ``**kwargs`` unless
+    ``by_name_only``)."""
     try:
         parameters = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature: assume the documented arguments only
         return False
-    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    return any(
+        p.name == name or (p.kind is inspect.Parameter.VAR_KEYWORD and not by_name_only) for p in parameters
+    )
 
 
 def _probe_backend(component: Component, backend: AttentionBackend, heads: int, head_dim: int, where: str) -> None:
@@ -262,7 +265,7 @@ def _options(component: Component, given: dict[str, Any]) -> BaseModel:
 
 def _make(reg: Registry, kind: str, spec: ComponentSpec, expected: type, where: str, **kwargs: Any) -> Any:
     component = reg.get(kind, spec.name)
-    if accepts(component.factory, "build") and "build" not in kwargs:
+    if accepts(component.factory, "build", by_name_only=True) and "build" not in kwargs:
         kwargs["build"] = partial(_build_sub, reg, where)
     return _call(component, expected, where, options=_options(component, plugin_options(component, spec)), **kwargs)
 
