@@ -159,11 +159,16 @@ class _ComponentChecker:
             known = [*type(spec).model_fields, *component.options.model_fields]
             self.issues.extend(issues_from_validation_error(e, loc, known_fields=known))
             return None
+        dump = options.model_dump()
         ok = True
         for field, sub_kind in subcomponent_fields(component.options).items():
             sub = getattr(options, field)
             if isinstance(sub, ComponentSpec):
-                ok = self.check(sub_kind, sub, f"{loc}.{field}") is not None and ok
+                filled = self.check(sub_kind, sub, f"{loc}.{field}")
+                if filled is None:
+                    ok = False
+                else:  # the sub-component's defaults shown too
+                    dump[field] = {**dump[field], **filled}
         if not ok:
             return None
         self.used.append((kind, spec, loc))
@@ -172,4 +177,4 @@ class _ComponentChecker:
             for key, field in component.options.model_fields.items()
             if not field.is_required() and field.default_factory is None
         }
-        return options.model_dump()
+        return dump
