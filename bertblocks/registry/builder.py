@@ -216,9 +216,7 @@ def accepts(factory: Callable[..., Any], name: str, by_name_only: bool = False) 
         parameters = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature: assume the documented arguments only
         return False
-    return any(
-        p.name == name or (p.kind is inspect.Parameter.VAR_KEYWORD and not by_name_only) for p in parameters
-    )
+    return any(p.name == name or (p.kind is inspect.Parameter.VAR_KEYWORD and not by_name_only) for p in parameters)
 
 
 def _probe_backend(component: Component, backend: AttentionBackend, heads: int, head_dim: int, where: str) -> None:
