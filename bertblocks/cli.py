@@ -210,15 +210,22 @@ def _run_validate(args: argparse.Namespace) -> int:
 
 def _summary(cfg: Any) -> str:
     enc = cfg.encoder
+    # a component is named where it is not the built-in default (bert attention and feed-forward, post-LN)
+    attention = "" if enc.attention.name == "bert" else f" {enc.attention.name}"
+    feedforward = "" if enc.feedforward.name == "bert" else f" {enc.feedforward.name}"
     parts = [
         f"{enc.num_layers} layers",
         f"hidden {cfg.hidden_size}",
-        f"{enc.attention.num_heads} heads",
-        f"feed-forward {enc.feedforward.intermediate_size} {enc.feedforward.activation}",
+        f"{enc.attention.num_heads} heads{attention}",
+        f"feed-forward{feedforward} {enc.feedforward.intermediate_size} {enc.feedforward.activation}",
         f"position {cfg.position.name}",
         f"backend {enc.attention.backend.name}",
-        f"vocab {cfg.vocab_size}",
     ]
+    if enc.layer.name != "post_ln" or enc.norm.name != "layernorm":
+        parts.append(f"layer {enc.layer.name} {enc.norm.name}")
+    if enc.num_layer_groups is not None:
+        parts.append(f"{enc.num_layer_groups} shared layer group{'s' if enc.num_layer_groups > 1 else ''}")
+    parts.append(f"vocab {cfg.vocab_size}")
     if enc.overrides:
         parts.append(f"{len(enc.overrides)} per-layer override{'s' if len(enc.overrides) > 1 else ''}")
     if cfg.head is not None:
@@ -327,14 +334,15 @@ def _configure_components(parser: argparse.ArgumentParser) -> None:
 
 
 def _options_of(component: Any) -> list[dict[str, Any]]:
+    from .docs_gen import render_type  # the component reference's rendering: `int ≥ 1 or null`, not `Optional`
+
     out = []
     for name, info in component.options.model_fields.items():
         default = None if info.is_required() else info.get_default(call_default_factory=True)
-        annotation = getattr(info.annotation, "__name__", None) or str(info.annotation)
         out.append(
             {
                 "name": name,
-                "type": annotation.replace("typing.", ""),
+                "type": render_type(info.annotation, list(info.metadata)),
                 "default": default,
                 "required": info.is_required(),
                 "description": info.description or "",
@@ -362,6 +370,8 @@ def _run_components(args: argparse.Namespace) -> int:
         for c in components:
             for opt in _options_of(c):
                 text += f"\n  {c.kind} {c.name}: {opt['name']} ({opt['type']}, default {opt['default']!r})"
+                if opt["description"]:
+                    text += f": {opt['description']}"
     emit(
         args,
         text,

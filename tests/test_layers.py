@@ -395,3 +395,37 @@ def test_overrides_cover_every_kind_and_refuse_unknown_keys():
     assert "encoder.layer.first_attention_norms: unknown field" in _issues(
         {"layer": {"name": "pre_ln", "first_attention_norms": False}}
     )
+
+
+# ------------------------------------------------------------------------------------------------- cli
+def test_summary_line_names_glu_plugin_attention_layer_and_sharing(tmp_path, capsys):
+    import yaml
+
+    from bertblocks import cli
+
+    cfg = _config(
+        layer="pre_ln", norm="rmsnorm", num_layer_groups=1, feedforward={"name": "glu", "activation": "swiglu"}
+    )
+    path = tmp_path / "modern.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert cli.main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "feed-forward glu 3072 swiglu" in out
+    assert "layer pre_ln rmsnorm" in out
+    assert "1 shared layer group" in out
+    from bertblocks.cli import _summary
+
+    named = load_config(_config(attention={"num_heads": 4, "name": "bert"}))
+    assert "4 heads," in _summary(named)  # the default attention is not named
+    plugin_attention = named.model_copy(deep=True)
+    plugin_attention.encoder.attention.name = "gated"
+    assert "4 heads gated" in _summary(plugin_attention)
+
+
+def test_components_verbose_shows_real_types_and_descriptions(capsys):
+    from bertblocks import cli
+
+    assert cli.main(["components", "layer", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "layer pre_ln: first_attention_norm (bool, default True): norm the input of layer 0's attention" in out
+    assert "Optional" not in out

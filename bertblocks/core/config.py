@@ -138,6 +138,14 @@ class ComponentSpec(BaseModel):
         # `backend: eager` is short for `backend: {name: eager}`.
         return {"name": data} if isinstance(data, str) else data
 
+    def __eq__(self, other: object) -> bool:
+        # the recorded option defaults are bookkeeping, not part of the value (pydantic would compare them)
+        if not isinstance(other, ComponentSpec):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__ and self.options() == other.options()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like every pydantic model
+
     def options(self) -> dict[str, Any]:
         """The plugin-specific options (everything that is not a typed field of this spec)."""
         return dict(self.__pydantic_extra__ or {})
