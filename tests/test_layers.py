@@ -429,3 +429,30 @@ def test_components_verbose_shows_real_types_and_descriptions(capsys):
     out = capsys.readouterr().out
     assert "layer pre_ln: first_attention_norm (bool, default True): norm the input of layer 0's attention" in out
     assert "Optional" not in out
+
+
+# ------------------------------------------------------------------------------------- ablation support
+def test_analytic_flops_of_glu_and_pre_ln_match_the_flop_counter():
+    from bertblocks.ablation.flops import analytic_flops_per_token, counted_flops
+
+    config = load_config(
+        _config(layer="pre_ln", num_layer_groups=1, feedforward={"name": "glu", "intermediate_size": 24})
+    )
+    model = BertModel.from_config(config)
+    counted = counted_flops(model, 2, 16, config.vocab_size) / 32
+    analytic = analytic_flops_per_token(config, 16)
+    assert analytic.note == ""
+    assert analytic.per_token == pytest.approx(counted, rel=1e-9)
+
+
+def test_the_modern_encoder_study_validates_at_equal_parameters():
+    from pathlib import Path
+
+    from bertblocks.ablation import load_study
+
+    path = Path(__file__).parents[1] / "examples" / "studies" / "modern-encoder.yaml"
+    assert path.read_text().startswith("# modern-encoder: ")
+    study = load_study(path)
+    assert [v.name for v in study.variants] == ["bert", "pre_ln", "pre_ln-swiglu", "pre_ln-swiglu-rmsnorm"]
+    counts = [BertModel.from_config(v.config).num_parameters for v in study.variants]
+    assert max(counts) / min(counts) < 1.002  # equal parameter count, within 0.2 %
