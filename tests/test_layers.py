@@ -456,3 +456,11 @@ def test_the_modern_encoder_study_validates_at_equal_parameters():
     assert [v.name for v in study.variants] == ["bert", "pre_ln", "pre_ln-swiglu", "pre_ln-swiglu-rmsnorm"]
     counts = [BertModel.from_config(v.config).num_parameters for v in study.variants]
     assert max(counts) / min(counts) < 1.002  # equal parameter count, within 0.2 %
+
+
+def test_a_per_layer_position_override_acts_in_that_layers_attention():
+    model = _model(overrides=[{"layers": 1, "position": "relative_key"}])
+    keys = set(model.state_dict())
+    assert "embeddings.position_embeddings.weight" in keys  # the model-wide scheme stays in the embeddings
+    assert "encoder.layer.1.attention.self.distance_embedding.weight" in keys
+    assert "encoder.layer.0.attention.self.distance_embedding.weight" not in keys

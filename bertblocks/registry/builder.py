@@ -101,6 +101,18 @@ def _build_layer(reg: Registry, config: BertConfig, index: int, position: Positi
     attention_spec, ff_spec = enc.layer_specs(index)
     layer_spec, norm_spec = enc.layer_spec(index, "layer"), enc.layer_spec(index, "norm")
     where = f"encoder layer {index}"
+    position_spec = enc.layer_spec(index, "position", config.position)
+    if position_spec != config.position:
+        # a per-layer scheme acts inside this layer's attention (a bias, another rotary base); the embeddings
+        # keep the model-wide one
+        position = _make(
+            reg,
+            "position",
+            position_spec,
+            PositionScheme,
+            f"{where} position",
+            max_positions=config.max_position_embeddings,
+        )
     backend = _make(reg, "backend", attention_spec.backend, AttentionBackend, f"{where} backend")
     head_dim = config.hidden_size // attention_spec.num_heads
     _probe_backend(reg.get("backend", attention_spec.backend.name), backend, attention_spec.num_heads, head_dim, where)
@@ -109,7 +121,7 @@ def _build_layer(reg: Registry, config: BertConfig, index: int, position: Positi
     ):
         raise BuildError(
             f"{where}: backend {attention_spec.backend.name!r} cannot take an additive score bias, which "
-            f"the {config.position.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
+            f"the {position_spec.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
         )
     if config.is_decoder and not backend.capabilities.causal:
         raise BuildError(
