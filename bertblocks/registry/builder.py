@@ -82,8 +82,8 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
             layers[group] = _build_layer(reg, config, i, position)
     groups = [enc.layer_group(i) for i in range(enc.num_layers)] if enc.num_layer_groups is not None else None
     final = enc.layer.final_norm
-    if final is None:
-        final = type(layers[0]).final_norm_default
+    if final is None:  # the kind of the last layer decides: the stack ends with it
+        final = type(layers[enc.layer_group(enc.num_layers - 1)]).final_norm_default
     final_norm = _norm_factory(reg, config, enc.norm, "encoder final norm")() if final else None
     encoder = Encoder([layers[g] for g in sorted(layers)], groups, final_norm)
     pooler = (
