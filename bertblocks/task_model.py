@@ -60,7 +60,7 @@ def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
         raise BuildError("the config names no head (set head: masked_lm, sequence_classification, …)")
     reg = registry or get_registry()
     component = reg.get("head", config.head.name)
-    activation = reg.get("activation", config.encoder.feedforward.activation)
+    activation = reg.get("activation", config.encoder.feedforward.activation_name)  # a gated name: its gate's
     dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
     try:
         head = component.factory(

@@ -464,3 +464,14 @@ def test_a_per_layer_position_override_acts_in_that_layers_attention():
     assert "embeddings.position_embeddings.weight" in keys  # the model-wide scheme stays in the embeddings
     assert "encoder.layer.1.attention.self.distance_embedding.weight" in keys
     assert "encoder.layer.0.attention.self.distance_embedding.weight" not in keys
+
+
+def test_a_task_head_on_a_swiglu_model_uses_the_gate_activation():
+    from bertblocks import BertTaskModel
+
+    cfg = _config(layer="pre_ln", feedforward={"name": "glu", "activation": "swiglu", "intermediate_size": 24})
+    model = BertTaskModel.from_config(cfg, head="masked_lm").eval()
+    assert any(isinstance(m, torch.nn.SiLU) for m in model.cls.modules())
+    batch = _batch()
+    out = model(**batch, labels=batch["input_ids"])
+    assert torch.isfinite(out.loss)
