@@ -334,7 +334,7 @@ def _configure_components(parser: argparse.ArgumentParser) -> None:
 
 
 def _options_of(component: Any) -> list[dict[str, Any]]:
-    from .docs_gen import render_type  # the component reference's rendering: `int ≥ 1 or null`, not `Optional`
+    from .field_types import render_type  # `int ≥ 1 | null`, not `Optional[...]`
 
     out = []
     for name, info in component.options.model_fields.items():
