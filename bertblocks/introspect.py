@@ -324,15 +324,26 @@ def _layer_label(config: BertConfig, index: int) -> str:
     attention, feedforward = config.encoder.layer_specs(index)
     heads = attention.num_heads - len(set(config.pruned_heads.get(index, [])))
     pruned = f" ({len(config.pruned_heads[index])} pruned)" if config.pruned_heads.get(index) else ""
-    attn_opts = "".join(f", {k}={v}" for k, v in sorted(attention.options().items()))
-    ff_opts = "".join(f", {k}={v}" for k, v in sorted(feedforward.options().items()))
+    attn_opts = _changed_options(attention)
+    ff_opts = _changed_options(feedforward)
     kind = ""
     if config.is_decoder:
         kind = " · causal" + (" + cross-attention" if config.add_cross_attention else "")
-    return (
+    label = (
         f"attention: {attention.name} · {attention.backend.name} · {heads} heads{pruned}{attn_opts}{kind}"
         f"<br/>feedforward: {feedforward.name} · {feedforward.intermediate_size} · {feedforward.activation}{ff_opts}"
     )
+    layer, norm = config.encoder.layer_spec(index, "layer"), config.encoder.layer_spec(index, "norm")
+    if layer.name != "post_ln" or norm.name != "layernorm" or _changed_options(layer) or _changed_options(norm):
+        label += f"<br/>layer: {layer.name}{_changed_options(layer)} · norm: {norm.name}{_changed_options(norm)}"
+    return label
+
+
+def _changed_options(spec: Any) -> str:
+    """``, key=value`` for each plugin option of ``spec`` that differs from its plugin's default."""
+    defaults = getattr(spec, "_option_defaults", {}) or {}
+    changed = {k: v for k, v in spec.options().items() if k not in defaults or defaults[k] != v}
+    return "".join(f", {k}={v}" for k, v in sorted(changed.items()))
 
 
 def layer_groups(config: BertConfig) -> list[tuple[int, int, str]]:

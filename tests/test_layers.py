@@ -475,3 +475,14 @@ def test_a_task_head_on_a_swiglu_model_uses_the_gate_activation():
     batch = _batch()
     out = model(**batch, labels=batch["input_ids"])
     assert torch.isfinite(out.loss)
+
+
+def test_diagram_labels_name_the_layer_kind_and_norm_and_hide_default_options():
+    from bertblocks.introspect import layer_groups
+
+    config = load_config(_config(overrides=[{"layers": 1, "layer": "pre_ln", "norm": {"bias": False}}]))
+    (first, _, plain), (second, _, modern) = layer_groups(config)
+    assert (first, second) == (0, 1)
+    assert "layer:" not in plain
+    assert "bias=True" not in plain  # a default option is not news
+    assert "layer: pre_ln · norm: layernorm, bias=False" in modern

@@ -380,7 +380,10 @@ def merge_spec(base: ComponentSpec, changes: Mapping[str, Any]) -> Any:
         for key in base.options():
             data.pop(key, None)
     data = _deep_merge(data, changes)
-    return type(base).model_validate(data)
+    merged = type(base).model_validate(data)
+    if merged.name == base.name:  # the same plugin: its option defaults still apply
+        merged._option_defaults = dict(base._option_defaults)
+    return merged
 
 
 def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
