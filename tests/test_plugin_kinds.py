@@ -228,3 +228,14 @@ def test_an_attention_without_a_norm_argument_is_refused_for_pre_ln():
     cfg["encoder"]["layer"] = "pre_ln"
     with pytest.raises(BuildError, match="attention 'legacy' from plugin0 takes no `norm` argument"):
         BertModel.from_config(cfg, registry=registry)
+
+
+def test_components_lists_a_plugin_kind(capsys):
+    import bertblocks.registry as registry_module
+    from bertblocks import cli
+
+    registry_module.set_registry(_registry(GatedPlugin()))
+    assert cli.main(["components", "gate", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "gate  constant" in out
+    assert "gate constant: scale (float > 0, default 1.0): initial gate value" in out

@@ -329,7 +329,12 @@ def _run_plugins(args: argparse.Namespace) -> int:
 def _configure_components(parser: argparse.ArgumentParser) -> None:
     from ..core.component import KINDS
 
-    parser.add_argument("kind", nargs="?", choices=KINDS, help="list only this kind")
+    parser.add_argument(
+        "kind",
+        nargs="?",
+        metavar="KIND",
+        help=f"list only this kind: {', '.join(KINDS)}, or a kind a plugin declares",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="also list each component's options")
 
 
@@ -355,6 +360,10 @@ def _run_components(args: argparse.Namespace) -> int:
     import bertblocks
 
     registry = bertblocks.get_registry()
+    if args.kind is not None and args.kind not in registry.kinds():  # plugins may declare kinds: checked here
+        raise CLIError(
+            f"argument KIND: invalid choice: {args.kind!r} (choose from {', '.join(registry.kinds())})", EXIT_USAGE
+        )
     components = registry.components(args.kind)
     plugins = {p.name: p for p in registry.plugins()}
 
