@@ -22,7 +22,8 @@ from .core.outputs import ModelOutput, ModelOutputWithPooling
 from .hf.hub import PretrainedNotFoundError, resolve_pretrained
 from .hf.tokenizer import BertTokenizer, TokenizerFilesNotFoundError
 from .hf.weights import CheckpointError, LoadingInfo
-from .models.backbone import BertModel, build_model, from_pretrained
+from .models.auto import from_pretrained
+from .models.backbone import BertModel, build_model
 from .models.task_models import (
     BertForMaskedLM,
     BertForMultipleChoice,

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from .core.config import BertConfig, ConfigError, ConfigIssue
+from .hf.config_json import config_from_hf, config_to_hf
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
 
 ConfigSource = str | Path | Mapping[str, Any] | BertConfig
@@ -51,7 +52,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
         return source.model_dump(), None
     if isinstance(source, Mapping):
         # a deep copy: overrides are set in place and must never change the caller's nested dicts
-        return _from_mapping(copy.deepcopy(dict(source))), None
+        return _from_mapping(copy.deepcopy(dict(source)), registry), None
     path = Path(source)
     if isinstance(source, str) and not path.exists() and _looks_like_a_name(source):
         reg = registry or get_registry()
@@ -59,7 +60,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
             preset = reg.get_preset(source)
         except UnknownPresetError as e:
             raise UnknownPresetError(e.name, e.available, context=" (and no file of that name)") from None
-        return _from_mapping(copy.deepcopy(dict(preset.config))), f"preset {source}"
+        return _from_mapping(copy.deepcopy(dict(preset.config)), registry), f"preset {source}"
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
@@ -83,7 +84,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([ConfigIssue("", f"expected a mapping at the top, got {type(data).__name__}")], str(path))
-    return _from_mapping(data), str(path)
+    return _from_mapping(data, registry), str(path)
 
 
 def _looks_like_a_name(source: str) -> bool:
@@ -96,9 +97,9 @@ def is_hf_config(data: Mapping[str, Any]) -> bool:
     return "encoder" not in data and ("model_type" in data or "num_hidden_layers" in data)
 
 
-def _from_mapping(data: dict[str, Any]) -> dict[str, Any]:
+def _from_mapping(data: dict[str, Any], registry: Registry | None = None) -> dict[str, Any]:
     if is_hf_config(data):
-        return BertConfig.from_hf(data).model_dump()
+        return config_from_hf(data, registry).model_dump()
     return data
 
 
@@ -181,6 +182,6 @@ def save_config(config: BertConfig, path: str | Path) -> None:
     """Write ``.yaml``/``.yml`` (ours) or ``.json`` (HF ``config.json`` format)."""
     path = Path(path)
     if path.suffix == ".json":
-        path.write_text(json.dumps(config.to_hf(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(config_to_hf(config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     else:
         path.write_text(dump_yaml(config), encoding="utf-8")

@@ -491,6 +491,11 @@ def check_position_scheme(subject: Subject) -> None:
         emb = table(ids)
         _expect(tuple(emb.shape) == (3, 9, 32), f"position embedding of [3, 9] ids is {tuple(emb.shape)}")
     bias = scheme.attention_bias(4, 8)
+    _expect(
+        scheme.adds_score_bias is None or (bias is not None) == scheme.adds_score_bias,
+        f"adds_score_bias is {scheme.adds_score_bias} but attention_bias returned "
+        f"{'a bias' if bias is not None else 'None'}: declare what the scheme contributes",
+    )
     if bias is None:
         if table is None:
             raise ConformanceSkip("the scheme adds neither an embedding nor an attention bias")

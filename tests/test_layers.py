@@ -413,7 +413,7 @@ def test_summary_line_names_glu_plugin_attention_layer_and_sharing(tmp_path, cap
     assert "feed-forward glu 3072 swiglu" in out
     assert "layer pre_ln rmsnorm" in out
     assert "1 shared layer group" in out
-    from bertblocks.cli import _summary
+    from bertblocks.cli.commands import _summary
 
     named = load_config(_config(attention={"num_heads": 4, "name": "bert"}))
     assert "4 heads," in _summary(named)  # the default attention is not named

@@ -1,6 +1,6 @@
 """The configuration schema: one pydantic model tree that names components and their options.
 
-A component is chosen by name (``{name: sdpa}``, or the shorthand ``sdpa``), never by import path, so a
+A component is chosen by name (``{name: NAME}``, or the shorthand ``NAME``), never by import path, so a
 YAML file someone sends you cannot import arbitrary code. The fields every component of a kind shares
 (``num_heads`` for attention, ``intermediate_size`` for feed-forward, …) are typed here; any further keys
 are the plugin's own options, validated by the options model the plugin declares (see
@@ -16,7 +16,7 @@ import copy
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -151,28 +151,44 @@ class ComponentSpec(BaseModel):
         return dict(self.__pydantic_extra__ or {})
 
 
-class EmbeddingSpec(ComponentSpec):
-    """Embedding component. Built in: ``bert``."""
+#: The component of each kind a config gets when it names none: BERT's. These are the only component names
+#: the schema knows (the registry checks that they exist; ``bertblocks components`` lists the others), and
+#: ``tests/test_layering.py`` checks that no other built-in component name appears in ``core/``.
+DEFAULT_COMPONENTS: dict[str, str] = {
+    "embedding": "bert",
+    "position": "absolute",
+    "attention": "bert",
+    "backend": "sdpa",
+    "feedforward": "bert",
+    "activation": "gelu",
+    "norm": "layernorm",
+    "layer": "post_ln",
+    "pooler": "first_token",
+}
 
-    name: str = "bert"
+
+class EmbeddingSpec(ComponentSpec):
+    """Embedding component (``bertblocks components embedding`` lists them)."""
+
+    name: str = DEFAULT_COMPONENTS["embedding"]
 
 
 class PositionSpec(ComponentSpec):
-    """Position scheme. Built in: ``absolute``, ``relative_key``, ``relative_key_query``."""
+    """Position scheme (``bertblocks components position`` lists them)."""
 
-    name: str = "absolute"
+    name: str = DEFAULT_COMPONENTS["position"]
 
 
 class BackendSpec(ComponentSpec):
-    """Attention kernel. Built in: ``sdpa`` (PyTorch's scaled_dot_product_attention), ``eager``."""
+    """Attention kernel (``bertblocks components backend`` lists them); chosen once, at build time."""
 
-    name: str = "sdpa"
+    name: str = DEFAULT_COMPONENTS["backend"]
 
 
 class AttentionSpec(ComponentSpec):
-    """Multi-head attention. Built in: ``bert``."""
+    """Multi-head attention (``bertblocks components attention`` lists them)."""
 
-    name: str = "bert"
+    name: str = DEFAULT_COMPONENTS["attention"]
     num_heads: PositiveInt = Field(12, description="attention heads; must divide hidden_size")
     dropout: Probability = Field(
         0.1, description="dropout on attention probabilities (HF attention_probs_dropout_prob)"
@@ -181,58 +197,47 @@ class AttentionSpec(ComponentSpec):
 
 
 class FeedForwardSpec(ComponentSpec):
-    """Position-wise feed-forward block. Built in: ``bert``, ``glu`` (gated: geglu, swiglu, reglu, …)."""
+    """Position-wise feed-forward block (``bertblocks components feedforward`` lists them)."""
 
-    name: str = "bert"
+    name: str = DEFAULT_COMPONENTS["feedforward"]
     intermediate_size: PositiveInt = Field(3072, description="inner width (HF intermediate_size)")
     activation: str = Field(
-        "gelu",
-        description="activation by name (HF hidden_act); gelu is the exact erf form. A glu feed-forward also "
-        "takes the gated names geglu, swiglu, reglu (its gate's activation: gelu, silu, relu)",
+        DEFAULT_COMPONENTS["activation"],
+        description="activation by name (HF hidden_act); the default gelu is the exact erf form. A gated "
+        "feed-forward applies it to its gate; the activations geglu, swiglu and reglu name that gate for it",
     )
-
-    @property
-    def activation_name(self) -> str:
-        """The registered activation to build: the gate's for a gated name (``swiglu`` → ``silu``)."""
-        return GATED_ACTIVATIONS.get(self.activation, self.activation)
-
-
-#: gated activation names (what a ``glu`` feed-forward's ``activation`` may also say) → the activation of the gate
-GATED_ACTIVATIONS: dict[str, str] = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
 
 
 class NormSpec(ComponentSpec):
-    """Normalisation used inside the layers (and the final norm). Built in: ``layernorm``, ``rmsnorm``.
+    """Normalisation inside the layers and after the stack (``bertblocks components norm`` lists them).
 
     The epsilon is the config's ``layer_norm_eps``.
     """
 
-    name: str = "layernorm"
+    name: str = DEFAULT_COMPONENTS["norm"]
 
 
 class LayerSpec(ComponentSpec):
-    """How a layer composes its sub-layers, norms and residuals. Built in: ``post_ln`` (BERT), ``pre_ln``,
-    ``parallel``."""
+    """How a layer composes its sub-layers, norms and residuals (``bertblocks components layer`` lists them)."""
 
-    name: str = "post_ln"
+    name: str = DEFAULT_COMPONENTS["layer"]
     final_norm: bool | None = Field(
         None,
-        description="a norm after the last layer; null = the layer kind's default (pre_ln and parallel: yes, "
-        "post_ln: no, and true is an error there: its layers already end with a norm)",
+        description="a norm after the last layer; null = the layer kind's default (pre-LN and parallel kinds: "
+        "yes, BERT's post-LN: no, and true is an error there: its layers already end with a norm)",
     )
 
 
 class HeadSpec(ComponentSpec):
-    """Task head. Built in: masked_lm, causal_lm, next_sentence, pretraining, sequence_classification,
-    token_classification, question_answering, multiple_choice."""
+    """Task head (``bertblocks components head`` lists them)."""
 
     name: str
 
 
 class PoolerSpec(ComponentSpec):
-    """Pooler. Built in: ``first_token`` (BERT's dense + tanh on token 0), ``mean``."""
+    """Pooler (``bertblocks components pooler`` lists them)."""
 
-    name: str = "first_token"
+    name: str = DEFAULT_COMPONENTS["pooler"]
 
 
 # ----------------------------------------------------------------------------------------------- encoder
@@ -428,7 +433,7 @@ class BertConfig(BaseModel):
     add_cross_attention: bool = Field(False, description="decoder layers also attend to encoder states")
     use_cache: bool = Field(True, description="decoders return a key/value cache by default")
     tie_word_embeddings: bool = Field(True, description="LM decoder weight is the token embedding table")
-    head: HeadSpec | None = Field(None, description="task head (masked_lm, sequence_classification, …)")
+    head: HeadSpec | None = Field(None, description="task head by name (null: a bare backbone)")
     num_labels: PositiveInt = Field(2, description="classifier outputs; derived from id2label when that is given")
     id2label: dict[int, str] | None = Field(None, description="label names; default LABEL_0..LABEL_{n-1}")
     label2id: dict[str, int] | None = Field(None, description="inverse of id2label; derived when omitted")
@@ -558,8 +563,9 @@ class BertConfig(BaseModel):
                     ]
         return []
 
-    def _dump_without_option_defaults(self) -> dict[str, Any]:
-        """``model_dump()`` without the plugin options that hold their plugin's default (see ``ComponentSpec``)."""
+    def explicit_dump(self) -> dict[str, Any]:
+        """``model_dump()`` without the plugin options that hold their plugin's default (see ``ComponentSpec``):
+        what a checkpoint's ``config.json`` needs to carry."""
         dump = self.model_dump()
 
         def strip(spec: Any, node: Any) -> None:
@@ -579,139 +585,43 @@ class BertConfig(BaseModel):
                     strip(getattr(value, sub), dump[key].get(sub) if isinstance(dump.get(key), dict) else None)
         return dump
 
-    # ----------------------------------------------------------------------------------- HF config.json
+    # ------------------------------------------------------------------------ checkpoint config.json
     @classmethod
     def from_hf(cls, hf: Mapping[str, Any]) -> BertConfig:
-        """Read an HF BERT ``config.json`` dict (transformers 4.x or 5.x).
+        """Read a checkpoint's ``config.json`` dict (see :func:`bertblocks.hf.config_json.config_from_hf`).
 
-        Fields bertblocks does not model are kept in :attr:`hf` and written back by :meth:`to_hf`. A
-        ``bertblocks`` key (what :meth:`to_hf` writes for choices HF cannot express, e.g. the attention
-        backend or per-layer overrides) is merged over the result.
+        Raises:
+            ConfigError: a config.json this installation cannot read (every problem, with its field).
         """
-        src = dict(hf)
-        model_type = src.get("model_type", "bert")
-        if model_type != "bert":
-            raise ConfigError([ConfigIssue("model_type", f"expected 'bert', got {model_type!r}")], "config.json")
-        data: dict[str, Any] = {
-            "encoder": {"attention": {}, "feedforward": {}},
-            "position": {"name": src.pop("position_embedding_type", "absolute") or "absolute"},
-        }
-        for key in _HF_TOP_LEVEL:
-            if key in src:
-                data[key] = src.pop(key)
-        for hf_key, (*path, leaf) in _HF_NESTED.items():
-            if hf_key in src:
-                node = data
-                for part in path:
-                    node = node[part]
-                node[leaf] = src.pop(hf_key)
-        ours = src.pop("bertblocks", None) or {}
-        architectures = src.get("architectures")
-        if architectures == ["BertModel"]:
-            src.pop("architectures")  # the default, rewritten by to_hf
-        elif isinstance(architectures, list) and len(architectures) == 1 and architectures[0] in HF_ARCHITECTURES:
-            # a task checkpoint: its class names the head (BertForMaskedLM → masked_lm); to_hf writes it back
-            data["head"] = {"name": HF_ARCHITECTURES[src.pop("architectures")[0]]}
-        for key in _HF_DROPPED:
-            src.pop(key, None)
-        data["hf"] = src
-        data = _deep_merge(data, ours)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as e:
-            raise ConfigError(issues_from_validation_error(e, model=cls), "config.json") from None
+        return _checkpoint_format().from_hf(hf)
 
     def to_hf(self) -> dict[str, Any]:
-        """An HF ``config.json`` dict that transformers' ``BertConfig`` reads unchanged.
-
-        What HF cannot express (backend, non-default component names, plugin options, overrides) goes under
-        a ``bertblocks`` key, which transformers keeps as an inert attribute and :meth:`from_hf` reads back.
-        """
-        enc = self.encoder
-        architecture = _HEAD_ARCHITECTURES.get(self.head.name) if self.head is not None else None
-        out: dict[str, Any] = {"model_type": "bert", "architectures": [architecture or "BertModel"]}
-        out.update(self.hf)
-        out.update({key: getattr(self, key) for key in _HF_TOP_LEVEL if key != "num_labels"})
-        out["id2label"] = {str(k): v for k, v in (self.id2label or {}).items()}
-        out.update(
-            {
-                "num_hidden_layers": enc.num_layers,
-                "num_attention_heads": enc.attention.num_heads,
-                "attention_probs_dropout_prob": enc.attention.dropout,
-                "intermediate_size": enc.feedforward.intermediate_size,
-                "hidden_act": enc.feedforward.activation,
-                "chunk_size_feed_forward": enc.chunk_size_feed_forward,
-                "position_embedding_type": self.position.name,
-                "pruned_heads": {str(k): v for k, v in self.pruned_heads.items()},
-            }
-        )
-        extra = _diff(self._dump_without_option_defaults(), type(self).from_hf(dict(out.items())).model_dump())
-        if extra:
-            out["bertblocks"] = extra
-        return out
+        """This config as a checkpoint's ``config.json`` dict (see :func:`bertblocks.hf.config_json.config_to_hf`)."""
+        return _checkpoint_format().to_hf(self)
 
 
-# HF fields with the same name and meaning at our top level
-_HF_TOP_LEVEL = (
-    "vocab_size",
-    "hidden_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "pad_token_id",
-    "layer_norm_eps",
-    "hidden_dropout_prob",
-    "initializer_range",
-    "pruned_heads",
-    "is_decoder",
-    "add_cross_attention",
-    "use_cache",
-    "tie_word_embeddings",
-    "num_labels",
-    "id2label",
-    "label2id",
-    "problem_type",
-    "classifier_dropout",
-)
-# HF flat field → our nested path
-_HF_NESTED: dict[str, tuple[str, ...]] = {
-    "num_hidden_layers": ("encoder", "num_layers"),
-    "num_attention_heads": ("encoder", "attention", "num_heads"),
-    "attention_probs_dropout_prob": ("encoder", "attention", "dropout"),
-    "intermediate_size": ("encoder", "feedforward", "intermediate_size"),
-    "hidden_act": ("encoder", "feedforward", "activation"),
-    "chunk_size_feed_forward": ("encoder", "chunk_size_feed_forward"),
-}
-#: transformers' task-model class → built-in head name (config.json ``architectures`` ↔ ``head``)
-HF_ARCHITECTURES: dict[str, str] = {
-    "BertForMaskedLM": "masked_lm",
-    "BertForNextSentencePrediction": "next_sentence",
-    "BertForPreTraining": "pretraining",
-    "BertLMHeadModel": "causal_lm",
-    "BertForSequenceClassification": "sequence_classification",
-    "BertForTokenClassification": "token_classification",
-    "BertForQuestionAnswering": "question_answering",
-    "BertForMultipleChoice": "multiple_choice",
-}
-_HEAD_ARCHITECTURES = {head: architecture for architecture, head in HF_ARCHITECTURES.items()}
-# written by HF at save time and meaningless to carry over (rewritten by whoever saves next)
-_HF_DROPPED = ("model_type", "_name_or_path", "_attn_implementation_autoset")
+class CheckpointConfigFormat(Protocol):
+    """Translates a config to and from a checkpoint's ``config.json``.
+
+    The schema does not know any checkpoint format: the package that does (``bertblocks.hf``) installs itself
+    with :func:`set_checkpoint_format` when it is imported, which importing ``bertblocks`` always does.
+    """
+
+    def from_hf(self, data: Mapping[str, Any]) -> BertConfig: ...
+
+    def to_hf(self, config: BertConfig) -> dict[str, Any]: ...
 
 
-def _diff(full: Any, base: Any) -> Any:
-    """The parts of ``full`` that differ from ``base`` (nested dicts), or ``None`` if none do."""
-    if isinstance(full, dict) and isinstance(base, dict):
-        out = {}
-        for key, value in full.items():
-            if key == "hf":
-                continue
-            if key not in base:
-                out[key] = value
-                continue
-            sub = _diff(value, base[key])
-            if sub is not None:
-                out[key] = sub
-        # a component's name must travel with its options, or from_hf would not know whose they are
-        if out and "name" in full and "name" not in out:
-            out["name"] = full["name"]
-        return out or None
-    return None if full == base else full
+_format: CheckpointConfigFormat | None = None
+
+
+def set_checkpoint_format(translator: CheckpointConfigFormat) -> None:
+    """Install the ``config.json`` translation behind :meth:`BertConfig.from_hf` / :meth:`BertConfig.to_hf`."""
+    global _format
+    _format = translator
+
+
+def _checkpoint_format() -> CheckpointConfigFormat:
+    if _format is None:  # only when bertblocks.core is used without the bertblocks package around it
+        raise RuntimeError("no config.json translation installed: import bertblocks (or bertblocks.hf.config_json)")
+    return _format

@@ -1,6 +1,6 @@
 """The encoder skeleton: a stack of layers that calls the component interfaces and nothing concrete.
 
-Module names mirror transformers' ``BertModel`` (``embeddings``, ``encoder.layer.N``, ``pooler``) so that
+Module names mirror transformers' BERT backbone (``embeddings``, ``encoder.layer.N``, ``pooler``) so that
 ``state_dict()`` keys are HF's. The skeleton owns what must be done once per forward pass (input checks,
 the additive mask, positions, head-mask expansion) so layers never redo it.
 """
@@ -23,7 +23,7 @@ from .packing import Packing, right_padded_lengths
 
 
 class TransformerLayer(Layer):
-    """One post-LN layer (BERT, the ``post_ln`` layer kind): attention sub-layer, (decoders: cross-attention
+    """One post-LN layer (BERT's, the default layer kind): attention sub-layer, (decoders: cross-attention
     sub-layer,) then feed-forward sub-layer, each ending with its residual and norm (which the sub-layers
     hold, at HF's keys ``attention.output.LayerNorm`` and ``output.LayerNorm``)."""
 
@@ -191,7 +191,7 @@ class Encoder(nn.Module):
 
 
 class EncoderModel(nn.Module):
-    """A BERT backbone with transformers' ``BertModel`` forward contract.
+    """A BERT backbone with transformers' BERT backbone's forward contract.
 
     Args:
         config: the validated config this model was built from (kept as ``model.config``).
@@ -234,7 +234,7 @@ class EncoderModel(nn.Module):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
     ) -> ModelOutputWithPooling | tuple[torch.Tensor, ...]:
-        """Encode (or, in decoder mode, decode) a batch. Arguments and outputs are transformers' ``BertModel``'s.
+        """Encode (or, in decoder mode, decode) a batch. Arguments and outputs are transformers' BERT backbone's.
 
         Args:
             input_ids: ``[b, q]`` token ids (or give ``inputs_embeds [b, q, H]`` instead).

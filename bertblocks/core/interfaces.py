@@ -101,6 +101,11 @@ class PositionScheme:
     #: checkpoint keys this scheme knows to be unused (e.g. the ``embeddings.position_embeddings.weight``
     #: that transformers 4.x writes for relative models); they are dropped on load without complaint.
     ignored_checkpoint_keys: ClassVar[tuple[str, ...]] = ()
+    #: declared: :meth:`attention_bias` returns a bias (so every backend must take an additive mask). The
+    #: builder reads the declaration instead of building and discarding a bias to find out; the conformance
+    #: suite checks that it matches what the scheme does. ``None`` (a scheme written before the declaration
+    #: existed) makes the builder probe once, so such plugins keep working.
+    adds_score_bias: ClassVar[bool | None] = None
 
     def __init__(self, max_positions: int) -> None:
         self.max_positions = max_positions

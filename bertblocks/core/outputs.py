@@ -2,7 +2,7 @@
 
 ``out.last_hidden_state``, ``out["last_hidden_state"]`` and ``out[0]`` are the same tensor. Indexing by
 position skips fields that are ``None``, exactly as transformers does, so code written against
-``BertModel(...)[0]`` keeps working.
+``model(...)[0]`` keeps working.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class EncoderOutput(ModelOutput):
 
 @dataclass
 class ModelOutputWithPooling(ModelOutput):
-    """What :class:`bertblocks.BertModel` returns; the fields of transformers'
+    """What the backbone returns; the fields of transformers'
     ``BaseModelOutputWithPoolingAndCrossAttentions`` in the same order."""
 
     last_hidden_state: torch.Tensor | None = None

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from bertblocks.core.component import Component
-from bertblocks.core.config import GATED_ACTIVATIONS, BertConfig, ComponentSpec
+from bertblocks.core.config import BertConfig, ComponentSpec
 from bertblocks.core.interfaces import FeedForward, FeedForwardOutput, Intermediate
 
 
@@ -150,6 +150,12 @@ def _norm(norm: Callable[[], nn.Module] | str | None, hidden_size: int, eps: flo
     return norm() if callable(norm) else norm
 
 
+#: gated activation names (Shazeer 2020) → the activation of their gate. Registered as activations so that a
+#: ``glu`` feed-forward can be configured the way papers name it (``activation: swiglu``); the gate of a glu
+#: block applies them, and the ungated ``bert`` block refuses them.
+GATED_ACTIVATIONS: dict[str, str] = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
+
+
 def check_not_gated(config: BertConfig, spec: ComponentSpec, loc: str) -> list[str]:
     """A gated activation name (swiglu, …) on a feed-forward that does not gate is a mistake, not silu."""
     activation = getattr(spec, "activation", "")
@@ -241,5 +247,14 @@ def bertblocks_register_components() -> list[Component]:
         *(
             Component("activation", name, _activation_factory(make), description=text)
             for name, (make, text) in ACTIVATIONS.items()
+        ),
+        *(
+            Component(
+                "activation",
+                gated,
+                _activation_factory(ACTIVATIONS[gate][0]),
+                description=f"{gate}, as the gate of a {gated} feed-forward (feedforward glu)",
+            )
+            for gated, gate in GATED_ACTIVATIONS.items()
         ),
     ]

@@ -20,6 +20,7 @@ class AbsolutePositions(PositionScheme):
     """A learned embedding per position, added to the token embeddings (original BERT)."""
 
     name = "absolute"
+    adds_score_bias = False
 
     def embedding(self, hidden_size: int) -> nn.Module:
         return nn.Embedding(self.max_positions, hidden_size)
@@ -71,6 +72,7 @@ class RelativeKeyPositions(PositionScheme):
     """``relative_key``: score bias ``q_i · E[i - j]`` (Shaw et al. 2018). No position embedding is added."""
 
     name = "relative_key"
+    adds_score_bias = True
     with_key: ClassVar[bool] = False
     # transformers 4.x creates (and saves) an absolute table even for relative models, unused.
     ignored_checkpoint_keys = ("embeddings.position_embeddings.weight",)

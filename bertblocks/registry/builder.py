@@ -22,6 +22,7 @@ from bertblocks.core.interfaces import (
     AttentionBackend,
     Embedding,
     FeedForward,
+    Head,
     Layer,
     Pooler,
     PositionScheme,
@@ -116,9 +117,10 @@ def _build_layer(reg: Registry, config: BertConfig, index: int, position: Positi
     backend = _make(reg, "backend", attention_spec.backend, AttentionBackend, f"{where} backend")
     head_dim = config.hidden_size // attention_spec.num_heads
     _probe_backend(reg.get("backend", attention_spec.backend.name), backend, attention_spec.num_heads, head_dim, where)
-    if position.attention_bias(attention_spec.num_heads, head_dim) is not None and not (
-        backend.capabilities.additive_mask
-    ):
+    adds_bias = position.adds_score_bias
+    if adds_bias is None:  # undeclared (a plugin older than the declaration): build one bias to find out
+        adds_bias = position.attention_bias(attention_spec.num_heads, head_dim) is not None
+    if adds_bias and not backend.capabilities.additive_mask:
         raise BuildError(
             f"{where}: backend {attention_spec.backend.name!r} cannot take an additive score bias, which "
             f"the {position_spec.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
@@ -152,7 +154,7 @@ def _build_layer(reg: Registry, config: BertConfig, index: int, position: Positi
 
         return make
 
-    activation = reg.get("activation", ff_spec.activation_name)
+    activation = reg.get("activation", ff_spec.activation)
     ff_component = reg.get("feedforward", ff_spec.name)
 
     def make_feedforward(sublayer_norm: Callable[[], nn.Module] | None) -> FeedForward:
@@ -189,6 +191,39 @@ def _build_layer(reg: Registry, config: BertConfig, index: int, position: Positi
         layer_index=index,
         num_layers=enc.num_layers,
     )
+
+
+def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
+    """Build the head ``config.head`` names, with flat keyword arguments (see ``docs/how-to/task-heads.md``).
+
+    Raises:
+        BuildError: the config names no head, or the plugin returned something that is not a :class:`Head`.
+    """
+    if config.head is None:
+        raise BuildError("the config names no head (set head: masked_lm, sequence_classification, …)")
+    reg = registry or get_registry()
+    component = reg.get("head", config.head.name)
+    activation = reg.get("activation", config.encoder.feedforward.activation)
+    dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+    try:
+        head = component.factory(
+            hidden_size=config.hidden_size,
+            vocab_size=config.vocab_size,
+            num_labels=config.num_labels,
+            layer_norm_eps=config.layer_norm_eps,
+            activation=partial(activation.factory, options=activation.options.model_validate({})),
+            classifier_dropout=dropout,
+            tie_word_embeddings=config.tie_word_embeddings,
+            is_decoder=config.is_decoder,
+            options=component.options.model_validate(config.head.options()),
+        )
+    except ValueError as e:  # a head refusing the config (e.g. QA with num_labels != 2)
+        raise BuildError(f"head {config.head.name!r} from {component.provider}: {e}") from None
+    if not isinstance(head, Head):
+        raise BuildError(
+            f"head {config.head.name!r} from {component.provider} returned {type(head).__name__}, not a Head"
+        )
+    return head
 
 
 def _norm_factory(reg: Registry, config: BertConfig, spec: ComponentSpec, where: str) -> Callable[[], nn.Module]:

@@ -28,9 +28,10 @@ from typing import Any
 import pluggy
 from pydantic import BaseModel
 
-from bertblocks.core.component import KINDS, Component, ComponentKind, Preset
+from bertblocks.core.component import KINDS, Command, Component, ComponentKind, Preset
 
 from .errors import (
+    DuplicateCommandError,
     DuplicateComponentError,
     DuplicatePresetError,
     KindCollisionError,
@@ -93,6 +94,7 @@ class Registry:
         self._index: dict[tuple[str, str], Component] | None = None
         self._preset_index: dict[str, Preset] | None = None
         self._kind_index: dict[str, ComponentKind] | None = None
+        self._command_index: dict[str, Command] | None = None
         if builtins:
             from bertblocks.plugins import BUILTIN_PLUGINS
 
@@ -137,6 +139,7 @@ class Registry:
         self._index = None
         self._preset_index = None
         self._kind_index = None
+        self._command_index = None
         unknown = _unknown_hooks(plugin)
         if unknown:  # a misspelt hook would register nothing, silently
             where = f"{distribution} {version}".strip()
@@ -319,6 +322,41 @@ class Registry:
         except KeyError:
             raise UnknownPresetError(name, index, [e.summary() for e in self.load_errors]) from None
 
+    def _commands(self) -> dict[str, Command]:
+        if self._command_index is not None:
+            return self._command_index
+        index: dict[str, Command] = {}
+        for plugin_name, plugin in self._pm.list_name_plugin():
+            hook = getattr(plugin, "bertblocks_register_commands", None)
+            if hook is None:
+                continue
+            dist, _ = self._origin.get(plugin_name, ("?", ""))
+            provider = plugin_name if dist in ("?", "(in-process)") else f"{plugin_name} ({dist})"
+            try:
+                commands = _check_commands(hook())
+            except Exception:
+                self._record(plugin_name, "bertblocks_register_commands")
+                continue
+            self._hook_errors.pop((plugin_name, "bertblocks_register_commands"), None)
+            for command in commands:
+                if command.name in index:
+                    raise DuplicateCommandError(command.name, index[command.name].provider, provider)
+                index[command.name] = replace(command, provider=provider)
+        self._command_index = index
+        return index
+
+    def commands(self) -> dict[str, Command]:
+        """Every registered ``bertblocks`` subcommand by name, in registration order.
+
+        Raises:
+            DuplicateCommandError: two plugins registered the same name (the message names both).
+        """
+        return dict(self._commands())
+
+    def has_plugin(self, name: str) -> bool:
+        """Whether a plugin of that name is registered."""
+        return self._pm.get_plugin(name) is not None
+
     def plugins(self) -> list[PluginInfo]:
         """Every registered plugin with its distribution, version and implemented hooks."""
         out = []
@@ -382,6 +420,17 @@ def _check_presets(returned: Any) -> list[Preset]:
             raise TypeError(f"preset name must be a non-empty string, got {item.name!r}")
         if not isinstance(item.config, Mapping):
             raise TypeError(f"preset {item.name!r}: config must be a mapping, got {type(item.config).__name__}")
+    return list(returned)
+
+
+def _check_commands(returned: Any) -> list[Command]:
+    if not isinstance(returned, list | tuple):
+        raise TypeError(f"bertblocks_register_commands must return a list of Command, got {type(returned)}")
+    for item in returned:
+        if not isinstance(item, Command):
+            raise TypeError(f"bertblocks_register_commands returned {item!r}, not a Command")
+        if not isinstance(item.name, str) or not item.name or item.name.startswith("-"):
+            raise TypeError(f"command name must be a non-empty string not starting with '-', got {item.name!r}")
     return list(returned)
 
 

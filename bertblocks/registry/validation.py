@@ -66,7 +66,7 @@ def validate_config(
         checker.check("backend", enc.attention.backend, "encoder.attention.backend"),
     )
     apply(("encoder", "feedforward"), checker.check("feedforward", enc.feedforward, "encoder.feedforward"))
-    checker.check_name("activation", enc.feedforward.activation_name, "encoder.feedforward.activation")
+    checker.check_name("activation", enc.feedforward.activation, "encoder.feedforward.activation")
     apply(("encoder", "layer"), checker.check("layer", enc.layer, "encoder.layer"))
     apply(("encoder", "norm"), checker.check("norm", enc.norm, "encoder.norm"))
     if config.pooler is not None:
@@ -88,7 +88,7 @@ def validate_config(
             if part == "attention":
                 checker.check("backend", spec.backend, f"{loc}.backend")
             elif part == "feedforward":
-                checker.check_name("activation", spec.activation_name, f"{loc}.activation")
+                checker.check_name("activation", spec.activation, f"{loc}.activation")
 
     if config.head is not None:
         apply(("head",), checker.check("head", config.head, "head"))

@@ -76,7 +76,7 @@ def test_preset_builds_the_architecture_transformers_builds_from_its_config(name
         }
         assert set(v4_keys.values()) == {(2 * v4_cfg["max_position_embeddings"] - 1, v4_head_dim)}
         # bertblocks has no unused absolute table for relative schemes (it broke DDP, transformers PR #31899);
-        # the table v4 checkpoints carry is ignored on load (tests/test_parity_v4_fixtures.py).
+        # the table v4 checkpoints carry is ignored on load (tests/parity/test_parity_v4_fixtures.py).
         del expected["embeddings.position_embeddings.weight"]
         head_dim = cfg.hidden_size // cfg.encoder.attention.num_heads
         for i in range(cfg.encoder.num_layers):
