@@ -371,10 +371,10 @@ def test_parallel_layer_with_cross_attention_is_an_error_at_validate():
     assert "encoder.layer: a parallel layer has no cross-attention sub-layer" in message
 
 
-def test_gated_activation_on_a_plain_feedforward_is_an_error_at_validate():
-    assert "encoder.feedforward: activation 'swiglu' is gated: it needs feedforward glu" in _issues(
-        {"feedforward": {"activation": "swiglu"}}
-    )
+def test_gated_activation_names_are_the_gates_activation():
+    # the gating is the glu block's: on the plain block the name is just its gate's element-wise activation
+    plain = _model(feedforward={"activation": "swiglu"})
+    assert isinstance(plain.encoder.layer[0].intermediate.intermediate_act_fn, torch.nn.SiLU)
 
 
 def test_overrides_cover_every_kind_and_refuse_unknown_keys():

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig, ComponentSpec
 from bertblocks.core.interfaces import FeedForward, FeedForwardOutput, Intermediate
 
 
@@ -151,20 +150,9 @@ def _norm(norm: Callable[[], nn.Module] | str | None, hidden_size: int, eps: flo
 
 
 #: gated activation names (Shazeer 2020) → the activation of their gate. Registered as activations so that a
-#: ``glu`` feed-forward can be configured the way papers name it (``activation: swiglu``); the gate of a glu
-#: block applies them, and the ungated ``bert`` block refuses them.
+#: ``glu`` feed-forward is configured the way papers name it (``activation: swiglu``). They are element-wise
+#: like any activation (the gating is the glu block's), so on the ungated ``bert`` block ``swiglu`` is SiLU.
 GATED_ACTIVATIONS: dict[str, str] = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
-
-
-def check_not_gated(config: BertConfig, spec: ComponentSpec, loc: str) -> list[str]:
-    """A gated activation name (swiglu, …) on a feed-forward that does not gate is a mistake, not silu."""
-    activation = getattr(spec, "activation", "")
-    if activation in GATED_ACTIVATIONS:
-        return [
-            f"activation {activation!r} is gated: it needs feedforward glu (or use the plain "
-            f"{GATED_ACTIVATIONS[activation]!r})"
-        ]
-    return []
 
 
 # ------------------------------------------------------------------------------------------- activations
@@ -235,7 +223,6 @@ def bertblocks_register_components() -> list[Component]:
             build_bert_feedforward,
             BertFeedForwardOptions,
             description="dense → act → dense (bias optional)",
-            validate=check_not_gated,
         ),
         Component(
             "feedforward",
