@@ -239,3 +239,18 @@ def test_components_lists_a_plugin_kind(capsys):
     out = capsys.readouterr().out
     assert "gate  constant" in out
     assert "gate constant: scale (float > 0, default 1.0): initial gate value" in out
+
+
+def test_aliases_resolve_and_collide_like_names():
+    registry = Registry(load_entry_points=False)
+    assert registry.get("activation", "swiglu").name == "silu"
+    assert "swiglu" not in {c.name for c in registry.components("activation")}
+    from bertblocks.registry import DuplicateComponentError
+
+    clash = SimpleNamespace(
+        bertblocks_register_components=lambda: [
+            Component("activation", "my_gate", lambda *, options: nn.SiLU(), aliases=("swiglu",))
+        ]
+    )
+    with pytest.raises(DuplicateComponentError, match="activation 'swiglu' is registered twice"):
+        _registry(clash).components()

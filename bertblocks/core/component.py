@@ -55,6 +55,8 @@ class Component:
         validate: optional whole-config check, called by :func:`bertblocks.registry.validate_config` for every
             place the component is used (``validate(config, spec, loc)``, see :data:`ConfigCheck`), so that a
             combination it cannot work with fails at ``validate``, not at ``build``.
+        aliases: other names configs may use for this component (``swiglu`` for the activation of a SwiGLU
+            gate); not listed as components of their own, unique within the kind like names.
         architecture: heads only: the model class name a checkpoint's ``config.json`` lists under
             ``architectures`` for a model with this head (transformers' task-model class). Loading reads the
             head from it; saving writes it. ``""``: none (such a model is saved as a bare backbone's class).
@@ -67,6 +69,7 @@ class Component:
     description: str = ""
     provider: str = ""
     validate: ConfigCheck | None = None
+    aliases: tuple[str, ...] = ()
     architecture: str = ""
 
 

@@ -149,9 +149,9 @@ def _norm(norm: Callable[[], nn.Module] | str | None, hidden_size: int, eps: flo
     return norm() if callable(norm) else norm
 
 
-#: gated activation names (Shazeer 2020) → the activation of their gate. Registered as activations so that a
-#: ``glu`` feed-forward is configured the way papers name it (``activation: swiglu``). They are element-wise
-#: like any activation (the gating is the glu block's), so on the ungated ``bert`` block ``swiglu`` is SiLU.
+#: gated activation names (Shazeer 2020) → the activation of their gate: aliases of that activation, so that a
+#: ``glu`` feed-forward is configured the way papers name it (``activation: swiglu``). The gating is the glu
+#: block's; on the ungated ``bert`` block ``swiglu`` is SiLU.
 GATED_ACTIVATIONS: dict[str, str] = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
 
 
@@ -232,16 +232,13 @@ def bertblocks_register_components() -> list[Component]:
             description="gated: dense(act(gate(x)) · up(x)); geglu, swiglu, reglu; split or fused input",
         ),
         *(
-            Component("activation", name, _activation_factory(make), description=text)
-            for name, (make, text) in ACTIVATIONS.items()
-        ),
-        *(
             Component(
                 "activation",
-                gated,
-                _activation_factory(ACTIVATIONS[gate][0]),
-                description=f"{gate}, as the gate of a {gated} feed-forward (feedforward glu)",
+                name,
+                _activation_factory(make),
+                description=text + "".join(f"; also {g} (its gate)" for g, a in GATED_ACTIVATIONS.items() if a == name),
+                aliases=tuple(g for g, a in GATED_ACTIVATIONS.items() if a == name),
             )
-            for gated, gate in GATED_ACTIVATIONS.items()
+            for name, (make, text) in ACTIVATIONS.items()
         ),
     ]

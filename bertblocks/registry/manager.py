@@ -94,6 +94,7 @@ class Registry:
         self._index: dict[tuple[str, str], Component] | None = None
         self._preset_index: dict[str, Preset] | None = None
         self._kind_index: dict[str, ComponentKind] | None = None
+        self._alias_index: dict[tuple[str, str], Component] = {}  # rebuilt with the component index
         self._command_index: dict[str, Command] | None = None
         if builtins:
             from bertblocks.plugins import BUILTIN_PLUGINS
@@ -255,6 +256,15 @@ class Registry:
                 if key in index:
                     raise DuplicateComponentError(component.kind, component.name, index[key].provider, provider)
                 index[key] = replace(component, provider=provider)
+        aliases: dict[tuple[str, str], Component] = {}
+        for component in index.values():
+            for alias in component.aliases:
+                key = (component.kind, alias)
+                if key in index or key in aliases:
+                    first = index[key] if key in index else aliases[key]
+                    raise DuplicateComponentError(component.kind, alias, first.provider, component.provider)
+                aliases[key] = component
+        self._alias_index = aliases
         self._index = index
         return index
 
@@ -268,7 +278,7 @@ class Registry:
         if kind not in KINDS and kind not in self._kinds():
             raise RegistryError(f"unknown component kind {kind!r}; kinds: {', '.join(self.kinds())}")
         try:
-            return index[(kind, name)]
+            return index[(kind, name)] if (kind, name) in index else self._alias_index[(kind, name)]
         except KeyError:
             raise UnknownComponentError(
                 kind, name, [n for k, n in index if k == kind], [e.summary() for e in self.load_errors]
