@@ -18,9 +18,11 @@ from . import _moved, sentence
 from .config_files import apply_overrides, dump_yaml, load_config, save_config
 from .core.component import Preset
 from .core.config import BertConfig, ConfigError, ConfigIssue
+from .core.limits import LimitError
 from .core.outputs import ModelOutput, ModelOutputWithPooling
 from .hf.hub import PretrainedNotFoundError, resolve_pretrained
 from .hf.tokenizer import BertTokenizer, TokenizerFilesNotFoundError
+from .hf.weight_files import WeightFileError
 from .hf.weights import CheckpointError, LoadingInfo
 from .models.auto import from_pretrained
 from .models.backbone import BertModel, build_model
@@ -72,6 +74,7 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "ConfigIssue",
+    "LimitError",
     "LoadingInfo",
     "ModelOutput",
     "ModelOutputWithPooling",
@@ -81,6 +84,7 @@ __all__ = [
     "TokenizerFilesNotFoundError",
     "UnknownComponentError",
     "UnknownPresetError",
+    "WeightFileError",
     "__version__",
     "apply_overrides",
     "build_model",

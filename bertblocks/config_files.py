@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from .bounded_yaml import YAMLLimitError, load_yaml
 from .core.config import BertConfig, ConfigError, ConfigIssue
 from .hf.config_json import config_from_hf, config_to_hf
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
@@ -65,7 +66,10 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
         path = path / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError([ConfigIssue(f"byte {e.start}", "not UTF-8 text")], str(path)) from None
     if path.suffix == ".json":
         try:
             data = json.loads(text)
@@ -73,11 +77,12 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
             raise ConfigError([ConfigIssue(f"line {e.lineno}", f"malformed JSON: {e.msg}")], str(path)) from None
     else:
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text)  # safe_load with a bound on alias expansion ("billion laughs")
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark
             line = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConfigError([ConfigIssue(line, f"malformed YAML: {e.problem}")], str(path)) from None
+            what = "refused YAML" if isinstance(e, YAMLLimitError) else "malformed YAML"
+            raise ConfigError([ConfigIssue(line, f"{what}: {e.problem}")], str(path)) from None
         except yaml.YAMLError as e:
             raise ConfigError([ConfigIssue("", f"malformed YAML: {e}")], str(path)) from None
     if data is None:
@@ -117,10 +122,23 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str] | Mapping[str
             key, sep, value = text.partition("=")
             if not sep or not key.strip():
                 raise ConfigError([ConfigIssue("", f"override {text!r} is not of the form dotted.key=value")])
-            items.append((key.strip(), yaml.safe_load(value) if value.strip() else None))
+            items.append((key.strip(), _override_value(key.strip(), value)))
     for key, value in items:
         _set_dotted(data, key, value)
     return data
+
+
+def _override_value(key: str, value: str) -> Any:
+    """The value of ``key=value`` parsed as YAML (empty: ``None``); unreadable YAML is a located error."""
+    if not value.strip():
+        return None
+    try:
+        return load_yaml(value)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(
+            [ConfigIssue(key, f"cannot read the value {value!r} as YAML ({problem}); quote it if it is text")]
+        ) from None
 
 
 def with_backend(

@@ -27,8 +27,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "registry": {"core", "plugins"},
     "plugins": {"core"},
     "hf": {"core", "registry"},
-    "config_files": {"core", "registry", "hf"},
-    "models": {"core", "registry", "hf", "config_files"},
+    "bounded_yaml": set(),
+    "config_files": {"core", "registry", "hf", "bounded_yaml"},
+    "models": {"core", "registry", "hf", "bounded_yaml", "config_files"},
 }
 
 

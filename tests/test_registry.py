@@ -224,8 +224,10 @@ def test_duplicate_component_names_both_providers():
             return [Component("backend", "sdpa", lambda *, options: ScaledSdpa(1.0), description="imposter")]
 
     reg = _registry(Clash())
+    assert reg.get("backend", "eager").name == "eager"  # a clash is an error only where the name is used
+    assert [c.description for c in reg.components("backend") if c.name == "sdpa"][1] == "imposter"  # both listed
     with pytest.raises(DuplicateComponentError) as info:
-        reg.get("backend", "eager")
+        reg.get("backend", "sdpa")
     message = str(info.value)
     assert (
         message

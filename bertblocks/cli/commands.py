@@ -160,6 +160,9 @@ def _run_plugins(args: argparse.Namespace) -> int:
     text = table(rows, ("plugin", "distribution", "version", "hooks"))
     for error in errors:
         text += f"\nFAILED  {error.summary()}" + (f"\n{error.detail}" if args.debug else "")
+    conflicts = getattr(registry, "conflicts", [])
+    for conflict in conflicts:  # usable, except the clashing name itself
+        text += f"\nCONFLICT  {conflict} (using this name is an error; the others work)"
     emit(
         args,
         text,
@@ -169,6 +172,7 @@ def _run_plugins(args: argparse.Namespace) -> int:
                 for p in plugins
             ],
             "errors": [{"plugin": e.plugin, "distribution": e.distribution, "detail": e.detail} for e in errors],
+            "conflicts": list(conflicts),
         },
     )
     return EXIT_INVALID if errors else EXIT_OK

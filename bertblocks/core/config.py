@@ -30,6 +30,8 @@ from pydantic import (
     model_validator,
 )
 
+from .limits import MAX_LAYERS_ENV, max_layers
+
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
@@ -125,7 +127,7 @@ def _fields_at(model: type[BaseModel], loc: list[Any]) -> list[str]:
 class ComponentSpec(BaseModel):
     """A component chosen by name; keys other than the typed fields are the plugin's own options."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     name: str
     # the plugin's defaults of its options, recorded by the registry's validation: to_hf leaves options that
@@ -241,22 +243,42 @@ class PoolerSpec(ComponentSpec):
 
 
 # ----------------------------------------------------------------------------------------------- encoder
+def _layer_ranges(value: str) -> list[tuple[int, int]]:
+    """``"0-3,6"`` → ``[(0, 3), (6, 6)]``, read without expanding a range into its indices."""
+    ranges = []
+    for part in value.replace(" ", "").split(","):
+        lo, sep, hi = part.partition("-")
+        try:
+            start, stop = int(lo), int(hi if sep else lo)
+        except ValueError:
+            raise ValueError(f"cannot read layer range {value!r}; write e.g. '6-11' or '0,2,4'") from None
+        if stop < start:
+            raise ValueError(f"layer range {part!r} is empty (end before start)")
+        ranges.append((start, stop))
+    return ranges
+
+
 def _parse_layers(value: Any) -> list[int]:
-    """``3``, ``"6-11"``, ``"0,2,4"`` or ``[0, 2]`` → a sorted list of layer indices."""
+    """``3``, ``"6-11"``, ``"0,2,4"`` or ``[0, 2]`` → a sorted list of layer indices.
+
+    A range is expanded only once it is known to fit under the layer limit (:mod:`.limits`): no stack is
+    deeper, and ``"0-10000000"`` would otherwise take a gigabyte to expand before it could be refused.
+    """
     if isinstance(value, bool):
         raise ValueError("layers must be an index, a range like '6-11', or a list of indices")
     if isinstance(value, int):
         return [value]
     if isinstance(value, str):
+        ranges = _layer_ranges(value)
+        deepest = max_layers()
+        highest = max(stop for _, stop in ranges)
+        if deepest is not None and highest >= deepest:
+            raise ValueError(
+                f"layer range {value!r} reaches layer {highest}, but no stack may have more than {deepest} "
+                f"layers ({MAX_LAYERS_ENV})"
+            )
         out: set[int] = set()
-        for part in value.replace(" ", "").split(","):
-            lo, sep, hi = part.partition("-")
-            try:
-                start, stop = int(lo), int(hi if sep else lo)
-            except ValueError:
-                raise ValueError(f"cannot read layer range {value!r}; write e.g. '6-11' or '0,2,4'") from None
-            if stop < start:
-                raise ValueError(f"layer range {part!r} is empty (end before start)")
+        for start, stop in ranges:
             out.update(range(start, stop + 1))
         return sorted(out)
     if isinstance(value, list | tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
@@ -325,7 +347,7 @@ class LayerOverride(BaseModel):
 class EncoderConfig(BaseModel):
     """The layer stack."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     num_layers: PositiveInt = Field(12, description="number of layers (HF num_hidden_layers)")
     attention: AttentionSpec = Field(default_factory=AttentionSpec)
@@ -349,6 +371,36 @@ class EncoderConfig(BaseModel):
     packing_threshold: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
         0.2, description="share of padding from which `auto` packs"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ranges_within_the_stack(cls, data: Any) -> Any:
+        # Checked on the written ranges, before they are expanded into indices: `layers: "0-10000000"` gets
+        # a short error at once instead of a list of ten million indices (and an error message naming them).
+        if not isinstance(data, Mapping) or not isinstance(data.get("overrides"), list):
+            return data
+        num_layers = data.get("num_layers", cls.model_fields["num_layers"].default)
+        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
+            return data  # reported by the field's own validation
+        for j, override in enumerate(data["overrides"]):
+            layers = override.get("layers") if isinstance(override, Mapping) else None
+            if not isinstance(layers, str):
+                continue
+            try:
+                ranges = _layer_ranges(layers)
+            except ValueError:
+                continue  # reported by LayerOverride
+            outside = [(max(lo, num_layers), hi) for lo, hi in ranges if hi >= num_layers]
+            if not outside:
+                continue
+            count = sum(hi - lo + 1 for lo, hi in outside)
+            shown = (
+                str(sorted({i for lo, hi in outside for i in range(lo, hi + 1)}))
+                if count <= 16
+                else ", ".join(f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in outside)
+            )
+            raise FieldError(f"overrides.{j}.layers", f"layers {shown} do not exist (num_layers is {num_layers})")
+        return data
 
     def layer_specs(self, index: int) -> tuple[AttentionSpec, FeedForwardSpec]:
         """The attention and feed-forward specs of layer ``index`` after applying every override (later wins).
@@ -415,7 +467,8 @@ class BertConfig(BaseModel):
     the components are nested. :meth:`from_hf` / :meth:`to_hf` convert to and from HF ``config.json``.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # inf and NaN are never meaningful sizes, rates or epsilons (`layer_norm_eps: .inf` would give NaN outputs)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     vocab_size: PositiveInt = Field(30522, description="token vocabulary size")
     hidden_size: PositiveInt = Field(768, description="width of every hidden state")

@@ -417,6 +417,9 @@ class EncoderModel(nn.Module):
                     f"inputs_embeds must be [batch, seq, {cfg.hidden_size}]; got {tuple(inputs_embeds.shape)}"
                 )
             batch, length = inputs_embeds.shape[:2]
+        if length == 0:  # nothing to encode; it would fail later with an IndexError naming no input
+            given = "input_ids" if input_ids is not None else "inputs_embeds"
+            raise ValueError(f"{given} is empty (sequence length 0); give at least one token per sequence")
         if past_length + length > cfg.max_position_embeddings:
             cached = f" after {past_length} cached tokens" if past_length else ""
             raise ValueError(

@@ -31,6 +31,7 @@ from ..core.config import (
     set_checkpoint_format,
 )
 from ..registry import Registry, get_registry
+from .misspelt_keys import warn_misspelt_keys
 
 #: the ``model_type`` this translation reads and writes
 MODEL_TYPE = "bert"
@@ -118,6 +119,7 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> B
         data["head"] = {"name": heads[src.pop("architectures")[0]]}
     for key in HF_DROPPED:
         src.pop(key, None)
+    warn_misspelt_keys(src, (*HF_TOP_LEVEL, *HF_NESTED, "position_embedding_type", "architectures", "bertblocks"))
     data["hf"] = src
     data = _deep_merge(data, ours)
     try:

@@ -129,7 +129,10 @@ class BertTokenizer:
         if not isinstance(max_length, int) or max_length >= _NO_LIMIT:
             max_length = 512
         if (directory / TOKENIZER_JSON).is_file():
-            backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
+            try:
+                backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
+            except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file
+                raise ValueError(f"{directory / TOKENIZER_JSON} is not a valid tokenizer file ({e})") from None
         elif (directory / VOCAB_TXT).is_file():
             lower = config.get("do_lower_case", True) if do_lower_case is None else do_lower_case
             backend = build_wordpiece(

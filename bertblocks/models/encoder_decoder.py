@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
+from ..bounded_yaml import load_yaml
 from ..config_files import apply_overrides, load_config
 from ..core.config import BertConfig
 from ..core.encoder import EncoderModel
@@ -266,7 +266,7 @@ def _read_config(
         if not path.is_file():
             raise FileNotFoundError(f"encoder-decoder config not found: {path}")
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else load_yaml(text)  # alias bombs refused
     else:
         data = dict(config)
     if data.get("model_type") == "encoder-decoder":  # transformers' config.json

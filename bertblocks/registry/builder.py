@@ -27,6 +27,7 @@ from bertblocks.core.interfaces import (
     Pooler,
     PositionScheme,
 )
+from bertblocks.core.limits import check_size
 
 from .errors import RegistryError
 from .manager import Registry, get_registry
@@ -50,8 +51,10 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
     """Assemble the embeddings, the encoder stack and the pooler of a validated ``config``.
 
     Raises:
+        LimitError: the model would exceed a resource limit (:mod:`bertblocks.core.limits`).
         BuildError: a component refused the job (capability missing, factory returned the wrong type).
     """
+    check_size(config)  # before anything is allocated: a config is data, but data that says how much memory
     reg = registry or get_registry()
     position = _make(
         reg,
@@ -324,7 +327,16 @@ def _build_sub(reg: Registry, where: str, kind: str, spec: ComponentSpec, **kwar
 
 
 def _call(component: Component, expected: type, where: str, **kwargs: Any) -> Any:
-    made = component.factory(**kwargs)
+    try:
+        made = component.factory(**kwargs)
+    except BuildError:
+        raise
+    except Exception as e:
+        # a plugin's bug (or a refusal) must say which layer, component and distribution it came from
+        raise BuildError(
+            f"{where}: {component.kind} {component.name!r} from {component.provider} failed to build: "
+            f"{type(e).__name__}: {e}"
+        ) from e
     if not isinstance(made, expected):
         raise BuildError(
             f"{where}: {component.kind} {component.name!r} from {component.provider} returned "

@@ -12,6 +12,10 @@ What counts as a broken plugin: an entry point that does not import (or exits), 
 (a hook implementation with arguments its spec lacks), a ``bertblocks_*`` function that is no hook (a
 typo: reported with the closest hook name), an entry-point name two distributions both claim, and a hook
 that raises or returns something other than the documented list.
+
+A component (or preset) name that two plugins register is not a load failure: both are listed
+(``components()``, ``bertblocks components``), every other name keeps working, and only *using* that name
+raises :class:`DuplicateComponentError` naming both providers (``strict=True`` raises at construction).
 """
 
 from __future__ import annotations
@@ -95,6 +99,9 @@ class Registry:
         self._preset_index: dict[str, Preset] | None = None
         self._kind_index: dict[str, ComponentKind] | None = None
         self._alias_index: dict[tuple[str, str], Component] = {}  # rebuilt with the component index
+        # names two plugins registered: every provider, in registration order (filled with the indexes)
+        self._clashes: dict[tuple[str, str], list[Component]] = {}
+        self._preset_clashes: dict[str, list[Preset]] = {}
         self._command_index: dict[str, Command] | None = None
         if builtins:
             from bertblocks.plugins import BUILTIN_PLUGINS
@@ -113,6 +120,10 @@ class Registry:
             self._kinds()
             self._components()
             self._presets()
+            for (kind, name), clash in self._clashes.items():
+                raise DuplicateComponentError(kind, name, clash[0].provider, clash[1].provider)
+            for preset_name, preset_clash in self._preset_clashes.items():
+                raise DuplicatePresetError(preset_name, preset_clash[0].provider, preset_clash[1].provider)
 
     @property
     def load_errors(self) -> list[PluginLoadError]:
@@ -238,6 +249,7 @@ class Registry:
             return self._index
         kinds = set(self.kinds())
         index: dict[tuple[str, str], Component] = {}
+        self._clashes = {}
         for plugin_name, plugin in self._pm.list_name_plugin():
             hook = getattr(plugin, "bertblocks_register_components", None)
             if hook is None:
@@ -254,19 +266,38 @@ class Registry:
             for component in components:
                 key = (component.kind, component.name)
                 if key in index:
-                    raise DuplicateComponentError(component.kind, component.name, index[key].provider, provider)
+                    # an error only where the name is used (get): one plugin clashing with another must not
+                    # take every other component, and `bertblocks plugins`, down with it
+                    self._clashes.setdefault(key, [index[key]]).append(replace(component, provider=provider))
+                    continue
                 index[key] = replace(component, provider=provider)
         aliases: dict[tuple[str, str], Component] = {}
         for component in index.values():
             for alias in component.aliases:
                 key = (component.kind, alias)
-                if key in index or key in aliases:
+                if key in index or key in aliases:  # an error where the name is used, as for names
                     first = index[key] if key in index else aliases[key]
-                    raise DuplicateComponentError(component.kind, alias, first.provider, component.provider)
+                    self._clashes.setdefault(key, [first]).append(component)
+                    continue
                 aliases[key] = component
         self._alias_index = aliases
         self._index = index
         return index
+
+    @property
+    def conflicts(self) -> list[str]:
+        """One line per component or preset name that two plugins registered (using it is an error)."""
+        self._components()
+        self._presets()
+        lines = [
+            f"{kind} {name!r} is registered by " + " and by ".join(c.provider for c in providers)
+            for (kind, name), providers in self._clashes.items()
+        ]
+        lines += [
+            f"preset {name!r} is registered by " + " and by ".join(p.provider for p in providers)
+            for name, providers in self._preset_clashes.items()
+        ]
+        return lines
 
     def get(self, kind: str, name: str) -> Component:
         """The component ``name`` of ``kind``.
@@ -277,6 +308,9 @@ class Registry:
         index = self._components()
         if kind not in KINDS and kind not in self._kinds():
             raise RegistryError(f"unknown component kind {kind!r}; kinds: {', '.join(self.kinds())}")
+        clash = self._clashes.get((kind, name))
+        if clash is not None:
+            raise DuplicateComponentError(kind, name, clash[0].provider, " and by ".join(c.provider for c in clash[1:]))
         try:
             return index[(kind, name)] if (kind, name) in index else self._alias_index[(kind, name)]
         except KeyError:
@@ -286,9 +320,13 @@ class Registry:
 
     def components(self, kind: str | None = None) -> list[Component]:
         """Every component (of ``kind``), sorted by kind then name."""
+        index = self._components()
+        listed = list(index.values())
+        # the second provider of a clashing name is listed too (an alias clash's second is listed already)
+        every = [*listed, *(c for clash in self._clashes.values() for c in clash[1:] if c not in listed)]
         order = {k: i for i, k in enumerate(self.kinds())}
         return sorted(
-            (c for c in self._components().values() if kind is None or c.kind == kind),
+            (c for c in every if kind is None or c.kind == kind),
             key=lambda c: (order.get(c.kind, len(order)), c.name),
         )
 
@@ -296,6 +334,7 @@ class Registry:
         if self._preset_index is not None:
             return self._preset_index
         index: dict[str, Preset] = {}
+        self._preset_clashes = {}
         for plugin_name, plugin in self._pm.list_name_plugin():
             hook = getattr(plugin, "bertblocks_register_presets", None)
             if hook is None:
@@ -309,16 +348,20 @@ class Registry:
                 continue
             self._hook_errors.pop((plugin_name, "bertblocks_register_presets"), None)
             for preset in presets:
-                if preset.name in index:
-                    raise DuplicatePresetError(preset.name, index[preset.name].provider, provider)
+                if preset.name in index:  # an error only where the name is used (get_preset)
+                    self._preset_clashes.setdefault(preset.name, [index[preset.name]]).append(
+                        replace(preset, provider=provider)
+                    )
+                    continue
                 index[preset.name] = replace(preset, provider=provider)
         self._preset_index = index
         return index
 
     def presets(self) -> list[Preset]:
-        """Every registered preset, sorted by name."""
+        """Every registered preset, sorted by name (a name two plugins registered: both)."""
         index = self._presets()
-        return [index[name] for name in sorted(index)]
+        every = [*index.values(), *(p for clash in self._preset_clashes.values() for p in clash[1:])]
+        return sorted(every, key=lambda p: p.name)
 
     def get_preset(self, name: str) -> Preset:
         """The preset called ``name``.
@@ -327,6 +370,9 @@ class Registry:
             UnknownPresetError: naming the closest presets, every available one, and broken plugins.
         """
         index = self._presets()
+        clash = self._preset_clashes.get(name)
+        if clash is not None:
+            raise DuplicatePresetError(name, clash[0].provider, " and by ".join(p.provider for p in clash[1:]))
         try:
             return index[name]
         except KeyError:

@@ -242,8 +242,10 @@ def test_a_plugin_adds_a_preset_that_create_model_builds():
 def test_a_duplicate_preset_names_both_providers():
     reg = Registry(load_entry_points=False)
     reg.register(_ZooPlugin(Preset("bert-tiny-uncased", MICRO)), name="copycat")
+    assert [p.provider for p in reg.presets() if p.name == "bert-tiny-uncased"][1] == "copycat"  # both listed
+    assert reg.get_preset("bert-mini-uncased").name == "bert-mini-uncased"  # other names keep working
     with pytest.raises(DuplicatePresetError) as err:
-        reg.presets()
+        reg.get_preset("bert-tiny-uncased")
     assert "bert-tiny-uncased" in str(err.value)
     assert "bertblocks.plugins.presets (bertblocks)" in str(err.value)
     assert "copycat" in str(err.value)
