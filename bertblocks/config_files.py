@@ -16,7 +16,7 @@ import yaml
 
 from .bounded_yaml import YAMLLimitError, load_yaml
 from .core.config import BertConfig, ConfigError, ConfigIssue
-from .hf.config_json import config_from_hf, config_to_hf
+from .hf.families import config_from_hf, config_to_hf
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
 
 ConfigSource = str | Path | Mapping[str, Any] | BertConfig
@@ -44,8 +44,26 @@ def load_config(
         ConfigError: malformed YAML/JSON (with the line) or an invalid config (every problem, with paths).
     """
     data, where = _read(source, registry)
-    data = apply_overrides(data, overrides)
+    data = apply_overrides(_labels_follow_count(data, overrides), overrides)
     return validate_config(data, registry, source=where)
+
+
+def _labels_follow_count(data: dict[str, Any], overrides: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """Drop default label names (``LABEL_0``, …) when the overrides set ``num_labels`` but no names.
+
+    A checkpoint without ``id2label`` reads as two default labels; ``num_labels=3`` must then mean three
+    default labels (transformers' rule), not a contradiction. Real label names are kept, so a count that
+    contradicts them is still an error.
+    """
+    keys = set(overrides) if isinstance(overrides, Mapping) else {text.partition("=")[0].strip() for text in overrides}
+    if "num_labels" not in keys or keys & {"id2label", "label2id"}:
+        return data
+    id2label = data.get("id2label")
+    if isinstance(id2label, Mapping) and {int(k): v for k, v in id2label.items()} == {
+        i: f"LABEL_{i}" for i in range(len(id2label))
+    }:
+        data = {k: v for k, v in data.items() if k not in ("id2label", "label2id")}
+    return data
 
 
 def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[str, Any], str | None]:
@@ -104,7 +122,8 @@ def is_hf_config(data: Mapping[str, Any]) -> bool:
 
 def _from_mapping(data: dict[str, Any], registry: Registry | None = None) -> dict[str, Any]:
     if is_hf_config(data):
-        return config_from_hf(data, registry).model_dump()
+        # through the family its model_type names (bert when none): the one place config.json is read
+        return config_from_hf(data, registry)
     return data
 
 

@@ -295,7 +295,9 @@ def _note(module: nn.Module, inputs: Mapping[str, list[int]]) -> str:
     scores = f"scores [{b}, {heads}, {q}, {q}]"
     if bias is not None:
         scores += f" + {type(bias).__name__} [{b}, {heads}, {q}, {q}]"
-    return f"{heads} heads × {head_dim}: Q, K, V [{b}, {heads}, {q}, {head_dim}] → {scores} → softmax · V"
+    rotary = getattr(getattr(module, "self", None), "rotary", None)
+    rotated = f" → rotate Q, K ({type(rotary).__name__})" if rotary is not None else ""
+    return f"{heads} heads × {head_dim}: Q, K, V [{b}, {heads}, {q}, {head_dim}]{rotated} → {scores} → softmax · V"
 
 
 def format_trace(steps: Sequence[TraceStep], tokens: Sequence[str] = ()) -> str:
@@ -324,26 +326,34 @@ def _layer_label(config: BertConfig, index: int) -> str:
     attention, feedforward = config.encoder.layer_specs(index)
     heads = attention.num_heads - len(set(config.pruned_heads.get(index, [])))
     pruned = f" ({len(config.pruned_heads[index])} pruned)" if config.pruned_heads.get(index) else ""
-    attn_opts = _changed_options(attention)
-    ff_opts = _changed_options(feedforward)
+    attn_opts = "".join(f", {k}={v}" for k, v in sorted(attention.changed_options().items()))
+    ff_opts = "".join(f", {k}={v}" for k, v in sorted(feedforward.changed_options().items()))
+    backend_opts = "".join(f" {k}={v}" for k, v in sorted(attention.backend.changed_options().items()))
     kind = ""
     if config.is_decoder:
         kind = " · causal" + (" + cross-attention" if config.add_cross_attention else "")
+    position = config.encoder.layer_position(index, config.position)
+    # a layer whose position options an override changed (ModernBERT's global RoPE base) says so
+    moved = (
+        f"<br/>position: {position.name}" + "".join(f", {k}={v}" for k, v in sorted(position.changed_options().items()))
+        if position != config.position
+        else ""
+    )
     label = (
-        f"attention: {attention.name} · {attention.backend.name} · {heads} heads{pruned}{attn_opts}{kind}"
-        f"<br/>feedforward: {feedforward.name} · {feedforward.intermediate_size} · {feedforward.activation}{ff_opts}"
+        f"attention: {attention.name} · {attention.backend.name}{backend_opts} · {heads} heads{pruned}{attn_opts}"
+        f"{kind}<br/>feedforward: {feedforward.name} · {feedforward.intermediate_size} · {feedforward.activation}"
+        f"{ff_opts}{moved}"
     )
     layer, norm = config.encoder.layer_spec(index, "layer"), config.encoder.layer_spec(index, "norm")
-    if layer.name != "post_ln" or norm.name != "layernorm" or _changed_options(layer) or _changed_options(norm):
-        label += f"<br/>layer: {layer.name}{_changed_options(layer)} · norm: {norm.name}{_changed_options(norm)}"
+    layer_opts, norm_opts = _changed_options(layer), _changed_options(norm)
+    if layer.name != "post_ln" or norm.name != "layernorm" or layer_opts or norm_opts:
+        label += f"<br/>layer: {layer.name}{layer_opts} · norm: {norm.name}{norm_opts}"
     return label
 
 
 def _changed_options(spec: Any) -> str:
     """``, key=value`` for each plugin option of ``spec`` that differs from its plugin's default."""
-    defaults = getattr(spec, "_option_defaults", {}) or {}
-    changed = {k: v for k, v in spec.options().items() if k not in defaults or defaults[k] != v}
-    return "".join(f", {k}={v}" for k, v in sorted(changed.items()))
+    return "".join(f", {k}={v}" for k, v in sorted(spec.changed_options().items()))
 
 
 def layer_groups(config: BertConfig) -> list[tuple[int, int, str]]:

@@ -43,7 +43,7 @@ from .core.component import KINDS, Component
 from .core.interfaces import AttentionBackend, Head, Positions, PositionScheme
 from .hf.weights import LoadingInfo
 from .models.backbone import BertModel
-from .registry import BuildError, Registry, get_registry
+from .registry import BuildError, Registry, get_registry, validate_config
 
 #: float32 tolerance, as for HF parity
 ATOL = 1e-5
@@ -116,7 +116,15 @@ class Subject:
             "pooler": lambda: cfg.__setitem__("pooler", self.spec()),
             "head": lambda: cfg.__setitem__("head", self.spec()),
         }
-        where[self.kind]()
+        if self.kind == "family":
+            # the family's own translation of the tiny config: a config the family can represent
+            from .hf.families import config_from_hf, get_family
+
+            family = get_family(self.name, self.registry, source=None)
+            base = validate_config(cfg, self.registry)
+            cfg = config_from_hf({**family.config_to_hf(base), "model_type": self.name}, self.registry)
+        else:
+            where[self.kind]()
         cfg.update(changes)
         return cfg
 
@@ -175,7 +183,9 @@ def _inputs(model: nn.Module, seed: int = 0) -> dict[str, torch.Tensor]:
     """A padded batch for ``model``: ``[3, 9]``, or ``[3, 2, 9]`` for a head that reshapes its inputs (multiple
     choice overrides :meth:`~bertblocks.core.interfaces.Head.prepare_inputs`)."""
     head = getattr(model, "head", None)
-    if isinstance(head, Head) and type(head).prepare_inputs is not Head.prepare_inputs:
+    # a head may override prepare_inputs only to read them (ELECTRA's discriminator keeps the mask): it says so
+    reshapes = getattr(head, "reshapes_inputs", True)
+    if isinstance(head, Head) and type(head).prepare_inputs is not Head.prepare_inputs and reshapes:
         return {k: v.view(3, 2, -1) for k, v in _batch(seed, b=6).items()}
     return _batch(seed)
 
@@ -339,6 +349,37 @@ def check_checkpoint_roundtrip(subject: Subject) -> None:
     )
 
 
+def check_family_round_trip(subject: Subject) -> None:
+    """A family's config.json and checkpoint both ways: the config comes back equal, and a model's tensors go
+    into the family's checkpoint keys and back unchanged (every key, every value)."""
+    from .core.keymap import Shared
+    from .hf.families import (
+        add_prefix,
+        checkpoint_to_model,
+        config_from_hf,
+        config_to_hf,
+        get_family,
+        model_to_checkpoint,
+    )
+
+    config = validate_config(subject.config(), subject.registry)
+    reg = subject.registry
+    back = validate_config(config_from_hf(config_to_hf(config, reg), reg), reg)
+    _expect(back == config, "the config changed going through the family's config.json")
+    model = BertModel.from_config(config, registry=subject.registry)
+    if any(isinstance(rule, Shared) for rule in get_family(subject.name, reg, source=None).key_map.rules):
+        # the format stores one layer for all (ALBERT): give the model layers that agree, as a shared one would
+        for layer in model.encoder.layer[1:]:
+            layer.load_state_dict(model.encoder.layer[0].state_dict())
+    state = add_prefix(model.state_dict(), "bert")
+    stored = model_to_checkpoint(state, config, registry=subject.registry)
+    shapes = {k: v.shape for k, v in state.items()}
+    again = checkpoint_to_model(stored, config, shapes, registry=subject.registry)
+    _expect(set(again) == set(state), f"keys changed in the key-map round trip: {sorted(set(again) ^ set(state))}")
+    for key, tensor in state.items():
+        _expect(torch.equal(again[key], tensor), f"{key} changed in the key-map round trip")
+
+
 def check_cache_equivalence(subject: Subject) -> None:
     """As a decoder: decoding a prefix and then the rest (in a chunk, then token by token) through the KV
     cache gives what one pass over the whole sequence gives, with and without padding."""
@@ -490,6 +531,21 @@ def check_position_scheme(subject: Subject) -> None:
         ids = torch.arange(9)[None].expand(3, 9)
         emb = table(ids)
         _expect(tuple(emb.shape) == (3, 9, 32), f"position embedding of [3, 9] ids is {tuple(emb.shape)}")
+    shared = scheme.shared_bias(4)
+    if shared is not None:
+        for dtype in (torch.float32, torch.float64):
+            whole = shared(Positions.contiguous(9, 0, torch.device("cpu")), dtype)
+            _expect(
+                whole.dim() == 4 and whole.shape[1:] == (4, 9, 9) and whole.shape[0] in (1, 3),
+                f"shared bias for 4 heads over 9 tokens must be [1|b, 4, 9, 9]; got {tuple(whole.shape)}",
+            )
+            _expect(whole.dtype == dtype, f"shared bias is {whole.dtype} when {dtype} was asked")
+            tail = shared(Positions.contiguous(4, 5, torch.device("cpu")), dtype)
+            _close(
+                f"shared bias of 4 queries after 5 cached keys vs rows 5.. of the whole ({dtype})",
+                tail,
+                whole[:, :, 5:],
+            )
     bias = scheme.attention_bias(4, 8)
     _expect(
         scheme.adds_score_bias is None or (bias is not None) == scheme.adds_score_bias,
@@ -497,8 +553,8 @@ def check_position_scheme(subject: Subject) -> None:
         f"{'a bias' if bias is not None else 'None'}: declare what the scheme contributes",
     )
     if bias is None:
-        if table is None:
-            raise ConformanceSkip("the scheme adds neither an embedding nor an attention bias")
+        if table is None and shared is None and scheme.layer_terms(0, 4, 8).rotary is None:
+            raise ConformanceSkip("the scheme adds no embedding, no score bias and no rotation")
         return
     for dtype in (torch.float32, torch.float64):
         query, key, _ = _qkv(b=2, h=4, q=9, k=9, dtype=dtype)
@@ -511,6 +567,78 @@ def check_position_scheme(subject: Subject) -> None:
         _expect(full.dtype == dtype, f"bias is {full.dtype} for {dtype} queries")
         tail = bias(query[:, :, 5:], key, Positions.contiguous(4, 5, query.device))
         _close(f"bias of 4 queries after 5 cached keys vs rows 5.. of the full bias ({dtype})", tail, full[:, :, 5:])
+
+
+def _rotary_of(subject: Subject) -> Any:
+    scheme: PositionScheme = subject.make(max_positions=64)
+    rotary = scheme.layer_terms(0, 4, 8).rotary
+    if rotary is None:
+        raise ConformanceSkip("the scheme does not rotate queries and keys")
+    return rotary
+
+
+def check_rotary_shift_invariance(subject: Subject) -> None:
+    """A rotation makes scores depend on positions only through their difference: shifting every position by
+    the same amount (a cache offset, a later packed sequence) leaves ``q·k`` unchanged, while a rotation that
+    ignored positions would be caught by the second half (scores at other distances must differ)."""
+    rotary = _rotary_of(subject)
+    g = torch.Generator().manual_seed(4)
+    for dtype in (torch.float32, torch.float64):
+        query, key = (torch.randn(2, 9, 4, 8, generator=g).to(dtype) for _ in range(2))  # [B, t, h, d]
+        base = torch.arange(9)[None].expand(2, 9)
+        with torch.no_grad():
+            q0, k0 = rotary(query, key, base)
+            q1, k1 = rotary(query, key, base + 17)
+            _expect(q0.shape == query.shape and k0.shape == key.shape, "rotation changed the shape of q or k")
+            _expect(q0.dtype == dtype, f"rotation of {dtype} queries returned {q0.dtype}")
+            scores = torch.einsum("bqhd,bkhd->bhqk", q0, k0)
+            _close(
+                f"scores with every position shifted by 17 ({dtype})", torch.einsum("bqhd,bkhd->bhqk", q1, k1), scores
+            )
+            q2, k2 = rotary(query, key, base.flip(-1))
+            _expect(
+                _diff(torch.einsum("bqhd,bkhd->bhqk", q2, k2), scores) > 1e-3,
+                "reversing the positions left every score unchanged: the rotation ignores positions",
+            )
+
+
+def check_position_cache_chunks(subject: Subject) -> None:
+    """As a decoder, feeding the sequence through the KV cache in chunks of 1, of 3, and all at once gives what
+    one pass gives: positions continue exactly after the cache, whatever the chunk size."""
+    try:
+        model = subject.model(is_decoder=True)
+    except BuildError as e:
+        raise ConformanceSkip(f"cannot be built as a decoder: {e}") from None
+    ids = _batch(b=2, length=8)["input_ids"]
+    full = _run(model, input_ids=ids).last_hidden_state
+    for size in (1, 3, ids.shape[1]):
+        cache, pieces = None, []
+        for start in range(0, ids.shape[1], size):
+            out = _run(model, input_ids=ids[:, start : start + size], past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            pieces.append(out.last_hidden_state)
+        _close(f"chunks of {size} through the cache vs one pass", torch.cat(pieces, dim=1), full)
+
+
+def check_packed_positions(subject: Subject) -> None:
+    """A padded batch run packed (``encoder.packing: always``: real tokens laid end to end, each sequence's
+    positions restarting at 0) equals the padded run at every real position, with default and with explicit
+    ``position_ids``."""
+    model = subject.model()
+    cfg = subject.config()
+    cfg["encoder"]["packing"] = "always"
+    packed = subject.model(config=cfg)
+    packed.load_state_dict(model.state_dict())
+    cfg["encoder"]["packing"] = "never"
+    padded = subject.model(config=cfg)
+    padded.load_state_dict(model.state_dict())
+    inputs = _batch()
+    # rows spaced differently: a scheme that dropped them (or took the packed index for a position) shows it
+    explicit = {**inputs, "position_ids": torch.arange(9)[None] * torch.tensor([[1], [2], [3]])}
+    for label, batch in (("default positions", inputs), ("explicit position_ids", explicit)):
+        _close_outputs(
+            f"packed vs padded batch ({label})", _run(packed, **batch), _run(padded, **batch), inputs["attention_mask"]
+        )
 
 
 def check_embedding(subject: Subject) -> None:
@@ -652,11 +780,15 @@ CHECKS: tuple[Check, ...] = (
     Check("causal", ("backend",), check_backend_causal),
     Check("dropout", ("backend",), check_backend_dropout),
     Check("position_scheme", ("position",), check_position_scheme),
+    Check("rotary_shift", ("position",), check_rotary_shift_invariance),
+    Check("position_cache_chunks", ("position",), check_position_cache_chunks),
+    Check("packed_positions", ("position",), check_packed_positions),
     Check("embedding", ("embedding",), check_embedding),
     Check("attention_module", ("attention",), check_attention_module),
     Check("position_wise", ("feedforward",), check_feedforward_position_wise),
     Check("elementwise", ("activation",), check_activation),
     Check("pooler", ("pooler",), check_pooler),
+    Check("family_round_trip", ("family",), check_family_round_trip),
     Check("compile", MODEL_KINDS, check_compile, slow=True),
 )
 

@@ -203,5 +203,10 @@ def test_core_names_no_builtin_component_but_the_schema_defaults():
     table = re.search(r"DEFAULT_COMPONENTS: dict\[str, str\] = \{.*?\n\}", text, re.S)
     assert table is not None
     rest = text.replace(table.group(0), "")
-    mentioned = sorted(name for name in builtins if re.search(rf"(``|[\"']){re.escape(name)}(``|[\"'])", rest))
+    # `none` is also a plain word of the config language (limits: `none` switches a limit off), not only the
+    # position scheme of that name, so its appearance in core says nothing about core knowing the component
+    plain_words = {"none"}
+    mentioned = sorted(
+        name for name in builtins - plain_words if re.search(rf"(``|[\"']){re.escape(name)}(``|[\"'])", rest)
+    )
     assert mentioned == []

@@ -17,7 +17,7 @@ from bertblocks import BertModel, load_config
 from bertblocks.core.component import Component, ComponentKind, subcomponent
 from bertblocks.core.config import ComponentSpec, ConfigError
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities, FeedForward
-from bertblocks.plugins.attention import build_bert_attention
+from bertblocks.plugins.attention import AttentionOptions, build_bert_attention
 from bertblocks.plugins.feedforward import BertIntermediate, BertOutput
 from bertblocks.registry import BuildError, KindCollisionError, PluginLoadError, Registry
 from tests.conftest import TINY
@@ -38,7 +38,7 @@ class ConstantGateOptions(BaseModel):
     scale: float = Field(1.0, gt=0, description="initial gate value")
 
 
-class GatedAttentionOptions(BaseModel):
+class GatedAttentionOptions(AttentionOptions):  # BERT's attention options, plus a gate
     model_config = ConfigDict(extra="forbid")
 
     gate: ComponentSpec = subcomponent("gate", "constant", "how the output is gated")

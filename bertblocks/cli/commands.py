@@ -1,5 +1,5 @@
 """The built-in ``bertblocks`` commands: build, validate, plugins, components, presets, trace, diagram, embed,
-similarity, convert, schema.
+similarity, convert, schema, export (embed and export live in their own modules, imported when they run).
 
 This module is a plugin like any other: it hands its commands to the CLI through the
 ``bertblocks_register_commands`` hook (:func:`bertblocks_register_commands`). Heavy imports (torch, the model
@@ -411,24 +411,6 @@ def _encode(args: argparse.Namespace) -> Any:
     return sentence.encode(model, tokenizer, list(args.texts)), sentence
 
 
-def _run_embed(args: argparse.Namespace) -> int:
-    embeddings, _ = _encode(args)
-    n, dim = embeddings.shape
-    lines = [f"{n} embedding{'s' if n != 1 else ''} of dimension {dim} (mean-pooled, L2-normalised)"]
-    for text, row in zip(args.texts, embeddings, strict=True):
-        head = ", ".join(f"{v:+.4f}" for v in row[:6].tolist())
-        lines.append(f"{_clip(text)}: [{head}, …]")
-    emit(
-        args,
-        "\n".join(lines),
-        {
-            "shape": [n, dim],
-            "embeddings": [{"text": t, "vector": r.tolist()} for t, r in zip(args.texts, embeddings, strict=True)],
-        },
-    )
-    return EXIT_OK
-
-
 def _run_similarity(args: argparse.Namespace) -> int:
     embeddings, sentence = _encode(args)
     scores = sentence.similarity(embeddings, embeddings)
@@ -515,10 +497,21 @@ def bertblocks_register_commands() -> list[Command]:
             _run_trace,
         ),
         Command("diagram", "print a Mermaid flowchart of the assembled model", _configure_diagram, _run_diagram),
-        Command("embed", "sentence embeddings (mean-pooled, L2-normalised)", _configure_sentences, _run_embed),
+        Command(
+            "embed",
+            "sentence embeddings (mean-pooled, L2-normalised) of texts, a file or stdin; to .npy or .jsonl",
+            "bertblocks.cli.embed:configure",
+            "bertblocks.cli.embed:run",
+        ),
         Command("similarity", "cosine-similarity table of sentence embeddings", _configure_sentences, _run_similarity),
         Command(
             "convert", "convert a config between HF config.json and bertblocks YAML", _configure_convert, _run_convert
         ),
         Command("schema", "print the JSON Schema of the config format", _configure_schema, _run_schema),
+        Command(
+            "export",
+            "export a checkpoint to ONNX or torch.export (dynamic batch and sequence, attention mask kept)",
+            "bertblocks.cli.export:configure",
+            "bertblocks.cli.export:run",
+        ),
     ]

@@ -23,7 +23,17 @@ if TYPE_CHECKING:
     from .config import BertConfig, ConfigIssue
 
 Kind = Literal[
-    "embedding", "position", "attention", "backend", "feedforward", "activation", "norm", "layer", "pooler", "head"
+    "embedding",
+    "position",
+    "attention",
+    "backend",
+    "feedforward",
+    "activation",
+    "norm",
+    "layer",
+    "pooler",
+    "head",
+    "family",
 ]
 #: the built-in kinds; plugins may declare more (:class:`ComponentKind`), never one of these
 KINDS: tuple[str, ...] = get_args(Kind)

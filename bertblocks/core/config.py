@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from .config_surface import FlatConfigView
 from .limits import MAX_LAYERS_ENV, max_layers
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -130,9 +131,22 @@ class ComponentSpec(BaseModel):
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     name: str
-    # the plugin's defaults of its options, recorded by the registry's validation: to_hf leaves options that
-    # still hold them out of config.json (validation fills them in again when it is read back)
+    #: the plugin's option defaults, recorded when the registry fills them in (``validate``), so that
+    #: :meth:`BertConfig.to_hf` writes only options that differ from them
     _option_defaults: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def __eq__(self, other: object) -> bool:
+        # equal specs name the same component with the same values, whether or not the registry has told
+        # them their defaults yet (pydantic would compare that private record too)
+        if not isinstance(other, ComponentSpec):
+            return NotImplemented
+        return (
+            type(self) is type(other)
+            and self.__dict__ == other.__dict__
+            and self.__pydantic_extra__ == other.__pydantic_extra__
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like every pydantic model
 
     @model_validator(mode="before")
     @classmethod
@@ -140,17 +154,15 @@ class ComponentSpec(BaseModel):
         # `backend: eager` is short for `backend: {name: eager}`.
         return {"name": data} if isinstance(data, str) else data
 
-    def __eq__(self, other: object) -> bool:
-        # the recorded option defaults are bookkeeping, not part of the value (pydantic would compare them)
-        if not isinstance(other, ComponentSpec):
-            return NotImplemented
-        return type(self) is type(other) and self.__dict__ == other.__dict__ and self.options() == other.options()
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, like every pydantic model
-
     def options(self) -> dict[str, Any]:
         """The plugin-specific options (everything that is not a typed field of this spec)."""
         return dict(self.__pydantic_extra__ or {})
+
+    def changed_options(self) -> dict[str, Any]:
+        """The plugin options that differ from the plugin's defaults (all of them before ``validate`` has
+        recorded the defaults)."""
+        defaults = self._option_defaults
+        return {k: v for k, v in self.options().items() if k not in defaults or defaults[k] != v}
 
 
 #: The component of each kind a config gets when it names none: BERT's. These are the only component names
@@ -166,6 +178,7 @@ DEFAULT_COMPONENTS: dict[str, str] = {
     "norm": "layernorm",
     "layer": "post_ln",
     "pooler": "first_token",
+    "family": "bert",
 }
 
 
@@ -243,23 +256,30 @@ class PoolerSpec(ComponentSpec):
 
 
 # ----------------------------------------------------------------------------------------------- encoder
-def _layer_ranges(value: str) -> list[tuple[int, int]]:
-    """``"0-3,6"`` → ``[(0, 3), (6, 6)]``, read without expanding a range into its indices."""
+def _layer_ranges(value: str) -> list[tuple[int, int, int]]:
+    """``"0-3,6,0-21/3"`` → ``[(0, 3, 1), (6, 6, 1), (0, 21, 3)]`` (start, stop, step), read without expanding a
+    range into its indices."""
     ranges = []
     for part in value.replace(" ", "").split(","):
-        lo, sep, hi = part.partition("-")
+        span, slash, every = part.partition("/")
+        lo, sep, hi = span.partition("-")
         try:
-            start, stop = int(lo), int(hi if sep else lo)
+            start, stop, step = int(lo), int(hi if sep else lo), int(every) if slash else 1
         except ValueError:
-            raise ValueError(f"cannot read layer range {value!r}; write e.g. '6-11' or '0,2,4'") from None
+            raise ValueError(
+                f"cannot read layer range {value!r}; write e.g. '6-11', '0,2,4' or '0-21/3' (every third)"
+            ) from None
         if stop < start:
             raise ValueError(f"layer range {part!r} is empty (end before start)")
-        ranges.append((start, stop))
+        if step < 1:
+            raise ValueError(f"layer range {part!r}: the step after '/' must be at least 1")
+        ranges.append((start, stop, step))
     return ranges
 
 
 def _parse_layers(value: Any) -> list[int]:
-    """``3``, ``"6-11"``, ``"0,2,4"`` or ``[0, 2]`` → a sorted list of layer indices.
+    """``3``, ``"6-11"``, ``"0,2,4"``, ``"0-21/3"`` (every third: 0, 3, …, 21) or ``[0, 2]`` → a sorted list of
+    layer indices.
 
     A range is expanded only once it is known to fit under the layer limit (:mod:`.limits`): no stack is
     deeper, and ``"0-10000000"`` would otherwise take a gigabyte to expand before it could be refused.
@@ -271,15 +291,15 @@ def _parse_layers(value: Any) -> list[int]:
     if isinstance(value, str):
         ranges = _layer_ranges(value)
         deepest = max_layers()
-        highest = max(stop for _, stop in ranges)
+        highest = max(stop for _, stop, _ in ranges)
         if deepest is not None and highest >= deepest:
             raise ValueError(
                 f"layer range {value!r} reaches layer {highest}, but no stack may have more than {deepest} "
                 f"layers ({MAX_LAYERS_ENV})"
             )
         out: set[int] = set()
-        for start, stop in ranges:
-            out.update(range(start, stop + 1))
+        for start, stop, step in ranges:
+            out.update(range(start, stop + 1, step))
         return sorted(out)
     if isinstance(value, list | tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return sorted(set(value))
@@ -343,6 +363,10 @@ class LayerOverride(BaseModel):
     def feedforward(self) -> dict[str, Any] | None:
         return self.changes("feedforward")
 
+    @property
+    def position(self) -> dict[str, Any] | None:
+        return self.changes("position")
+
 
 class EncoderConfig(BaseModel):
     """The layer stack."""
@@ -390,14 +414,23 @@ class EncoderConfig(BaseModel):
                 ranges = _layer_ranges(layers)
             except ValueError:
                 continue  # reported by LayerOverride
-            outside = [(max(lo, num_layers), hi) for lo, hi in ranges if hi >= num_layers]
+            # (first, last, step) of the indices past the stack; a stepped range ends at its last index
+            outside = []
+            for lo, hi, step in ranges:
+                last = lo + (hi - lo) // step * step
+                if last >= num_layers:
+                    first = lo if lo >= num_layers else lo + ((num_layers - lo + step - 1) // step) * step
+                    outside.append((first, last, step))
             if not outside:
                 continue
-            count = sum(hi - lo + 1 for lo, hi in outside)
+            count = sum((hi - lo) // step + 1 for lo, hi, step in outside)
             shown = (
-                str(sorted({i for lo, hi in outside for i in range(lo, hi + 1)}))
+                str(sorted({i for lo, hi, step in outside for i in range(lo, hi + 1, step)}))
                 if count <= 16
-                else ", ".join(f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in outside)
+                else ", ".join(
+                    (f"{lo}-{hi}" + (f"/{step}" if step > 1 else "")) if hi > lo else str(lo)
+                    for lo, hi, step in outside
+                )
             )
             raise FieldError(f"overrides.{j}.layers", f"layers {shown} do not exist (num_layers is {num_layers})")
         return data
@@ -430,6 +463,11 @@ class EncoderConfig(BaseModel):
             return index
         return index * self.num_layer_groups // self.num_layers
 
+    def layer_position(self, index: int, position: PositionSpec) -> PositionSpec:
+        """The position spec of layer ``index``'s self-attention: ``position`` (the model's) after every
+        override's ``position`` changes (later wins)."""
+        return self.layer_spec(index, "position", base=position)
+
 
 def merge_spec(base: ComponentSpec, changes: Mapping[str, Any]) -> Any:
     data = base.model_dump()
@@ -460,11 +498,13 @@ def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, A
 
 
 # ---------------------------------------------------------------------------------------------- the root
-class BertConfig(BaseModel):
+class BertConfig(FlatConfigView, BaseModel):
     """A whole BERT: vocabulary and sizes, the components and their options.
 
     Field names shared with HF's ``BertConfig`` keep HF's names (``vocab_size``, ``layer_norm_eps``, …);
     the components are nested. :meth:`from_hf` / :meth:`to_hf` convert to and from HF ``config.json``.
+    transformers' flat names (``num_hidden_layers``, ``to_dict()``, ``get()``, ``model_type``) read and write
+    the same fields (:class:`~bertblocks.core.config_surface.FlatConfigView`).
     """
 
     # inf and NaN are never meaningful sizes, rates or epsilons (`layer_norm_eps: .inf` would give NaN outputs)
@@ -498,6 +538,11 @@ class BertConfig(BaseModel):
     )
     pruned_heads: dict[int, list[int]] = Field(
         default_factory=dict, description="heads removed per layer; re-applied before weights are loaded"
+    )
+    family: str = Field(
+        DEFAULT_COMPONENTS["family"],
+        description="the model family (HF model_type) whose config.json and checkpoint format this model "
+        "loads and saves; bertblocks-hybrid for a model no transformers class describes",
     )
     hf: dict[str, Any] = Field(
         default_factory=dict,
@@ -615,28 +660,6 @@ class BertConfig(BaseModel):
                         )
                     ]
         return []
-
-    def explicit_dump(self) -> dict[str, Any]:
-        """``model_dump()`` without the plugin options that hold their plugin's default (see ``ComponentSpec``):
-        what a checkpoint's ``config.json`` needs to carry."""
-        dump = self.model_dump()
-
-        def strip(spec: Any, node: Any) -> None:
-            if not isinstance(spec, ComponentSpec) or not isinstance(node, dict):
-                return
-            for key, default in spec._option_defaults.items():
-                if key in spec.options() and node.get(key) == default:
-                    node.pop(key)
-            for key in type(spec).model_fields:
-                strip(getattr(spec, key), node.get(key))
-
-        for key in type(self).model_fields:
-            value = getattr(self, key)
-            if isinstance(value, BaseModel):
-                strip(value, dump.get(key))
-                for sub in type(value).model_fields:
-                    strip(getattr(value, sub), dump[key].get(sub) if isinstance(dump.get(key), dict) else None)
-        return dump
 
     # ------------------------------------------------------------------------ checkpoint config.json
     @classmethod

@@ -8,15 +8,27 @@ the additive mask, positions, head-mask expansion) so layers never redo it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd.graph import save_on_cpu
 from torch.utils.checkpoint import checkpoint
 
 from .cache import KVCache
 from .config import BertConfig
-from .interfaces import Attention, Embedding, FeedForward, Layer, Pooler, Positions, PositionScheme
+from .interfaces import (
+    Attention,
+    Embedding,
+    FeedForward,
+    Layer,
+    Pooler,
+    Positions,
+    PositionScheme,
+    SharedPositionBias,
+)
 from .masks import additive_mask, causal_mask, check_attention_mask, is_all_visible
 from .outputs import EncoderOutput, ModelOutputWithPooling
 from .packing import Packing, right_padded_lengths
@@ -115,10 +127,15 @@ class Encoder(nn.Module):
         groups: cross-layer sharing: the stack runs ``layers[groups[i]]`` as its layer ``i`` (ALBERT), so
             ``len(groups)`` layers run with ``len(layers)`` layers' parameters; ``None``: each layer once.
         final_norm: a norm after the last layer (pre-LN stacks), registered at ``encoder.final_norm``.
+        shared_bias: a position bias shared by every layer (MPNet's ``encoder.relative_attention_bias``).
     """
 
     def __init__(
-        self, layers: Sequence[Layer], groups: Sequence[int] | None = None, final_norm: nn.Module | None = None
+        self,
+        layers: Sequence[Layer],
+        groups: Sequence[int] | None = None,
+        final_norm: nn.Module | None = None,
+        shared_bias: SharedPositionBias | None = None,
     ) -> None:
         super().__init__()
         self.layer = nn.ModuleList(layers)  # singular name: HF's key is `encoder.layer.N`
@@ -127,6 +144,22 @@ class Encoder(nn.Module):
             raise ValueError(f"layer groups {self.groups} name layers outside 0..{len(layers) - 1}")
         self.final_norm = final_norm
         self.gradient_checkpointing = False
+        self._shares = groups is not None
+        self._indexed = tuple(LayerContext(layer_index=i) for i in range(len(self.groups)))
+        # A position bias shared by every layer lives here, as in MPNet (`encoder.relative_attention_bias`).
+        self.shared_bias_name = shared_bias.module_name if shared_bias is not None else None
+        if shared_bias is not None:
+            self.add_module(shared_bias.module_name, shared_bias)
+        #: keyword arguments for ``torch.utils.checkpoint.checkpoint`` (transformers' ``gradient_checkpointing_kwargs``)
+        self.checkpoint_options: dict[str, Any] = {"use_reentrant": False}
+        #: checkpoint layers 0, n, 2n, … only (the others keep their activations: memory traded for speed)
+        self.checkpoint_every = 1
+        #: keep what checkpointed layers save for backward in host memory (frees accelerator memory)
+        self.checkpoint_offload = False
+
+    @property
+    def shared_bias(self) -> SharedPositionBias | None:
+        return getattr(self, self.shared_bias_name) if self.shared_bias_name else None
 
     @property
     def num_layers(self) -> int:
@@ -151,23 +184,42 @@ class Encoder(nn.Module):
         all_attn: list[torch.Tensor] = []
         all_cross: list[torch.Tensor] = []
         ctx = context or _NO_DECODER
+        if not self._shares and len(self.groups) != len(self.layer):  # layers added or removed after construction
+            self.groups = tuple(range(len(self.layer)))
+        if len(self._indexed) != len(self.groups):
+            self._indexed = tuple(LayerContext(layer_index=i) for i in range(len(self.groups)))
+        shared = self.shared_bias
+        if shared is not None:
+            # once per forward pass, not once per layer
+            positions = replace(positions, score_bias=shared(positions, hidden_states.dtype))
         for i, group in enumerate(self.groups):
             layer = self.layer[group]
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             layer_head_mask = None if head_mask is None else head_mask[i]
-            layer_ctx = replace(ctx, layer_index=i) if context is not None else None
-            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                hidden_states, weights, cross = checkpoint(
-                    layer,
-                    hidden_states,
-                    mask,
-                    positions,
-                    layer_head_mask,
-                    output_attentions,
-                    layer_ctx,
-                    use_reentrant=False,
+            # every layer learns its index (KV cache slot, attentions whose layers differ); without a
+            # per-forward context the contexts are made once per model, not once per call
+            layer_ctx = replace(ctx, layer_index=i) if context is not None else self._indexed[i]
+            if (
+                self.gradient_checkpointing
+                and self.training
+                and torch.is_grad_enabled()
+                and i % self.checkpoint_every == 0
+            ):
+                offload = (
+                    save_on_cpu(pin_memory=torch.cuda.is_available()) if self.checkpoint_offload else nullcontext()
                 )
+                with offload:
+                    hidden_states, weights, cross = checkpoint(
+                        layer,
+                        hidden_states,
+                        mask,
+                        positions,
+                        layer_head_mask,
+                        output_attentions,
+                        layer_ctx,
+                        **self.checkpoint_options,
+                    )
             else:
                 hidden_states, weights, cross = layer(
                     hidden_states, mask, positions, layer_head_mask, output_attentions, layer_ctx
@@ -285,7 +337,8 @@ class EncoderModel(nn.Module):
                     if cfg.is_decoder
                     else additive_mask(attention_mask, dtype)
                 )
-        positions = Positions.contiguous(length, past_length, device)
+        # the user's position_ids reach the position scheme (rotary schemes rotate by them)
+        positions = Positions.contiguous(length, past_length, device, ids=position_ids)
         layer_head_mask = self._expand_head_mask(head_mask, dtype)
 
         context = None
@@ -293,6 +346,7 @@ class EncoderModel(nn.Module):
         if packing is not None:
             hidden = packing.pack(hidden)[None]  # [1, T, H]: dense layers see real tokens only
             context = LayerContext(packing=packing)
+            positions = positions.packed(packing)  # each sequence's positions, from 0, for its packed tokens
         if cfg.is_decoder:
             encoder_mask = None
             if encoder_hidden_states is not None and encoder_attention_mask is not None:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 from torch import nn
 
+from .family import Family
 from .interfaces import Attention, AttentionBackend, Embedding, FeedForward, Head, Layer, Pooler, PositionScheme
 
 
@@ -60,6 +61,7 @@ class AttentionFactory(Protocol):
         layer_norm_eps: float,
         backend: AttentionBackend,
         position: PositionScheme,
+        layer_index: int,
         options: BaseModel,
         norm: Callable[[], nn.Module] | None,
     ) -> Attention: ...
@@ -142,6 +144,12 @@ class HeadFactory(Protocol):
     ) -> Head: ...
 
 
+class FamilyFactory(Protocol):
+    """Kind ``family``: the component's name is the HF ``model_type`` it handles."""
+
+    def __call__(self, *, options: BaseModel) -> Family: ...
+
+
 #: kind → (the factory's protocol, the type the factory must return)
 FACTORIES: dict[str, tuple[type[Any], type[Any]]] = {
     "embedding": (EmbeddingFactory, Embedding),
@@ -154,6 +162,7 @@ FACTORIES: dict[str, tuple[type[Any], type[Any]]] = {
     "layer": (LayerFactory, Layer),
     "pooler": (PoolerFactory, Pooler),
     "head": (HeadFactory, Head),
+    "family": (FamilyFactory, Family),
 }
 
 __all__ = [
@@ -162,6 +171,7 @@ __all__ = [
     "AttentionFactory",
     "BackendFactory",
     "EmbeddingFactory",
+    "FamilyFactory",
     "FeedForwardFactory",
     "HeadFactory",
     "LayerFactory",

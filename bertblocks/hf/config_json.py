@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from ..core.config import (
     BertConfig,
+    ComponentSpec,
     ConfigError,
     ConfigIssue,
     _deep_merge,
@@ -154,7 +155,7 @@ def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[s
             "pruned_heads": {str(k): v for k, v in config.pruned_heads.items()},
         }
     )
-    extra = _diff(config.explicit_dump(), config_from_hf(dict(out.items()), registry).model_dump())
+    extra = _diff(_without_default_options(config), config_from_hf(dict(out.items()), registry).model_dump())
     if extra:
         out["bertblocks"] = extra
     return out
@@ -172,6 +173,27 @@ class _HFConfigJson:
 
 
 set_checkpoint_format(_HFConfigJson())
+
+
+def _without_default_options(model: BaseModel) -> dict[str, Any]:
+    """``model.model_dump()`` without the plugin options that still hold the defaults ``validate`` filled in
+    (:meth:`ComponentSpec.changed_options`), so that a default config writes no ``bertblocks`` key."""
+    out = model.model_dump()
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, BaseModel):
+            out[name] = _without_default_options(value)
+        elif isinstance(value, list | dict):
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(item, BaseModel):
+                    out[name][key] = _without_default_options(item)
+    if isinstance(model, ComponentSpec):
+        changed = model.changed_options()
+        for key in model.options():
+            if key not in changed:
+                del out[key]
+    return out
 
 
 def _diff(full: Any, base: Any) -> Any:

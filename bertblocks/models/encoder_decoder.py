@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,27 +27,50 @@ from torch import nn
 from ..bounded_yaml import load_yaml
 from ..config_files import apply_overrides, load_config
 from ..core.config import BertConfig
+from ..core.config_surface import FlatConfigView
 from ..core.encoder import EncoderModel
 from ..core.outputs import ModelOutput
 from ..registry import Registry
 from .backbone import BertModel
 from .generation import generate
 from .pretrained import PretrainedModel
+from .surface import PretrainedSurface
 from .task_models import BertLMHeadModel
 
 
-class EncoderDecoderConfig(BaseModel):
+class EncoderDecoderConfig(FlatConfigView, BaseModel):
     """Two BERT configs and the tokens that start and pad decoder inputs.
 
-    The decoder is always built with ``is_decoder: true`` and ``add_cross_attention: true``.
+    The decoder is always built with ``is_decoder: true`` and ``add_cross_attention: true``. ``to_dict()``,
+    ``get()`` and ``model_type`` read as transformers' ``EncoderDecoderConfig``.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_type: ClassVar[str] = "encoder-decoder"
+    flat_aliases: ClassVar[dict[str, str]] = {}
+    is_encoder_decoder: ClassVar[bool] = True
 
     encoder: dict[str, Any] = Field(description="the encoder's config (ours or HF's config.json form)")
     decoder: dict[str, Any] = Field(description="the decoder's config (ours or HF's config.json form)")
     decoder_start_token_id: int = Field(description="first decoder input token (e.g. [CLS])")
     pad_token_id: int = Field(0, description="replaces -100 in labels shifted into decoder inputs")
+
+    def to_hf(self) -> dict[str, Any]:
+        """transformers' ``EncoderDecoderModel`` ``config.json``: both BERT configs in HF's flat form."""
+        encoder = load_config(self.encoder).model_copy(update={"head": None}).to_hf()
+        decoder = load_config({**self.decoder, "is_decoder": True, "add_cross_attention": True}).to_hf()
+        if decoder.get("architectures") == ["BertModel"]:
+            decoder["architectures"] = ["BertLMHeadModel"]
+        return {
+            "model_type": "encoder-decoder",
+            "architectures": ["EncoderDecoderModel"],
+            "is_encoder_decoder": True,
+            "encoder": encoder,
+            "decoder": decoder,
+            "decoder_start_token_id": self.decoder_start_token_id,
+            "pad_token_id": self.pad_token_id,
+            "tie_encoder_decoder": False,
+        }
 
 
 @dataclass
@@ -73,8 +96,11 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
-class BertEncoderDecoder(PretrainedModel):
+class BertEncoderDecoder(PretrainedSurface, PretrainedModel):
     """BERT2BERT: ``encoder`` (a :class:`BertModel`) and ``decoder`` (a :class:`BertLMHeadModel`)."""
+
+    #: its config is the pair's, not a BERT config: ``from_pretrained`` takes no config fields as keywords
+    takes_config_keywords = False
 
     def __init__(self, config: EncoderDecoderConfig, encoder: BertModel, decoder: BertLMHeadModel) -> None:
         super().__init__()
@@ -147,6 +173,28 @@ class BertEncoderDecoder(PretrainedModel):
             "pad_token_id": self.config.pad_token_id,
             "tie_encoder_decoder": False,
         }
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The encoder's token embeddings (transformers' ``EncoderDecoderModel`` answers the same)."""
+        return self.encoder.get_input_embeddings()
+
+    def get_output_embeddings(self) -> nn.Module | None:
+        """The decoder's LM decoder."""
+        return self.decoder.get_output_embeddings()
+
+    def tie_weights(self) -> None:
+        self.decoder.tie_weights()
+
+    def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> nn.Embedding:
+        """Not supported on the pair, as in transformers: resize ``model.encoder`` and ``model.decoder``.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError(
+            "resizing the embeddings of an encoder-decoder model directly is not supported (as in transformers): "
+            "call resize_token_embeddings on model.encoder and model.decoder"
+        )
 
     def initializer_std(self) -> float:
         # the decoder's, as transformers initialises enc_to_dec_proj (the only module outside both sides)

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ..config_files import with_backend
+from ..core.config import BertConfig
 from ..hf.hub import resolve_pretrained
 from ..hf.key_maps import BERT_KEY_MAP, KeyMap
 from ..hf.weights import (
@@ -44,10 +45,11 @@ from ..hf.weights import (
     find_weights,
     match_state_dict,
     read_state_dict,
-    untied_state_dict,
+    tied_parameters,
     write_checkpoint,
 )
 from .meta_device import deferred_init, load_into, materialize
+from .surface import LOAD_OPTIONS, ParameterCount, apply_load_options, config_keywords, parse_size, split_load_kwargs
 
 if TYPE_CHECKING:
     from ..core.encoder import EncoderModel
@@ -192,7 +194,10 @@ class PretrainedModel(nn.Module):
             local_files_only: use the hub cache only (``HF_HUB_OFFLINE=1`` does the same).
             token: hub token for private repositories.
             build_options: passed to the class's ``from_config`` (``add_pooling_layer=False`` for
-                :class:`~bertblocks.BertModel`, ``head=…`` for :class:`~bertblocks.BertTaskModel`).
+                :class:`~bertblocks.BertModel`, ``head=…`` for :class:`~bertblocks.BertTaskModel`); and
+                transformers' keywords: ``dtype``/``torch_dtype`` (a dtype, its name, or ``"auto"``: the
+                checkpoint's), ``device_map`` (one device), and config fields (``num_labels=3``,
+                ``num_hidden_layers=…``) as overrides (see :mod:`bertblocks.models.surface`).
 
         Raises:
             FileNotFoundError: no config or weights at ``path`` (a hub id not found, or offline and not cached:
@@ -200,6 +205,12 @@ class PretrainedModel(nn.Module):
             ConfigError: the config is invalid.
             CheckpointError: weights that do not fit (wrong shape, foreign architecture, missing backbone weights).
         """
+        options = {k: build_options.pop(k) for k in LOAD_OPTIONS if k in build_options}
+        if getattr(cls, "takes_config_keywords", False):
+            # `head` is a build option of task models (the head to attach), not the config field here
+            names = [k for k in config_keywords(BertConfig.model_fields) if k != "head"]
+            fields = {k: build_options.pop(k) for k in list(build_options) if k in names}
+            overrides, _ = split_load_kwargs(overrides, fields, names)
         directory = resolve_pretrained(
             path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
         )
@@ -210,6 +221,9 @@ class PretrainedModel(nn.Module):
             model = cls.from_config(directory, extra, registry=registry, **build_options)
         info = model.load_checkpoint(directory, strict=strict)
         materialize(model, model.initializer_std())
+        hf_extra = getattr(model.config, "hf", None) or {}  # type: ignore[attr-defined]
+        apply_load_options(model, options, hf_extra.get("dtype", hf_extra.get("torch_dtype")))
+        model.name_or_path = str(path)
         return (model, info) if output_loading_info else model
 
     def load_checkpoint(self, directory: str | Path, strict: bool = True) -> LoadingInfo:
@@ -236,23 +250,49 @@ class PretrainedModel(nn.Module):
 
     # ------------------------------------------------------------------------------------------ saving
     def save_pretrained(
-        self, directory: str | Path, *, safe_serialization: bool = True, max_shard_size: int | None = None
+        self,
+        save_directory: str | Path,
+        *,
+        is_main_process: bool = True,
+        state_dict: Mapping[str, torch.Tensor] | None = None,
+        safe_serialization: bool = True,
+        max_shard_size: int | str | None = None,
+        push_to_hub: bool = False,
+        **hub_kwargs: Any,
     ) -> None:
         """Write ``config.json`` and the weights, without tied copies, so that transformers' matching class
         (and its Auto classes) load them with no missing or unexpected keys.
 
         Args:
-            directory: created if needed.
+            save_directory: created if needed.
+            is_main_process: ``False`` writes nothing (the other ranks of a distributed run).
+            state_dict: the tensors to write instead of the model's own (what transformers' Trainer, PEFT and
+                accelerate pass); keys are the model's; the second names of tied weights are dropped.
             safe_serialization: safetensors (default) or ``pytorch_model.bin``.
-            max_shard_size: split the weights into shards of at most this many bytes, with an index file.
+            max_shard_size: split the weights into shards of at most this size (bytes, or ``"5GB"``, ``"200MB"``),
+                with an index file; default: one file.
+            push_to_hub: also upload the folder (``push_to_hub``'s upload; ``hub_kwargs`` go there, ``repo_id``
+                defaulting to the folder's name).
+
+        Raises:
+            ValueError: a ``max_shard_size`` that is not a size.
         """
-        state = self.checkpoint_key_map().to_checkpoint(untied_state_dict(self))
-        write_checkpoint(Path(directory), state, self.checkpoint_config(), safe_serialization, max_shard_size)
+        if not is_main_process:
+            return
+        size = parse_size(max_shard_size)
+        tied = tied_parameters(self)
+        state = dict(state_dict) if state_dict is not None else self.state_dict()
+        state = self.checkpoint_key_map().to_checkpoint({k: v for k, v in state.items() if k not in tied})
+        directory = Path(save_directory)
+        write_checkpoint(directory, state, self.checkpoint_config(), safe_serialization, size)
+        if push_to_hub:
+            repo_id = hub_kwargs.pop("repo_id", directory.name)
+            self._upload(directory, repo_id, **hub_kwargs)  # type: ignore[attr-defined]
 
     @property
-    def num_parameters(self) -> int:
-        """Unique parameters (a tied weight counts once)."""
-        return sum(p.numel() for p in self.parameters())
+    def num_parameters(self) -> ParameterCount:
+        """Unique parameters (a tied weight counts once); also callable as transformers' ``num_parameters()``."""
+        return ParameterCount(self)
 
 
 __all__ = ["PretrainedModel", "map_checkpoint_keys", "report_loading"]

@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any, ClassVar, TypeVar
@@ -24,9 +26,11 @@ from ..core.config import BertConfig
 from ..core.encoder import EncoderModel, init_weights
 from ..core.interfaces import Head
 from ..core.outputs import ModelOutput
+from ..hf.families import FamilyKeyMap, config_to_hf
 from ..registry import BuildError, Registry, build_head, get_registry, validate_config
 from .backbone import BertModel
 from .pretrained import PretrainedModel
+from .surface import PretrainedSurface
 
 #: the backbone's output fields a head output also carries (when its type has them), as transformers passes on
 _PASSED_THROUGH = ("past_key_values", "hidden_states", "attentions", "cross_attentions")
@@ -35,7 +39,7 @@ _LABEL_ARGUMENTS = ("labels", "next_sentence_label", "start_positions", "end_pos
 T = TypeVar("T", bound="BertTaskModel")
 
 
-class BertTaskModel(PretrainedModel):
+class BertTaskModel(PretrainedSurface, PretrainedModel):
     """A backbone plus a task head, with HF's checkpoint keys: ``bert.*`` and the head's (``cls.*``, ``classifier.*``,
     ``qa_outputs.*``).
 
@@ -130,8 +134,12 @@ class BertTaskModel(PretrainedModel):
         return f"{self.base_model_prefix}.", True
 
     def checkpoint_config(self) -> dict[str, Any]:
-        """``config.json`` with ``architectures`` = transformers' class name for the head."""
-        return self.config.to_hf()
+        """``config.json`` with ``architectures`` = transformers' class name for the head (its family's)."""
+        return config_to_hf(self.config, self.bert.registry)
+
+    def checkpoint_key_map(self) -> FamilyKeyMap:
+        """The model family's key map (``config.family``), head-scoped rules for this model's head."""
+        return FamilyKeyMap(self, self.config, backbone=False, registry=self.bert.registry)
 
     # ------------------------------------------------------------------------------------------- forward
     def forward(
@@ -149,6 +157,7 @@ class BertTaskModel(PretrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Any = None,
         **backbone_kwargs: Any,
     ) -> ModelOutput | tuple[Any, ...]:
         """Run the backbone and the head; with labels, also the loss. Arguments are transformers' task models'.
@@ -160,6 +169,8 @@ class BertTaskModel(PretrainedModel):
             next_sentence_label: the pre-training head's NSP targets ``[b]``.
             start_positions, end_positions: the QA head's span targets ``[b]``.
             output_attentions, output_hidden_states, return_dict: as for the backbone.
+            num_items_in_batch: what transformers' Trainer passes for loss normalisation; accepted and ignored,
+                as transformers' BERT task models do (the loss is the mean over this batch).
             backbone_kwargs: passed on to the backbone (``encoder_hidden_states``, ``encoder_attention_mask``,
                 ``past_key_values``, ``use_cache``).
 
@@ -174,6 +185,9 @@ class BertTaskModel(PretrainedModel):
             if value is not None
         }
         head = self.head
+        for name in head.label_names:  # a head's own label names (ALBERT's sentence_order_label) are labels too
+            if name not in given and backbone_kwargs.get(name) is not None:
+                given[name] = backbone_kwargs.pop(name)
         unknown = [name for name in given if name not in head.label_names]
         if unknown:
             raise ValueError(
@@ -236,65 +250,85 @@ class BertTaskModel(PretrainedModel):
         predictions = getattr(cls_module, "predictions", None)
         return getattr(predictions, "decoder", None)
 
-    def gradient_checkpointing_enable(self) -> None:
-        """Recompute the backbone's layer activations in backward instead of storing them (training only)."""
-        self.bert.gradient_checkpointing_enable()
-
-    def gradient_checkpointing_disable(self) -> None:
-        self.bert.gradient_checkpointing_disable()
-
     def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
         """Remove attention heads of the backbone for good (see :meth:`bertblocks.BertModel.prune_heads`)."""
         self.bert.prune_heads(heads_to_prune)
 
 
 # ------------------------------------------------------------------------------ transformers' class names
+def _forward_taking(label_names: tuple[str, ...]) -> Any:
+    """``BertTaskModel.forward`` whose signature lists only ``label_names`` of the label arguments.
+
+    Why: transformers' Trainer finds a model's label arguments in its ``forward`` signature, and only treats a
+    batch as labelled (evaluation loss, metrics) when *every* one is present; transformers' classes list only
+    their own (``labels`` for classification, ``start_positions``/``end_positions`` for QA).
+    """
+    base = BertTaskModel.forward
+
+    def forward(self: BertTaskModel, *args: Any, **kwargs: Any) -> ModelOutput | tuple[Any, ...]:
+        return base(self, *args, **kwargs)
+
+    functools.update_wrapper(forward, base)
+    signature = inspect.signature(base)
+    kept = [p for name, p in signature.parameters.items() if name not in _LABEL_ARGUMENTS or name in label_names]
+    forward.__signature__ = signature.replace(parameters=kept)  # type: ignore[attr-defined]
+    return forward
+
+
 class BertForMaskedLM(BertTaskModel):
     """transformers' ``BertForMaskedLM``: the ``masked_lm`` head (no pooler; decoder tied to the embeddings)."""
 
     head_name = "masked_lm"
+    forward = _forward_taking(("labels",))
 
 
 class BertForNextSentencePrediction(BertTaskModel):
     """transformers' ``BertForNextSentencePrediction``: the ``next_sentence`` head on the pooled output."""
 
     head_name = "next_sentence"
+    forward = _forward_taking(("labels",))
 
 
 class BertForPreTraining(BertTaskModel):
     """transformers' ``BertForPreTraining``: the ``pretraining`` head (masked LM + next sentence)."""
 
     head_name = "pretraining"
+    forward = _forward_taking(("labels", "next_sentence_label"))
 
 
 class BertLMHeadModel(BertTaskModel):
     """transformers' ``BertLMHeadModel``: the ``causal_lm`` head (no pooler); a decoder with ``is_decoder: true``."""
 
     head_name = "causal_lm"
+    forward = _forward_taking(("labels",))
 
 
 class BertForSequenceClassification(BertTaskModel):
     """transformers' ``BertForSequenceClassification``: the ``sequence_classification`` head (``problem_type``)."""
 
     head_name = "sequence_classification"
+    forward = _forward_taking(("labels",))
 
 
 class BertForTokenClassification(BertTaskModel):
     """transformers' ``BertForTokenClassification``: the ``token_classification`` head (no pooler)."""
 
     head_name = "token_classification"
+    forward = _forward_taking(("labels",))
 
 
 class BertForQuestionAnswering(BertTaskModel):
     """transformers' ``BertForQuestionAnswering``: the ``question_answering`` head (no pooler)."""
 
     head_name = "question_answering"
+    forward = _forward_taking(("start_positions", "end_positions"))
 
 
 class BertForMultipleChoice(BertTaskModel):
     """transformers' ``BertForMultipleChoice``: the ``multiple_choice`` head (inputs ``[b, choices, seq]``)."""
 
     head_name = "multiple_choice"
+    forward = _forward_taking(("labels",))
 
 
 #: head name → the class named as transformers names it (the class ``BertTaskModel.from_*`` returns)

@@ -26,6 +26,7 @@ from bertblocks.core.interfaces import (
     Layer,
     Pooler,
     PositionScheme,
+    SharedPositionBias,
 )
 from bertblocks.core.limits import check_size
 
@@ -79,17 +80,18 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
         position=position,
     )
     enc = config.encoder
+    shared_bias = position.shared_bias(enc.attention.num_heads)
     layers: dict[int, Layer] = {}  # by weight group: layers that share weights are built once
     for i in range(enc.num_layers):
         group = enc.layer_group(i)
         if group not in layers:
-            layers[group] = _build_layer(reg, config, i, position)
+            layers[group] = _build_layer(reg, config, i, position, shared_bias)
     groups = [enc.layer_group(i) for i in range(enc.num_layers)] if enc.num_layer_groups is not None else None
     final = enc.layer.final_norm
     if final is None:  # the kind of the last layer decides: the stack ends with it
         final = type(layers[enc.layer_group(enc.num_layers - 1)]).final_norm_default
     final_norm = _norm_factory(reg, config, enc.norm, "encoder final norm")() if final else None
-    encoder = Encoder([layers[g] for g in sorted(layers)], groups, final_norm)
+    encoder = Encoder([layers[g] for g in sorted(layers)], groups, final_norm, shared_bias)
     pooler = (
         _make(reg, "pooler", config.pooler, Pooler, "pooler", hidden_size=config.hidden_size)
         if config.pooler is not None
@@ -98,17 +100,23 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
     return Assembled(embeddings, encoder, pooler, position)
 
 
-def _build_layer(reg: Registry, config: BertConfig, index: int, position: PositionScheme) -> Layer:
+def _build_layer(
+    reg: Registry,
+    config: BertConfig,
+    index: int,
+    position: PositionScheme,
+    shared_bias: SharedPositionBias | None,
+) -> Layer:
     """Layer ``index``: its backend, attention (and cross-attention), feed-forward and norms, composed by its
     layer kind."""
     enc = config.encoder
     attention_spec, ff_spec = enc.layer_specs(index)
     layer_spec, norm_spec = enc.layer_spec(index, "layer"), enc.layer_spec(index, "norm")
     where = f"encoder layer {index}"
-    position_spec = enc.layer_spec(index, "position", config.position)
+    position_spec = enc.layer_position(index, config.position)
     if position_spec != config.position:
         # a per-layer scheme acts inside this layer's attention (a bias, another rotary base); the embeddings
-        # keep the model-wide one
+        # and a bias shared by all layers keep the model-wide one
         position = _make(
             reg,
             "position",
@@ -120,10 +128,15 @@ def _build_layer(reg: Registry, config: BertConfig, index: int, position: Positi
     backend = _make(reg, "backend", attention_spec.backend, AttentionBackend, f"{where} backend")
     head_dim = config.hidden_size // attention_spec.num_heads
     _probe_backend(reg.get("backend", attention_spec.backend.name), backend, attention_spec.num_heads, head_dim, where)
+    if shared_bias is not None and attention_spec.num_heads != enc.attention.num_heads:
+        raise BuildError(
+            f"{where}: the {config.position.name!r} position scheme shares one bias over "
+            f"{enc.attention.num_heads} heads by all layers, but this layer has {attention_spec.num_heads}"
+        )
     adds_bias = position.adds_score_bias
     if adds_bias is None:  # undeclared (a plugin older than the declaration): build one bias to find out
         adds_bias = position.attention_bias(attention_spec.num_heads, head_dim) is not None
-    if adds_bias and not backend.capabilities.additive_mask:
+    if (adds_bias or shared_bias is not None) and not backend.capabilities.additive_mask:
         raise BuildError(
             f"{where}: backend {attention_spec.backend.name!r} cannot take an additive score bias, which "
             f"the {position_spec.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
@@ -139,6 +152,8 @@ def _build_layer(reg: Registry, config: BertConfig, index: int, position: Positi
     def make_attention(what: str, scheme: PositionScheme) -> Callable[[Callable[[], nn.Module] | None], Attention]:
         def make(sublayer_norm: Callable[[], nn.Module] | None) -> Attention:
             extra = _norm_argument(attention_component, sublayer_norm, norm_spec, f"{where} {what}", layer_spec.name)
+            if accepts(attention_component.factory, "layer_index"):  # factories written before it was passed
+                extra["layer_index"] = index
             return _make(  # type: ignore[no-any-return]
                 reg,
                 "attention",

@@ -21,6 +21,7 @@ from bertblocks.core.config import (
     issues_from_validation_error,
     merge_spec,
 )
+from bertblocks.core.interfaces import PositionScheme
 
 from .builder import plugin_options
 from .errors import UnknownComponentError
@@ -90,8 +91,12 @@ def validate_config(
             elif part == "feedforward":
                 checker.check_name("activation", spec.activation, f"{loc}.activation")
 
+    if not issues:
+        issues.extend(_position_problems(config, reg))
+
     if config.head is not None:
         apply(("head",), checker.check("head", config.head, "head"))
+    checker.check_name("family", config.family, "family")
     if config.add_cross_attention and not config.is_decoder:
         issues.append(ConfigIssue("add_cross_attention", "cross-attention needs is_decoder: true"))
     # Whole-config checks of the components (a combination one of them cannot work with), once every name is
@@ -123,6 +128,54 @@ def _whole_config_issues(
     except Exception as e:  # a crashing check is the plugin's bug: say whose
         return [ConfigIssue(loc, f"the validate hook of {kind} {spec.name!r} from {component.provider} raised {e!r}")]
     return [item if isinstance(item, ConfigIssue) else ConfigIssue(loc, str(item)) for item in found]
+
+
+def _position_problems(config: BertConfig, registry: Registry) -> list[ConfigIssue]:
+    """Ask each layer's position scheme whether it fits that layer's heads (RoPE needs an even head dimension,
+    a rotary width within it, …), so that such a config fails at ``validate`` and not at ``build``. Identical
+    complaints of several layers are reported once, with the layers named.
+
+    Layers without an override are alike, so they are asked once (a stack may be deep); overridden layers
+    one by one (no more than the overrides name).
+    """
+    enc = config.encoder
+    overridden = sorted({i for override in enc.overrides for i in override.layers if i < enc.num_layers})
+    groups: list[tuple[list[int], Any, Any]] = []
+    if len(overridden) < enc.num_layers:
+        taken = set(overridden)
+        plain = [i for i in range(enc.num_layers) if i not in taken] if overridden else []
+        groups.append((plain, enc.attention, config.position))
+    for i in overridden:
+        try:
+            attention, _ = enc.layer_specs(i)
+            spec = enc.layer_position(i, config.position)
+        except ValidationError:
+            continue  # reported where the override is checked
+        groups.append(([i], attention, spec))
+    found: dict[tuple[str, str], list[int]] = {}
+    schemes: dict[str, PositionScheme] = {}
+    for layers, attention, spec in groups:
+        key = spec.model_dump_json()
+        if key not in schemes:
+            component = registry.get("position", spec.name)
+            options = component.options.model_validate(spec.options())
+            made = component.factory(max_positions=config.max_position_embeddings, options=options)
+            if not isinstance(made, PositionScheme):
+                continue  # the builder reports a factory returning the wrong type, naming its provider
+            schemes[key] = made
+        loc = "position" if spec == config.position else "encoder.overrides"
+        for problem in schemes[key].problems(attention.num_heads, config.hidden_size // attention.num_heads):
+            found.setdefault((loc, problem), []).extend(layers)
+    issues = []
+    for (loc, problem), layers in found.items():
+        if not layers or len(layers) == enc.num_layers:
+            where = "every layer"
+        elif len(layers) > 16:
+            where = f"{len(layers)} layers"
+        else:
+            where = f"layers {', '.join(map(str, sorted(layers)))}"
+        issues.append(ConfigIssue(loc, f"{problem} ({where})"))
+    return issues
 
 
 class _ComponentChecker:
@@ -173,8 +226,8 @@ class _ComponentChecker:
             return None
         self.used.append((kind, spec, loc))
         self.defaults[loc] = {
-            key: field.default
+            key: field.get_default(call_default_factory=True)
             for key, field in component.options.model_fields.items()
-            if not field.is_required() and field.default_factory is None
+            if not field.is_required()
         }
         return dump
