@@ -1,9 +1,10 @@
-"""ALBERT: factorized embeddings (``embedding_size`` then ``embedding_hidden_mapping_in``), one stored layer used
-by every layer, BERT's post-LN layer under other names, a masked LM at ``embedding_size`` and a sentence-order
-pre-training head.
+"""ALBERT: factorized embeddings (``embedding_size`` then ``embedding_hidden_mapping_in``), layer groups whose
+weights every layer of the group uses, BERT's post-LN layer under other names, a masked LM at ``embedding_size``
+and a sentence-order pre-training head.
 
-The shared layer is one checkpoint tensor per weight, given to every layer on load and written once on save
-(the key map's ``Shared`` rule); layers whose copies were trained apart cannot be saved in this format.
+The layer groups are the encoder's own cross-layer sharing (``encoder.num_layer_groups`` = ALBERT's
+``num_hidden_groups``): group ``g`` is held once, at ``encoder.layer.g``, as ALBERT stores it at
+``albert_layer_groups.g.albert_layers.0``, so the key map only renames.
 """
 
 from __future__ import annotations
@@ -14,23 +15,23 @@ from typing import Any
 from bertblocks.core.component import Component
 from bertblocks.core.config import BertConfig
 from bertblocks.core.family import BERT_TOKENIZER, Family
-from bertblocks.core.keymap import KeyMap, Rename, Shared
+from bertblocks.core.keymap import KeyMap, Rename
 
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 
-_G = "albert.encoder.albert_layer_groups.0.albert_layers.0"
-_O = "bert.encoder.layer.{i}"
+_G = "albert.encoder.albert_layer_groups.{g}.albert_layers.0"
+_O = "bert.encoder.layer.{g}"
 KEY_MAP = KeyMap(
     prefix="albert",
     rules=(
-        Shared(f"{_G}.attention.query", f"{_O}.attention.self.query"),
-        Shared(f"{_G}.attention.key", f"{_O}.attention.self.key"),
-        Shared(f"{_G}.attention.value", f"{_O}.attention.self.value"),
-        Shared(f"{_G}.attention.dense", f"{_O}.attention.output.dense"),
-        Shared(f"{_G}.attention.LayerNorm", f"{_O}.attention.output.LayerNorm"),
-        Shared(f"{_G}.ffn", f"{_O}.intermediate.dense"),
-        Shared(f"{_G}.ffn_output", f"{_O}.output.dense"),
-        Shared(f"{_G}.full_layer_layer_norm", f"{_O}.output.LayerNorm"),
+        Rename(f"{_G}.attention.query", f"{_O}.attention.self.query"),
+        Rename(f"{_G}.attention.key", f"{_O}.attention.self.key"),
+        Rename(f"{_G}.attention.value", f"{_O}.attention.self.value"),
+        Rename(f"{_G}.attention.dense", f"{_O}.attention.output.dense"),
+        Rename(f"{_G}.attention.LayerNorm", f"{_O}.attention.output.LayerNorm"),
+        Rename(f"{_G}.ffn", f"{_O}.intermediate.dense"),
+        Rename(f"{_G}.ffn_output", f"{_O}.output.dense"),
+        Rename(f"{_G}.full_layer_layer_norm", f"{_O}.output.LayerNorm"),
         Rename("albert.encoder.embedding_hidden_mapping_in", "bert.embeddings.projection"),
         Rename("albert.pooler", "bert.pooler.dense"),
         Rename("predictions.dense", "cls.predictions.transform.dense"),
@@ -44,9 +45,12 @@ KEY_MAP = KeyMap(
 
 def _from_hf(hf: Any) -> dict[str, Any]:
     src = dict(hf)
-    for field in ("num_hidden_groups", "inner_group_num"):
-        if src.pop(field, 1) != 1:
-            raise ValueError(f"{field} must be 1 (one shared layer, as every published ALBERT); got {hf[field]}")
+    if src.pop("inner_group_num", 1) != 1:
+        # several distinct layers inside one group: no published ALBERT has them, and the encoder's groups hold one
+        raise ValueError(
+            f"inner_group_num must be 1 (one layer per group, as every published ALBERT); got {hf['inner_group_num']}"
+        )
+    groups = src.pop("num_hidden_groups", 1)
     embedding_size = src.pop("embedding_size", 128)
     src.setdefault("hidden_act", "gelu_new")  # AlbertConfig's defaults differ from BERT's
     src.setdefault("hidden_dropout_prob", 0.0)
@@ -55,6 +59,8 @@ def _from_hf(hf: Any) -> dict[str, Any]:
         src["classifier_dropout"] = src.pop("classifier_dropout_prob")
     data = bert_fields_from_hf(src)
     data["embedding"] = {**data["embedding"], "embedding_size": embedding_size}
+    # ALBERT's layer i uses group int(i / (layers / groups)): the encoder's i · groups // layers
+    data["encoder"] = {**data["encoder"], "num_layer_groups": groups}
     lm = {"embedding_size": embedding_size, "activation": "hidden_act"}
     architectures = hf.get("architectures") or []
     if architectures == ["AlbertForMaskedLM"]:
@@ -70,7 +76,8 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     out["classifier_dropout_prob"] = out.pop("classifier_dropout", None)
     if out["classifier_dropout_prob"] is None:
         out["classifier_dropout_prob"] = 0.1
-    out["num_hidden_groups"] = out["inner_group_num"] = 1
+    out["num_hidden_groups"] = config.encoder.num_layer_groups or config.encoder.num_layers
+    out["inner_group_num"] = 1
     return out
 
 
