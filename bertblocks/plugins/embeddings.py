@@ -9,7 +9,8 @@ The variations are options of the one ``bert`` embedding (so a hybrid can pick a
 * ``embedding_size`` — tables and LayerNorm at a smaller width, then a linear projection to the hidden size
   (ELECTRA's ``embeddings_project``, ALBERT's ``embedding_hidden_mapping_in``);
 * ``extra_type_tables`` — further per-token type tables, added like token types (ERNIE's
-  ``task_type_embeddings``); their ids default to 0, as ERNIE's do.
+  ``task_type_embeddings``); their ids default to 0, as ERNIE's do;
+* ``norm_bias: false`` — the LayerNorm scales only (ModernBERT's ``norm_bias: false``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class BertEmbeddingOptions(BaseModel):
         description="further type tables, name → size, added like token types with ids 0 (ERNIE's "
         "task_type_embeddings)",
     )
+    norm_bias: bool = Field(True, description="a bias in the LayerNorm; false: scale only (ModernBERT)")
 
 
 class BertEmbeddings(Embedding):
@@ -83,7 +85,7 @@ class BertEmbeddings(Embedding):
         self.extra_type_names = tuple(opts.extra_type_tables)
         for name, size in opts.extra_type_tables.items():
             self.add_module(name, nn.Embedding(size, width))  # the family's key: `embeddings.<name>.weight`
-        self.LayerNorm = nn.LayerNorm(width, eps=layer_norm_eps)  # CamelCase: HF checkpoint key
+        self.LayerNorm = nn.LayerNorm(width, eps=layer_norm_eps, bias=opts.norm_bias)  # CamelCase: HF checkpoint key
         self.dropout = nn.Dropout(dropout)
         # a factorized embedding is projected even at equal widths (ALBERT always has the projection)
         self.has_projection = opts.embedding_size is not None

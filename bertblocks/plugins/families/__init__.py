@@ -3,8 +3,20 @@
 
 from __future__ import annotations
 
-from . import albert, bert, distilbert, electra, ernie, hybrid, mpnet, roberta, task_heads
+from . import albert, bert, distilbert, electra, ernie, hybrid, modernbert, mpnet, roberta, task_heads, transform_heads
 
-FAMILY_PLUGINS = (bert, roberta, electra, distilbert, albert, mpnet, ernie, hybrid, task_heads)
+FAMILY_PLUGINS = (
+    bert,
+    roberta,
+    electra,
+    distilbert,
+    albert,
+    mpnet,
+    ernie,
+    modernbert,
+    hybrid,
+    task_heads,
+    transform_heads,
+)
 
 __all__ = ["FAMILY_PLUGINS"]
