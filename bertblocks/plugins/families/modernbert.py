@@ -210,7 +210,7 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
 
 def _to_hf(config: BertConfig) -> dict[str, Any]:
     enc = config.encoder
-    out: dict[str, Any] = {k: v for k, v in config.hf.items()}
+    out: dict[str, Any] = dict(config.hf)
     types, windows, bases = [], [], {FULL: [], SLIDING: []}
     for i in range(enc.num_layers):
         backend = enc.layer_spec(i, "attention").backend
