@@ -174,14 +174,19 @@ def test_pre_ln_keys_final_norm_and_the_missing_first_norm():
     assert no_final.encoder.final_norm is None
 
 
-def test_final_norm_is_after_the_last_hidden_states_entry():
+def test_final_norm_is_in_the_last_hidden_states_entry():
+    # transformers 5 ties hidden_states[-1] to last_hidden_state (its ModernBERT, final norm included)
     model = _model(layer="pre_ln")
     _perturb(model)
     with torch.no_grad():
         batch = _batch()
         out = model(**batch, output_hidden_states=True)
-        _close(model.encoder.final_norm(out.hidden_states[-1]), out.last_hidden_state, batch["attention_mask"])
-        assert (out.hidden_states[-1] - out.last_hidden_state).abs().max() > 0.1
+        assert len(out.hidden_states) == model.encoder.num_layers + 1
+        assert torch.equal(out.hidden_states[-1], out.last_hidden_state)
+        norm, model.encoder.final_norm = model.encoder.final_norm, None
+        unnormed = model(**batch).last_hidden_state
+        _close(norm(unnormed), out.last_hidden_state, batch["attention_mask"])
+        assert (unnormed - out.last_hidden_state).abs().max() > 0.1
 
 
 # ------------------------------------------------------------------------------------------------ norms

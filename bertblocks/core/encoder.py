@@ -228,11 +228,12 @@ class Encoder(nn.Module):
                 all_attn.append(weights)
             if output_attentions and cross is not None:
                 all_cross.append(cross)
-        if output_hidden_states:
-            all_hidden.append(hidden_states)
         if self.final_norm is not None:
-            # after the last hidden_states entry, as transformers' ModernBERT records it
             hidden_states = self.final_norm(hidden_states)
+        if output_hidden_states:
+            # the last entry is the stack's output, final norm included: transformers 5 ties it to
+            # last_hidden_state (its ModernBERT too; 4.x recorded it before the norm)
+            all_hidden.append(hidden_states)
         return EncoderOutput(
             last_hidden_state=hidden_states,
             past_key_values=ctx.cache,

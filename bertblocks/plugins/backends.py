@@ -108,6 +108,9 @@ class SlidingWindowBackend(AttentionBackend):
 
     The band is added to whatever mask comes in (padding, position biases) and the masked attention runs on
     ``sdpa`` or ``eager``: the same numbers as a full kernel with that mask, without skipping the hidden blocks.
+    A query that sees no key at all (a padding position whose whole window is padding) gets what transformers'
+    attention of the same name gives it: zeros with ``sdpa`` (PyTorch's fused kernel on a boolean mask, the
+    default), the mean of the values with ``eager`` (a softmax over equal ``finfo.min`` scores).
     Queries are the *last* ``q`` of the ``k`` positions (earlier ones may be cached), so query row ``r`` sits at
     position ``k - q + r``, as for the causal mask.
 
@@ -146,6 +149,7 @@ class SlidingWindowBackend(AttentionBackend):
         q, k = query.shape[-2], key.shape[-2]
         # Shapes are Python ints: a window covering every key hides nothing and is skipped, so the result is
         # exactly the plain kernel's.
+        blind = None
         if self.half < k - 1:
             hidden = self.band(q, k, query.device)
             low = torch.finfo(query.dtype).min
@@ -154,7 +158,10 @@ class SlidingWindowBackend(AttentionBackend):
                 mask = torch.zeros(q, k, dtype=query.dtype, device=query.device).masked_fill(hidden, low)
             else:
                 mask = torch.where(hidden, torch.tensor(low, dtype=mask.dtype, device=mask.device), mask)
-        return self.kernel(
+                if isinstance(self.kernel, SdpaBackend):
+                    # rows with no visible key: only padding can empty a window (the band keeps the diagonal)
+                    blind = (mask <= low / 2).all(dim=-1, keepdim=True)  # [b|1, h|1, q, 1]
+        out, weights = self.kernel(
             query,
             key,
             value,
@@ -164,6 +171,10 @@ class SlidingWindowBackend(AttentionBackend):
             is_causal=is_causal,
             need_weights=need_weights,
         )
+        if blind is not None:
+            out = out.masked_fill(blind, 0.0)
+            weights = None if weights is None else weights.masked_fill(blind, 0.0)
+        return out, weights
 
 
 def bertblocks_register_components() -> list[Component]:

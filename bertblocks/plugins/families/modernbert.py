@@ -16,11 +16,12 @@ published ModernBERT sets all of them to 0, where both compute the same.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from bertblocks.core.component import Component
 from bertblocks.core.config import BertConfig
-from bertblocks.core.family import Family, TokenizerConvention
+from bertblocks.core.family import BERT_TOKENIZER, Family
 from bertblocks.core.keymap import KeyMap, Rename
 
 from .transform_heads import TRANSFORM_HEADS
@@ -145,6 +146,18 @@ def _head(architectures: Any, fields: Mapping[str, Any]) -> dict[str, Any] | Non
     return {"name": name, **transform}
 
 
+def _read_by(head: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The config.json head fields that ``head``'s options hold."""
+    if head is None:
+        return ()
+    read: tuple[str, ...] = ("classifier_activation", "classifier_bias")
+    if head["name"] == "transform_masked_lm":
+        read += ("decoder_bias", "sparse_prediction", "sparse_pred_ignore_index")
+    if "pooling" in head:
+        read += ("classifier_pooling",)
+    return read
+
+
 def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     src = {k: v for k, v in hf.items() if k != "model_type"}
     architectures = src.pop("architectures", None)
@@ -153,7 +166,8 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     bases = _rope_bases(src)
     sliding = [i for i, t in enumerate(types) if t == SLIDING]
     head = _head(architectures, f)
-    extras = {k: f[k] for k in HEAD_FIELDS if head is None}  # a backbone keeps its head fields for the round trip
+    # the head fields its head does not read (all of them without a head) are kept for the round trip
+    extras = {k: f[k] for k in HEAD_FIELDS if k not in _read_by(head)}
     data: dict[str, Any] = {
         "vocab_size": f["vocab_size"],
         "hidden_size": f["hidden_size"],
@@ -196,7 +210,7 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
             else [],
         },
         "pooler": None,
-        "hf": {**src, **extras} if head is None else src,
+        "hf": {**src, **extras},
     }
     for key in LABEL_FIELDS:
         if key in src:
@@ -298,20 +312,9 @@ MODERNBERT = Family(
         "encoder.attention.fused_qkv": True,
     },
     description="ModernBERT: pre-LN, RoPE with global/local bases, sliding-window layers, fused GLU, no biases",
-    # a BPE tokenizer.json (OLMo's vocabulary) framed BERT's way: [CLS] A [SEP] (B [SEP]), no token types
-    tokenizer=TokenizerConvention(
-        special_tokens={
-            "unk_token": "[UNK]",
-            "sep_token": "[SEP]",
-            "pad_token": "[PAD]",
-            "cls_token": "[CLS]",
-            "mask_token": "[MASK]",
-        },
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B [SEP]",
-        model_input_names=("input_ids", "attention_mask"),
-        tokenizer_classes=(),
-    ),
+    # a BPE tokenizer.json (OLMo's vocabulary) framed BERT's way, [CLS] A [SEP] (B [SEP]); the model takes no token
+    # types, and its tokenizer_config.json names the generic PreTrainedTokenizerFast
+    tokenizer=replace(BERT_TOKENIZER, model_input_names=("input_ids", "attention_mask")),
 )
 
 
