@@ -559,11 +559,12 @@ def init_weights(module: nn.Module, std: float) -> None:
 
 
 @torch.no_grad()
-def init_module(module: nn.Module, std: float) -> None:
+def init_module(module: nn.Module, std: float) -> bool:
     """HF BERT's initialisation of one module's own parameters: normal(0, std) for linear and embedding
     weights, zero biases, unit LayerNorm; the padding row of an embedding with ``padding_idx`` starts at zero.
     Other modules may define ``reset_parameters_like_hf(std)`` (norms: weight 1, bias 0). A layer without a
-    bias (``bias=False``) has none to initialise."""
+    bias (``bias=False``) has none to initialise. Returns whether a rule covered the module (one without
+    parameters of its own needs none)."""
     if isinstance(module, nn.Linear):
         module.weight.normal_(0.0, std)
         if module.bias is not None:
@@ -579,3 +580,6 @@ def init_module(module: nn.Module, std: float) -> None:
             module.bias.zero_()
     elif hasattr(module, "reset_parameters_like_hf"):
         module.reset_parameters_like_hf(std)
+    else:
+        return next(module.parameters(recurse=False), None) is None
+    return True
