@@ -8,6 +8,7 @@ only renames the attention sub-modules and the LM head.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from bertblocks.core.component import Component
@@ -84,7 +85,11 @@ MPNET = Family(
         "embedding.token_types": False,
     },
     description="MPNet: RoBERTa positions, no token types, one bucketed relative bias shared by all layers",
-    tokenizer=roberta_tokenizer("MPNet"),
+    # RoBERTa's framing over a WordPiece vocabulary whose unknown token is BERT's [UNK] (transformers' MPNetTokenizer)
+    tokenizer=replace(
+        roberta_tokenizer("MPNet"),
+        special_tokens={**roberta_tokenizer("MPNet").special_tokens, "unk_token": "[UNK]"},
+    ),
 )
 
 
