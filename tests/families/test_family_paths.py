@@ -147,7 +147,7 @@ def _mean_pooled_reference(checkpoint: Checkpoint) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_sentence_encode_and_embed_command_on_the_family_checkpoint(checkpoints, tmp_path, capsys, name):
+def test_sentence_encode_embed_and_similarity_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, name):
     checkpoint = checkpoints(name)
     want = _mean_pooled_reference(checkpoint)
     model = bertblocks.from_pretrained(checkpoint.directory).eval()
@@ -156,10 +156,13 @@ def test_sentence_encode_and_embed_command_on_the_family_checkpoint(checkpoints,
     assert (got - want).abs().max().item() <= TOL
     out = tmp_path / "embeddings.npy"
     code = cli.main(["embed", "--model", str(checkpoint.directory), "--batch-size", "2", "-o", str(out), *TEXTS])
-    assert code == 0, capsys.readouterr().err
+    _, err = capsys.readouterr()
+    assert code == 0, err
     written = torch.from_numpy(np.load(out))
     assert written.shape == (len(TEXTS), 32)
     assert (written - want).abs().max().item() <= TOL
+    scores = _json(capsys, "similarity", "--model", str(checkpoint.directory), *TEXTS)["similarity"]
+    assert (torch.tensor(scores) - want @ want.T).abs().max().item() <= TOL
 
 
 # ------------------------------------------------------------------------------------------------------ CLI
