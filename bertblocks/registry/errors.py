@@ -53,6 +53,16 @@ class DuplicateComponentError(RegistryError):
         super().__init__(f"{kind} {name!r} is registered twice: by {first} and by {second}")
 
 
+class KindCollisionError(RegistryError):
+    """A plugin declared a component kind that is built in or that another plugin declared."""
+
+    def __init__(self, kind: str, first: str, second: str) -> None:
+        super().__init__(
+            f"component kind {kind!r} is declared twice: by {first} and by {second}; "
+            "a plugin's kind needs a name of its own"
+        )
+
+
 class PluginLoadError(RegistryError):
     """A plugin failed to import or its hook raised; carries the entry point, distribution and traceback."""
 
