@@ -19,6 +19,7 @@ from .core.component import Preset
 from .core.config import BertConfig, ConfigError, ConfigIssue
 from .core.outputs import ModelOutput, ModelOutputWithPooling
 from .hub import PretrainedNotFoundError, resolve_pretrained
+from .inference import optimize_for_inference, restore_eager
 from .model import BertModel, build_model, from_pretrained
 from .registry import (
     BuildError,
@@ -81,7 +82,9 @@ __all__ = [
     "hookimpl",
     "list_presets",
     "load_config",
+    "optimize_for_inference",
     "resolve_pretrained",
+    "restore_eager",
     "save_config",
     "sentence",
 ]
