@@ -100,6 +100,14 @@ def test_sentence_embeddings_match_transformers(hf_model, tokenizer, ours):
     assert max_diff(F.normalize(raw, dim=-1), mine) <= TOL
 
 
+def test_length_sorted_batches_return_rows_in_input_order(tokenizer, ours):
+    """Batches are formed longest first; each row must still be its own text's embedding, alone or batched."""
+    texts = [*SENTENCES, "short", "a much longer sentence than every other one in this small list of texts"]
+    alone = torch.cat([encode(ours, tokenizer, [text]) for text in texts])  # no padding at all
+    assert max_diff(encode(ours, tokenizer, texts, batch_size=3), alone) <= TOL
+    assert max_diff(encode(ours, tokenizer, texts, batch_size=3, sort_by_length=False), alone) <= TOL
+
+
 def test_similar_sentences_score_higher_than_unrelated_ones(tokenizer, ours):
     emb = encode(ours, tokenizer, SENTENCES)
     scores = similarity(emb, emb)
