@@ -73,9 +73,8 @@ def main() -> None:
         for name, fn in contenders.items():
             start = time.perf_counter()
             diff = (fn() - reference).abs().max().item()
-            print(
-                f"  {name:<24} max abs diff to sentence-transformers: {diff:.1e}  (first call {time.perf_counter() - start:.1f} s)"
-            )
+            seconds = time.perf_counter() - start
+            print(f"  {name:<24} max abs diff to sentence-transformers: {diff:.1e}  (first call {seconds:.1f} s)")
         names = list(contenders)
         times: dict[str, list[float]] = {name: [] for name in names}
         for r in range(args.repeats):
