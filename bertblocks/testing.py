@@ -39,10 +39,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from .checkpoint import LoadingInfo
 from .core.component import KINDS, Component
 from .core.interfaces import AttentionBackend, Head, Positions, PositionScheme
-from .model import BertModel
+from .hf.weights import LoadingInfo
+from .models.backbone import BertModel
 from .registry import BuildError, Registry, get_registry
 
 #: float32 tolerance, as for HF parity
@@ -120,7 +120,7 @@ class Subject:
         torch.manual_seed(seed)
         cfg = dict(config) if config is not None else self.config(**changes)
         if self.kind == "head":
-            from .task_model import BertTaskModel
+            from .models.task_models import BertTaskModel
 
             return BertTaskModel.from_config(cfg, head=self.name, registry=self.registry).eval()
         return BertModel.from_config(cfg, registry=self.registry).eval()
@@ -128,7 +128,7 @@ class Subject:
     def reload(self, directory: str) -> tuple[nn.Module, LoadingInfo]:
         """The model :meth:`model` saved to ``directory``, loaded back with its loading report."""
         if self.kind == "head":
-            from .task_model import BertTaskModel
+            from .models.task_models import BertTaskModel
 
             return BertTaskModel.from_pretrained(  # type: ignore[return-value]
                 directory, head=self.name, registry=self.registry, output_loading_info=True

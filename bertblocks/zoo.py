@@ -20,13 +20,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .configuration import apply_overrides
+from .config_files import apply_overrides
 from .core.component import Preset
 from .core.config import ConfigError
-from .hub import resolve_pretrained
-from .model import BertModel
+from .hf.hub import resolve_pretrained
+from .models.backbone import BertModel
+from .models.task_models import BertTaskModel, task_model_class
 from .registry import Registry, get_registry
-from .task_model import BertTaskModel, task_model_class
 
 
 def list_presets(pattern: str = "*", *, registry: Registry | None = None) -> list[str]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bertblocks import cli, docs_gen
+from bertblocks import cli
+from tools import docs_gen
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -40,10 +41,10 @@ def blocks(path: Path, languages: set[str]) -> list[str]:
 @pytest.mark.parametrize("name", sorted(docs_gen.PAGES))
 def test_reference_page_is_up_to_date(name):
     path = DOCS / "reference" / name
-    assert path.is_file(), f"{rel(path)} is missing; run `python -m bertblocks.docs_gen`"
+    assert path.is_file(), f"{rel(path)} is missing; run `python tools/docs_gen.py`"
     expected = docs_gen.generate(DOCS / "reference")[path]
     assert path.read_text(encoding="utf-8") == expected, (
-        f"{rel(path)} is stale; run `python -m bertblocks.docs_gen` and commit the result"
+        f"{rel(path)} is stale; run `python tools/docs_gen.py` and commit the result"
     )
 
 

@@ -88,7 +88,7 @@ def prepare_job(
 
 def run_rank(job: DdpJob, rank: int, world_size: int) -> dict[str, Any] | None:
     """One rank's share: an initialised process group must exist. Returns the record on rank 0."""
-    from bertblocks.configuration import load_config
+    from bertblocks.config_files import load_config
 
     torch.set_num_threads(job.threads)
     config = load_config(job.config)

@@ -47,8 +47,8 @@ class RunTask:
 
 def execute(task: RunTask) -> dict[str, Any]:
     """Build the variant, measure its costs, train and evaluate when asked; return the run's record."""
-    from bertblocks.configuration import load_config
-    from bertblocks.model import BertModel
+    from bertblocks.config_files import load_config
+    from bertblocks.models.backbone import BertModel
 
     torch.set_num_threads(task.threads)
     config = load_config(task.config)

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
-from bertblocks.configuration import apply_overrides, load_config
+from bertblocks.config_files import apply_overrides, load_config
 from bertblocks.core.config import BertConfig, ConfigError, ConfigIssue, closest, issues_from_validation_error
 from bertblocks.registry import RegistryError
 

@@ -7,7 +7,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import (
+from ..config_files import ConfigSource, load_config, with_backend
+from ..core.config import BertConfig
+from ..core.encoder import EncoderModel, init_weights
+from ..hf.hub import resolve_pretrained
+from ..hf.weights import (
     LoadingInfo,
     find_weights,
     match_state_dict,
@@ -16,12 +20,8 @@ from .checkpoint import (
     untied_state_dict,
     write_checkpoint,
 )
-from .configuration import ConfigSource, load_config, with_backend
-from .core.config import BertConfig
-from .core.encoder import EncoderModel, init_weights
-from .hub import resolve_pretrained
-from .loading import deferred_init, load_into, materialize
-from .registry import Registry, build_components, get_registry
+from ..registry import Registry, build_components, get_registry
+from .meta_device import deferred_init, load_into, materialize
 
 logger = logging.getLogger("bertblocks")
 
@@ -181,7 +181,7 @@ def from_pretrained(
     if head is None:
         return BertModel.from_pretrained(path, overrides, **kwargs)
     # imported here: task models are built on BertModel, so task_model imports this module
-    from .task_model import task_model_class
+    from .task_models import task_model_class
 
     if head == "auto":
         directory = resolve_pretrained(

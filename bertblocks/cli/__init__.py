@@ -244,7 +244,7 @@ def _build_model(cfg: Any, head: str | None, device: str = "meta") -> Any:
 
     import bertblocks
 
-    from .task_model import BertTaskModel
+    from ..models.task_models import BertTaskModel
 
     with torch.device(device):
         if head is None and cfg.head is None:
@@ -253,7 +253,7 @@ def _build_model(cfg: Any, head: str | None, device: str = "meta") -> Any:
 
 
 def _run_build(args: argparse.Namespace) -> int:
-    from . import introspect
+    from .. import introspect
 
     cfg = config_from_args(args)
     model = _build_model(cfg, args.head)
@@ -320,7 +320,7 @@ def _run_plugins(args: argparse.Namespace) -> int:
 
 
 def _configure_components(parser: argparse.ArgumentParser) -> None:
-    from .core.component import KINDS
+    from ..core.component import KINDS
 
     parser.add_argument("kind", nargs="?", choices=KINDS, help="list only this kind")
     parser.add_argument("-v", "--verbose", action="store_true", help="also list each component's options")
@@ -420,13 +420,13 @@ def _configure_trace(parser: argparse.ArgumentParser) -> None:
 
 
 def _load_tokenizer(directory: str | Path) -> Any:
-    from .tokenizer import BertTokenizer
+    from ..hf.tokenizer import BertTokenizer
 
     return BertTokenizer.from_pretrained(directory)
 
 
 def _default_tokenizer_dir() -> Path:
-    from .sentence import minilm_path
+    from ..sentence import minilm_path
 
     return minilm_path()
 
@@ -440,7 +440,7 @@ def _run_trace(args: argparse.Namespace) -> int:
 
     import bertblocks
 
-    from . import introspect
+    from .. import introspect
 
     if _is_checkpoint(args.config):
         # the checkpoint's own head (its config.json `architectures`) unless --head names another
@@ -506,7 +506,7 @@ def _configure_diagram(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_diagram(args: argparse.Namespace) -> int:
-    from . import introspect
+    from .. import introspect
 
     cfg = config_from_args(args)
     model = _build_model(cfg, args.head)  # assembled, so the diagram shows what builds, not just what parses
@@ -531,7 +531,7 @@ def _configure_sentences(parser: argparse.ArgumentParser) -> None:
 def _encode(args: argparse.Namespace) -> Any:
     import bertblocks
 
-    from . import sentence
+    from .. import sentence
 
     source = args.model or str(sentence.minilm_path())
     model = bertblocks.from_pretrained(source, args.overrides)
@@ -601,7 +601,7 @@ def _configure_schema(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_schema(args: argparse.Namespace) -> int:
-    from .core.config import BertConfig
+    from ..core.config import BertConfig
 
     text = json.dumps(BertConfig.model_json_schema(), indent=2)
     if args.output:
@@ -626,7 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", action="store_true", help="machine-readable output (JSON on stdout)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    from . import __version__
+    from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"bertblocks {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -683,9 +683,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _exit_code(error: Exception) -> int:
-    from .checkpoint import CheckpointError
-    from .core.config import ConfigError
-    from .registry import RegistryError
+    from ..core.config import ConfigError
+    from ..hf.weights import CheckpointError
+    from ..registry import RegistryError
 
     if isinstance(error, CLIError):
         return error.code
@@ -748,7 +748,3 @@ register_subcommand(
     "bertblocks.ablation.cli:configure_parser",
     "bertblocks.ablation.cli:run",
 )
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m bertblocks.cli`
-    sys.exit(main())

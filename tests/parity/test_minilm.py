@@ -20,7 +20,7 @@ from bertblocks.sentence import encode, mean_pool, minilm_path, similarity
 from tests.conftest import max_diff
 
 TOL = 1e-5
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 SENTENCES = [
     "A man is eating food.",
     "A man is eating a piece of bread.",

@@ -11,7 +11,7 @@ is not cached then raises :class:`PretrainedNotFoundError`, a ``FileNotFoundErro
 message says what was looked for and where.
 
 Example:
-    >>> from bertblocks.hub import resolve_pretrained
+    >>> from bertblocks.hf.hub import resolve_pretrained
     >>> directory = resolve_pretrained("sentence-transformers/all-MiniLM-L6-v2", local_files_only=True)
     >>> sorted(p.name for p in directory.iterdir())
     ['config.json', 'model.safetensors', ...]
@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from .checkpoint import BIN_INDEX, BIN_WEIGHTS, SAFE_INDEX, SAFE_WEIGHTS
+from .weights import BIN_INDEX, BIN_WEIGHTS, SAFE_INDEX, SAFE_WEIGHTS
 
 CONFIG_FILE = "config.json"
 #: weight files in order of preference: (single file, sharded index)

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from .checkpoint import tied_parameters
-from .core.encoder import init_module
+from ..core.encoder import init_module
+from ..hf.weights import tied_parameters
 
 _META = torch.device("meta")
 

@@ -25,7 +25,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from .checkpoint import (
+from ..config_files import load_config
+from ..core.config import BertConfig
+from ..core.outputs import ModelOutput
+from ..hf.weights import (
     LoadingInfo,
     find_weights,
     match_state_dict,
@@ -34,13 +37,10 @@ from .checkpoint import (
     untied_state_dict,
     write_checkpoint,
 )
-from .configuration import load_config
-from .core.config import BertConfig
-from .core.outputs import ModelOutput
+from ..registry import Registry
+from .backbone import BertModel
 from .generation import generate
-from .model import BertModel
-from .registry import Registry
-from .task_model import BertLMHeadModel
+from .task_models import BertLMHeadModel
 
 
 class EncoderDecoderConfig(BaseModel):

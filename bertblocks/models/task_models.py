@@ -22,7 +22,13 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
-from .checkpoint import (
+from ..config_files import ConfigSource, load_config, with_backend
+from ..core.config import BertConfig
+from ..core.encoder import init_weights
+from ..core.interfaces import Head
+from ..core.outputs import ModelOutput
+from ..hf.hub import resolve_pretrained
+from ..hf.weights import (
     LoadingInfo,
     find_weights,
     match_state_dict,
@@ -31,15 +37,9 @@ from .checkpoint import (
     untied_state_dict,
     write_checkpoint,
 )
-from .configuration import ConfigSource, load_config, with_backend
-from .core.config import BertConfig
-from .core.encoder import init_weights
-from .core.interfaces import Head
-from .core.outputs import ModelOutput
-from .hub import resolve_pretrained
-from .loading import deferred_init, load_into, materialize
-from .model import BertModel
-from .registry import BuildError, Registry, get_registry, validate_config
+from ..registry import BuildError, Registry, get_registry, validate_config
+from .backbone import BertModel
+from .meta_device import deferred_init, load_into, materialize
 
 logger = logging.getLogger("bertblocks")
 
