@@ -18,12 +18,15 @@ from . import _moved, sentence
 from .config_files import apply_overrides, dump_yaml, load_config, save_config
 from .core.component import Preset
 from .core.config import BertConfig, ConfigError, ConfigIssue
+from .core.limits import LimitError
 from .core.outputs import ModelOutput, ModelOutputWithPooling
 from .hf.hub import PretrainedNotFoundError, resolve_pretrained
 from .hf.tokenizer import BertTokenizer, TokenizerFilesNotFoundError
+from .hf.weight_files import WeightFileError
 from .hf.weights import CheckpointError, LoadingInfo
 from .inference import optimize_for_inference, restore_eager
-from .models.backbone import BertModel, build_model, from_pretrained
+from .models.auto import from_pretrained
+from .models.backbone import BertModel, build_model
 from .models.task_models import (
     BertForMaskedLM,
     BertForMultipleChoice,
@@ -72,6 +75,7 @@ __all__ = [
     "CheckpointError",
     "ConfigError",
     "ConfigIssue",
+    "LimitError",
     "LoadingInfo",
     "ModelOutput",
     "ModelOutputWithPooling",
@@ -81,6 +85,7 @@ __all__ = [
     "TokenizerFilesNotFoundError",
     "UnknownComponentError",
     "UnknownPresetError",
+    "WeightFileError",
     "__version__",
     "apply_overrides",
     "build_model",

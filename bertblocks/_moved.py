@@ -24,7 +24,9 @@ MOVED: dict[str, str] = {
     "bertblocks.hub": "bertblocks.hf.hub",
     "bertblocks.tokenizer": "bertblocks.hf.tokenizer",
     "bertblocks.configuration": "bertblocks.config_files",
-    "bertblocks.model": "bertblocks.models.backbone",
+    # the backbone, build_model and from_pretrained: models.auto holds all three (from_pretrained chooses
+    # between the backbone and the task models, so it lives above both)
+    "bertblocks.model": "bertblocks.models.auto",
     "bertblocks.task_model": "bertblocks.models.task_models",
     "bertblocks.encoder_decoder": "bertblocks.models.encoder_decoder",
     "bertblocks.generation": "bertblocks.models.generation",

@@ -14,7 +14,9 @@ from typing import Any
 
 import yaml
 
+from .bounded_yaml import YAMLLimitError, load_yaml
 from .core.config import BertConfig, ConfigError, ConfigIssue
+from .hf.config_json import config_from_hf, config_to_hf
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
 
 ConfigSource = str | Path | Mapping[str, Any] | BertConfig
@@ -42,8 +44,26 @@ def load_config(
         ConfigError: malformed YAML/JSON (with the line) or an invalid config (every problem, with paths).
     """
     data, where = _read(source, registry)
-    data = apply_overrides(data, overrides)
+    data = apply_overrides(_labels_follow_count(data, overrides), overrides)
     return validate_config(data, registry, source=where)
+
+
+def _labels_follow_count(data: dict[str, Any], overrides: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """Drop default label names (``LABEL_0``, …) when the overrides set ``num_labels`` but no names.
+
+    A checkpoint without ``id2label`` reads as two default labels; ``num_labels=3`` must then mean three
+    default labels (transformers' rule), not a contradiction. Real label names are kept, so a count that
+    contradicts them is still an error.
+    """
+    keys = set(overrides) if isinstance(overrides, Mapping) else {text.partition("=")[0].strip() for text in overrides}
+    if "num_labels" not in keys or keys & {"id2label", "label2id"}:
+        return data
+    id2label = data.get("id2label")
+    if isinstance(id2label, Mapping) and {int(k): v for k, v in id2label.items()} == {
+        i: f"LABEL_{i}" for i in range(len(id2label))
+    }:
+        data = {k: v for k, v in data.items() if k not in ("id2label", "label2id")}
+    return data
 
 
 def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[str, Any], str | None]:
@@ -51,7 +71,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
         return source.model_dump(), None
     if isinstance(source, Mapping):
         # a deep copy: overrides are set in place and must never change the caller's nested dicts
-        return _from_mapping(copy.deepcopy(dict(source))), None
+        return _from_mapping(copy.deepcopy(dict(source)), registry), None
     path = Path(source)
     if isinstance(source, str) and not path.exists() and _looks_like_a_name(source):
         reg = registry or get_registry()
@@ -59,12 +79,15 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
             preset = reg.get_preset(source)
         except UnknownPresetError as e:
             raise UnknownPresetError(e.name, e.available, context=" (and no file of that name)") from None
-        return _from_mapping(copy.deepcopy(dict(preset.config))), f"preset {source}"
+        return _from_mapping(copy.deepcopy(dict(preset.config)), registry), f"preset {source}"
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"config file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError([ConfigIssue(f"byte {e.start}", "not UTF-8 text")], str(path)) from None
     if path.suffix == ".json":
         try:
             data = json.loads(text)
@@ -72,18 +95,19 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
             raise ConfigError([ConfigIssue(f"line {e.lineno}", f"malformed JSON: {e.msg}")], str(path)) from None
     else:
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text)  # safe_load with a bound on alias expansion ("billion laughs")
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark
             line = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConfigError([ConfigIssue(line, f"malformed YAML: {e.problem}")], str(path)) from None
+            what = "refused YAML" if isinstance(e, YAMLLimitError) else "malformed YAML"
+            raise ConfigError([ConfigIssue(line, f"{what}: {e.problem}")], str(path)) from None
         except yaml.YAMLError as e:
             raise ConfigError([ConfigIssue("", f"malformed YAML: {e}")], str(path)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([ConfigIssue("", f"expected a mapping at the top, got {type(data).__name__}")], str(path))
-    return _from_mapping(data), str(path)
+    return _from_mapping(data, registry), str(path)
 
 
 def _looks_like_a_name(source: str) -> bool:
@@ -96,9 +120,9 @@ def is_hf_config(data: Mapping[str, Any]) -> bool:
     return "encoder" not in data and ("model_type" in data or "num_hidden_layers" in data)
 
 
-def _from_mapping(data: dict[str, Any]) -> dict[str, Any]:
+def _from_mapping(data: dict[str, Any], registry: Registry | None = None) -> dict[str, Any]:
     if is_hf_config(data):
-        return BertConfig.from_hf(data).model_dump()
+        return config_from_hf(data, registry).model_dump()
     return data
 
 
@@ -116,10 +140,23 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str] | Mapping[str
             key, sep, value = text.partition("=")
             if not sep or not key.strip():
                 raise ConfigError([ConfigIssue("", f"override {text!r} is not of the form dotted.key=value")])
-            items.append((key.strip(), yaml.safe_load(value) if value.strip() else None))
+            items.append((key.strip(), _override_value(key.strip(), value)))
     for key, value in items:
         _set_dotted(data, key, value)
     return data
+
+
+def _override_value(key: str, value: str) -> Any:
+    """The value of ``key=value`` parsed as YAML (empty: ``None``); unreadable YAML is a located error."""
+    if not value.strip():
+        return None
+    try:
+        return load_yaml(value)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(
+            [ConfigIssue(key, f"cannot read the value {value!r} as YAML ({problem}); quote it if it is text")]
+        ) from None
 
 
 def with_backend(
@@ -181,6 +218,6 @@ def save_config(config: BertConfig, path: str | Path) -> None:
     """Write ``.yaml``/``.yml`` (ours) or ``.json`` (HF ``config.json`` format)."""
     path = Path(path)
     if path.suffix == ".json":
-        path.write_text(json.dumps(config.to_hf(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(config_to_hf(config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     else:
         path.write_text(dump_yaml(config), encoding="utf-8")

@@ -295,7 +295,9 @@ def _note(module: nn.Module, inputs: Mapping[str, list[int]]) -> str:
     scores = f"scores [{b}, {heads}, {q}, {q}]"
     if bias is not None:
         scores += f" + {type(bias).__name__} [{b}, {heads}, {q}, {q}]"
-    return f"{heads} heads × {head_dim}: Q, K, V [{b}, {heads}, {q}, {head_dim}] → {scores} → softmax · V"
+    rotary = getattr(getattr(module, "self", None), "rotary", None)
+    rotated = f" → rotate Q, K ({type(rotary).__name__})" if rotary is not None else ""
+    return f"{heads} heads × {head_dim}: Q, K, V [{b}, {heads}, {q}, {head_dim}]{rotated} → {scores} → softmax · V"
 
 
 def format_trace(steps: Sequence[TraceStep], tokens: Sequence[str] = ()) -> str:
@@ -324,14 +326,23 @@ def _layer_label(config: BertConfig, index: int) -> str:
     attention, feedforward = config.encoder.layer_specs(index)
     heads = attention.num_heads - len(set(config.pruned_heads.get(index, [])))
     pruned = f" ({len(config.pruned_heads[index])} pruned)" if config.pruned_heads.get(index) else ""
-    attn_opts = "".join(f", {k}={v}" for k, v in sorted(attention.options().items()))
-    ff_opts = "".join(f", {k}={v}" for k, v in sorted(feedforward.options().items()))
+    attn_opts = "".join(f", {k}={v}" for k, v in sorted(attention.changed_options().items()))
+    ff_opts = "".join(f", {k}={v}" for k, v in sorted(feedforward.changed_options().items()))
+    backend_opts = "".join(f" {k}={v}" for k, v in sorted(attention.backend.changed_options().items()))
     kind = ""
     if config.is_decoder:
         kind = " · causal" + (" + cross-attention" if config.add_cross_attention else "")
+    position = config.encoder.layer_position(index, config.position)
+    # a layer whose position options an override changed (ModernBERT's global RoPE base) says so
+    moved = (
+        f"<br/>position: {position.name}" + "".join(f", {k}={v}" for k, v in sorted(position.changed_options().items()))
+        if position != config.position
+        else ""
+    )
     return (
-        f"attention: {attention.name} · {attention.backend.name} · {heads} heads{pruned}{attn_opts}{kind}"
-        f"<br/>feedforward: {feedforward.name} · {feedforward.intermediate_size} · {feedforward.activation}{ff_opts}"
+        f"attention: {attention.name} · {attention.backend.name}{backend_opts} · {heads} heads{pruned}{attn_opts}"
+        f"{kind}<br/>feedforward: {feedforward.name} · {feedforward.intermediate_size} · {feedforward.activation}"
+        f"{ff_opts}{moved}"
     )
 
 

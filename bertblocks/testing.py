@@ -473,10 +473,30 @@ def check_position_scheme(subject: Subject) -> None:
         ids = torch.arange(9)[None].expand(3, 9)
         emb = table(ids)
         _expect(tuple(emb.shape) == (3, 9, 32), f"position embedding of [3, 9] ids is {tuple(emb.shape)}")
+    shared = scheme.shared_bias(4)
+    if shared is not None:
+        for dtype in (torch.float32, torch.float64):
+            whole = shared(Positions.contiguous(9, 0, torch.device("cpu")), dtype)
+            _expect(
+                whole.dim() == 4 and whole.shape[1:] == (4, 9, 9) and whole.shape[0] in (1, 3),
+                f"shared bias for 4 heads over 9 tokens must be [1|b, 4, 9, 9]; got {tuple(whole.shape)}",
+            )
+            _expect(whole.dtype == dtype, f"shared bias is {whole.dtype} when {dtype} was asked")
+            tail = shared(Positions.contiguous(4, 5, torch.device("cpu")), dtype)
+            _close(
+                f"shared bias of 4 queries after 5 cached keys vs rows 5.. of the whole ({dtype})",
+                tail,
+                whole[:, :, 5:],
+            )
     bias = scheme.attention_bias(4, 8)
+    _expect(
+        scheme.adds_score_bias is None or (bias is not None) == scheme.adds_score_bias,
+        f"adds_score_bias is {scheme.adds_score_bias} but attention_bias returned "
+        f"{'a bias' if bias is not None else 'None'}: declare what the scheme contributes",
+    )
     if bias is None:
-        if table is None:
-            raise ConformanceSkip("the scheme adds neither an embedding nor an attention bias")
+        if table is None and shared is None and scheme.layer_terms(0, 4, 8).rotary is None:
+            raise ConformanceSkip("the scheme adds no embedding, no score bias and no rotation")
         return
     for dtype in (torch.float32, torch.float64):
         query, key, _ = _qkv(b=2, h=4, q=9, k=9, dtype=dtype)
@@ -489,6 +509,78 @@ def check_position_scheme(subject: Subject) -> None:
         _expect(full.dtype == dtype, f"bias is {full.dtype} for {dtype} queries")
         tail = bias(query[:, :, 5:], key, Positions.contiguous(4, 5, query.device))
         _close(f"bias of 4 queries after 5 cached keys vs rows 5.. of the full bias ({dtype})", tail, full[:, :, 5:])
+
+
+def _rotary_of(subject: Subject) -> Any:
+    scheme: PositionScheme = subject.make(max_positions=64)
+    rotary = scheme.layer_terms(0, 4, 8).rotary
+    if rotary is None:
+        raise ConformanceSkip("the scheme does not rotate queries and keys")
+    return rotary
+
+
+def check_rotary_shift_invariance(subject: Subject) -> None:
+    """A rotation makes scores depend on positions only through their difference: shifting every position by
+    the same amount (a cache offset, a later packed sequence) leaves ``q·k`` unchanged, while a rotation that
+    ignored positions would be caught by the second half (scores at other distances must differ)."""
+    rotary = _rotary_of(subject)
+    g = torch.Generator().manual_seed(4)
+    for dtype in (torch.float32, torch.float64):
+        query, key = (torch.randn(2, 9, 4, 8, generator=g).to(dtype) for _ in range(2))  # [B, t, h, d]
+        base = torch.arange(9)[None].expand(2, 9)
+        with torch.no_grad():
+            q0, k0 = rotary(query, key, base)
+            q1, k1 = rotary(query, key, base + 17)
+            _expect(q0.shape == query.shape and k0.shape == key.shape, "rotation changed the shape of q or k")
+            _expect(q0.dtype == dtype, f"rotation of {dtype} queries returned {q0.dtype}")
+            scores = torch.einsum("bqhd,bkhd->bhqk", q0, k0)
+            _close(
+                f"scores with every position shifted by 17 ({dtype})", torch.einsum("bqhd,bkhd->bhqk", q1, k1), scores
+            )
+            q2, k2 = rotary(query, key, base.flip(-1))
+            _expect(
+                _diff(torch.einsum("bqhd,bkhd->bhqk", q2, k2), scores) > 1e-3,
+                "reversing the positions left every score unchanged: the rotation ignores positions",
+            )
+
+
+def check_position_cache_chunks(subject: Subject) -> None:
+    """As a decoder, feeding the sequence through the KV cache in chunks of 1, of 3, and all at once gives what
+    one pass gives: positions continue exactly after the cache, whatever the chunk size."""
+    try:
+        model = subject.model(is_decoder=True)
+    except BuildError as e:
+        raise ConformanceSkip(f"cannot be built as a decoder: {e}") from None
+    ids = _batch(b=2, length=8)["input_ids"]
+    full = _run(model, input_ids=ids).last_hidden_state
+    for size in (1, 3, ids.shape[1]):
+        cache, pieces = None, []
+        for start in range(0, ids.shape[1], size):
+            out = _run(model, input_ids=ids[:, start : start + size], past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            pieces.append(out.last_hidden_state)
+        _close(f"chunks of {size} through the cache vs one pass", torch.cat(pieces, dim=1), full)
+
+
+def check_packed_positions(subject: Subject) -> None:
+    """A padded batch run packed (``encoder.packing: always``: real tokens laid end to end, each sequence's
+    positions restarting at 0) equals the padded run at every real position, with default and with explicit
+    ``position_ids``."""
+    model = subject.model()
+    cfg = subject.config()
+    cfg["encoder"]["packing"] = "always"
+    packed = subject.model(config=cfg)
+    packed.load_state_dict(model.state_dict())
+    cfg["encoder"]["packing"] = "never"
+    padded = subject.model(config=cfg)
+    padded.load_state_dict(model.state_dict())
+    inputs = _batch()
+    # rows spaced differently: a scheme that dropped them (or took the packed index for a position) shows it
+    explicit = {**inputs, "position_ids": torch.arange(9)[None] * torch.tensor([[1], [2], [3]])}
+    for label, batch in (("default positions", inputs), ("explicit position_ids", explicit)):
+        _close_outputs(
+            f"packed vs padded batch ({label})", _run(packed, **batch), _run(padded, **batch), inputs["attention_mask"]
+        )
 
 
 def check_embedding(subject: Subject) -> None:
@@ -619,6 +711,9 @@ CHECKS: tuple[Check, ...] = (
     Check("causal", ("backend",), check_backend_causal),
     Check("dropout", ("backend",), check_backend_dropout),
     Check("position_scheme", ("position",), check_position_scheme),
+    Check("rotary_shift", ("position",), check_rotary_shift_invariance),
+    Check("position_cache_chunks", ("position",), check_position_cache_chunks),
+    Check("packed_positions", ("position",), check_packed_positions),
     Check("embedding", ("embedding",), check_embedding),
     Check("attention_module", ("attention",), check_attention_module),
     Check("position_wise", ("feedforward",), check_feedforward_position_wise),

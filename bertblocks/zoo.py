@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from .core.component import Preset
 from .core.config import ConfigError
 from .hf.hub import resolve_pretrained
 from .models.backbone import BertModel
+from .models.meta_device import deferred_init, materialize
 from .models.task_models import BertTaskModel, task_model_class
 from .registry import Registry, get_registry
 
@@ -116,18 +118,23 @@ def create_model(
     spec = data.get("head")
     head_name = spec if isinstance(spec, str) else spec.get("name") if isinstance(spec, Mapping) else None
     model: BertModel | BertTaskModel
-    try:
-        if head_name is None:
-            model = BertModel.from_config(data, registry=reg)
-        else:
-            model = task_model_class(head_name).from_config(data, head=head_name, registry=reg)
-    except ConfigError as e:
-        raise ConfigError(e.issues, f"preset {name}") from None
-    if pretrained is not None:
+    directory = None
+    if pretrained is not None:  # resolved first: a missing checkpoint fails before anything is built
         directory = resolve_pretrained(
             pretrained, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
         )
+    try:
+        # with weights to come, parameters start on the meta device, as in PretrainedModel.from_pretrained
+        with deferred_init() if directory is not None else nullcontext():
+            if head_name is None:
+                model = BertModel.from_config(data, registry=reg)
+            else:
+                model = task_model_class(head_name).from_config(data, head=head_name, registry=reg)
+    except ConfigError as e:
+        raise ConfigError(e.issues, f"preset {name}") from None
+    if directory is not None:
         model.load_checkpoint(directory, strict=strict)
+        materialize(model, model.initializer_std())
         model.eval()  # as transformers' from_pretrained returns it
     return model
 

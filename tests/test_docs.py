@@ -25,6 +25,8 @@ EXECUTED = [
     DOCS / "how-to" / "cli-overrides.md",
     DOCS / "how-to" / "save-and-load-hf-checkpoints.md",
     DOCS / "how-to" / "decoding-and-generation.md",
+    DOCS / "how-to" / "hugging-face-ecosystem.md",
+    DOCS / "how-to" / "export.md",
 ]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 

@@ -1,60 +1,173 @@
-"""Imports point downwards only: core knows neither registry nor plugins; plugins do not know the registry."""
+"""Imports point downwards only, and never in a circle.
+
+Each top-level group of the package may import only the groups listed for it in :data:`MAY_IMPORT` (the table
+of docs/explanation/architecture.md); no module takes part in an import cycle, counting imports inside
+functions too; and ``core/`` names no transformers model class and no built-in component (other than the
+schema's defaults, listed once in ``DEFAULT_COMPONENTS``).
+"""
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+from bertblocks._moved import MOVED
+
 PACKAGE = Path(__file__).parents[1] / "bertblocks"
 
+#: top-level group → the groups its modules may import (besides their own). Groups not listed here (cli,
+#: ablation, zoo, sentence, introspect, testing, the package's __init__) sit on top and may import any group.
+MAY_IMPORT: dict[str, set[str]] = {
+    "core": set(),
+    # the plugin manager registers the built-in plugins (plugins never import the registry)
+    "registry": {"core", "plugins"},
+    "plugins": {"core"},
+    "hf": {"core", "registry"},
+    "bounded_yaml": set(),
+    "config_files": {"core", "registry", "hf", "bounded_yaml"},
+    "models": {"core", "registry", "hf", "bounded_yaml", "config_files"},
+}
 
-def _imports(path: Path) -> set[str]:
+
+def _module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(
+    path: Path, package: Path = PACKAGE, modules: set[str] | None = None, aliases: Mapping[str, str] = MOVED
+) -> set[str]:
+    """Every bertblocks module ``path`` imports, at module level or inside functions (``if TYPE_CHECKING:``
+    blocks left out: they never run). ``from pkg import name`` counts as importing ``pkg.name`` when that is a
+    module; old module names count as the modules they alias."""
     tree = ast.parse(path.read_text())
+    is_package = path.name == "__init__.py"
+    own = _module_name(path, package).split(".")
+    own_package = own if is_package else own[:-1]
+    skipped = {
+        id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node) for n in ast.walk(node)
+    }
     names: set[str] = set()
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative import: resolve against the file's package
-                package = path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1]
-                base = ".".join(package[: len(package) - node.level + 1] + ((base,) if base else ()))
-            names.add(base)
-    return names
+                anchor = own_package[: len(own_package) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            submodules = {f"{base}.{alias.name}" for alias in node.names}
+            if modules is not None and submodules <= modules:
+                names.update(submodules)  # `from . import report`: the module report, not the package
+            else:
+                names.add(base)
+    resolved = {aliases.get(name, name) for name in names}
+    return {name for name in resolved if name == package.name or name.startswith(f"{package.name}.")}
 
 
-#: packages and modules above the registry (old module names included: they are aliases of moved modules)
-_ABOVE_REGISTRY = (
-    "bertblocks.models",
-    "bertblocks.hf",
-    "bertblocks.config_files",
-    "bertblocks.cli",
-    "bertblocks.model",
-    "bertblocks.checkpoint",
-    "bertblocks.configuration",
-)
+def _graph(package: Path = PACKAGE, aliases: Mapping[str, str] = MOVED) -> dict[str, set[str]]:
+    files = sorted(package.rglob("*.py"))
+    modules = {_module_name(f, package) for f in files}
+    graph = {}
+    for path in files:
+        # an import of a name inside a module (`from bertblocks.core.config import X`) is an edge to that module
+        targets = set()
+        for name in _imports(path, package, modules, aliases):
+            while name not in modules and "." in name:
+                name = name.rsplit(".", 1)[0]
+            targets.add(name)
+        graph[_module_name(path, package)] = targets - {_module_name(path, package)}
+    return graph
 
 
-@pytest.mark.parametrize(
-    ("layer", "forbidden"),
-    [
-        ("core", ("bertblocks.registry", "bertblocks.plugins", *_ABOVE_REGISTRY)),
-        ("plugins", ("bertblocks.registry", *_ABOVE_REGISTRY)),
-        ("registry", _ABOVE_REGISTRY),
-    ],
-)
-def test_layer_does_not_import_upwards(layer, forbidden):
-    files = sorted((PACKAGE / layer).rglob("*.py"))
-    assert files
-    offenders = {
-        f"{path.relative_to(PACKAGE)} imports {name}"
-        for path in files
-        for name in _imports(path)
-        if name.startswith(forbidden)
-    }
-    assert not offenders
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _group(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_no_import_cycles_anywhere_in_the_package():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_check_sees_function_level_imports(tmp_path):
+    # the shape of an old cycle (model.py imported task_model.py inside a function; task_model.py imported
+    # model.py at the top): the check must see it
+    package = tmp_path / "bertblocks"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "model.py").write_text("def f():\n    from .task_model import g\n")
+    (package / "task_model.py").write_text("from .model import f\n")
+    (package / "typed.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .model import f\n")
+    assert _cycles(_graph(package, aliases={})) == [["bertblocks.model", "bertblocks.task_model"]]
+
+
+@pytest.mark.parametrize("group", sorted(MAY_IMPORT))
+def test_each_group_imports_only_the_groups_below_it(group):
+    graph = _graph()
+    modules = [m for m in graph if _group(m) == group]
+    assert modules, group
+    offenders = sorted(
+        f"{module} imports {target}"
+        for module in modules
+        for target in graph[module]
+        if _group(target) != group and _group(target) not in MAY_IMPORT[group]
+    )
+    assert offenders == []
+
+
+def test_old_module_names_are_the_moved_modules():
+    import importlib
+
+    for old, new in MOVED.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
 
 
 def test_importing_bertblocks_builds_no_registry():
@@ -64,3 +177,36 @@ def test_importing_bertblocks_builds_no_registry():
     import bertblocks  # noqa: F401
 
     assert manager._default is None
+
+
+# ------------------------------------------------------------------------------- no HF knowledge in core
+def _core_text() -> str:
+    return "\n".join(path.read_text() for path in sorted((PACKAGE / "core").rglob("*.py")))
+
+
+def test_core_names_no_transformers_model_class():
+    transformers = pytest.importorskip("transformers")
+    # model classes (BertModel, BertForMaskedLM, BertLMHeadModel, …). Output containers (…Output) keep
+    # transformers' names on purpose: they are the forward contract users read fields from.
+    candidates = set(re.findall(r"\b[A-Z][A-Za-z0-9]*(?:Model|For[A-Z][A-Za-z]*)\b", _core_text()))
+    named = sorted(name for name in candidates if not name.endswith("Output") and hasattr(transformers, name))
+    assert named == []
+
+
+def test_core_names_no_builtin_component_but_the_schema_defaults():
+    from bertblocks.core.config import DEFAULT_COMPONENTS
+    from bertblocks.registry import Registry
+
+    builtins = {c.name for c in Registry(load_entry_points=False).components()}
+    assert set(DEFAULT_COMPONENTS.values()) <= builtins  # the defaults exist
+    text = _core_text()
+    table = re.search(r"DEFAULT_COMPONENTS: dict\[str, str\] = \{.*?\n\}", text, re.S)
+    assert table is not None
+    rest = text.replace(table.group(0), "")
+    # `none` is also a plain word of the config language (limits: `none` switches a limit off), not only the
+    # position scheme of that name, so its appearance in core says nothing about core knowing the component
+    plain_words = {"none"}
+    mentioned = sorted(
+        name for name in builtins - plain_words if re.search(rf"(``|[\"']){re.escape(name)}(``|[\"'])", rest)
+    )
+    assert mentioned == []

@@ -108,10 +108,10 @@ def test_unknown_name_lists_the_kind_and_the_closest():
     with pytest.raises(UnknownComponentError) as info:
         reg.get("position", "relative_kye")
     assert str(info.value) == (
-        "unknown position 'relative_kye'; available: absolute, relative_key, relative_key_query "
-        "(did you mean 'relative_key'?)"
+        "unknown position 'relative_kye'; available: absolute, none, relative_bucket, relative_key, "
+        "relative_key_query, rope (did you mean 'relative_key'?)"
     )
-    with pytest.raises(UnknownComponentError, match=r"available: eager, sdpa$"):
+    with pytest.raises(UnknownComponentError, match=r"available: eager, sdpa, sliding_window$"):
         reg.get("backend", "flash")  # nothing close: no hint
 
 
@@ -123,7 +123,7 @@ def test_unknown_kind_lists_the_kinds():
 def test_listing_components_and_plugins():
     reg = _registry(ThirdPartyPlugin())
     backends = reg.components("backend")
-    assert [c.name for c in backends] == ["eager", "no_mask", "not_a_backend", "scaled_sdpa", "sdpa"]
+    assert [c.name for c in backends] == ["eager", "no_mask", "not_a_backend", "scaled_sdpa", "sdpa", "sliding_window"]
     assert {c.provider for c in backends} == {"bertblocks.plugins.backends (bertblocks)", "test-plugin-0"}
     everything = reg.components()
     assert [KINDS.index(c.kind) for c in everything] == sorted(KINDS.index(c.kind) for c in everything)
@@ -224,8 +224,10 @@ def test_duplicate_component_names_both_providers():
             return [Component("backend", "sdpa", lambda *, options: ScaledSdpa(1.0), description="imposter")]
 
     reg = _registry(Clash())
+    assert reg.get("backend", "eager").name == "eager"  # a clash is an error only where the name is used
+    assert [c.description for c in reg.components("backend") if c.name == "sdpa"][1] == "imposter"  # both listed
     with pytest.raises(DuplicateComponentError) as info:
-        reg.get("backend", "eager")
+        reg.get("backend", "sdpa")
     message = str(info.value)
     assert (
         message

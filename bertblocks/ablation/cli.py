@@ -1,6 +1,7 @@
 """``bertblocks ablate STUDY.yaml``: the command-line face of :func:`bertblocks.ablation.run_study`.
 
-Registered in :mod:`bertblocks.cli`'s command table; this module is imported only when the command runs.
+Registered by :mod:`bertblocks.ablation.plugin` (the ``bertblocks_register_commands`` hook); this module is
+imported only when the command runs.
 """
 
 from __future__ import annotations

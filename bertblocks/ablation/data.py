@@ -10,6 +10,7 @@ Masked-LM sequences pack consecutive sentences (``[CLS] s1 [SEP] s2 [SEP] …``)
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from .corpus import generate_labelled, generate_sentences, read_labelled, read_sentences
-from .study import Study, StudyError
+from .study import Study, StudyError, fingerprint
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -128,15 +129,36 @@ def load_texts(study: Study) -> tuple[list[str], list[int] | None]:
         raise StudyError.single("corpus.path", str(e), study) from None
 
 
+def tokenizer_key(study: Study, texts: list[str]) -> str:
+    """What a trained tokenizer is a function of: the tokenizer settings and the corpus text."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf-8", "surrogatepass") + b"\0")
+    return fingerprint({"tokenizer": study.spec.tokenizer.model_dump(mode="json"), "corpus": digest.hexdigest()})
+
+
 def get_tokenizer(study: Study, texts: list[str], saved: Path | None = None) -> Tokenizer:
-    """The study's tokenizer: ``tokenizer.path``, else the one ``saved`` by an earlier run, else trained."""
+    """The study's tokenizer: ``tokenizer.path``, else the one ``saved`` by an earlier run of the same
+    settings and corpus, else trained.
+
+    An earlier tokenizer is reused only when its key (``tokenizer.key`` beside it, see
+    :func:`tokenizer_key`) matches: a changed ``tokenizer.vocab_size`` or corpus trains a new one, and the
+    runs that depend on it are redone.
+    """
     spec = study.spec.tokenizer
     if spec.path:
         path = study.resolve(spec.path)
         if not path.is_file():
             raise StudyError.single("tokenizer.path", f"file not found: {path}", study)
         return Tokenizer.from_file(str(path))
-    if saved is not None and saved.is_file():
+    key_file = saved.with_suffix(".key") if saved is not None else None
+    if (
+        saved is not None
+        and key_file is not None
+        and saved.is_file()
+        and key_file.is_file()
+        and key_file.read_text(encoding="utf-8").strip() == tokenizer_key(study, texts)
+    ):
         return Tokenizer.from_file(str(saved))
     try:
         return train_tokenizer(texts, spec.vocab_size, spec.lowercase, spec.trainer)

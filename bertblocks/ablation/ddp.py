@@ -105,7 +105,8 @@ def run_rank(job: DdpJob, rank: int, world_size: int) -> dict[str, Any] | None:
         _save(model, weights / f"rank{rank}-final.safetensors")
     if rank != 0:
         return None
-    metrics.update(evaluate(model, job.data, spec))
+    if "diverged_at_step" not in metrics:  # a diverged model has nothing to evaluate
+        metrics.update(evaluate(model, job.data, spec))
     record = {"variant": job.variant, "seed": job.seed, "world_size": world_size, "metrics": metrics}
     path = Path(job.out_dir) / "ddp" / f"{job.slug}__seed{job.seed}__ddp{world_size}.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,10 @@
 
 Spread is the sample standard deviation over seeds (``n - 1`` in the denominator); it is 0 for a metric
 measured on one seed, and for metrics that do not depend on the seed (parameters, FLOPs).
+
+A run whose training diverged (``status: diverged``, a NaN or inf loss) keeps its cost metrics; it has no
+quality metrics, so the variant's quality means come from its other seeds (or are absent), and the table,
+CSV, JSON and plot say which seeds diverged. The report is always written for every variant.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ class VariantSummary:
     mean: dict[str, float] = field(default_factory=dict)
     std: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: seeds whose training diverged (NaN or inf loss): left out of the quality means
+    diverged: list[int] = field(default_factory=list)
 
 
 def summarize(variants: list[tuple[str, dict[str, Any]]], records: list[dict[str, Any]]) -> list[VariantSummary]:
@@ -49,8 +55,10 @@ def summarize(variants: list[tuple[str, dict[str, Any]]], records: list[dict[str
     for name, overrides in variants:
         runs = sorted((r for r in records if r["variant"] == name), key=lambda r: r["seed"])
         summary = VariantSummary(name, overrides, [r["seed"] for r in runs])
+        summary.diverged = [r["seed"] for r in runs if r.get("status") == "diverged"]
         for metric in METRICS:
             values = [float(r["metrics"][metric]) for r in runs if metric in r["metrics"]]
+            values = [v for v in values if math.isfinite(v)]  # records of older versions may hold NaN
             if values:
                 summary.mean[metric] = statistics.fmean(values)
                 summary.std[metric] = statistics.stdev(values) if len(values) > 1 else 0.0
@@ -60,6 +68,8 @@ def summarize(variants: list[tuple[str, dict[str, Any]]], records: list[dict[str
 
 
 def _number(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)
     if value == int(value) and abs(value) >= 1000:
         return f"{int(value):,}"
     if value == 0:
@@ -94,6 +104,12 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
             "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=False)))
         )
     notes = sorted({f"{s.variant}: FLOPs {note}" for s in summaries for note in s.notes})
+    notes += [
+        f"{s.variant}: training diverged (NaN/inf loss) for seed{'s' if len(s.diverged) > 1 else ''} "
+        f"{', '.join(map(str, s.diverged))}; left out of its quality metrics"
+        for s in summaries
+        if s.diverged
+    ]
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
 
@@ -103,10 +119,10 @@ def write_csv(path: Path, summaries: list[VariantSummary]) -> None:
     metrics = [m for m in METRICS if any(m in s.mean for s in summaries)]
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["variant", "seeds", *(c for m in metrics for c in (m, f"{m}_std"))])
+        writer.writerow(["variant", "seeds", "diverged_seeds", *(c for m in metrics for c in (m, f"{m}_std"))])
         for s in summaries:
             values = [v for m in metrics for v in (s.mean.get(m, ""), s.std.get(m, ""))]
-            writer.writerow([s.variant, " ".join(map(str, s.seeds)), *values])
+            writer.writerow([s.variant, " ".join(map(str, s.seeds)), " ".join(map(str, s.diverged)), *values])
 
 
 def write_json(path: Path, title: str, summaries: list[VariantSummary], records: list[dict[str, Any]]) -> None:
@@ -121,12 +137,24 @@ def write_json(path: Path, title: str, summaries: list[VariantSummary], records:
                 "mean": s.mean,
                 "std": s.std,
                 "notes": s.notes,
+                "diverged_seeds": s.diverged,
                 "runs": sorted((r for r in records if r["variant"] == s.variant), key=lambda r: r["seed"]),
             }
             for s in summaries
         ],
     }
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    # strict JSON (NaN and inf written as null), so that every reader can load it
+    path.write_text(json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
 
 
 def write_plot(path: Path, title: str, summaries: list[VariantSummary]) -> None:
@@ -151,7 +179,8 @@ def write_plot(path: Path, title: str, summaries: list[VariantSummary]) -> None:
             ax.margins(x=0.25, y=0.15)
         else:
             ax.barh(range(len(names)), means, xerr=stds, color="#4C72B0", ecolor="#222222", capsize=3)
-        ax.set_yticks(range(len(names)), names, fontsize=8)
+        labels = [f"{n} (diverged)" if s.diverged else n for n, s in zip(names, summaries, strict=True)]
+        ax.set_yticks(range(len(names)), labels, fontsize=8)
         ax.tick_params(labelleft=ax.get_subplotspec().is_first_col())  # names once per row of panels
         ax.invert_yaxis()
         ax.set_title(METRICS[metric][1], fontsize=9)

@@ -7,6 +7,7 @@ local worker process, a Ray task on another machine, or the calling process.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -63,12 +64,15 @@ def execute(task: RunTask) -> dict[str, Any]:
 
         assert task.data is not None
         metrics.update(train_and_evaluate(config, task.data, TrainSpec.model_validate(task.train), task.seed))
+    diverged = "diverged_at_step" in metrics
     return {
         "variant": task.variant,
         "seed": task.seed,
         "run_id": task.run_id,
         "fingerprint": task.fingerprint,
-        "metrics": metrics,
+        # a diverged run is a result, not a failure: recorded (so a resume does not redo it) and reported
+        "status": "diverged" if diverged else "ok",
+        "metrics": {k: v for k, v in metrics.items() if not (isinstance(v, float) and not math.isfinite(v))},
         "torch": torch.__version__,
         "threads": task.threads,
         "seconds": time.time() - started,

@@ -14,9 +14,18 @@ Output folder::
     runs/<variant>__seed<N>.json   one record per finished run, written atomically as it completes
     results.json, results.csv, results.png   the summaries, rewritten at the end
 
-A run whose record exists with the same fingerprint (config, settings, data, seed) is not redone, so an
-interrupted study resumes where it stopped; a record whose fingerprint differs (the study changed) is
-run again and replaced.
+A run whose record exists with the same fingerprint is not redone, so an interrupted study resumes where
+it stopped; a record whose fingerprint differs is run again and replaced. The fingerprint holds everything
+a run's numbers depend on: the variant's config, the seed, the measurement and training settings, the
+corpus settings, the tokenizer (a saved one is reused only for the same tokenizer settings and corpus),
+the token tensors, the thread count, and the code (:func:`~bertblocks.ablation.provenance.code_version`).
+
+One study at a time per folder: the runner holds a lock on ``.study.lock`` in it (see
+:mod:`~bertblocks.ablation.lock`) from before it writes anything until the summaries are written; a
+second study into the same folder is refused with :class:`~bertblocks.ablation.lock.StudyLockedError`.
+
+A run whose training diverges (NaN or inf loss) is recorded with ``status: diverged`` and no quality
+metrics; the summaries are written for every variant and say which seeds diverged.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -33,8 +43,10 @@ from typing import Any, Literal
 import yaml
 
 from . import report
-from .data import PreparedData, get_tokenizer, load_texts, prepare
+from .data import PreparedData, get_tokenizer, load_texts, prepare, tokenizer_key
 from .executors import Executor, InlineExecutor, LocalExecutor, RayExecutor, connect_ray
+from .lock import FolderLock
+from .provenance import code_version, data_fingerprint, plugin_versions
 from .run import RunTask
 from .study import Study, StudyError, expand_variants, fingerprint, load_study
 
@@ -96,7 +108,7 @@ def run_study(
         raise StudyError.single("workers", f"must be 0 (this process) or more; got {workers}", study)
     out = Path(out_dir) if out_dir is not None else Path("ablation") / study.title
 
-    data, tokenizer_json = None, None
+    data, tokenizer_json, texts = None, None, None
     if study.spec.train is not None:
         texts, labels = load_texts(study)
         tokenizer = get_tokenizer(study, texts, saved=out / "tokenizer.json")
@@ -112,13 +124,18 @@ def run_study(
     started_ray = False
     if executor == "ray":
         started_ray = connect_ray(ray_address, num_cpus=workers if ray_address is None else None)
+    stack = ExitStack()
     try:
         tasks = _tasks(study, data, tokenizer_json)
+        # one study per folder: a second one is refused before it writes anything (released at exit, or
+        # with the process if it is killed)
+        stack.enter_context(FolderLock(out))
         runs_dir = out / "runs"
         runs_dir.mkdir(parents=True, exist_ok=True)
         (out / "study.yaml").write_text(yaml.safe_dump(study.as_written(), sort_keys=False), encoding="utf-8")
-        if tokenizer_json is not None:
+        if tokenizer_json is not None and texts is not None:
             _write_atomic(out / "tokenizer.json", tokenizer_json)
+            _write_atomic(out / "tokenizer.key", tokenizer_key(study, texts))
 
         records: dict[str, dict[str, Any]] = {}
         todo: list[RunTask] = []
@@ -149,22 +166,23 @@ def run_study(
         finally:
             bar.close()
             engine.close()
+
+        ordered = [records[t.run_id] for t in tasks if t.run_id in records]
+        result.records = ordered
+        result.summaries = report.summarize([(v.name, v.overrides) for v in study.variants], ordered)
+        result.table = report.format_table(study.title, result.summaries)
+        report.write_json(out / "results.json", study.title, result.summaries, ordered)
+        report.write_csv(out / "results.csv", result.summaries)
+        written = [out / "results.csv", out / "results.json"]
+        if importlib.util.find_spec("matplotlib") is not None:
+            report.write_plot(out / "results.png", study.title, result.summaries)
+            written.append(out / "results.png")
     finally:
+        stack.close()  # the lock is held until the summaries are written
         if started_ray:
             import ray
 
             ray.shutdown()
-
-    ordered = [records[t.run_id] for t in tasks if t.run_id in records]
-    result.records = ordered
-    result.summaries = report.summarize([(v.name, v.overrides) for v in study.variants], ordered)
-    result.table = report.format_table(study.title, result.summaries)
-    report.write_json(out / "results.json", study.title, result.summaries, ordered)
-    report.write_csv(out / "results.csv", result.summaries)
-    written = [out / "results.csv", out / "results.json"]
-    if importlib.util.find_spec("matplotlib") is not None:
-        report.write_plot(out / "results.png", study.title, result.summaries)
-        written.append(out / "results.png")
     if echo is not None:
         echo(result.table)
         echo(f"results: {', '.join(map(str, written))}")
@@ -184,11 +202,14 @@ def _tasks(study: Study, data: PreparedData | None, tokenizer_json: str | None) 
         "train": {k: v for k, v in (train or {}).items() if k != "seeds"} or None,
         "corpus": spec.corpus.model_dump(mode="json") if train else None,
         "tokenizer": fingerprint(tokenizer_json) if tokenizer_json else None,
+        "data": data_fingerprint(data),
+        "code": code_version(),
         "threads": spec.threads,
     }
     tasks = []
     for variant in study.variants:
         config = variant.config.model_dump(mode="json")
+        plugins = plugin_versions(variant.config)
         for seed in study.seeds:
             tasks.append(
                 RunTask(
@@ -199,7 +220,7 @@ def _tasks(study: Study, data: PreparedData | None, tokenizer_json: str | None) 
                     train=train,
                     data=data,
                     threads=spec.threads,
-                    fingerprint=fingerprint({**shared, "config": config, "seed": seed}),
+                    fingerprint=fingerprint({**shared, "config": config, "plugins": plugins, "seed": seed}),
                     run_id=f"{variant.slug}__seed{seed}",
                 )
             )

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
+from bertblocks.bounded_yaml import load_yaml
 from bertblocks.config_files import apply_overrides, load_config
 from bertblocks.core.config import BertConfig, ConfigError, ConfigIssue, closest, issues_from_validation_error
 from bertblocks.registry import RegistryError
@@ -221,7 +222,9 @@ def load_study(
             raise FileNotFoundError(f"study file not found: {path}")
         where = str(path)
         try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            raw = load_yaml(path.read_text(encoding="utf-8")) or {}  # safe_load, alias bombs refused
+        except UnicodeDecodeError as e:
+            raise StudyError([ConfigIssue(f"byte {e.start}", "not UTF-8 text")], where) from None
         except yaml.YAMLError as e:
             raise StudyError([ConfigIssue("", f"malformed YAML: {e}")], where) from None
     if not isinstance(raw, dict):

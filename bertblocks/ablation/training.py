@@ -87,6 +87,10 @@ def train_model(
 
     Every rank draws the same global batch from a generator seeded with ``seed`` and keeps its slice of
     it, so one process with batch ``B`` and ``n`` processes with ``B / n`` each see the same examples.
+
+    A loss that is not finite (NaN or inf) means the run diverged: the result then holds
+    ``diverged_at_step`` (1-based) instead of ``train_loss``. A single process stops there; DDP ranks run
+    every step (stopping one rank alone would leave the others waiting in the gradient all-reduce).
     """
     if spec.batch_size % world_size:
         raise ValueError(f"train.batch_size {spec.batch_size} must be divisible by the {world_size} DDP processes")
@@ -107,8 +111,14 @@ def train_model(
         out.loss.backward()
         optimizer.step()
         losses.append(float(out.loss.detach()))
+        if not math.isfinite(losses[-1]) and world_size == 1:
+            break
+    seconds = time.perf_counter() - start
+    diverged = next((step for step, loss in enumerate(losses, 1) if not math.isfinite(loss)), None)
+    if diverged is not None:
+        return {"diverged_at_step": diverged, "train_seconds": seconds}
     tail = losses[-max(1, len(losses) // 10) :]  # the last tenth: less noisy than the very last step
-    return {"train_loss": sum(tail) / len(tail), "train_seconds": time.perf_counter() - start}
+    return {"train_loss": sum(tail) / len(tail), "train_seconds": seconds}
 
 
 @torch.no_grad()
@@ -143,5 +153,6 @@ def train_and_evaluate(config: BertConfig, data: PreparedData, spec: Any, seed: 
     torch.manual_seed(seed)
     model = task_model(data.task, config)
     result = train_model(model, data, spec, seed)
-    result.update(evaluate(model, data, spec))
+    if "diverged_at_step" not in result:  # a diverged model has nothing to evaluate
+        result.update(evaluate(model, data, spec))
     return result

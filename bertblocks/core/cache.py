@@ -70,6 +70,7 @@ class KVCache:
         """Append this step's ``[b, h, q, d]`` keys/values for ``layer``; return all ``[b, h, t + q, d]``."""
         k, v = self._keys[layer], self._values[layer]
         if k is None or v is None:
+            _check_pair(f"layer {layer}", keys, values)  # once per layer: later appends come from the model
             self._keys[layer], self._values[layer] = _Growing(keys), _Growing(values)
             return keys, values
         return k.append(keys), v.append(values)
@@ -84,6 +85,7 @@ class KVCache:
         return self._cross[layer]
 
     def set_cross(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        _check_pair(f"layer {layer} cross-attention", keys, values)
         self._cross[layer] = (keys, values)
 
     # ---------------------------------------------------------------------------------- whole-cache ops
@@ -152,3 +154,18 @@ class KVCache:
             if len(entry) == 4:
                 cache.set_cross(i, entry[2], entry[3])
         return cache
+
+
+def _check_pair(where: str, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Keys and values of one layer must agree in batch, heads and length (``[b, h, t, d]``): a cache built
+    by hand (or from transformers 4.x tuples) that does not would otherwise attend to keys without values."""
+    if keys.dim() != 4 or values.dim() != 4:
+        raise ValueError(
+            f"past_key_values {where}: keys and values must be 4-D [batch, heads, length, head_dim]; got "
+            f"{tuple(keys.shape)} and {tuple(values.shape)}"
+        )
+    if keys.shape[:3] != values.shape[:3]:
+        raise ValueError(
+            f"past_key_values {where}: keys {tuple(keys.shape)} and values {tuple(values.shape)} disagree in "
+            "batch, heads or length ([batch, heads, length, head_dim])"
+        )

@@ -1,6 +1,6 @@
 """The configuration schema: one pydantic model tree that names components and their options.
 
-A component is chosen by name (``{name: sdpa}``, or the shorthand ``sdpa``), never by import path, so a
+A component is chosen by name (``{name: NAME}``, or the shorthand ``NAME``), never by import path, so a
 YAML file someone sends you cannot import arbitrary code. The fields every component of a kind shares
 (``num_heads`` for attention, ``intermediate_size`` for feed-forward, …) are typed here; any further keys
 are the plugin's own options, validated by the options model the plugin declares (see
@@ -16,7 +16,7 @@ import copy
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -24,10 +24,14 @@ from pydantic import (
     Field,
     NonNegativeInt,
     PositiveInt,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
+
+from .config_surface import FlatConfigView
+from .limits import MAX_LAYERS_ENV, max_layers
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -124,9 +128,25 @@ def _fields_at(model: type[BaseModel], loc: list[Any]) -> list[str]:
 class ComponentSpec(BaseModel):
     """A component chosen by name; keys other than the typed fields are the plugin's own options."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     name: str
+    #: the plugin's option defaults, recorded when the registry fills them in (``validate``), so that
+    #: :meth:`BertConfig.to_hf` writes only options that differ from them
+    _option_defaults: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def __eq__(self, other: object) -> bool:
+        # equal specs name the same component with the same values, whether or not the registry has told
+        # them their defaults yet (pydantic would compare that private record too)
+        if not isinstance(other, ComponentSpec):
+            return NotImplemented
+        return (
+            type(self) is type(other)
+            and self.__dict__ == other.__dict__
+            and self.__pydantic_extra__ == other.__pydantic_extra__
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like every pydantic model
 
     @model_validator(mode="before")
     @classmethod
@@ -138,29 +158,49 @@ class ComponentSpec(BaseModel):
         """The plugin-specific options (everything that is not a typed field of this spec)."""
         return dict(self.__pydantic_extra__ or {})
 
+    def changed_options(self) -> dict[str, Any]:
+        """The plugin options that differ from the plugin's defaults (all of them before ``validate`` has
+        recorded the defaults)."""
+        defaults = self._option_defaults
+        return {k: v for k, v in self.options().items() if k not in defaults or defaults[k] != v}
+
+
+#: The component of each kind a config gets when it names none: BERT's. These are the only component names
+#: the schema knows (the registry checks that they exist; ``bertblocks components`` lists the others), and
+#: ``tests/test_layering.py`` checks that no other built-in component name appears in ``core/``.
+DEFAULT_COMPONENTS: dict[str, str] = {
+    "embedding": "bert",
+    "position": "absolute",
+    "attention": "bert",
+    "backend": "sdpa",
+    "feedforward": "bert",
+    "activation": "gelu",
+    "pooler": "first_token",
+}
+
 
 class EmbeddingSpec(ComponentSpec):
-    """Embedding component. Built in: ``bert``."""
+    """Embedding component (``bertblocks components embedding`` lists them)."""
 
-    name: str = "bert"
+    name: str = DEFAULT_COMPONENTS["embedding"]
 
 
 class PositionSpec(ComponentSpec):
-    """Position scheme. Built in: ``absolute``, ``relative_key``, ``relative_key_query``."""
+    """Position scheme (``bertblocks components position`` lists them)."""
 
-    name: str = "absolute"
+    name: str = DEFAULT_COMPONENTS["position"]
 
 
 class BackendSpec(ComponentSpec):
-    """Attention kernel. Built in: ``sdpa`` (PyTorch's scaled_dot_product_attention), ``eager``."""
+    """Attention kernel (``bertblocks components backend`` lists them); chosen once, at build time."""
 
-    name: str = "sdpa"
+    name: str = DEFAULT_COMPONENTS["backend"]
 
 
 class AttentionSpec(ComponentSpec):
-    """Multi-head attention. Built in: ``bert``."""
+    """Multi-head attention (``bertblocks components attention`` lists them)."""
 
-    name: str = "bert"
+    name: str = DEFAULT_COMPONENTS["attention"]
     num_heads: PositiveInt = Field(12, description="attention heads; must divide hidden_size")
     dropout: Probability = Field(
         0.1, description="dropout on attention probabilities (HF attention_probs_dropout_prob)"
@@ -169,44 +209,73 @@ class AttentionSpec(ComponentSpec):
 
 
 class FeedForwardSpec(ComponentSpec):
-    """Position-wise feed-forward block. Built in: ``bert``."""
+    """Position-wise feed-forward block (``bertblocks components feedforward`` lists them)."""
 
-    name: str = "bert"
+    name: str = DEFAULT_COMPONENTS["feedforward"]
     intermediate_size: PositiveInt = Field(3072, description="inner width (HF intermediate_size)")
-    activation: str = Field("gelu", description="activation by name (HF hidden_act); gelu is the exact erf form")
+    activation: str = Field(
+        DEFAULT_COMPONENTS["activation"],
+        description="activation by name (HF hidden_act); the default gelu is the exact erf form",
+    )
 
 
 class HeadSpec(ComponentSpec):
-    """Task head. Built in: masked_lm, causal_lm, next_sentence, pretraining, sequence_classification,
-    token_classification, question_answering, multiple_choice."""
+    """Task head (``bertblocks components head`` lists them)."""
 
     name: str
 
 
 class PoolerSpec(ComponentSpec):
-    """Pooler. Built in: ``first_token`` (BERT's dense + tanh on token 0), ``mean``."""
+    """Pooler (``bertblocks components pooler`` lists them)."""
 
-    name: str = "first_token"
+    name: str = DEFAULT_COMPONENTS["pooler"]
 
 
 # ----------------------------------------------------------------------------------------------- encoder
+def _layer_ranges(value: str) -> list[tuple[int, int, int]]:
+    """``"0-3,6,0-21/3"`` → ``[(0, 3, 1), (6, 6, 1), (0, 21, 3)]`` (start, stop, step), read without expanding a
+    range into its indices."""
+    ranges = []
+    for part in value.replace(" ", "").split(","):
+        span, slash, every = part.partition("/")
+        lo, sep, hi = span.partition("-")
+        try:
+            start, stop, step = int(lo), int(hi if sep else lo), int(every) if slash else 1
+        except ValueError:
+            raise ValueError(
+                f"cannot read layer range {value!r}; write e.g. '6-11', '0,2,4' or '0-21/3' (every third)"
+            ) from None
+        if stop < start:
+            raise ValueError(f"layer range {part!r} is empty (end before start)")
+        if step < 1:
+            raise ValueError(f"layer range {part!r}: the step after '/' must be at least 1")
+        ranges.append((start, stop, step))
+    return ranges
+
+
 def _parse_layers(value: Any) -> list[int]:
-    """``3``, ``"6-11"``, ``"0,2,4"`` or ``[0, 2]`` → a sorted list of layer indices."""
+    """``3``, ``"6-11"``, ``"0,2,4"``, ``"0-21/3"`` (every third: 0, 3, …, 21) or ``[0, 2]`` → a sorted list of
+    layer indices.
+
+    A range is expanded only once it is known to fit under the layer limit (:mod:`.limits`): no stack is
+    deeper, and ``"0-10000000"`` would otherwise take a gigabyte to expand before it could be refused.
+    """
     if isinstance(value, bool):
         raise ValueError("layers must be an index, a range like '6-11', or a list of indices")
     if isinstance(value, int):
         return [value]
     if isinstance(value, str):
+        ranges = _layer_ranges(value)
+        deepest = max_layers()
+        highest = max(stop for _, stop, _ in ranges)
+        if deepest is not None and highest >= deepest:
+            raise ValueError(
+                f"layer range {value!r} reaches layer {highest}, but no stack may have more than {deepest} "
+                f"layers ({MAX_LAYERS_ENV})"
+            )
         out: set[int] = set()
-        for part in value.replace(" ", "").split(","):
-            lo, sep, hi = part.partition("-")
-            try:
-                start, stop = int(lo), int(hi if sep else lo)
-            except ValueError:
-                raise ValueError(f"cannot read layer range {value!r}; write e.g. '6-11' or '0,2,4'") from None
-            if stop < start:
-                raise ValueError(f"layer range {part!r} is empty (end before start)")
-            out.update(range(start, stop + 1))
+        for start, stop, step in ranges:
+            out.update(range(start, stop + 1, step))
         return sorted(out)
     if isinstance(value, list | tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return sorted(set(value))
@@ -225,13 +294,18 @@ class LayerOverride(BaseModel):
     layers: list[int]
     attention: dict[str, Any] | None = None
     feedforward: dict[str, Any] | None = None
+    position: dict[str, Any] | None = Field(
+        None,
+        description="position-scheme changes for these layers' self-attention (e.g. another RoPE base); the "
+        "embedding and a bias shared by all layers still come from the top-level position",
+    )
 
     @field_validator("layers", mode="before")
     @classmethod
     def _layers(cls, value: Any) -> list[int]:
         return _parse_layers(value)
 
-    @field_validator("attention", "feedforward", mode="before")
+    @field_validator("attention", "feedforward", "position", mode="before")
     @classmethod
     def _shorthand(cls, value: Any) -> Any:
         return {"name": value} if isinstance(value, str) else value
@@ -240,7 +314,7 @@ class LayerOverride(BaseModel):
 class EncoderConfig(BaseModel):
     """The layer stack."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     num_layers: PositiveInt = Field(12, description="number of layers (HF num_hidden_layers)")
     attention: AttentionSpec = Field(default_factory=AttentionSpec)
@@ -258,6 +332,45 @@ class EncoderConfig(BaseModel):
         0.2, description="share of padding from which `auto` packs"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _ranges_within_the_stack(cls, data: Any) -> Any:
+        # Checked on the written ranges, before they are expanded into indices: `layers: "0-10000000"` gets
+        # a short error at once instead of a list of ten million indices (and an error message naming them).
+        if not isinstance(data, Mapping) or not isinstance(data.get("overrides"), list):
+            return data
+        num_layers = data.get("num_layers", cls.model_fields["num_layers"].default)
+        if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
+            return data  # reported by the field's own validation
+        for j, override in enumerate(data["overrides"]):
+            layers = override.get("layers") if isinstance(override, Mapping) else None
+            if not isinstance(layers, str):
+                continue
+            try:
+                ranges = _layer_ranges(layers)
+            except ValueError:
+                continue  # reported by LayerOverride
+            # (first, last, step) of the indices past the stack; a stepped range ends at its last index
+            outside = []
+            for lo, hi, step in ranges:
+                last = lo + (hi - lo) // step * step
+                if last >= num_layers:
+                    first = lo if lo >= num_layers else lo + ((num_layers - lo + step - 1) // step) * step
+                    outside.append((first, last, step))
+            if not outside:
+                continue
+            count = sum((hi - lo) // step + 1 for lo, hi, step in outside)
+            shown = (
+                str(sorted({i for lo, hi, step in outside for i in range(lo, hi + 1, step)}))
+                if count <= 16
+                else ", ".join(
+                    (f"{lo}-{hi}" + (f"/{step}" if step > 1 else "")) if hi > lo else str(lo)
+                    for lo, hi, step in outside
+                )
+            )
+            raise FieldError(f"overrides.{j}.layers", f"layers {shown} do not exist (num_layers is {num_layers})")
+        return data
+
     def layer_specs(self, index: int) -> tuple[AttentionSpec, FeedForwardSpec]:
         """The attention and feed-forward specs of layer ``index`` after applying every override (later wins).
 
@@ -273,6 +386,14 @@ class EncoderConfig(BaseModel):
                     feedforward = merge_spec(feedforward, override.feedforward)
         return attention, feedforward
 
+    def layer_position(self, index: int, position: PositionSpec) -> PositionSpec:
+        """The position spec of layer ``index``'s self-attention: ``position`` (the model's) after every
+        override's ``position`` changes (later wins)."""
+        for override in self.overrides:
+            if index in override.layers and override.position:
+                position = merge_spec(position, override.position)
+        return position
+
 
 def merge_spec(base: ComponentSpec, changes: Mapping[str, Any]) -> Any:
     data = base.model_dump()
@@ -280,7 +401,10 @@ def merge_spec(base: ComponentSpec, changes: Mapping[str, Any]) -> Any:
         for key in base.options():
             data.pop(key, None)
     data = _deep_merge(data, changes)
-    return type(base).model_validate(data)
+    merged = type(base).model_validate(data)
+    if merged.name == base.name:  # the same plugin: the same defaults
+        merged._option_defaults = dict(base._option_defaults)
+    return merged
 
 
 def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -300,14 +424,17 @@ def _deep_merge(base: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, A
 
 
 # ---------------------------------------------------------------------------------------------- the root
-class BertConfig(BaseModel):
+class BertConfig(FlatConfigView, BaseModel):
     """A whole BERT: vocabulary and sizes, the components and their options.
 
     Field names shared with HF's ``BertConfig`` keep HF's names (``vocab_size``, ``layer_norm_eps``, …);
     the components are nested. :meth:`from_hf` / :meth:`to_hf` convert to and from HF ``config.json``.
+    transformers' flat names (``num_hidden_layers``, ``to_dict()``, ``get()``, ``model_type``) read and write
+    the same fields (:class:`~bertblocks.core.config_surface.FlatConfigView`).
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # inf and NaN are never meaningful sizes, rates or epsilons (`layer_norm_eps: .inf` would give NaN outputs)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     vocab_size: PositiveInt = Field(30522, description="token vocabulary size")
     hidden_size: PositiveInt = Field(768, description="width of every hidden state")
@@ -325,7 +452,7 @@ class BertConfig(BaseModel):
     add_cross_attention: bool = Field(False, description="decoder layers also attend to encoder states")
     use_cache: bool = Field(True, description="decoders return a key/value cache by default")
     tie_word_embeddings: bool = Field(True, description="LM decoder weight is the token embedding table")
-    head: HeadSpec | None = Field(None, description="task head (masked_lm, sequence_classification, …)")
+    head: HeadSpec | None = Field(None, description="task head by name (null: a bare backbone)")
     num_labels: PositiveInt = Field(2, description="classifier outputs; derived from id2label when that is given")
     id2label: dict[int, str] | None = Field(None, description="label names; default LABEL_0..LABEL_{n-1}")
     label2id: dict[str, int] | None = Field(None, description="inverse of id2label; derived when omitted")
@@ -419,139 +546,43 @@ class BertConfig(BaseModel):
                 issues.append(ConfigIssue(loc, f"cannot prune all {n} heads of a layer"))
         return issues
 
-    # ----------------------------------------------------------------------------------- HF config.json
+    # ------------------------------------------------------------------------ checkpoint config.json
     @classmethod
     def from_hf(cls, hf: Mapping[str, Any]) -> BertConfig:
-        """Read an HF BERT ``config.json`` dict (transformers 4.x or 5.x).
+        """Read a checkpoint's ``config.json`` dict (see :func:`bertblocks.hf.config_json.config_from_hf`).
 
-        Fields bertblocks does not model are kept in :attr:`hf` and written back by :meth:`to_hf`. A
-        ``bertblocks`` key (what :meth:`to_hf` writes for choices HF cannot express, e.g. the attention
-        backend or per-layer overrides) is merged over the result.
+        Raises:
+            ConfigError: a config.json this installation cannot read (every problem, with its field).
         """
-        src = dict(hf)
-        model_type = src.get("model_type", "bert")
-        if model_type != "bert":
-            raise ConfigError([ConfigIssue("model_type", f"expected 'bert', got {model_type!r}")], "config.json")
-        data: dict[str, Any] = {
-            "encoder": {"attention": {}, "feedforward": {}},
-            "position": {"name": src.pop("position_embedding_type", "absolute") or "absolute"},
-        }
-        for key in _HF_TOP_LEVEL:
-            if key in src:
-                data[key] = src.pop(key)
-        for hf_key, (*path, leaf) in _HF_NESTED.items():
-            if hf_key in src:
-                node = data
-                for part in path:
-                    node = node[part]
-                node[leaf] = src.pop(hf_key)
-        ours = src.pop("bertblocks", None) or {}
-        architectures = src.get("architectures")
-        if architectures == ["BertModel"]:
-            src.pop("architectures")  # the default, rewritten by to_hf
-        elif isinstance(architectures, list) and len(architectures) == 1 and architectures[0] in HF_ARCHITECTURES:
-            # a task checkpoint: its class names the head (BertForMaskedLM → masked_lm); to_hf writes it back
-            data["head"] = {"name": HF_ARCHITECTURES[src.pop("architectures")[0]]}
-        for key in _HF_DROPPED:
-            src.pop(key, None)
-        data["hf"] = src
-        data = _deep_merge(data, ours)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as e:
-            raise ConfigError(issues_from_validation_error(e, model=cls), "config.json") from None
+        return _checkpoint_format().from_hf(hf)
 
     def to_hf(self) -> dict[str, Any]:
-        """An HF ``config.json`` dict that transformers' ``BertConfig`` reads unchanged.
-
-        What HF cannot express (backend, non-default component names, plugin options, overrides) goes under
-        a ``bertblocks`` key, which transformers keeps as an inert attribute and :meth:`from_hf` reads back.
-        """
-        enc = self.encoder
-        architecture = _HEAD_ARCHITECTURES.get(self.head.name) if self.head is not None else None
-        out: dict[str, Any] = {"model_type": "bert", "architectures": [architecture or "BertModel"]}
-        out.update(self.hf)
-        out.update({key: getattr(self, key) for key in _HF_TOP_LEVEL if key != "num_labels"})
-        out["id2label"] = {str(k): v for k, v in (self.id2label or {}).items()}
-        out.update(
-            {
-                "num_hidden_layers": enc.num_layers,
-                "num_attention_heads": enc.attention.num_heads,
-                "attention_probs_dropout_prob": enc.attention.dropout,
-                "intermediate_size": enc.feedforward.intermediate_size,
-                "hidden_act": enc.feedforward.activation,
-                "chunk_size_feed_forward": enc.chunk_size_feed_forward,
-                "position_embedding_type": self.position.name,
-                "pruned_heads": {str(k): v for k, v in self.pruned_heads.items()},
-            }
-        )
-        extra = _diff(self.model_dump(), type(self).from_hf(dict(out.items())).model_dump())
-        if extra:
-            out["bertblocks"] = extra
-        return out
+        """This config as a checkpoint's ``config.json`` dict (see :func:`bertblocks.hf.config_json.config_to_hf`)."""
+        return _checkpoint_format().to_hf(self)
 
 
-# HF fields with the same name and meaning at our top level
-_HF_TOP_LEVEL = (
-    "vocab_size",
-    "hidden_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "pad_token_id",
-    "layer_norm_eps",
-    "hidden_dropout_prob",
-    "initializer_range",
-    "pruned_heads",
-    "is_decoder",
-    "add_cross_attention",
-    "use_cache",
-    "tie_word_embeddings",
-    "num_labels",
-    "id2label",
-    "label2id",
-    "problem_type",
-    "classifier_dropout",
-)
-# HF flat field → our nested path
-_HF_NESTED: dict[str, tuple[str, ...]] = {
-    "num_hidden_layers": ("encoder", "num_layers"),
-    "num_attention_heads": ("encoder", "attention", "num_heads"),
-    "attention_probs_dropout_prob": ("encoder", "attention", "dropout"),
-    "intermediate_size": ("encoder", "feedforward", "intermediate_size"),
-    "hidden_act": ("encoder", "feedforward", "activation"),
-    "chunk_size_feed_forward": ("encoder", "chunk_size_feed_forward"),
-}
-#: transformers' task-model class → built-in head name (config.json ``architectures`` ↔ ``head``)
-HF_ARCHITECTURES: dict[str, str] = {
-    "BertForMaskedLM": "masked_lm",
-    "BertForNextSentencePrediction": "next_sentence",
-    "BertForPreTraining": "pretraining",
-    "BertLMHeadModel": "causal_lm",
-    "BertForSequenceClassification": "sequence_classification",
-    "BertForTokenClassification": "token_classification",
-    "BertForQuestionAnswering": "question_answering",
-    "BertForMultipleChoice": "multiple_choice",
-}
-_HEAD_ARCHITECTURES = {head: architecture for architecture, head in HF_ARCHITECTURES.items()}
-# written by HF at save time and meaningless to carry over (rewritten by whoever saves next)
-_HF_DROPPED = ("model_type", "_name_or_path", "_attn_implementation_autoset")
+class CheckpointConfigFormat(Protocol):
+    """Translates a config to and from a checkpoint's ``config.json``.
+
+    The schema does not know any checkpoint format: the package that does (``bertblocks.hf``) installs itself
+    with :func:`set_checkpoint_format` when it is imported, which importing ``bertblocks`` always does.
+    """
+
+    def from_hf(self, data: Mapping[str, Any]) -> BertConfig: ...
+
+    def to_hf(self, config: BertConfig) -> dict[str, Any]: ...
 
 
-def _diff(full: Any, base: Any) -> Any:
-    """The parts of ``full`` that differ from ``base`` (nested dicts), or ``None`` if none do."""
-    if isinstance(full, dict) and isinstance(base, dict):
-        out = {}
-        for key, value in full.items():
-            if key == "hf":
-                continue
-            if key not in base:
-                out[key] = value
-                continue
-            sub = _diff(value, base[key])
-            if sub is not None:
-                out[key] = sub
-        # a component's name must travel with its options, or from_hf would not know whose they are
-        if out and "name" in full and "name" not in out:
-            out["name"] = full["name"]
-        return out or None
-    return None if full == base else full
+_format: CheckpointConfigFormat | None = None
+
+
+def set_checkpoint_format(translator: CheckpointConfigFormat) -> None:
+    """Install the ``config.json`` translation behind :meth:`BertConfig.from_hf` / :meth:`BertConfig.to_hf`."""
+    global _format
+    _format = translator
+
+
+def _checkpoint_format() -> CheckpointConfigFormat:
+    if _format is None:  # only when bertblocks.core is used without the bertblocks package around it
+        raise RuntimeError("no config.json translation installed: import bertblocks (or bertblocks.hf.config_json)")
+    return _format

@@ -1,6 +1,6 @@
 """The encoder skeleton: a stack of layers that calls the component interfaces and nothing concrete.
 
-Module names mirror transformers' ``BertModel`` (``embeddings``, ``encoder.layer.N``, ``pooler``) so that
+Module names mirror transformers' BERT backbone (``embeddings``, ``encoder.layer.N``, ``pooler``) so that
 ``state_dict()`` keys are HF's. The skeleton owns what must be done once per forward pass (input checks,
 the additive mask, positions, head-mask expansion) so layers never redo it.
 """
@@ -8,15 +8,18 @@ the additive mask, positions, head-mask expansion) so layers never redo it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd.graph import save_on_cpu
 from torch.utils.checkpoint import checkpoint
 
 from .cache import KVCache
 from .config import BertConfig
-from .interfaces import Attention, Embedding, FeedForward, Pooler, Positions, PositionScheme
+from .interfaces import Attention, Embedding, FeedForward, Pooler, Positions, PositionScheme, SharedPositionBias
 from .masks import additive_mask, causal_mask, check_attention_mask, is_all_visible
 from .outputs import EncoderOutput, ModelOutputWithPooling
 from .packing import Packing, packing_traceable, right_padded_lengths
@@ -109,10 +112,25 @@ _NO_DECODER = LayerContext()
 class Encoder(nn.Module):
     """The layer stack. ``gradient_checkpointing`` recomputes each layer in backward while training."""
 
-    def __init__(self, layers: Sequence[TransformerLayer]) -> None:
+    def __init__(self, layers: Sequence[TransformerLayer], shared_bias: SharedPositionBias | None = None) -> None:
         super().__init__()
         self.layer = nn.ModuleList(layers)  # singular name: HF's key is `encoder.layer.N`
         self.gradient_checkpointing = False
+        self._indexed = tuple(LayerContext(layer_index=i) for i in range(len(layers)))
+        # A position bias shared by every layer lives here, as in MPNet (`encoder.relative_attention_bias`).
+        self.shared_bias_name = shared_bias.module_name if shared_bias is not None else None
+        if shared_bias is not None:
+            self.add_module(shared_bias.module_name, shared_bias)
+        #: keyword arguments for ``torch.utils.checkpoint.checkpoint`` (transformers' ``gradient_checkpointing_kwargs``)
+        self.checkpoint_options: dict[str, Any] = {"use_reentrant": False}
+        #: checkpoint layers 0, n, 2n, … only (the others keep their activations: memory traded for speed)
+        self.checkpoint_every = 1
+        #: keep what checkpointed layers save for backward in host memory (frees accelerator memory)
+        self.checkpoint_offload = False
+
+    @property
+    def shared_bias(self) -> SharedPositionBias | None:
+        return getattr(self, self.shared_bias_name) if self.shared_bias_name else None
 
     def forward(
         self,
@@ -128,22 +146,39 @@ class Encoder(nn.Module):
         all_attn: list[torch.Tensor] = []
         all_cross: list[torch.Tensor] = []
         ctx = context or _NO_DECODER
+        if len(self._indexed) != len(self.layer):  # layers added or removed after construction
+            self._indexed = tuple(LayerContext(layer_index=i) for i in range(len(self.layer)))
+        shared = self.shared_bias
+        if shared is not None:
+            # once per forward pass, not once per layer
+            positions = replace(positions, score_bias=shared(positions, hidden_states.dtype))
         for i, layer in enumerate(self.layer):
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             layer_head_mask = None if head_mask is None else head_mask[i]
-            layer_ctx = replace(ctx, layer_index=i) if context is not None else None
-            if self.gradient_checkpointing and self.training and torch.is_grad_enabled():
-                hidden_states, weights, cross = checkpoint(
-                    layer,
-                    hidden_states,
-                    mask,
-                    positions,
-                    layer_head_mask,
-                    output_attentions,
-                    layer_ctx,
-                    use_reentrant=False,
+            # every layer learns its index (KV cache slot, attentions whose layers differ); without a
+            # per-forward context the contexts are made once per model, not once per call
+            layer_ctx = replace(ctx, layer_index=i) if context is not None else self._indexed[i]
+            if (
+                self.gradient_checkpointing
+                and self.training
+                and torch.is_grad_enabled()
+                and i % self.checkpoint_every == 0
+            ):
+                offload = (
+                    save_on_cpu(pin_memory=torch.cuda.is_available()) if self.checkpoint_offload else nullcontext()
                 )
+                with offload:
+                    hidden_states, weights, cross = checkpoint(
+                        layer,
+                        hidden_states,
+                        mask,
+                        positions,
+                        layer_head_mask,
+                        output_attentions,
+                        layer_ctx,
+                        **self.checkpoint_options,
+                    )
             else:
                 hidden_states, weights, cross = layer(
                     hidden_states, mask, positions, layer_head_mask, output_attentions, layer_ctx
@@ -164,7 +199,7 @@ class Encoder(nn.Module):
 
 
 class EncoderModel(nn.Module):
-    """A BERT backbone with transformers' ``BertModel`` forward contract.
+    """A BERT backbone with transformers' BERT backbone's forward contract.
 
     Args:
         config: the validated config this model was built from (kept as ``model.config``).
@@ -207,7 +242,7 @@ class EncoderModel(nn.Module):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
     ) -> ModelOutputWithPooling | tuple[torch.Tensor, ...]:
-        """Encode (or, in decoder mode, decode) a batch. Arguments and outputs are transformers' ``BertModel``'s.
+        """Encode (or, in decoder mode, decode) a batch. Arguments and outputs are transformers' BERT backbone's.
 
         Args:
             input_ids: ``[b, q]`` token ids (or give ``inputs_embeds [b, q, H]`` instead).
@@ -258,7 +293,8 @@ class EncoderModel(nn.Module):
                     if cfg.is_decoder
                     else additive_mask(attention_mask, dtype)
                 )
-        positions = Positions.contiguous(length, past_length, device)
+        # the user's position_ids reach the position scheme (rotary schemes rotate by them)
+        positions = Positions.contiguous(length, past_length, device, ids=position_ids)
         layer_head_mask = self._expand_head_mask(head_mask, dtype)
 
         context = None
@@ -266,6 +302,7 @@ class EncoderModel(nn.Module):
         if packing is not None:
             hidden = packing.pack(hidden)[None]  # [1, T, H]: dense layers see real tokens only
             context = LayerContext(packing=packing)
+            positions = positions.packed(packing)  # each sequence's positions, from 0, for its packed tokens
         if cfg.is_decoder:
             encoder_mask = None
             if encoder_hidden_states is not None and encoder_attention_mask is not None:
@@ -394,6 +431,9 @@ class EncoderModel(nn.Module):
                     f"inputs_embeds must be [batch, seq, {cfg.hidden_size}]; got {tuple(inputs_embeds.shape)}"
                 )
             batch, length = inputs_embeds.shape[:2]
+        if length == 0:  # nothing to encode; it would fail later with an IndexError naming no input
+            given = "input_ids" if input_ids is not None else "inputs_embeds"
+            raise ValueError(f"{given} is empty (sequence length 0); give at least one token per sequence")
         if past_length + length > cfg.max_position_embeddings:
             cached = f" after {past_length} cached tokens" if past_length else ""
             raise ValueError(

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import nn
@@ -28,27 +28,73 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Positions:
-    """Absolute token positions of the queries and keys of one forward pass.
+    """Token positions of one forward pass, built once by the encoder and handed to every layer.
 
-    Relative position schemes need the *true* position of every query, also when a cache holds earlier
-    tokens: queries sit at ``past_length + arange(q)``, keys at ``arange(past_length + q)``.
+    Two views of the same facts:
+
+    * ``query [q]`` / ``key [k]`` / ``distance_range``: the positions shared by every row of the batch,
+      ``past_length + arange(q)`` for the queries and ``arange(past_length + q)`` for the keys (cached ones
+      included). Relative score biases use these, as transformers does (it ignores ``position_ids`` there).
+    * :meth:`tokens`: the position of every token of this call, ``[b|1, q]``: the user's ``position_ids`` when
+      given, else ``query``. In a packed batch (see :mod:`bertblocks.core.packing`), :meth:`tokens` with
+      ``packed=True`` gives ``[1, T]``: each sequence's positions, restarting at 0 for every sequence. Rotary
+      schemes rotate queries and new keys by these.
+
+    Attributes:
+        query: ``[q]`` int64.
+        key: ``[k]`` int64.
+        distance_range: smallest and largest ``query - key`` distance, as Python ints, so that relative
+            schemes can slice their tables without a device sync.
+        ids: ``[b|1, q]`` per-token positions: the user's ``position_ids``, else ``query[None]``
+            (:meth:`contiguous` fills it; ``None`` means ``query``).
+        packed_ids: ``[1, T]`` per-token positions of the packed real tokens, set when the batch is packed.
+        score_bias: ``[b|1, h, q, k]`` a term the position scheme computed once for all layers (a shared
+            relative bias), added to the *scaled* scores of every self-attention layer; ``h`` counts the heads
+            as built (before pruning).
+        memo: per-forward cache for values every layer would otherwise recompute (rotary cos/sin tables).
     """
 
     query: torch.Tensor  # [q] int64
     key: torch.Tensor  # [k] int64
-    #: smallest and largest ``query - key`` distance, as Python ints, so that relative schemes can slice
-    #: their tables without a device sync
     distance_range: tuple[int, int]
+    ids: torch.Tensor | None = None
+    packed_ids: torch.Tensor | None = None
+    score_bias: torch.Tensor | None = None
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def contiguous(cls, query_length: int, past_length: int, device: torch.device) -> Positions:
-        """Queries at ``past_length + arange(q)``, keys at ``arange(past_length + q)``."""
+    def contiguous(
+        cls, query_length: int, past_length: int, device: torch.device, ids: torch.Tensor | None = None
+    ) -> Positions:
+        """Queries at ``past_length + arange(q)``, keys at ``arange(past_length + q)``; ``ids [b|1, q]``: the
+        user's ``position_ids`` (rotary schemes use them)."""
         key = torch.arange(past_length + query_length, device=device)
+        query = key[past_length:]
         return cls(
-            query=key[past_length:],
+            query=query,
             key=key,
             distance_range=(1 - query_length, past_length + query_length - 1),
+            # one tensor for every layer, so that tables computed from it can be shared (see ``memo``)
+            ids=ids if ids is not None else query[None],
         )
+
+    @property
+    def past_length(self) -> int:
+        """Cached positions before this call's tokens."""
+        return self.key.shape[0] - self.query.shape[0]
+
+    def tokens(self, packed: bool = False) -> torch.Tensor:
+        """Positions of this call's tokens: ``[b|1, q]``, or ``[1, T]`` with ``packed=True``."""
+        if packed:
+            if self.packed_ids is None:
+                raise ValueError("tokens(packed=True) asked of positions built for a batch that is not packed")
+            return self.packed_ids
+        return self.ids if self.ids is not None else self.query[None]
+
+    def packed(self, packing: Packing) -> Positions:
+        """These positions plus ``packed_ids`` for ``packing`` (each sequence's own positions, from 0)."""
+        ids = self.tokens().expand(packing.batch, packing.length)
+        return replace(self, packed_ids=packing.pack(ids)[None], memo={})
 
 
 # --------------------------------------------------------------------------------------------- embeddings
@@ -89,11 +135,71 @@ class PositionBias(nn.Module, ABC):
         """
 
 
+class SharedPositionBias(nn.Module, ABC):
+    """An additive score term computed once per forward pass and used by every self-attention layer (MPNet's
+    bucketed relative bias). The encoder registers it under :attr:`module_name` (checkpoint key
+    ``encoder.relative_attention_bias.weight``) and passes its output to the layers in
+    :attr:`Positions.score_bias`.
+    """
+
+    module_name: ClassVar[str] = "relative_attention_bias"
+
+    @abstractmethod
+    def forward(self, positions: Positions, dtype: torch.dtype) -> torch.Tensor:
+        """Return ``[1|b, h, q, k]`` in ``dtype``, added to the *scaled* scores (after ``QKᵀ/√d``, as MPNet)."""
+
+
+class Rotary(nn.Module, ABC):
+    """Rotates queries and keys by their positions (RoPE), inside each self-attention layer.
+
+    The attention calls it on the heads of this call's tokens, before the keys enter a KV cache, so cached keys
+    keep the rotation of their own position and a cache gives exact results for chunks of any size.
+
+    Shapes::
+
+        query, key [B, t, h, d]   positions [B|1, t] int64   → rotated query, key [B, t, h, d]
+
+    ``B, t`` is ``b, q`` for a padded batch and ``1, T`` for a packed one (``positions`` restart at 0 for every
+    packed sequence). ``positions`` comes from :meth:`Positions.tokens`; ``memo`` (:attr:`Positions.memo`)
+    may hold tables shared by the layers of one forward pass: store the positions tensor with them and reuse
+    them only for that very tensor (``stored is positions``), as every layer gets the same one.
+    """
+
+    #: dimensions of each head it rotates (from the first); the rest pass through unchanged
+    rotary_dim: int
+
+    @abstractmethod
+    def forward(
+        self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor, memo: dict[Any, Any] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@dataclass
+class LayerPositionTerms:
+    """What a position scheme puts into one self-attention layer.
+
+    Attributes:
+        bias: an unscaled per-layer score term (registered under its ``module_name``), or ``None``.
+        rotary: the rotation of queries and keys, or ``None``.
+    """
+
+    bias: PositionBias | None = None
+    rotary: Rotary | None = None
+
+
 class PositionScheme:
     """How a model knows token order. Not a module itself: it *makes* modules for the places it acts.
 
-    An absolute scheme adds an embedding to the token embeddings; a relative scheme adds a bias inside
-    every self-attention layer. A scheme may do both or neither.
+    A scheme may do any of:
+
+    * (a) add an embedding to the token embeddings (:meth:`embedding`; BERT's learned table);
+    * (b) add a score bias: per layer (:meth:`attention_bias`, Shaw et al.'s distances) or shared by every layer
+      and computed once per forward pass (:meth:`shared_bias`, MPNet's buckets);
+    * (c) rotate queries and keys (:meth:`rotary`, RoPE).
+
+    Per-layer modules come from :meth:`layer_terms`, which receives the layer index; a scheme whose layers
+    differ overrides it (per-layer *options*, such as ModernBERT's two RoPE bases, are config overrides:
+    ``encoder.overrides[].position``, and the builder then uses another instance of the scheme for those layers).
     """
 
     #: registry name, for messages
@@ -101,6 +207,11 @@ class PositionScheme:
     #: checkpoint keys this scheme knows to be unused (e.g. the ``embeddings.position_embeddings.weight``
     #: that transformers 4.x writes for relative models); they are dropped on load without complaint.
     ignored_checkpoint_keys: ClassVar[tuple[str, ...]] = ()
+    #: declared: :meth:`attention_bias` returns a bias (so every backend must take an additive mask). The
+    #: builder reads the declaration instead of building and discarding a bias to find out; the conformance
+    #: suite checks that it matches what the scheme does. ``None`` (a scheme written before the declaration
+    #: existed) makes the builder probe once, so such plugins keep working.
+    adds_score_bias: ClassVar[bool | None] = None
 
     def __init__(self, max_positions: int) -> None:
         self.max_positions = max_positions
@@ -112,6 +223,23 @@ class PositionScheme:
     def attention_bias(self, num_heads: int, head_dim: int) -> PositionBias | None:
         """A fresh per-layer score bias for self-attention, or ``None``."""
         return None
+
+    def rotary(self, num_heads: int, head_dim: int) -> Rotary | None:
+        """A fresh per-layer rotation of queries and keys, or ``None``."""
+        return None
+
+    def shared_bias(self, num_heads: int) -> SharedPositionBias | None:
+        """The score bias shared by every layer (built once, owned by the encoder), or ``None``."""
+        return None
+
+    def layer_terms(self, layer_index: int, num_heads: int, head_dim: int) -> LayerPositionTerms:
+        """The modules of self-attention layer ``layer_index``: :meth:`attention_bias` and :meth:`rotary`."""
+        return LayerPositionTerms(self.attention_bias(num_heads, head_dim), self.rotary(num_heads, head_dim))
+
+    def problems(self, num_heads: int, head_dim: int) -> list[str]:
+        """What makes this scheme unusable in a layer of ``num_heads`` heads of ``head_dim`` (e.g. an odd head
+        dimension for RoPE); checked by ``validate`` for every layer, so the config fails there, not at build."""
+        return []
 
 
 # ---------------------------------------------------------------------------------------------- attention

@@ -37,6 +37,8 @@ def check_attention_mask(mask: torch.Tensor, batch_size: int, query_length: int,
         # (1 - m) * finfo.min turns any value other than 0 or 1 into a huge bias of either sign, so an
         # additive mask (0 / -10000) or a count passed by mistake would silently give wrong numbers
         low, high = (v.item() for v in torch.aminmax(mask))
+        if low != low or high != high:  # NaN (aminmax propagates it): would give NaN outputs silently
+            raise ValueError("attention_mask holds NaN: pass a 0/1 padding mask (1 = attend)")
         if low < 0 or high > 1:
             raise ValueError(
                 f"attention_mask holds values outside [0, 1] (min {low}, max {high}): pass a 0/1 padding mask "

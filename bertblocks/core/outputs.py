@@ -2,29 +2,51 @@
 
 ``out.last_hidden_state``, ``out["last_hidden_state"]`` and ``out[0]`` are the same tensor. Indexing by
 position skips fields that are ``None``, exactly as transformers does, so code written against
-``BertModel(...)[0]`` keeps working.
+``model(...)[0]`` keeps working.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 
 @dataclass
 class ModelOutput:
-    """Base of every output type: a dataclass that also behaves like an ordered mapping and a tuple."""
+    """Base of every output type: a dataclass that also behaves like an ordered mapping and a tuple.
+
+    Every subclass is registered as a pytree node (the fields that are set are its children), so
+    ``torch.export``, the ONNX exporter, ``torch.compile`` and DDP see the tensors inside an output.
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _register_pytree_node(cls)
 
     def to_tuple(self) -> tuple[Any, ...]:
-        """The non-``None`` fields in declaration order (what ``return_dict=False`` returns)."""
-        return tuple(v for v in (getattr(self, f.name) for f in fields(self)) if v is not None)
+        """The non-``None`` fields in declaration order (what ``return_dict=False`` returns), then any keys set
+        with ``out[key] = value`` that are not fields (as transformers' outputs, which are dicts, keep them)."""
+        own = tuple(v for v in (getattr(self, f.name) for f in fields(self)) if v is not None)
+        return own + tuple(self._extra().values())
 
     def keys(self) -> list[str]:
-        """Names of the fields that are set (not ``None``)."""
-        return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+        """Names of the fields that are set (not ``None``), then of extra keys (see :meth:`__setitem__`)."""
+        return [f.name for f in fields(self) if getattr(self, f.name) is not None] + list(self._extra())
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        """``out["logits"] = t`` sets the field; another key is kept beside the fields (transformers' pipelines
+        add ``input_ids`` to a model's output this way)."""
+        if key in {f.name for f in fields(self)}:
+            setattr(self, key, value)
+        else:
+            self.__dict__.setdefault("_extra_items", {})[key] = value
+
+    def _extra(self) -> dict[str, Any]:
+        return self.__dict__.get("_extra_items", {})
 
     def values(self) -> list[Any]:
         return [getattr(self, k) for k in self.keys()]
@@ -36,7 +58,7 @@ class ModelOutput:
         if isinstance(key, str):
             if key not in self.keys():
                 raise KeyError(f"{type(self).__name__} has no field {key!r} set; set fields: {self.keys()}")
-            return getattr(self, key)
+            return self._extra()[key] if key in self._extra() else getattr(self, key)
         return self.to_tuple()[key]
 
     def __contains__(self, key: object) -> bool:
@@ -47,6 +69,30 @@ class ModelOutput:
 
     def __len__(self) -> int:
         return len(self.keys())
+
+
+def _register_pytree_node(cls: type[ModelOutput]) -> None:
+    """Register ``cls`` with torch's pytree: flattened into the fields that are set, in declaration order (as
+    transformers flattens its outputs; extra keys set with ``out[key] = value`` are not part of the tree)."""
+
+    def flatten(output: ModelOutput) -> tuple[list[Any], tuple[str, ...]]:
+        names = tuple(f.name for f in fields(output) if getattr(output, f.name) is not None)
+        return [getattr(output, name) for name in names], names
+
+    def flatten_with_keys(output: ModelOutput) -> tuple[list[tuple[Any, Any]], tuple[str, ...]]:
+        values, names = flatten(output)
+        return [(pytree.MappingKey(name), value) for name, value in zip(names, values, strict=True)], names
+
+    def unflatten(values: Iterable[Any], names: tuple[str, ...]) -> ModelOutput:
+        return cls(**dict(zip(names, values, strict=True)))
+
+    pytree.register_pytree_node(
+        cls,
+        flatten,
+        unflatten,
+        serialized_type_name=f"{cls.__module__}.{cls.__qualname__}",
+        flatten_with_keys_fn=flatten_with_keys,
+    )
 
 
 @dataclass
@@ -70,7 +116,7 @@ class EncoderOutput(ModelOutput):
 
 @dataclass
 class ModelOutputWithPooling(ModelOutput):
-    """What :class:`bertblocks.BertModel` returns; the fields of transformers'
+    """What the backbone returns; the fields of transformers'
     ``BaseModelOutputWithPoolingAndCrossAttentions`` in the same order."""
 
     last_hidden_state: torch.Tensor | None = None

@@ -116,16 +116,40 @@ def resolve_tokenizer_files(
 
 
 def _local_directory(path_or_id: str | Path) -> Path | None:
-    path = Path(path_or_id)
+    path = Path(path_or_id).expanduser()
     if path.is_dir():
         return path
     if path.exists():
         raise PretrainedNotFoundError(f"{path} is a file; expected a checkpoint directory or a hub id.")
-    if isinstance(path_or_id, Path) or not _could_be_repo_id(str(path_or_id)):
+    if isinstance(path_or_id, Path) or looks_like_a_path(str(path_or_id)):
+        raise PretrainedNotFoundError(
+            f"{path_or_id} is not a directory (it does not exist), and it looks like a path, so it was not tried "
+            "as a hub id (hub ids look like 'name' or 'org/name')."
+        )
+    if not _could_be_repo_id(str(path_or_id)):
         raise PretrainedNotFoundError(
             f"{path_or_id} is not a directory (and not a hub id of the form 'name' or 'org/name')."
         )
     return None
+
+
+#: endings of files, never of hub ids: a name ending so is a path that does not exist
+PATH_SUFFIXES = (".json", ".yaml", ".yml", ".safetensors", ".bin", ".txt")
+
+
+def looks_like_a_path(text: str) -> bool:
+    """Whether ``text`` is meant as a local path, so that it is never tried as a hub id (offline, the hub
+    would be retried for half a minute before failing).
+
+    A path: contains a separator a hub id cannot have (``\\``, or more than the one ``/`` of ``org/name``),
+    starts with ``.``, ``~`` or ``/``, ends with a file suffix (``.json``, ``.yaml``, ``.safetensors``, …), or
+    its first part is a local folder (``models/bert`` beside a ``models`` folder).
+    """
+    if "\\" in text or text.count("/") > 1 or text.startswith((".", "~", "/")):
+        return True
+    if text.lower().endswith(PATH_SUFFIXES):
+        return True
+    return "/" in text and Path(text.split("/", 1)[0]).is_dir()
 
 
 def _could_be_repo_id(text: str) -> bool:
@@ -143,9 +167,14 @@ def _could_be_repo_id(text: str) -> bool:
 def _shards(index_path: Path) -> list[str]:
     try:
         weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
-    except (OSError, ValueError, KeyError) as e:
+        shards = list(dict.fromkeys(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise PretrainedNotFoundError(f"{index_path} is not a readable shard index ({e}).") from None
-    return list(dict.fromkeys(weight_map.values()))
+    # a shard is a file of the repository's top folder; never fetch (or write) a path out of it
+    outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]
+    if outside:
+        raise PretrainedNotFoundError(f"{index_path} names shards that are not file names: {outside}.")
+    return shards
 
 
 class _Fetcher:
@@ -246,6 +275,7 @@ def _first_line(error: Exception) -> str:
 __all__ = [
     "PretrainedNotFoundError",
     "is_offline",
+    "looks_like_a_path",
     "resolve_pretrained",
     "resolve_tokenizer_files",
 ]

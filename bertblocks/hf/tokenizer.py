@@ -129,7 +129,10 @@ class BertTokenizer:
         if not isinstance(max_length, int) or max_length >= _NO_LIMIT:
             max_length = 512
         if (directory / TOKENIZER_JSON).is_file():
-            backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
+            try:
+                backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
+            except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file
+                raise ValueError(f"{directory / TOKENIZER_JSON} is not a valid tokenizer file ({e})") from None
         elif (directory / VOCAB_TXT).is_file():
             lower = config.get("do_lower_case", True) if do_lower_case is None else do_lower_case
             backend = build_wordpiece(
@@ -163,6 +166,31 @@ class BertTokenizer:
             tokens, lowercase=lowercase, strip_accents=strip_accents, handle_chinese_chars=handle_chinese_chars
         )
         return cls(backend, model_max_length=model_max_length)
+
+    # ------------------------------------------------------------------------------------------ saving
+    def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> list[Path]:
+        """Write ``tokenizer.json``, ``vocab.txt``, ``tokenizer_config.json`` and ``special_tokens_map.json``: what
+        :meth:`from_pretrained` and transformers' ``AutoTokenizer`` read (what Trainer's ``save_model`` calls).
+
+        Returns the files written.
+        """
+        directory = Path(save_directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        written = [directory / TOKENIZER_JSON, directory / VOCAB_TXT, directory / TOKENIZER_CONFIG]
+        self.backend.save(str(written[0]))
+        vocab = sorted(self.backend.get_vocab().items(), key=lambda item: item[1])
+        written[1].write_text("".join(f"{token}\n" for token, _ in vocab), encoding="utf-8")
+        normalizer = json.loads(self.backend.to_str()).get("normalizer") or {}
+        config = {
+            "tokenizer_class": "BertTokenizer",
+            "model_max_length": self.model_max_length,
+            "do_lower_case": bool(normalizer.get("lowercase", False)),
+            **self.special_tokens,
+        }
+        written[2].write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        special = directory / SPECIAL_TOKENS_MAP
+        special.write_text(json.dumps(self.special_tokens, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        return [*written, special]
 
     # ---------------------------------------------------------------------------------------- encoding
     def __call__(

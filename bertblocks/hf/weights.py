@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import mmap
-import struct
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +25,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
+
+from .weight_files import WeightFileError, read_safetensors, read_weight_file
 
 logger = logging.getLogger("bertblocks")
 
@@ -68,7 +68,15 @@ def find_weights(directory: Path) -> list[Path]:
         if (directory / name).is_file():
             return [directory / name]
         if (directory / index).is_file():
-            weight_map = json.loads((directory / index).read_text())["weight_map"]
+            try:
+                weight_map = json.loads((directory / index).read_text())["weight_map"]
+                shards = list(dict.fromkeys(weight_map.values()))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise CheckpointError(f"{directory / index} is not a shard index with a weight_map ({e!r})") from None
+            # a shard is a file beside the index, never a path out of the checkpoint (`../../secret`)
+            outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]
+            if outside:
+                raise CheckpointError(f"{directory / index} names shards that are not file names: {outside}")
             shards = list(dict.fromkeys(weight_map.values()))
             missing = [s for s in shards if not (directory / s).is_file()]
             if missing:
@@ -80,68 +88,32 @@ def find_weights(directory: Path) -> list[Path]:
 
 
 def read_state_dict(files: Iterable[Path]) -> dict[str, torch.Tensor]:
-    """Every tensor of the given files: safetensors memory-mapped, ``.bin`` through ``torch.load`` with
-    ``weights_only=True`` (no code runs) and ``mmap=True``."""
+    """Every tensor of the given files: safetensors validated and memory-mapped, ``.bin`` through ``torch.load``
+    with ``weights_only=True`` (no code runs); see :mod:`bertblocks.hf.weight_files`.
+
+    Raises:
+        CheckpointError: a damaged, malformed or refused file, naming the file and the tensor.
+    """
     state: dict[str, torch.Tensor] = {}
     for path in files:
-        if path.suffix == ".safetensors":
-            state.update(map_safetensors(path))
-        else:
-            state.update(torch.load(path, map_location="cpu", weights_only=True, mmap=True))
+        try:
+            state.update(read_weight_file(path))
+        except WeightFileError as e:
+            raise CheckpointError(str(e)) from e
     return state
 
 
-_SAFETENSORS_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
-
-
 def map_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a safetensors file as views of a private memory map of it: no copy is made.
-
-    ``safetensors.torch.load_file`` copies every tensor out of the file, so loading used to hold the file's
-    pages and a copy at once. Here the tensors *are* the file's pages (copy-on-write: writing to a
-    parameter later, as training does, copies only the pages written), so a model whose parameters are
-    assigned these tensors costs the weights' size once.
+    """The tensors of a safetensors file, its header validated first, as views of a private memory map of it
+    (no copy; see :func:`bertblocks.hf.weight_files.read_safetensors`).
 
     Raises:
-        CheckpointError: a file that is not valid safetensors (with its path).
+        CheckpointError: a file that is not valid safetensors (naming the file and the tensor).
     """
-    with open(path, "rb") as f:
-        try:
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        except ValueError:  # an empty file cannot be mapped
-            raise CheckpointError(f"{path} is empty, not a safetensors file") from None
     try:
-        (header_size,) = struct.unpack("<Q", mapped[:8])
-        header = json.loads(mapped[8 : 8 + header_size])
-    except (struct.error, ValueError) as e:
-        raise CheckpointError(f"{path} is not a valid safetensors file ({e})") from None
-    base = 8 + header_size
-    tensors: dict[str, torch.Tensor] = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = _SAFETENSORS_DTYPES.get(entry["dtype"])
-        if dtype is None:
-            raise CheckpointError(f"{path}: tensor {name!r} has unsupported dtype {entry['dtype']}")
-        start, end = entry["data_offsets"]
-        count = (end - start) // torch.empty((), dtype=dtype).element_size()
-        if count == 0:
-            tensors[name] = torch.empty(entry["shape"], dtype=dtype)
-            continue
-        flat = torch.frombuffer(mapped, dtype=dtype, count=count, offset=base + start)
-        tensors[name] = flat.view(entry["shape"])
-    return tensors
+        return read_safetensors(path)
+    except WeightFileError as e:
+        raise CheckpointError(str(e)) from e
 
 
 def normalize_keys(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:

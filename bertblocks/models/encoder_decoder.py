@@ -15,46 +15,62 @@ Example config (YAML)::
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from ..config_files import load_config
+from ..bounded_yaml import load_yaml
+from ..config_files import apply_overrides, load_config
 from ..core.config import BertConfig
+from ..core.config_surface import FlatConfigView
+from ..core.encoder import EncoderModel
 from ..core.outputs import ModelOutput
-from ..hf.weights import (
-    LoadingInfo,
-    find_weights,
-    match_state_dict,
-    normalize_keys,
-    read_state_dict,
-    untied_state_dict,
-    write_checkpoint,
-)
 from ..registry import Registry
 from .backbone import BertModel
 from .generation import generate
+from .pretrained import PretrainedModel
+from .surface import PretrainedSurface
 from .task_models import BertLMHeadModel
 
 
-class EncoderDecoderConfig(BaseModel):
+class EncoderDecoderConfig(FlatConfigView, BaseModel):
     """Two BERT configs and the tokens that start and pad decoder inputs.
 
-    The decoder is always built with ``is_decoder: true`` and ``add_cross_attention: true``.
+    The decoder is always built with ``is_decoder: true`` and ``add_cross_attention: true``. ``to_dict()``,
+    ``get()`` and ``model_type`` read as transformers' ``EncoderDecoderConfig``.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_type: ClassVar[str] = "encoder-decoder"
+    flat_aliases: ClassVar[dict[str, str]] = {}
+    is_encoder_decoder: ClassVar[bool] = True
 
     encoder: dict[str, Any] = Field(description="the encoder's config (ours or HF's config.json form)")
     decoder: dict[str, Any] = Field(description="the decoder's config (ours or HF's config.json form)")
     decoder_start_token_id: int = Field(description="first decoder input token (e.g. [CLS])")
     pad_token_id: int = Field(0, description="replaces -100 in labels shifted into decoder inputs")
+
+    def to_hf(self) -> dict[str, Any]:
+        """transformers' ``EncoderDecoderModel`` ``config.json``: both BERT configs in HF's flat form."""
+        encoder = load_config(self.encoder).model_copy(update={"head": None}).to_hf()
+        decoder = load_config({**self.decoder, "is_decoder": True, "add_cross_attention": True}).to_hf()
+        if decoder.get("architectures") == ["BertModel"]:
+            decoder["architectures"] = ["BertLMHeadModel"]
+        return {
+            "model_type": "encoder-decoder",
+            "architectures": ["EncoderDecoderModel"],
+            "is_encoder_decoder": True,
+            "encoder": encoder,
+            "decoder": decoder,
+            "decoder_start_token_id": self.decoder_start_token_id,
+            "pad_token_id": self.pad_token_id,
+            "tie_encoder_decoder": False,
+        }
 
 
 @dataclass
@@ -80,8 +96,11 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
-class BertEncoderDecoder(nn.Module):
+class BertEncoderDecoder(PretrainedSurface, PretrainedModel):
     """BERT2BERT: ``encoder`` (a :class:`BertModel`) and ``decoder`` (a :class:`BertLMHeadModel`)."""
+
+    #: its config is the pair's, not a BERT config: ``from_pretrained`` takes no config fields as keywords
+    takes_config_keywords = False
 
     def __init__(self, config: EncoderDecoderConfig, encoder: BertModel, decoder: BertLMHeadModel) -> None:
         super().__init__()
@@ -98,61 +117,88 @@ class BertEncoderDecoder(nn.Module):
     # ------------------------------------------------------------------------------------------- building
     @classmethod
     def from_config(
-        cls, config: EncoderDecoderConfig | Mapping[str, Any] | str | Path, *, registry: Registry | None = None
+        cls,
+        config: EncoderDecoderConfig | Mapping[str, Any] | str | Path,
+        overrides: Sequence[str] | Mapping[str, Any] = (),
+        *,
+        registry: Registry | None = None,
     ) -> BertEncoderDecoder:
-        """Build with fresh weights from one config (a mapping, a YAML/JSON file, or an EncoderDecoderConfig)."""
-        cfg = _read_config(config)
-        encoder_cfg = load_config(cfg.encoder, registry=registry)
-        decoder_cfg = load_config({**cfg.decoder, "is_decoder": True, "add_cross_attention": True}, registry=registry)
+        """Build with fresh weights from one config (a mapping, a YAML/JSON file, a checkpoint directory, or an
+        EncoderDecoderConfig).
+
+        Args:
+            config: the config.
+            overrides: dotted overrides; ``encoder.…`` and ``decoder.…`` go to that side's config
+                (``decoder.encoder.num_layers=2``), other keys (``pad_token_id=1``) to the top level.
+            registry: where components are looked up.
+        """
+        sides, top = _split_overrides(overrides)
+        cfg = _read_config(config, top)
+        encoder_cfg = load_config(cfg.encoder, sides["encoder"], registry=registry)
+        decoder_cfg = load_config(
+            {**cfg.decoder, "is_decoder": True, "add_cross_attention": True}, sides["decoder"], registry=registry
+        )
         encoder = BertModel.from_config(encoder_cfg, registry=registry)
         decoder = BertLMHeadModel.from_config(decoder_cfg, registry=registry)
         return cls(cfg, encoder, decoder)
 
+    # ---------------------------------------------------------------------------------------- checkpoints
+    # Loading and saving: PretrainedModel.from_pretrained / load_checkpoint / save_pretrained (hub ids, the meta
+    # device and the same report as every other model class). Checkpoints of transformers' EncoderDecoderModel
+    # (BERT both sides) load unchanged; what save_pretrained writes loads there unchanged.
     @classmethod
-    def from_pretrained(
-        cls, path: str | Path, *, registry: Registry | None = None, output_loading_info: bool = False
-    ) -> BertEncoderDecoder | tuple[BertEncoderDecoder, LoadingInfo]:
-        """Load a checkpoint saved by transformers' ``EncoderDecoderModel`` (BERT both sides) or by us.
+    def backend_overrides(
+        cls, overrides: Sequence[str] | Mapping[str, Any], attn_implementation: str | None
+    ) -> Sequence[str] | Mapping[str, Any]:
+        """``attn_implementation`` sets the backend of both sides."""
+        if attn_implementation is None:
+            return overrides
+        both = {f"{side}.encoder.attention.backend": attn_implementation for side in ("encoder", "decoder")}
+        if isinstance(overrides, Mapping):
+            return {**overrides, **both}
+        return [*overrides, *(f"{key}={value}" for key, value in both.items())]
 
-        Raises:
-            FileNotFoundError: no config.json or weights.
-            CheckpointError: weights that do not fit (shapes, foreign architecture, missing backbone weights).
-        """
-        directory = Path(path)
-        model = cls.from_config(directory / "config.json", registry=registry)
-        state = normalize_keys(read_state_dict(find_weights(directory)), "")
-        ignorable = [f"encoder.{k}" for k in model.encoder.position_scheme.ignored_checkpoint_keys]
-        ignorable += [f"decoder.bert.{k}" for k in model.decoder.bert.position_scheme.ignored_checkpoint_keys]
-        loadable, info = match_state_dict(
-            model,
-            state,
-            ignorable=ignorable,
-            required_prefixes=(
-                "encoder.embeddings.",
-                "encoder.encoder.",
-                "decoder.bert.embeddings.",
-                "decoder.bert.encoder.",
-            ),
-        )
-        model.load_state_dict(loadable, strict=False)
-        return (model, info) if output_loading_info else model
+    def checkpoint_backbones(self) -> dict[str, EncoderModel]:
+        return {"encoder.": self.encoder, "decoder.bert.": self.decoder.bert}
 
-    def save_pretrained(self, directory: str | Path, *, safe_serialization: bool = True) -> None:
-        """Write what transformers' ``EncoderDecoderModel.from_pretrained`` reads."""
-        directory = Path(directory)
-        encoder_json = self.encoder.config.model_copy(update={"head": None}).to_hf()
-        decoder_json = self.decoder.config.to_hf()
-        config_json = {
+    def checkpoint_config(self) -> dict[str, Any]:
+        """What transformers' ``EncoderDecoderModel.from_pretrained`` reads."""
+        return {
             "model_type": "encoder-decoder",
             "architectures": ["EncoderDecoderModel"],
             "is_encoder_decoder": True,
-            "encoder": encoder_json,
-            "decoder": decoder_json,
+            "encoder": self.encoder.checkpoint_config() | {"architectures": ["BertModel"]},
+            "decoder": self.decoder.checkpoint_config(),
             "decoder_start_token_id": self.config.decoder_start_token_id,
             "pad_token_id": self.config.pad_token_id,
             "tie_encoder_decoder": False,
         }
-        write_checkpoint(directory, untied_state_dict(self), config_json, safe_serialization)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The encoder's token embeddings (transformers' ``EncoderDecoderModel`` answers the same)."""
+        return self.encoder.get_input_embeddings()
+
+    def get_output_embeddings(self) -> nn.Module | None:
+        """The decoder's LM decoder."""
+        return self.decoder.get_output_embeddings()
+
+    def tie_weights(self) -> None:
+        self.decoder.tie_weights()
+
+    def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> nn.Embedding:
+        """Not supported on the pair, as in transformers: resize ``model.encoder`` and ``model.decoder``.
+
+        Raises:
+            NotImplementedError: always.
+        """
+        raise NotImplementedError(
+            "resizing the embeddings of an encoder-decoder model directly is not supported (as in transformers): "
+            "call resize_token_embeddings on model.encoder and model.decoder"
+        )
+
+    def initializer_std(self) -> float:
+        # the decoder's, as transformers initialises enc_to_dec_proj (the only module outside both sides)
+        return self.decoder.config.initializer_range
 
     # ------------------------------------------------------------------------------------------- forward
     def encode(
@@ -229,15 +275,46 @@ class BertEncoderDecoder(nn.Module):
         )
 
 
-def _read_config(config: EncoderDecoderConfig | Mapping[str, Any] | str | Path) -> EncoderDecoderConfig:
+def _split_overrides(
+    overrides: Sequence[str] | Mapping[str, Any],
+) -> tuple[dict[str, list[str] | dict[str, Any]], list[str] | dict[str, Any]]:
+    """Dotted overrides → those of each side (``encoder.x`` → ``x`` for the encoder) and the top-level rest,
+    each in the form given (``key=value`` text, parsed later as YAML, or a mapping)."""
+    if isinstance(overrides, Mapping):
+        mapped: dict[str, dict[str, Any]] = {"encoder": {}, "decoder": {}, "": {}}
+        for key, value in overrides.items():
+            side, dot, rest = key.partition(".")
+            if dot and side in ("encoder", "decoder"):
+                mapped[side][rest] = value
+            else:
+                mapped[""][key] = value
+        return {"encoder": mapped["encoder"], "decoder": mapped["decoder"]}, mapped[""]
+    texts: dict[str, list[str]] = {"encoder": [], "decoder": [], "": []}
+    for text in overrides:
+        side, dot, rest = text.strip().partition(".")
+        if dot and side in ("encoder", "decoder") and "=" in rest:
+            texts[side].append(rest)
+        else:
+            texts[""].append(text)
+    return {"encoder": texts["encoder"], "decoder": texts["decoder"]}, texts[""]
+
+
+def _read_config(
+    config: EncoderDecoderConfig | Mapping[str, Any] | str | Path,
+    overrides: Sequence[str] | Mapping[str, Any] = (),
+) -> EncoderDecoderConfig:
     if isinstance(config, EncoderDecoderConfig):
-        return config
+        if not overrides:
+            return config
+        config = config.model_dump()
     if isinstance(config, str | Path):
         path = Path(config)
+        if path.is_dir():
+            path = path / "config.json"
         if not path.is_file():
             raise FileNotFoundError(f"encoder-decoder config not found: {path}")
         text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else load_yaml(text)  # alias bombs refused
     else:
         data = dict(config)
     if data.get("model_type") == "encoder-decoder":  # transformers' config.json
@@ -247,6 +324,8 @@ def _read_config(config: EncoderDecoderConfig | Mapping[str, Any] | str | Path) 
             "decoder_start_token_id": data.get("decoder_start_token_id"),
             "pad_token_id": data.get("pad_token_id", data["decoder"].get("pad_token_id", 0)),
         }
+    if overrides:
+        data = apply_overrides(data, overrides)
     return EncoderDecoderConfig.model_validate(data)
 
 

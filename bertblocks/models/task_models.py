@@ -12,36 +12,24 @@ Example:
 
 from __future__ import annotations
 
-import logging
+import functools
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
-from functools import partial
-from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import nn
 
-from ..config_files import ConfigSource, load_config, with_backend
+from ..config_files import ConfigSource, load_config
 from ..core.config import BertConfig
-from ..core.encoder import init_weights
+from ..core.encoder import EncoderModel, init_weights
 from ..core.interfaces import Head
 from ..core.outputs import ModelOutput
-from ..hf.hub import resolve_pretrained
-from ..hf.weights import (
-    LoadingInfo,
-    find_weights,
-    match_state_dict,
-    normalize_keys,
-    read_state_dict,
-    untied_state_dict,
-    write_checkpoint,
-)
-from ..registry import BuildError, Registry, get_registry, validate_config
+from ..registry import BuildError, Registry, build_head, get_registry, validate_config
 from .backbone import BertModel
-from .meta_device import deferred_init, load_into, materialize
-
-logger = logging.getLogger("bertblocks")
+from .pretrained import PretrainedModel
+from .surface import PretrainedSurface
 
 #: the backbone's output fields a head output also carries (when its type has them), as transformers passes on
 _PASSED_THROUGH = ("past_key_values", "hidden_states", "attentions", "cross_attentions")
@@ -50,40 +38,7 @@ _LABEL_ARGUMENTS = ("labels", "next_sentence_label", "start_positions", "end_pos
 T = TypeVar("T", bound="BertTaskModel")
 
 
-def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
-    """Build the head ``config.head`` names, with flat keyword arguments (see ``docs/how-to/task-heads.md``).
-
-    Raises:
-        BuildError: the config names no head, or the plugin returned something that is not a :class:`Head`.
-    """
-    if config.head is None:
-        raise BuildError("the config names no head (set head: masked_lm, sequence_classification, …)")
-    reg = registry or get_registry()
-    component = reg.get("head", config.head.name)
-    activation = reg.get("activation", config.encoder.feedforward.activation)
-    dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-    try:
-        head = component.factory(
-            hidden_size=config.hidden_size,
-            vocab_size=config.vocab_size,
-            num_labels=config.num_labels,
-            layer_norm_eps=config.layer_norm_eps,
-            activation=partial(activation.factory, options=activation.options.model_validate({})),
-            classifier_dropout=dropout,
-            tie_word_embeddings=config.tie_word_embeddings,
-            is_decoder=config.is_decoder,
-            options=component.options.model_validate(config.head.options()),
-        )
-    except ValueError as e:  # a head refusing the config (e.g. QA with num_labels != 2)
-        raise BuildError(f"head {config.head.name!r} from {component.provider}: {e}") from None
-    if not isinstance(head, Head):
-        raise BuildError(
-            f"head {config.head.name!r} from {component.provider} returned {type(head).__name__}, not a Head"
-        )
-    return head
-
-
-class BertTaskModel(nn.Module):
+class BertTaskModel(PretrainedSurface, PretrainedModel):
     """A backbone plus a task head, with HF's checkpoint keys: ``bert.*`` and the head's (``cls.*``, ``classifier.*``,
     ``qa_outputs.*``).
 
@@ -167,96 +122,19 @@ class BertTaskModel(nn.Module):
         head_module.tie_weights(backbone.get_input_embeddings())  # after init: never re-draw the embeddings
         return model_cls(cfg, backbone, head_module)  # type: ignore[return-value]
 
-    @classmethod
-    def from_pretrained(
-        cls: type[T],
-        path: str | Path,
-        overrides: Sequence[str] | Mapping[str, Any] = (),
-        *,
-        head: str | None = None,
-        registry: Registry | None = None,
-        attn_implementation: str | None = None,
-        strict: bool = True,
-        output_loading_info: bool = False,
-        revision: str | None = None,
-        cache_dir: str | Path | None = None,
-        local_files_only: bool = False,
-        token: str | bool | None = None,
-    ) -> T | tuple[T, LoadingInfo]:
-        """Load an HF checkpoint (task or backbone-only) into a task model.
-
-        A backbone-only checkpoint (keys without ``bert.``) leaves the head newly initialised; a checkpoint of
-        another task leaves its head weights unused. Both are reported by name (a ``bertblocks`` logger
-        warning, and :class:`LoadingInfo`), as transformers does; missing *backbone* weights are an error.
-
-        Args:
-            path: checkpoint directory or hub id (see :meth:`bertblocks.BertModel.from_pretrained`).
-            overrides: dotted config overrides applied to the checkpoint's config (``["num_labels=3"]``).
-            head: for :class:`BertTaskModel`: the head; default: the one ``architectures`` names.
-            registry: where components are looked up.
-            attn_implementation: ``"eager"``/``"sdpa"``/a plugin backend.
-            strict: missing backbone weights are an error (``False``: keep them as initialised, report them).
-            output_loading_info: also return the :class:`LoadingInfo`.
-            revision, cache_dir, local_files_only, token: hub options.
-
-        Raises:
-            FileNotFoundError: no config or weights at ``path``.
-            ConfigError: the config is invalid.
-            CheckpointError: weights that do not fit (wrong shape, foreign architecture, missing backbone).
-        """
-        directory = resolve_pretrained(
-            path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
-        )
-        extra = with_backend(overrides, attn_implementation)
-        # Parameters start on the meta device: the checkpoint's tensors become the parameters, and only
-        # what it lacks is initialised (no random init of weights about to be overwritten, no second copy).
-        with deferred_init():
-            model = cls.from_config(directory, extra, head=head, registry=registry)
-        info = model.load_checkpoint(directory, strict=strict)
-        materialize(model, model.config.initializer_range)
-        return (model, info) if output_loading_info else model
-
     # -------------------------------------------------------------------------------------- checkpoints
-    def load_checkpoint(self, directory: str | Path, strict: bool = True) -> LoadingInfo:
-        """Load the weights of an HF checkpoint directory; report newly initialised and unused weights by name."""
-        prefix = f"{self.base_model_prefix}."
-        state = normalize_keys(read_state_dict(find_weights(Path(directory))), "")  # legacy names only
-        if not any(key.startswith(prefix) for key in state):
-            state = {prefix + key: tensor for key, tensor in state.items()}  # a backbone-only checkpoint
-        ignorable = [prefix + key for key in self.bert.position_scheme.ignored_checkpoint_keys]
-        loadable, info = match_state_dict(self, state, ignorable=ignorable, strict=strict, prefix=prefix)
-        load_into(self, loadable)
-        name = type(self).__name__
-        if info.missing_keys:
-            logger.warning(
-                "Some weights of %s were not initialized from the checkpoint at %s and are newly initialized: "
-                "%s. You should probably train this model on a down-stream task.",
-                name,
-                directory,
-                ", ".join(info.missing_keys),
-            )
-        if info.unexpected_keys:
-            logger.warning(
-                "Some weights of the checkpoint at %s were not used when initializing %s: %s",
-                directory,
-                name,
-                ", ".join(info.unexpected_keys),
-            )
-        return info
+    # Loading and saving: PretrainedModel.from_pretrained / load_checkpoint / save_pretrained. A backbone-only
+    # checkpoint (keys without `bert.`) leaves the head newly initialised; a checkpoint of another task leaves its
+    # head weights unused; both are reported by name, as transformers does; missing *backbone* weights are an error.
+    def checkpoint_backbones(self) -> dict[str, EncoderModel]:
+        return {f"{self.base_model_prefix}.": self.bert}
 
-    def save_pretrained(
-        self, directory: str | Path, *, safe_serialization: bool = True, max_shard_size: int | None = None
-    ) -> None:
-        """Write ``config.json`` (``architectures`` = HF's class name) and the weights, without tied copies, so
-        that transformers' matching class and Auto classes load them with no missing or unexpected keys.
+    def checkpoint_prefix(self) -> tuple[str, bool]:
+        return f"{self.base_model_prefix}.", True
 
-        Args:
-            directory: created if needed.
-            safe_serialization: safetensors (default) or ``pytorch_model.bin``.
-            max_shard_size: split the weights into shards of at most this many bytes, with an index file.
-        """
-        config_json = self.config.to_hf()
-        write_checkpoint(Path(directory), untied_state_dict(self), config_json, safe_serialization, max_shard_size)
+    def checkpoint_config(self) -> dict[str, Any]:
+        """``config.json`` with ``architectures`` = transformers' class name for the head."""
+        return self.config.to_hf()
 
     # ------------------------------------------------------------------------------------------- forward
     def forward(
@@ -274,6 +152,7 @@ class BertTaskModel(nn.Module):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        num_items_in_batch: Any = None,
         **backbone_kwargs: Any,
     ) -> ModelOutput | tuple[Any, ...]:
         """Run the backbone and the head; with labels, also the loss. Arguments are transformers' task models'.
@@ -285,6 +164,8 @@ class BertTaskModel(nn.Module):
             next_sentence_label: the pre-training head's NSP targets ``[b]``.
             start_positions, end_positions: the QA head's span targets ``[b]``.
             output_attentions, output_hidden_states, return_dict: as for the backbone.
+            num_items_in_batch: what transformers' Trainer passes for loss normalisation; accepted and ignored,
+                as transformers' BERT task models do (the loss is the mean over this batch).
             backbone_kwargs: passed on to the backbone (``encoder_hidden_states``, ``encoder_attention_mask``,
                 ``past_key_values``, ``use_cache``).
 
@@ -361,70 +242,85 @@ class BertTaskModel(nn.Module):
         predictions = getattr(cls_module, "predictions", None)
         return getattr(predictions, "decoder", None)
 
-    def gradient_checkpointing_enable(self) -> None:
-        """Recompute the backbone's layer activations in backward instead of storing them (training only)."""
-        self.bert.gradient_checkpointing_enable()
-
-    def gradient_checkpointing_disable(self) -> None:
-        self.bert.gradient_checkpointing_disable()
-
     def prune_heads(self, heads_to_prune: dict[int, list[int]]) -> None:
         """Remove attention heads of the backbone for good (see :meth:`bertblocks.BertModel.prune_heads`)."""
         self.bert.prune_heads(heads_to_prune)
 
-    @property
-    def num_parameters(self) -> int:
-        """Unique parameters (a tied weight counts once)."""
-        return sum(p.numel() for p in self.parameters())
-
 
 # ------------------------------------------------------------------------------ transformers' class names
+def _forward_taking(label_names: tuple[str, ...]) -> Any:
+    """``BertTaskModel.forward`` whose signature lists only ``label_names`` of the label arguments.
+
+    Why: transformers' Trainer finds a model's label arguments in its ``forward`` signature, and only treats a
+    batch as labelled (evaluation loss, metrics) when *every* one is present; transformers' classes list only
+    their own (``labels`` for classification, ``start_positions``/``end_positions`` for QA).
+    """
+    base = BertTaskModel.forward
+
+    def forward(self: BertTaskModel, *args: Any, **kwargs: Any) -> ModelOutput | tuple[Any, ...]:
+        return base(self, *args, **kwargs)
+
+    functools.update_wrapper(forward, base)
+    signature = inspect.signature(base)
+    kept = [p for name, p in signature.parameters.items() if name not in _LABEL_ARGUMENTS or name in label_names]
+    forward.__signature__ = signature.replace(parameters=kept)  # type: ignore[attr-defined]
+    return forward
+
+
 class BertForMaskedLM(BertTaskModel):
     """transformers' ``BertForMaskedLM``: the ``masked_lm`` head (no pooler; decoder tied to the embeddings)."""
 
     head_name = "masked_lm"
+    forward = _forward_taking(("labels",))
 
 
 class BertForNextSentencePrediction(BertTaskModel):
     """transformers' ``BertForNextSentencePrediction``: the ``next_sentence`` head on the pooled output."""
 
     head_name = "next_sentence"
+    forward = _forward_taking(("labels",))
 
 
 class BertForPreTraining(BertTaskModel):
     """transformers' ``BertForPreTraining``: the ``pretraining`` head (masked LM + next sentence)."""
 
     head_name = "pretraining"
+    forward = _forward_taking(("labels", "next_sentence_label"))
 
 
 class BertLMHeadModel(BertTaskModel):
     """transformers' ``BertLMHeadModel``: the ``causal_lm`` head (no pooler); a decoder with ``is_decoder: true``."""
 
     head_name = "causal_lm"
+    forward = _forward_taking(("labels",))
 
 
 class BertForSequenceClassification(BertTaskModel):
     """transformers' ``BertForSequenceClassification``: the ``sequence_classification`` head (``problem_type``)."""
 
     head_name = "sequence_classification"
+    forward = _forward_taking(("labels",))
 
 
 class BertForTokenClassification(BertTaskModel):
     """transformers' ``BertForTokenClassification``: the ``token_classification`` head (no pooler)."""
 
     head_name = "token_classification"
+    forward = _forward_taking(("labels",))
 
 
 class BertForQuestionAnswering(BertTaskModel):
     """transformers' ``BertForQuestionAnswering``: the ``question_answering`` head (no pooler)."""
 
     head_name = "question_answering"
+    forward = _forward_taking(("start_positions", "end_positions"))
 
 
 class BertForMultipleChoice(BertTaskModel):
     """transformers' ``BertForMultipleChoice``: the ``multiple_choice`` head (inputs ``[b, choices, seq]``)."""
 
     head_name = "multiple_choice"
+    forward = _forward_taking(("labels",))
 
 
 #: head name → the class named as transformers names it (the class ``BertTaskModel.from_*`` returns)

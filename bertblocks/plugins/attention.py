@@ -1,44 +1,106 @@
-"""BERT multi-head attention: projections, optional relative-position bias, a backend kernel, output
-projection with residual and LayerNorm.
+"""BERT multi-head attention: projections, the position scheme's terms (score bias, rotation of queries and
+keys), a backend kernel, output projection with residual and LayerNorm.
 
 Module names are HF's (``attention.self.query``, ``attention.output.LayerNorm``, …) so checkpoints load
-unchanged; ``LayerNorm`` is CamelCase for the same reason.
+unchanged; ``LayerNorm`` is CamelCase for the same reason. Options: biases of the projections on or off
+(``qkv_bias``, ``output_bias``), and one fused ``[3·h·d, H]`` projection (``fused_qkv``, key ``self.Wqkv``,
+the layout ModernBERT stores: all query rows, then key rows, then value rows).
 """
 
 from __future__ import annotations
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from bertblocks.core.cache import KVCache
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import Attention, AttentionBackend, PositionBias, Positions, PositionScheme
+from bertblocks.core.interfaces import (
+    Attention,
+    AttentionBackend,
+    LayerPositionTerms,
+    PositionBias,
+    Positions,
+    PositionScheme,
+    Rotary,
+)
 from bertblocks.core.packing import Packing
 
 
-class SelfAttentionProjections(nn.Module):
-    """HF's ``BertSelfAttention`` parameters: ``query``, ``key``, ``value`` (and ``distance_embedding``)."""
+class AttentionOptions(BaseModel):
+    """Options of the ``bert`` attention."""
 
-    def __init__(self, hidden_size: int, all_head_size: int, bias: PositionBias | None) -> None:
+    model_config = ConfigDict(extra="forbid")
+
+    qkv_bias: bool = Field(True, description="biases on the query, key and value projections")
+    output_bias: bool = Field(True, description="bias on the output projection (attention.output.dense)")
+    fused_qkv: bool = Field(False, description="one fused query/key/value projection (key self.Wqkv) instead of three")
+
+
+class SelfAttentionProjections(nn.Module):
+    """HF's ``BertSelfAttention`` parameters: ``query``, ``key``, ``value`` (or one fused ``Wqkv``), and the
+    position scheme's per-layer modules (``distance_embedding``, ``rotary``)."""
+
+    def __init__(
+        self,
+        hidden_size: int,
+        all_head_size: int,
+        bias: PositionBias | None,
+        rotary: Rotary | None = None,
+        *,
+        qkv_bias: bool = True,
+        fused: bool = False,
+    ) -> None:
         super().__init__()
-        self.query = nn.Linear(hidden_size, all_head_size)
-        self.key = nn.Linear(hidden_size, all_head_size)
-        self.value = nn.Linear(hidden_size, all_head_size)
+        self.fused = fused
+        if fused:
+            self.Wqkv = nn.Linear(hidden_size, 3 * all_head_size, bias=qkv_bias)  # ModernBERT's name
+        else:
+            self.query = nn.Linear(hidden_size, all_head_size, bias=qkv_bias)
+            self.key = nn.Linear(hidden_size, all_head_size, bias=qkv_bias)
+            self.value = nn.Linear(hidden_size, all_head_size, bias=qkv_bias)
         self.position_bias_name = bias.module_name if bias is not None else None
         if bias is not None:
             self.add_module(bias.module_name, bias)
+        self.rotary = rotary
 
     @property
     def position_bias(self) -> PositionBias | None:
         return getattr(self, self.position_bias_name) if self.position_bias_name else None
 
+    def project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``[..., H]`` → query, key, value ``[..., h·d]`` each."""
+        if self.fused:
+            return self.Wqkv(hidden_states).chunk(3, dim=-1)
+        return self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
+
+    def project_query(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return nn.functional.linear(hidden_states, *self._fused_part(0))
+        return self.query(hidden_states)
+
+    def project_key_value(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.fused:
+            return (
+                nn.functional.linear(hidden_states, *self._fused_part(1)),
+                nn.functional.linear(hidden_states, *self._fused_part(2)),
+            )
+        return self.key(hidden_states), self.value(hidden_states)
+
+    def _fused_part(self, i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        n = self.Wqkv.out_features // 3
+        bias = self.Wqkv.bias[i * n : (i + 1) * n] if self.Wqkv.bias is not None else None
+        return self.Wqkv.weight[i * n : (i + 1) * n], bias
+
 
 class AttentionOutput(nn.Module):
     """HF's ``BertSelfOutput``: ``LayerNorm(dropout(dense(x)) + residual)``."""
 
-    def __init__(self, all_head_size: int, hidden_size: int, layer_norm_eps: float, dropout: float) -> None:
+    def __init__(
+        self, all_head_size: int, hidden_size: int, layer_norm_eps: float, dropout: float, bias: bool = True
+    ) -> None:
         super().__init__()
-        self.dense = nn.Linear(all_head_size, hidden_size)
+        self.dense = nn.Linear(all_head_size, hidden_size, bias=bias)
         self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
         self.dropout = nn.Dropout(dropout)
 
@@ -51,7 +113,8 @@ class BertAttention(Attention):
 
     Shapes::
 
-        hidden [b, q, H] → Q, K, V [b, h, q, d] → backend → [b, h, q, d] → [b, q, h·d] → output [b, q, H]
+        hidden [b, q, H] → Q, K, V [b, q, h, d] → (rotary) → [b, h, q, d] → (cache) → backend
+        → [b, h, q, d] → [b, q, h·d] → output [b, q, H]
 
     Args:
         hidden_size: ``H``.
@@ -61,6 +124,8 @@ class BertAttention(Attention):
         layer_norm_eps: LayerNorm epsilon.
         backend: the kernel, chosen once at build time.
         position_bias: relative-position score term for this layer, or ``None``.
+        rotary: rotation of queries and keys for this layer, or ``None``.
+        qkv_bias, output_bias, fused_qkv: see :class:`AttentionOptions`.
     """
 
     def __init__(
@@ -73,6 +138,10 @@ class BertAttention(Attention):
         layer_norm_eps: float,
         backend: AttentionBackend,
         position_bias: PositionBias | None,
+        rotary: Rotary | None = None,
+        qkv_bias: bool = True,
+        output_bias: bool = True,
+        fused_qkv: bool = False,
     ) -> None:
         super().__init__()
         if hidden_size % num_heads:
@@ -83,8 +152,12 @@ class BertAttention(Attention):
         self.dropout_p = dropout
         self.backend = backend
         # `self` is HF's name for this child; kept for checkpoint compatibility.
-        self.self = SelfAttentionProjections(hidden_size, num_heads * self.head_dim, position_bias)
-        self.output = AttentionOutput(num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout)
+        self.self = SelfAttentionProjections(
+            hidden_size, num_heads * self.head_dim, position_bias, rotary, qkv_bias=qkv_bias, fused=fused_qkv
+        )
+        self.output = AttentionOutput(
+            num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout, bias=output_bias
+        )
         self.original_num_heads = num_heads
         self.kept_heads: list[int] = list(range(num_heads))  # original numbers of the heads still here
         self.register_buffer("kept_head_index", torch.arange(num_heads), persistent=False)
@@ -108,23 +181,31 @@ class BertAttention(Attention):
         b, q, _ = hidden_states.shape
         h, d = self.num_heads, self.head_dim
         proj = self.self
-        query = self._heads(proj.query(hidden_states))  # [b, h, q, d]
 
         if encoder_hidden_states is not None:
             # Cross-attention: keys/values from the encoder, computed once per cache and reused every step.
+            query = self._heads(proj.project_query(hidden_states))  # [b, h, q, d]
             cached = cache.cross(layer_index) if cache is not None else None
             if cached is None:
-                cached = (self._heads(proj.key(encoder_hidden_states)), self._heads(proj.value(encoder_hidden_states)))
+                k, v = proj.project_key_value(encoder_hidden_states)
+                cached = (self._heads(k), self._heads(v))
                 if cache is not None:
                     cache.set_cross(layer_index, *cached)
             key, value = cached  # [b, h, s, d]
         else:
-            key = self._heads(proj.key(hidden_states))
-            value = self._heads(proj.value(hidden_states))
+            query, key, value = (x.view(b, q, h, d) for x in proj.project(hidden_states))  # [b, q, h, d]
+            if proj.rotary is not None:
+                # Keys are rotated by their own positions *before* they are cached: a cache then holds keys
+                # exactly as a single pass over the whole sequence would have them.
+                query, key = proj.rotary(query, key, positions.tokens(), positions.memo)
+            query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # [b, h, q, d]
             if cache is not None:
                 key, value = cache.update(layer_index, key, value)  # [b, h, past + q, d]
 
-        context, weights = self._attend(query, key, value, mask, positions, head_mask, output_attentions, is_causal)
+        self_attention = encoder_hidden_states is None
+        context, weights = self._attend(
+            query, key, value, mask, positions, head_mask, output_attentions, is_causal, self_attention
+        )
         context = context.transpose(1, 2).reshape(b, q, h * d)  # [b, q, h·d]
         return self.output(context, hidden_states), weights
 
@@ -138,8 +219,9 @@ class BertAttention(Attention):
         head_mask: torch.Tensor | None,
         output_attentions: bool,
         is_causal: bool,
+        self_attention: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Position bias, backend, head mask: ``[b, h, q, d]`` context and optional probabilities."""
+        """Position biases, backend, head mask: ``[b, h, q, d]`` context and optional probabilities."""
         if mask is not None and not self.backend.capabilities.additive_mask:
             raise ValueError(
                 f"attention backend {self.backend.name!r} takes no attention mask, but this batch is padded "
@@ -151,6 +233,12 @@ class BertAttention(Attention):
             # travels in the additive mask, which every backend (SDPA included) accepts.
             term = bias(query, key, positions) * self.scale  # [b, h, q, k]
             mask = term if mask is None else term + mask
+        shared = positions.score_bias if self_attention else None
+        if shared is not None:
+            # Computed once for every layer over the heads as built; a pruned layer keeps its heads' rows.
+            if self.num_heads != self.original_num_heads:
+                shared = shared.index_select(1, self.kept_head_index)
+            mask = shared if mask is None else shared + mask
         context, weights = self.backend(
             query,
             key,
@@ -184,14 +272,23 @@ class BertAttention(Attention):
         """Projections on the real tokens; attention per sequence (varlen) or in the padded layout."""
         proj = self.self
         h, d = self.num_heads, self.head_dim
-        q, k, v = proj.query(hidden_states[0]), proj.key(hidden_states[0]), proj.value(hidden_states[0])  # [T, h·d]
+        t = hidden_states.shape[1]
+        q, k, v = (x.view(1, t, h, d) for x in proj.project(hidden_states))  # [1, T, h, d]
+        if proj.rotary is not None:
+            # each packed sequence is rotated by its own positions (from 0), as it would be alone
+            q, k = proj.rotary(q, k, positions.tokens(packed=True), positions.memo)
         caps = self.backend.capabilities
-        if caps.varlen and proj.position_bias is None and head_mask is None and not output_attentions:
-            t = q.shape[0]
+        if (
+            caps.varlen
+            and proj.position_bias is None
+            and positions.score_bias is None
+            and head_mask is None
+            and not output_attentions
+        ):
             context = self.backend.varlen(
-                q.view(t, h, d),
-                k.view(t, h, d),
-                v.view(t, h, d),
+                q[0],
+                k[0],
+                v[0],
                 cu_seqlens=packing.cu_seqlens,
                 max_seqlen=packing.max_seqlen,
                 scale=self.scale,
@@ -200,7 +297,7 @@ class BertAttention(Attention):
             return self.output(context[None], hidden_states), None
         # Re-pad Q/K/V for this call only: [T, h·d] → [b, h, L, d]. Padded query rows are zeros and are
         # dropped again below; padded keys are hidden by the mask as usual.
-        query, key, value = (self._heads(packing.unpack(x)) for x in (q, k, v))
+        query, key, value = (self._heads(packing.unpack(x[0].reshape(t, h * d))) for x in (q, k, v))
         context, weights = self._attend(query, key, value, mask, positions, head_mask, output_attentions, False)
         b, _, length, _ = context.shape
         context = packing.pack(context.transpose(1, 2).reshape(b, length, h * d))  # [T, h·d]
@@ -219,9 +316,15 @@ class BertAttention(Attention):
         if not keep_now:
             raise ValueError("cannot prune every head of a layer")
         d = self.head_dim
-        index = torch.cat([torch.arange(i * d, (i + 1) * d) for i in keep_now]).to(self.self.query.weight.device)
-        for name in ("query", "key", "value"):
-            setattr(self.self, name, _select_linear(getattr(self.self, name), index, dim=0))
+        device = self.output.dense.weight.device
+        index = torch.cat([torch.arange(i * d, (i + 1) * d) for i in keep_now]).to(device)
+        if self.self.fused:
+            width = self.num_heads * d  # rows per block of the fused [q; k; v] projection
+            fused_index = torch.cat([index, index + width, index + 2 * width])
+            self.self.Wqkv = _select_linear(self.self.Wqkv, fused_index, dim=0)
+        else:
+            for name in ("query", "key", "value"):
+                setattr(self.self, name, _select_linear(getattr(self.self, name), index, dim=0))
         self.output.dense = _select_linear(self.output.dense, index, dim=1)
         self.kept_heads = [self.kept_heads[i] for i in keep_now]
         self.num_heads = len(self.kept_heads)
@@ -229,15 +332,20 @@ class BertAttention(Attention):
 
 
 def _select_linear(layer: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
-    """A copy of ``layer`` keeping only ``index`` along ``dim`` of its weight (0 = outputs, 1 = inputs)."""
+    """A copy of ``layer`` keeping only ``index`` along ``dim`` of its weight (0 = outputs, 1 = inputs); a layer
+    without bias stays without."""
     weight = layer.weight.index_select(dim, index).detach().clone()
-    bias = layer.bias.detach().clone() if dim == 1 else layer.bias.index_select(0, index).detach().clone()
-    new = nn.Linear(weight.shape[1], weight.shape[0], device=weight.device, dtype=weight.dtype)
+    new = nn.Linear(
+        weight.shape[1], weight.shape[0], bias=layer.bias is not None, device=weight.device, dtype=weight.dtype
+    )
     with torch.no_grad():
         new.weight.copy_(weight)
-        new.bias.copy_(bias)
     new.weight.requires_grad_(layer.weight.requires_grad)
-    new.bias.requires_grad_(layer.bias.requires_grad)
+    if layer.bias is not None:
+        bias = layer.bias.detach().clone() if dim == 1 else layer.bias.index_select(0, index).detach().clone()
+        with torch.no_grad():
+            new.bias.copy_(bias)
+        new.bias.requires_grad_(layer.bias.requires_grad)
     return new
 
 
@@ -250,9 +358,11 @@ def build_bert_attention(
     layer_norm_eps: float,
     backend: AttentionBackend,
     position: PositionScheme,
-    options: object,
+    layer_index: int,
+    options: AttentionOptions,
 ) -> BertAttention:
     head_dim = hidden_size // num_heads
+    terms: LayerPositionTerms = position.layer_terms(layer_index, num_heads, head_dim)
     return BertAttention(
         hidden_size=hidden_size,
         num_heads=num_heads,
@@ -260,9 +370,21 @@ def build_bert_attention(
         hidden_dropout=hidden_dropout,
         layer_norm_eps=layer_norm_eps,
         backend=backend,
-        position_bias=position.attention_bias(num_heads, head_dim),
+        position_bias=terms.bias,
+        rotary=terms.rotary,
+        qkv_bias=options.qkv_bias,
+        output_bias=options.output_bias,
+        fused_qkv=options.fused_qkv,
     )
 
 
 def bertblocks_register_components() -> list[Component]:
-    return [Component("attention", "bert", build_bert_attention, description="BERT multi-head attention")]
+    return [
+        Component(
+            "attention",
+            "bert",
+            build_bert_attention,
+            AttentionOptions,
+            description="multi-head attention: optional projection biases, fused QKV, position bias or rotary",
+        )
+    ]

@@ -1,10 +1,14 @@
-"""Attention kernels: ``eager`` (explicit softmax, HF's reference maths) and ``sdpa`` (PyTorch's fused
-``scaled_dot_product_attention``, the default)."""
+"""Attention kernels: ``eager`` (explicit softmax, HF's reference maths), ``sdpa`` (PyTorch's fused
+``scaled_dot_product_attention``, the default) and ``sliding_window`` (local attention, as ModernBERT's
+local layers)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities
@@ -85,6 +89,83 @@ class SdpaBackend(AttentionBackend):
         return out, None
 
 
+class SlidingWindowOptions(BaseModel):
+    """Options of the ``sliding_window`` backend."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    window: PositiveInt = Field(
+        128,
+        description="total window, as ModernBERT's local_attention: a query sees keys at most window // 2 "
+        "positions before or after it",
+    )
+    kernel: Literal["sdpa", "eager"] = Field("sdpa", description="what computes the masked attention")
+
+
+class SlidingWindowBackend(AttentionBackend):
+    """Local attention: query ``i`` sees key ``j`` only when ``|i - j| <= window // 2`` (transformers' ModernBERT:
+    ``sliding_window = local_attention // 2``, inclusive).
+
+    The band is added to whatever mask comes in (padding, position biases) and the masked attention runs on
+    ``sdpa`` or ``eager``: the same numbers as a full kernel with that mask, without skipping the hidden blocks.
+    Queries are the *last* ``q`` of the ``k`` positions (earlier ones may be cached), so query row ``r`` sits at
+    position ``k - q + r``, as for the causal mask.
+
+    Shapes::
+
+        query [b, h, q, d]   key/value [b, h, k, d]   mask [b|1, h|1, q|1, k] additive or None
+        band hidden [q, k] (bool)   → output [b, h, q, d], weights [b, h, q, k] or None
+    """
+
+    name = "sliding_window"
+    capabilities = BackendCapabilities(additive_mask=True, attention_weights=True, causal=True, dropout=True)
+
+    def __init__(self, window: int, kernel: Literal["sdpa", "eager"] = "sdpa") -> None:
+        self.window = window
+        self.half = window // 2
+        self.kernel: AttentionBackend = SdpaBackend() if kernel == "sdpa" else EagerBackend()
+
+    def band(self, query_length: int, key_length: int, device: torch.device) -> torch.Tensor:
+        """``[q, k]`` bool, ``True`` where a key is farther than ``window // 2`` from the query."""
+        q_pos = torch.arange(key_length - query_length, key_length, device=device)[:, None]
+        k_pos = torch.arange(key_length, device=device)[None, :]
+        return (q_pos - k_pos).abs() > self.half
+
+    def __call__(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        mask: torch.Tensor | None,
+        scale: float,
+        dropout_p: float,
+        is_causal: bool,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        q, k = query.shape[-2], key.shape[-2]
+        # Shapes are Python ints: a window covering every key hides nothing and is skipped, so the result is
+        # exactly the plain kernel's.
+        if self.half < k - 1:
+            hidden = self.band(q, k, query.device)
+            low = torch.finfo(query.dtype).min
+            # filled, not added: hidden scores stay finite (finfo.min), as in HF's masks
+            if mask is None:
+                mask = torch.zeros(q, k, dtype=query.dtype, device=query.device).masked_fill(hidden, low)
+            else:
+                mask = torch.where(hidden, torch.tensor(low, dtype=mask.dtype, device=mask.device), mask)
+        return self.kernel(
+            query,
+            key,
+            value,
+            mask=mask,
+            scale=scale,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+            need_weights=need_weights,
+        )
+
+
 def bertblocks_register_components() -> list[Component]:
     return [
         Component("backend", "eager", lambda *, options: EagerBackend(), description="explicit softmax (reference)"),
@@ -93,5 +174,12 @@ def bertblocks_register_components() -> list[Component]:
             "sdpa",
             lambda *, options: SdpaBackend(),
             description="torch scaled_dot_product_attention",
+        ),
+        Component(
+            "backend",
+            "sliding_window",
+            lambda *, options: SlidingWindowBackend(options.window, options.kernel),
+            SlidingWindowOptions,
+            description="local attention: keys within window // 2 positions (ModernBERT's local layers)",
         ),
     ]

@@ -19,10 +19,10 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 from torch import nn
 
-from bertblocks.core.component import Component
+from bertblocks.core.component import Component, NoOptions
 from bertblocks.core.interfaces import Head
 from bertblocks.core.outputs import (
     BertForPreTrainingOutput,
@@ -40,52 +40,12 @@ IGNORE_INDEX = -100  # transformers' (and PyTorch's) default ignore index for cr
 
 
 # ------------------------------------------------------------------------------------------------ options
-class MaskedLMOptions(BaseModel):
-    """The masked-LM head has no options: tying follows ``tie_word_embeddings``, the transform ``hidden_act``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class CausalLMOptions(BaseModel):
-    """The causal-LM head has no options (tying follows ``tie_word_embeddings``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class NextSentenceOptions(BaseModel):
-    """The next-sentence head has no options."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class PreTrainingOptions(BaseModel):
-    """The pre-training head has no options."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class SequenceClassificationOptions(BaseModel):
-    """No options: ``num_labels``, ``problem_type`` and ``classifier_dropout`` are config fields, as in HF."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class TokenClassificationOptions(BaseModel):
-    """No options: ``num_labels`` and ``classifier_dropout`` are config fields, as in HF."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class QuestionAnsweringOptions(BaseModel):
-    """The QA head has no options (``num_labels`` must be 2: start and end)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class MultipleChoiceOptions(BaseModel):
-    """No options: ``classifier_dropout`` is a config field, as in HF."""
-
-    model_config = ConfigDict(extra="forbid")
+# No built-in head takes options of its own: sizes, labels, dropout and tying are config fields, as in HF
+# (``num_labels``, ``problem_type``, ``classifier_dropout``, ``tie_word_embeddings``), so every head declares
+# the one ``NoOptions``. The old per-head names stay importable.
+MaskedLMOptions = CausalLMOptions = NextSentenceOptions = PreTrainingOptions = NoOptions
+SequenceClassificationOptions = TokenClassificationOptions = QuestionAnsweringOptions = NoOptions
+MultipleChoiceOptions = NoOptions
 
 
 # ------------------------------------------------------------------------------------------ label checks
@@ -563,45 +523,67 @@ def _multiple_choice(
 def bertblocks_register_components() -> list[Component]:
     return [
         Component(
-            "head", "masked_lm", _language_model(MaskedLMHead), MaskedLMOptions, "masked-LM logits (BertForMaskedLM)"
+            "head",
+            "masked_lm",
+            _language_model(MaskedLMHead),
+            NoOptions,
+            "masked-LM logits (BertForMaskedLM)",
+            architecture="BertForMaskedLM",
         ),
-        Component("head", "next_sentence", _next_sentence, NextSentenceOptions, "BertForNextSentencePrediction"),
+        Component(
+            "head",
+            "next_sentence",
+            _next_sentence,
+            NoOptions,
+            "BertForNextSentencePrediction",
+            architecture="BertForNextSentencePrediction",
+        ),
         Component(
             "head",
             "pretraining",
             _language_model(PreTrainingHead),
-            PreTrainingOptions,
+            NoOptions,
             "masked LM + NSP (BertForPreTraining)",
+            architecture="BertForPreTraining",
         ),
         Component(
-            "head", "causal_lm", _language_model(CausalLMHead), CausalLMOptions, "next-token logits (BertLMHeadModel)"
+            "head",
+            "causal_lm",
+            _language_model(CausalLMHead),
+            NoOptions,
+            "next-token logits (BertLMHeadModel)",
+            architecture="BertLMHeadModel",
         ),
         Component(
             "head",
             "sequence_classification",
             _sequence_classification,
-            SequenceClassificationOptions,
+            NoOptions,
             "classification / regression on the pooled output (BertForSequenceClassification)",
+            architecture="BertForSequenceClassification",
         ),
         Component(
             "head",
             "token_classification",
             _token_classification,
-            TokenClassificationOptions,
+            NoOptions,
             "per-token classes (BertForTokenClassification)",
+            architecture="BertForTokenClassification",
         ),
         Component(
             "head",
             "question_answering",
             _question_answering,
-            QuestionAnsweringOptions,
+            NoOptions,
             "start/end span logits (BertForQuestionAnswering)",
+            architecture="BertForQuestionAnswering",
         ),
         Component(
             "head",
             "multiple_choice",
             _multiple_choice,
-            MultipleChoiceOptions,
+            NoOptions,
             "one score per choice (BertForMultipleChoice)",
+            architecture="BertForMultipleChoice",
         ),
     ]

@@ -1,4 +1,5 @@
-"""Position schemes: ``absolute`` (BERT's learned table) and the relative schemes of Shaw et al. / Huang et al.
+"""Position schemes: ``absolute`` (BERT's learned table), the relative schemes of Shaw et al. / Huang et al.,
+rotary positions (``rope``), MPNet's bucketed relative bias (``relative_bucket``) and ``none``.
 
 ``relative_key`` adds ``q · E[i - j]`` to the score of query ``i`` and key ``j``; ``relative_key_query`` also
 adds ``k · E[i - j]``. ``E`` is a learned ``[2 * max_positions - 1, d]`` table per layer, stored at HF's key
@@ -7,19 +8,22 @@ adds ``k · E[i - j]``. ``E`` is a learned ``[2 * max_positions - 1, d]`` table 
 
 from __future__ import annotations
 
-from typing import ClassVar
+import math
+from typing import Any, ClassVar
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 from torch import nn
 
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import PositionBias, Positions, PositionScheme
+from bertblocks.core.interfaces import PositionBias, Positions, PositionScheme, Rotary, SharedPositionBias
 
 
 class AbsolutePositions(PositionScheme):
     """A learned embedding per position, added to the token embeddings (original BERT)."""
 
     name = "absolute"
+    adds_score_bias = False
 
     def embedding(self, hidden_size: int) -> nn.Module:
         return nn.Embedding(self.max_positions, hidden_size)
@@ -71,6 +75,7 @@ class RelativeKeyPositions(PositionScheme):
     """``relative_key``: score bias ``q_i · E[i - j]`` (Shaw et al. 2018). No position embedding is added."""
 
     name = "relative_key"
+    adds_score_bias = True
     with_key: ClassVar[bool] = False
     # transformers 4.x creates (and saves) an absolute table even for relative models, unused.
     ignored_checkpoint_keys = ("embeddings.position_embeddings.weight",)
@@ -86,6 +91,212 @@ class RelativeKeyQueryPositions(RelativeKeyPositions):
     with_key = True
 
 
+class NoPositions(PositionScheme):
+    """``none``: no position information at all (a bag of tokens, or an ablation baseline)."""
+
+    name = "none"
+    adds_score_bias = False
+
+
+# ------------------------------------------------------------------------------------------------- rotary
+class RopeOptions(BaseModel):
+    """Options of the ``rope`` position scheme."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base: float = Field(10000.0, gt=1.0, description="θ of RoPE: frequency i is base^(-2i/rotary_dim)")
+    rotary_dim: PositiveInt | None = Field(
+        None, description="head dimensions rotated (from the first; even); null = all, or see rotary_fraction"
+    )
+    rotary_fraction: float | None = Field(
+        None, gt=0.0, le=1.0, description="share of each head rotated (partial rotary), instead of rotary_dim"
+    )
+    interleaved: bool = Field(
+        False,
+        description="rotate pairs (2i, 2i+1) as RoFormer does; false: halves (i, i + rotary_dim/2) as GPT-NeoX, "
+        "ModernBERT and transformers' rotate_half",
+    )
+
+    @model_validator(mode="after")
+    def _one_width(self) -> RopeOptions:
+        if self.rotary_dim is not None and self.rotary_fraction is not None:
+            raise ValueError("give rotary_dim or rotary_fraction, not both")
+        return self
+
+    def width(self, head_dim: int) -> int:
+        """Rotated dimensions per head of ``head_dim``."""
+        if self.rotary_dim is not None:
+            return self.rotary_dim
+        if self.rotary_fraction is not None:
+            return int(head_dim * self.rotary_fraction)
+        return head_dim
+
+
+class RotaryEmbedding(Rotary):
+    """RoPE (Su et al. 2021): the pair ``(x_a, x_b)`` of dimension pair ``i`` at position ``p`` becomes
+    ``(x_a cos pθ_i - x_b sin pθ_i, x_b cos pθ_i + x_a sin pθ_i)`` with ``θ_i = base^(-2i/r)``, ``r`` the rotated
+    width. Scores then depend on positions only through ``p_query - p_key``.
+
+    Pairs are ``(2i, 2i+1)`` (``interleaved``, RoFormer) or ``(i, i + r/2)`` (transformers' ``rotate_half``).
+    The tables are computed in float32 as transformers does (float64 for float64 inputs) and shared by every
+    layer of one forward pass with the same base and width.
+    """
+
+    def __init__(self, rotary_dim: int, base: float, interleaved: bool) -> None:
+        super().__init__()
+        self.rotary_dim = rotary_dim
+        self.base = base
+        self.interleaved = interleaved
+
+    def extra_repr(self) -> str:
+        return f"rotary_dim={self.rotary_dim}, base={self.base:g}, interleaved={self.interleaved}"
+
+    def _tables(
+        self, positions: torch.Tensor, dtype: torch.dtype, memo: dict[Any, Any] | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos, sin [B|1, t, 1, r]`` for ``positions [B|1, t]``, laid out for this pairing."""
+        key = ("rope", self.rotary_dim, self.base, self.interleaved, dtype)
+        if memo is not None and key in memo and memo[key][0] is positions:
+            return memo[key][1]
+        compute = torch.float64 if dtype == torch.float64 else torch.float32
+        exponent = torch.arange(0, self.rotary_dim, 2, device=positions.device, dtype=torch.int64).to(compute)
+        inv_freq = 1.0 / (self.base ** (exponent / self.rotary_dim))  # [r/2], transformers' formula
+        angles = positions.to(compute)[..., None] * inv_freq  # [B, t, r/2]
+        angles = angles.repeat_interleave(2, dim=-1) if self.interleaved else torch.cat((angles, angles), dim=-1)
+        tables = (angles.cos().to(dtype)[:, :, None, :], angles.sin().to(dtype)[:, :, None, :])  # [B, t, 1, r]
+        if memo is not None:
+            memo[key] = (positions, tables)  # valid for this positions tensor only
+        return tables
+
+    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        r = self.rotary_dim
+        part, rest = (x, None) if r == x.shape[-1] else (x[..., :r], x[..., r:])
+        if self.interleaved:
+            pairs = part.unflatten(-1, (-1, 2))  # [..., r/2, 2]
+            turned = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+        else:
+            half = r // 2
+            turned = torch.cat((-part[..., half:], part[..., :half]), dim=-1)
+        rotated = part * cos + turned * sin
+        return rotated if rest is None else torch.cat((rotated, rest), dim=-1)
+
+    def forward(
+        self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor, memo: dict[Any, Any] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        cos, sin = self._tables(positions, query.dtype, memo)
+        return self._rotate(query, cos, sin), self._rotate(key, cos, sin)
+
+
+class RopePositions(PositionScheme):
+    """``rope``: rotary position embedding in every self-attention layer; nothing added to the embeddings."""
+
+    name = "rope"
+    adds_score_bias = False
+
+    def __init__(self, max_positions: int, options: RopeOptions) -> None:
+        super().__init__(max_positions)
+        self.options = options
+
+    def rotary(self, num_heads: int, head_dim: int) -> RotaryEmbedding:
+        return RotaryEmbedding(self.options.width(head_dim), self.options.base, self.options.interleaved)
+
+    def problems(self, num_heads: int, head_dim: int) -> list[str]:
+        width = self.options.width(head_dim)
+        if head_dim % 2:
+            return [
+                f"rope rotates pairs of dimensions, but the head dimension {head_dim} is odd "
+                f"(hidden_size / num_heads); choose num_heads so that it is even"
+            ]
+        if width > head_dim:
+            return [f"rotary_dim {width} is larger than the head dimension {head_dim} (hidden_size / num_heads)"]
+        if width % 2 or width == 0:
+            return [
+                f"rope rotates pairs of dimensions: the rotated width {width} of the {head_dim}-dimensional "
+                "heads must be even and positive (rotary_dim / rotary_fraction)"
+            ]
+        return []
+
+
+# ------------------------------------------------------------------------------------ MPNet relative buckets
+class RelativeBucketOptions(BaseModel):
+    """Options of the ``relative_bucket`` position scheme (MPNet's, after T5)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_buckets: PositiveInt = Field(32, description="buckets of relative distance (HF relative_attention_num_buckets)")
+    max_distance: PositiveInt = Field(128, description="distances from here on share the last bucket of each sign")
+    absolute: bool = Field(
+        False, description="also add a learned absolute position table to the embeddings (MPNet has both)"
+    )
+
+
+def relative_position_bucket(
+    relative_position: torch.Tensor, num_buckets: int = 32, max_distance: int = 128
+) -> torch.Tensor:
+    """transformers' ``MPNetEncoder.relative_position_bucket`` (T5's bidirectional buckets) for ``key - query``.
+
+    Half of the buckets per sign; of those, the first half hold distances exactly, the rest grow
+    logarithmically up to ``max_distance``.
+    """
+    n = -relative_position
+    num_buckets //= 2
+    ret = (n < 0).to(torch.long) * num_buckets
+    n = torch.abs(n)
+    max_exact = num_buckets // 2
+    is_small = n < max_exact
+    val_if_large = max_exact + (
+        torch.log(n.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+    ).to(torch.long)
+    val_if_large = torch.min(val_if_large, torch.full_like(val_if_large, num_buckets - 1))
+    return ret + torch.where(is_small, n, val_if_large)
+
+
+class BucketBias(SharedPositionBias):
+    """A learned ``[num_buckets, h]`` table (HF key ``encoder.relative_attention_bias.weight``, an
+    ``nn.Embedding`` there) read at each (query, key) distance bucket: ``[1, h, q, k]``."""
+
+    def __init__(self, num_heads: int, num_buckets: int, max_distance: int) -> None:
+        super().__init__()
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.weight = nn.Parameter(torch.empty(num_buckets, num_heads))
+        nn.init.normal_(self.weight)
+
+    def reset_parameters_like_hf(self, std: float) -> None:
+        with torch.no_grad():
+            self.weight.normal_(0.0, std)
+
+    def forward(self, positions: Positions, dtype: torch.dtype) -> torch.Tensor:
+        relative = positions.key[None, :] - positions.query[:, None]  # [q, k], MPNet's memory - context
+        buckets = relative_position_bucket(relative, self.num_buckets, self.max_distance)
+        return self.weight.to(dtype)[buckets].permute(2, 0, 1)[None]  # [1, h, q, k]
+
+
+class RelativeBucketPositions(PositionScheme):
+    """``relative_bucket``: MPNet's relative bias, one table shared by every layer, added to the scaled scores.
+
+    With ``absolute: true`` it also adds a learned absolute table to the embeddings, as MPNet does.
+    """
+
+    name = "relative_bucket"
+    adds_score_bias = False  # no per-layer bias: its one shared bias comes from shared_bias()
+
+    def __init__(self, max_positions: int, options: RelativeBucketOptions) -> None:
+        super().__init__(max_positions)
+        self.options = options
+
+    def embedding(self, hidden_size: int) -> nn.Module | None:
+        return nn.Embedding(self.max_positions, hidden_size) if self.options.absolute else None
+
+    def shared_bias(self, num_heads: int) -> BucketBias:
+        return BucketBias(num_heads, self.options.num_buckets, self.options.max_distance)
+
+    def problems(self, num_heads: int, head_dim: int) -> list[str]:
+        if self.options.num_buckets < 4:
+            return [f"num_buckets {self.options.num_buckets} is too small: at least 4 (2 per sign, 1 exact)"]
+        return []
+
+
 def _factory(cls: type[PositionScheme]):  # noqa: ANN202 - tiny closure
     def make(*, max_positions: int, options: object) -> PositionScheme:
         return cls(max_positions)
@@ -93,8 +304,30 @@ def _factory(cls: type[PositionScheme]):  # noqa: ANN202 - tiny closure
     return make
 
 
+def _with_options(cls: Any):  # noqa: ANN202 - tiny closure
+    def make(*, max_positions: int, options: Any) -> PositionScheme:
+        return cls(max_positions, options)
+
+    return make
+
+
 def bertblocks_register_components() -> list[Component]:
     return [
+        Component("position", "none", _factory(NoPositions), description="no position information"),
+        Component(
+            "position",
+            "rope",
+            _with_options(RopePositions),
+            RopeOptions,
+            description="rotary positions (RoPE): queries and keys rotated in every layer",
+        ),
+        Component(
+            "position",
+            "relative_bucket",
+            _with_options(RelativeBucketPositions),
+            RelativeBucketOptions,
+            description="MPNet's bucketed relative bias, shared by all layers",
+        ),
         Component("position", "absolute", _factory(AbsolutePositions), description="learned absolute embeddings"),
         Component("position", "relative_key", _factory(RelativeKeyPositions), description="relative bias q·E[i-j]"),
         Component(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .builder import BuildError, build_components
+from .builder import BuildError, build_components, build_head
 from .errors import (
+    DuplicateCommandError,
     DuplicateComponentError,
     DuplicatePresetError,
     PluginLoadError,
@@ -19,6 +20,7 @@ __all__ = [
     "DISABLE_AUTOLOAD_ENV",
     "ENTRY_POINT_GROUP",
     "BuildError",
+    "DuplicateCommandError",
     "DuplicateComponentError",
     "DuplicatePresetError",
     "PluginInfo",
@@ -28,6 +30,7 @@ __all__ = [
     "UnknownComponentError",
     "UnknownPresetError",
     "build_components",
+    "build_head",
     "get_registry",
     "hookimpl",
     "hookspec",

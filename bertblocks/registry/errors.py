@@ -75,3 +75,10 @@ class DuplicatePresetError(RegistryError):
 
     def __init__(self, name: str, first: str, second: str) -> None:
         super().__init__(f"preset {name!r} is registered twice: by {first} and by {second}")
+
+
+class DuplicateCommandError(RegistryError):
+    """Two plugins registered a ``bertblocks`` subcommand of the same name."""
+
+    def __init__(self, name: str, first: str, second: str) -> None:
+        super().__init__(f"command {name!r} is registered twice: by {first} and by {second}")

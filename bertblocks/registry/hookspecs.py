@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pluggy
 
-from bertblocks.core.component import Component, Preset
+from bertblocks.core.component import Command, Component, Preset
 
 PROJECT = "bertblocks"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -37,4 +37,15 @@ class BertBlocksHooks:
         a YAML config file holds) and a one-line description. The config is validated when the preset is
         used (``create_model``, ``load_config``), with the same errors as a config file. A name registered
         by two plugins is an error naming both.
+        """
+
+    @hookspec
+    def bertblocks_register_commands(self) -> list[Command]:  # type: ignore[empty-body]
+        """Return the ``bertblocks`` subcommands this plugin adds (datasette's ``register_commands``).
+
+        Each :class:`~bertblocks.core.component.Command` names the command, a one-line help, and the
+        functions that add its arguments and run it (callables, or ``"module:function"`` strings imported only
+        when the command runs, so that ``bertblocks --help`` stays fast). The built-in commands and
+        ``bertblocks ablate`` register through this hook too. A name registered by two plugins is an error
+        naming both.
         """

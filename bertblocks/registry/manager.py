@@ -12,6 +12,10 @@ What counts as a broken plugin: an entry point that does not import (or exits), 
 (a hook implementation with arguments its spec lacks), a ``bertblocks_*`` function that is no hook (a
 typo: reported with the closest hook name), an entry-point name two distributions both claim, and a hook
 that raises or returns something other than the documented list.
+
+A component (or preset) name that two plugins register is not a load failure: both are listed
+(``components()``, ``bertblocks components``), every other name keeps working, and only *using* that name
+raises :class:`DuplicateComponentError` naming both providers (``strict=True`` raises at construction).
 """
 
 from __future__ import annotations
@@ -28,9 +32,10 @@ from typing import Any
 import pluggy
 from pydantic import BaseModel
 
-from bertblocks.core.component import KINDS, Component, Preset
+from bertblocks.core.component import KINDS, Command, Component, Preset
 
 from .errors import (
+    DuplicateCommandError,
     DuplicateComponentError,
     DuplicatePresetError,
     PluginLoadError,
@@ -91,6 +96,10 @@ class Registry:
         self._origin: dict[str, tuple[str, str]] = {}  # plugin name → (distribution, version)
         self._index: dict[tuple[str, str], Component] | None = None
         self._preset_index: dict[str, Preset] | None = None
+        # names two plugins registered: every provider, in registration order (filled with the indexes)
+        self._clashes: dict[tuple[str, str], list[Component]] = {}
+        self._preset_clashes: dict[str, list[Preset]] = {}
+        self._command_index: dict[str, Command] | None = None
         if builtins:
             from bertblocks.plugins import BUILTIN_PLUGINS
 
@@ -107,6 +116,10 @@ class Registry:
         if strict:  # strict means: fail now, not at the first look-up
             self._components()
             self._presets()
+            for (kind, name), clash in self._clashes.items():
+                raise DuplicateComponentError(kind, name, clash[0].provider, clash[1].provider)
+            for preset_name, preset_clash in self._preset_clashes.items():
+                raise DuplicatePresetError(preset_name, preset_clash[0].provider, preset_clash[1].provider)
 
     @property
     def load_errors(self) -> list[PluginLoadError]:
@@ -133,6 +146,7 @@ class Registry:
         self._origin[name] = (distribution, version)
         self._index = None
         self._preset_index = None
+        self._command_index = None
 
     def _load_entry_points(self) -> None:
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -187,6 +201,7 @@ class Registry:
         if self._index is not None:
             return self._index
         index: dict[tuple[str, str], Component] = {}
+        self._clashes = {}
         for plugin_name, plugin in self._pm.list_name_plugin():
             hook = getattr(plugin, "bertblocks_register_components", None)
             if hook is None:
@@ -203,10 +218,28 @@ class Registry:
             for component in components:
                 key = (component.kind, component.name)
                 if key in index:
-                    raise DuplicateComponentError(component.kind, component.name, index[key].provider, provider)
+                    # an error only where the name is used (get): one plugin clashing with another must not
+                    # take every other component, and `bertblocks plugins`, down with it
+                    self._clashes.setdefault(key, [index[key]]).append(replace(component, provider=provider))
+                    continue
                 index[key] = replace(component, provider=provider)
         self._index = index
         return index
+
+    @property
+    def conflicts(self) -> list[str]:
+        """One line per component or preset name that two plugins registered (using it is an error)."""
+        self._components()
+        self._presets()
+        lines = [
+            f"{kind} {name!r} is registered by " + " and by ".join(c.provider for c in providers)
+            for (kind, name), providers in self._clashes.items()
+        ]
+        lines += [
+            f"preset {name!r} is registered by " + " and by ".join(p.provider for p in providers)
+            for name, providers in self._preset_clashes.items()
+        ]
+        return lines
 
     def get(self, kind: str, name: str) -> Component:
         """The component ``name`` of ``kind``.
@@ -217,6 +250,9 @@ class Registry:
         if kind not in KINDS:
             raise RegistryError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
         index = self._components()
+        clash = self._clashes.get((kind, name))
+        if clash is not None:
+            raise DuplicateComponentError(kind, name, clash[0].provider, " and by ".join(c.provider for c in clash[1:]))
         try:
             return index[(kind, name)]
         except KeyError:
@@ -226,8 +262,10 @@ class Registry:
 
     def components(self, kind: str | None = None) -> list[Component]:
         """Every component (of ``kind``), sorted by kind then name."""
+        index = self._components()
+        every = [*index.values(), *(c for clash in self._clashes.values() for c in clash[1:])]
         return sorted(
-            (c for c in self._components().values() if kind is None or c.kind == kind),
+            (c for c in every if kind is None or c.kind == kind),
             key=lambda c: (KINDS.index(c.kind), c.name),
         )
 
@@ -235,6 +273,7 @@ class Registry:
         if self._preset_index is not None:
             return self._preset_index
         index: dict[str, Preset] = {}
+        self._preset_clashes = {}
         for plugin_name, plugin in self._pm.list_name_plugin():
             hook = getattr(plugin, "bertblocks_register_presets", None)
             if hook is None:
@@ -248,16 +287,20 @@ class Registry:
                 continue
             self._hook_errors.pop((plugin_name, "bertblocks_register_presets"), None)
             for preset in presets:
-                if preset.name in index:
-                    raise DuplicatePresetError(preset.name, index[preset.name].provider, provider)
+                if preset.name in index:  # an error only where the name is used (get_preset)
+                    self._preset_clashes.setdefault(preset.name, [index[preset.name]]).append(
+                        replace(preset, provider=provider)
+                    )
+                    continue
                 index[preset.name] = replace(preset, provider=provider)
         self._preset_index = index
         return index
 
     def presets(self) -> list[Preset]:
-        """Every registered preset, sorted by name."""
+        """Every registered preset, sorted by name (a name two plugins registered: both)."""
         index = self._presets()
-        return [index[name] for name in sorted(index)]
+        every = [*index.values(), *(p for clash in self._preset_clashes.values() for p in clash[1:])]
+        return sorted(every, key=lambda p: p.name)
 
     def get_preset(self, name: str) -> Preset:
         """The preset called ``name``.
@@ -266,10 +309,48 @@ class Registry:
             UnknownPresetError: naming the closest presets, every available one, and broken plugins.
         """
         index = self._presets()
+        clash = self._preset_clashes.get(name)
+        if clash is not None:
+            raise DuplicatePresetError(name, clash[0].provider, " and by ".join(p.provider for p in clash[1:]))
         try:
             return index[name]
         except KeyError:
             raise UnknownPresetError(name, index, [e.summary() for e in self.load_errors]) from None
+
+    def _commands(self) -> dict[str, Command]:
+        if self._command_index is not None:
+            return self._command_index
+        index: dict[str, Command] = {}
+        for plugin_name, plugin in self._pm.list_name_plugin():
+            hook = getattr(plugin, "bertblocks_register_commands", None)
+            if hook is None:
+                continue
+            dist, _ = self._origin.get(plugin_name, ("?", ""))
+            provider = plugin_name if dist in ("?", "(in-process)") else f"{plugin_name} ({dist})"
+            try:
+                commands = _check_commands(hook())
+            except Exception:
+                self._record(plugin_name, "bertblocks_register_commands")
+                continue
+            self._hook_errors.pop((plugin_name, "bertblocks_register_commands"), None)
+            for command in commands:
+                if command.name in index:
+                    raise DuplicateCommandError(command.name, index[command.name].provider, provider)
+                index[command.name] = replace(command, provider=provider)
+        self._command_index = index
+        return index
+
+    def commands(self) -> dict[str, Command]:
+        """Every registered ``bertblocks`` subcommand by name, in registration order.
+
+        Raises:
+            DuplicateCommandError: two plugins registered the same name (the message names both).
+        """
+        return dict(self._commands())
+
+    def has_plugin(self, name: str) -> bool:
+        """Whether a plugin of that name is registered."""
+        return self._pm.get_plugin(name) is not None
 
     def plugins(self) -> list[PluginInfo]:
         """Every registered plugin with its distribution, version and implemented hooks."""
@@ -319,6 +400,17 @@ def _check_presets(returned: Any) -> list[Preset]:
             raise TypeError(f"preset name must be a non-empty string, got {item.name!r}")
         if not isinstance(item.config, Mapping):
             raise TypeError(f"preset {item.name!r}: config must be a mapping, got {type(item.config).__name__}")
+    return list(returned)
+
+
+def _check_commands(returned: Any) -> list[Command]:
+    if not isinstance(returned, list | tuple):
+        raise TypeError(f"bertblocks_register_commands must return a list of Command, got {type(returned)}")
+    for item in returned:
+        if not isinstance(item, Command):
+            raise TypeError(f"bertblocks_register_commands returned {item!r}, not a Command")
+        if not isinstance(item.name, str) or not item.name or item.name.startswith("-"):
+            raise TypeError(f"command name must be a non-empty string not starting with '-', got {item.name!r}")
     return list(returned)
 
 

@@ -19,6 +19,7 @@ from bertblocks.core.config import (
     issues_from_validation_error,
     merge_spec,
 )
+from bertblocks.core.interfaces import PositionScheme
 
 from .errors import UnknownComponentError
 from .manager import Registry, get_registry
@@ -68,6 +69,12 @@ def validate_config(
         apply(("pooler",), checker.check("pooler", config.pooler, "pooler"))
 
     for j, override in enumerate(enc.overrides):
+        if override.position:
+            loc = f"encoder.overrides.{j}.position"
+            try:
+                checker.check("position", merge_spec(config.position, override.position), loc)
+            except ValidationError as e:
+                issues.extend(issues_from_validation_error(e, loc))
         for part, base in (("attention", enc.attention), ("feedforward", enc.feedforward)):
             changes = getattr(override, part)
             if not changes:
@@ -84,6 +91,9 @@ def validate_config(
             else:
                 checker.check_name("activation", spec.activation, f"{loc}.activation")
 
+    if not issues:
+        issues.extend(_position_problems(config, reg))
+
     if config.head is not None:
         apply(("head",), checker.check("head", config.head, "head"))
     if config.add_cross_attention and not config.is_decoder:
@@ -91,7 +101,83 @@ def validate_config(
 
     if issues:
         raise ConfigError(issues, source)
-    return BertConfig.model_validate(normalized)
+    validated = BertConfig.model_validate(normalized)
+    _record_option_defaults(validated, reg)
+    return validated
+
+
+def _record_option_defaults(config: BertConfig, registry: Registry) -> None:
+    """Tell every component spec the defaults of its plugin's options (see ``ComponentSpec._option_defaults``)."""
+    enc = config.encoder
+    specs = [
+        ("embedding", config.embedding),
+        ("position", config.position),
+        ("attention", enc.attention),
+        ("backend", enc.attention.backend),
+        ("feedforward", enc.feedforward),
+        ("pooler", config.pooler),
+        ("head", config.head),
+    ]
+    for kind, spec in specs:
+        if spec is None:
+            continue
+        try:
+            options = registry.get(kind, spec.name).options
+        except UnknownComponentError:
+            continue
+        spec._option_defaults = {
+            name: field.get_default(call_default_factory=True)
+            for name, field in options.model_fields.items()
+            if not field.is_required()
+        }
+
+
+def _position_problems(config: BertConfig, registry: Registry) -> list[ConfigIssue]:
+    """Ask each layer's position scheme whether it fits that layer's heads (RoPE needs an even head dimension,
+    a rotary width within it, …), so that such a config fails at ``validate`` and not at ``build``. Identical
+    complaints of several layers are reported once, with the layers named.
+
+    Layers without an override are alike, so they are asked once (a stack may be deep); overridden layers
+    one by one (no more than the overrides name).
+    """
+    enc = config.encoder
+    overridden = sorted({i for override in enc.overrides for i in override.layers if i < enc.num_layers})
+    groups: list[tuple[list[int], Any, Any]] = []
+    if len(overridden) < enc.num_layers:
+        taken = set(overridden)
+        plain = [i for i in range(enc.num_layers) if i not in taken] if overridden else []
+        groups.append((plain, enc.attention, config.position))
+    for i in overridden:
+        try:
+            attention, _ = enc.layer_specs(i)
+            spec = enc.layer_position(i, config.position)
+        except ValidationError:
+            continue  # reported where the override is checked
+        groups.append(([i], attention, spec))
+    found: dict[tuple[str, str], list[int]] = {}
+    schemes: dict[str, PositionScheme] = {}
+    for layers, attention, spec in groups:
+        key = spec.model_dump_json()
+        if key not in schemes:
+            component = registry.get("position", spec.name)
+            options = component.options.model_validate(spec.options())
+            made = component.factory(max_positions=config.max_position_embeddings, options=options)
+            if not isinstance(made, PositionScheme):
+                continue  # the builder reports a factory returning the wrong type, naming its provider
+            schemes[key] = made
+        loc = "position" if spec == config.position else "encoder.overrides"
+        for problem in schemes[key].problems(attention.num_heads, config.hidden_size // attention.num_heads):
+            found.setdefault((loc, problem), []).extend(layers)
+    issues = []
+    for (loc, problem), layers in found.items():
+        if not layers or len(layers) == enc.num_layers:
+            where = "every layer"
+        elif len(layers) > 16:
+            where = f"{len(layers)} layers"
+        else:
+            where = f"layers {', '.join(map(str, sorted(layers)))}"
+        issues.append(ConfigIssue(loc, f"{problem} ({where})"))
+    return issues
 
 
 class _ComponentChecker:

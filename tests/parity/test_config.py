@@ -354,10 +354,13 @@ def test_bad_values_are_reported_with_their_dotted_path(changes: dict, expected:
 def test_unknown_component_lists_what_exists_and_the_closest():
     (message,) = _messages(_error(TINY, ["encoder.attention.backend=sdpaa"]))
     assert (
-        message == "encoder.attention.backend: unknown backend 'sdpaa'; available: eager, sdpa (did you mean 'sdpa'?)"
+        message == "encoder.attention.backend: unknown backend 'sdpaa'; available: eager, sdpa, sliding_window "
+        "(did you mean 'sdpa'?)"
     )
     (message,) = _messages(_error(TINY, ["position=relativ_key"]))
-    assert message.startswith("position: unknown position 'relativ_key'; available: absolute, relative_key,")
+    assert message.startswith(
+        "position: unknown position 'relativ_key'; available: absolute, none, relative_bucket, relative_key,"
+    )
     assert "(did you mean 'relative_key'?)" in message
     (message,) = _messages(
         _error(TINY, ["encoder.overrides.0.layers=1", "encoder.overrides.0.feedforward.activation=gelo"])
@@ -370,7 +373,9 @@ def test_unknown_option_of_a_component_gets_a_did_you_mean():
     (message,) = _messages(_error(TINY, ["encoder.attention.backend.nmae=eager"]))
     assert message == "encoder.attention.backend.nmae: unknown field; allowed fields: name (did you mean 'name'?)"
     (message,) = _messages(_error(TINY, ["encoder.attention.num_head=3"]))
-    assert message.startswith("encoder.attention.num_head: unknown field; allowed fields: backend, dropout, name,")
+    assert message.startswith(
+        "encoder.attention.num_head: unknown field; allowed fields: backend, dropout, fused_qkv, name,"
+    )
     assert "(did you mean 'num_heads'?)" in message
 
 

@@ -72,6 +72,7 @@ class AlibiPositions(PositionScheme):
     """The ``alibi`` scheme: adds no embedding, gives every self-attention layer an :class:`AlibiBias`."""
 
     name = "alibi"
+    adds_score_bias = True  # declared: the builder checks the backend can take an additive mask
 
     def __init__(self, max_positions: int, options: AlibiOptions) -> None:
         super().__init__(max_positions)

@@ -1,0 +1,70 @@
+"""``bertblocks export``: a checkpoint (backbone or task model) to ONNX or a ``torch.export`` program.
+
+Example::
+
+    bertblocks export path/to/checkpoint model.onnx                 # ONNX, dynamic batch and sequence
+    bertblocks export path/to/checkpoint model.pt2 --head none      # torch.export program of the backbone
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from . import EXIT_OK, CLIError, add_set_argument, emit
+
+#: output suffix → format
+FORMATS = {".onnx": "onnx", ".pt2": "torch.export"}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", metavar="PATH_OR_ID", help="checkpoint directory or hub id")
+    parser.add_argument("output", metavar="FILE", help="model.onnx (ONNX, dynamo exporter) or model.pt2 (torch.export)")
+    parser.add_argument(
+        "--head",
+        default="auto",
+        metavar="NAME",
+        help="'auto' (the head config.json's architectures names; default), 'none' (the backbone) or a head name",
+    )
+    parser.add_argument(
+        "--inputs",
+        default="input_ids,attention_mask,token_type_ids",
+        metavar="NAMES",
+        help="comma-separated graph inputs (default: input_ids,attention_mask,token_type_ids)",
+    )
+    parser.add_argument("--opset", type=int, metavar="N", help="ONNX opset version (default: the exporter's)")
+    add_set_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    import bertblocks
+
+    from ..models.export import export_onnx, export_program
+
+    output = Path(args.output)
+    fmt = FORMATS.get(output.suffix)
+    if fmt is None:
+        raise CLIError(f"{output}: the suffix must be one of {', '.join(FORMATS)} (the format follows from it)")
+    head = None if args.head == "none" else args.head
+    model = bertblocks.from_pretrained(args.checkpoint, args.overrides, head=head).eval()
+    names = [name.strip() for name in args.inputs.split(",") if name.strip()]
+    try:
+        if fmt == "onnx":
+            export_onnx(model, output, input_names=names, opset_version=args.opset)
+        else:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            torch.export.save(export_program(model, input_names=names), str(output))
+    except ValueError as e:
+        raise CLIError(f"cannot export {args.checkpoint}: {e}") from None
+    kind = type(model).__name__
+    emit(
+        args,
+        f"exported {kind} ({fmt}; inputs {', '.join(names)}; dynamic batch and sequence) → {output}",
+        {"model": kind, "format": fmt, "inputs": names, "output": str(output)},
+    )
+    return EXIT_OK
+
+
+__all__ = ["FORMATS", "configure", "run"]

@@ -1,0 +1,50 @@
+"""Loading a checkpoint as whatever it is: :func:`from_pretrained` picks the backbone or a task model.
+
+Also the module behind the old path ``bertblocks.model`` (the backbone, :func:`build_model` and
+:func:`from_pretrained` lived there together): it sits above both the backbone and the task models, so
+choosing between them needs no import cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config_files import load_config
+from ..core.config import BertConfig
+from ..hf.hub import resolve_pretrained
+from .backbone import BertModel, build_model
+from .task_models import task_model_class
+
+
+def from_pretrained(
+    path: str | Path, overrides: Sequence[str] | Mapping[str, Any] = (), *, head: str | None = None, **kwargs: Any
+) -> Any:
+    """Load a checkpoint as a backbone (default) or as a task model.
+
+    Args:
+        path: checkpoint directory or hub id.
+        overrides: dotted config overrides.
+        head: ``None``: the backbone, :class:`BertModel` (whatever the checkpoint's ``architectures``);
+            ``"auto"``: the head ``config.json``'s ``architectures`` names (``BertForMaskedLM`` → a
+            :class:`~bertblocks.BertForMaskedLM`), or the backbone if it names none; a head name
+            (``"sequence_classification"``): a task model with that head.
+        kwargs: as for :meth:`BertModel.from_pretrained` / :meth:`bertblocks.BertTaskModel.from_pretrained`.
+    """
+    if head is None:
+        return BertModel.from_pretrained(path, overrides, **kwargs)
+    if head == "auto":
+        directory = resolve_pretrained(
+            path,
+            **{k: kwargs[k] for k in ("revision", "cache_dir", "local_files_only", "token") if k in kwargs},
+        )
+        config = load_config(directory, overrides, kwargs.get("registry"))
+        if config.head is None:
+            return BertModel.from_pretrained(directory, overrides, **kwargs)
+        head = config.head.name
+        path = directory
+    return task_model_class(head).from_pretrained(path, overrides, head=head, **kwargs)
+
+
+__all__ = ["BertConfig", "BertModel", "build_model", "from_pretrained"]

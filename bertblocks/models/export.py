@@ -1,0 +1,157 @@
+"""Exporting a model to a graph: ``torch.export`` and ONNX (the dynamo exporter), batch and sequence dynamic.
+
+Output types are pytree nodes (see :mod:`bertblocks.core.outputs`), so ``torch.export.export(model, …)``
+works on a model as it is. For ONNX, :class:`ExportView` gives the graph named inputs and outputs
+(``input_ids``, ``attention_mask``, ``token_type_ids`` → ``last_hidden_state``, ``pooler_output`` /
+``logits`` / …). The attention mask is always an input of the graph and always applied: while tracing,
+the model keeps the mask even when the example hides nothing (no branch on data under compilation), so an
+export made from an unpadded example is still right on padded batches.
+
+Example:
+    >>> program = export_program(model)                      # torch.export.ExportedProgram
+    >>> export_onnx(model, "model.onnx")                     # then onnxruntime.InferenceSession("model.onnx")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+#: the inputs an exported encoder takes, in this order
+DEFAULT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class ExportView(nn.Module):
+    """A model seen as a function of positional tensors returning a tuple of named outputs (what ONNX wants).
+
+    Args:
+        model: a bertblocks backbone or task model.
+        input_names: the keyword arguments to feed, in order.
+        output_names: the output fields to return, in order (default: every field the model sets on an example).
+    """
+
+    def __init__(self, model: nn.Module, input_names: Sequence[str], output_names: Sequence[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.input_names = tuple(input_names)
+        self.output_names = tuple(output_names)
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.model(**dict(zip(self.input_names, inputs, strict=True)))
+        return tuple(out[name] for name in self.output_names)
+
+
+def example_inputs(
+    model: nn.Module, batch: int = 2, length: int = 8, input_names: Sequence[str] = DEFAULT_INPUTS
+) -> dict[str, torch.Tensor]:
+    """A padded example batch for tracing: random token ids, the second row's last half padded."""
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, config.vocab_size, (batch, length), generator=generator)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[1:, length // 2 :] = 0
+    available = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+    unknown = [name for name in input_names if name not in available]
+    if unknown:
+        raise ValueError(f"cannot make example inputs {unknown}; exportable inputs are {list(available)}")
+    device = next(model.parameters()).device
+    return {name: available[name].to(device) for name in input_names}
+
+
+def _dynamic_shapes(model: nn.Module, input_names: Sequence[str]) -> dict[str, dict[int, Any]]:
+    max_length = int(getattr(model.config, "max_position_embeddings", 512))
+    batch = torch.export.Dim("batch", min=1, max=2**20)
+    sequence = torch.export.Dim("sequence", min=1, max=max_length)
+    return {name: {0: batch, 1: sequence} for name in input_names}
+
+
+def _check_exportable(model: nn.Module) -> None:
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "vocab_size"):
+        raise ValueError(f"{type(model).__name__} is not a bertblocks backbone or task model (no BERT config)")
+    if getattr(config, "is_decoder", False):
+        raise ValueError("exporting a decoder (is_decoder: true, with its key/value cache) is not supported")
+    head = getattr(config, "head", None)
+    if head is not None and head.name == "multiple_choice":
+        raise ValueError("exporting multiple choice ([batch, choices, seq] inputs) is not supported")
+
+
+def export_program(
+    model: nn.Module,
+    example: Mapping[str, torch.Tensor] | None = None,
+    input_names: Sequence[str] = DEFAULT_INPUTS,
+) -> torch.export.ExportedProgram:
+    """``torch.export`` the model (in eval mode) with dynamic batch and sequence dimensions.
+
+    The program takes the inputs as keyword arguments and returns the model's own output type.
+
+    Raises:
+        ValueError: a model that cannot be exported (a decoder, multiple choice), or unknown input names.
+    """
+    _check_exportable(model)
+    model.eval()
+    example = dict(example) if example is not None else example_inputs(model, input_names=input_names)
+    with torch.no_grad():
+        return torch.export.export(
+            model, args=(), kwargs=example, dynamic_shapes=_dynamic_shapes(model, list(example)), strict=False
+        )
+
+
+def output_names_of(model: nn.Module, example: Mapping[str, torch.Tensor]) -> list[str]:
+    """The output fields the model sets (``last_hidden_state``, ``pooler_output``; ``logits``; …)."""
+    with torch.no_grad():
+        out = model(**example)
+    return [name for name in out if isinstance(out[name], torch.Tensor)]
+
+
+def export_onnx(
+    model: nn.Module,
+    path: str | Path,
+    example: Mapping[str, torch.Tensor] | None = None,
+    input_names: Sequence[str] = DEFAULT_INPUTS,
+    opset_version: int | None = None,
+) -> Path:
+    """Export to ONNX with the dynamo exporter: named inputs and outputs, dynamic ``batch`` and ``sequence``.
+
+    Args:
+        model: a bertblocks backbone or task model (put in eval mode).
+        path: the ``.onnx`` file to write (weights inside it).
+        example: inputs to trace with (default: :func:`example_inputs`).
+        input_names: the graph's inputs, in order.
+        opset_version: the ONNX opset (default: the exporter's).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: a model that cannot be exported.
+    """
+    _check_exportable(model)
+    model.eval()
+    example = dict(example) if example is not None else example_inputs(model, input_names=input_names)
+    names = list(example)
+    outputs = output_names_of(model, example)
+    view = ExportView(model, names, outputs).eval()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        torch.onnx.export(
+            view,
+            tuple(example.values()),
+            str(path),
+            dynamo=True,
+            input_names=names,
+            output_names=outputs,
+            dynamic_shapes={"inputs": tuple(_dynamic_shapes(model, names).values())},
+            opset_version=opset_version,
+            external_data=False,
+            verbose=False,
+        )
+    return path
+
+
+__all__ = ["DEFAULT_INPUTS", "ExportView", "example_inputs", "export_onnx", "export_program", "output_names_of"]

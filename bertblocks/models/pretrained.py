@@ -1,0 +1,298 @@
+"""The one load path and the one save path, shared by every model class (backbone, task models, encoder-decoder).
+
+Loading (:meth:`PretrainedModel.from_pretrained`), in order:
+
+1. **resolve** — a local directory as is, a hub id through the hub cache (:func:`bertblocks.hf.hub.resolve_pretrained`);
+2. **config** — the class's ``from_config`` reads the directory's ``config.json`` (overrides applied);
+3. **build on the meta device** — inside :func:`~bertblocks.models.meta_device.deferred_init`: shapes only, no
+   memory, no random initialisation of weights about to be overwritten;
+4. **map keys** — :func:`map_checkpoint_keys`: the model's :class:`~bertblocks.hf.key_maps.KeyMap` (the one place
+   a checkpoint layout's renames, legacy names and splits plug in), then the base-model prefix (``bert.``);
+5. **assign** — :func:`~bertblocks.hf.weights.match_state_dict` decides key by key, and the checkpoint's tensors
+   *become* the parameters (:func:`~bertblocks.models.meta_device.load_into`, no copy);
+6. **initialise only what is missing** — :func:`~bertblocks.models.meta_device.materialize`, HF's rule;
+7. **tie** — tied parameters (a masked-LM decoder and the token embeddings) are tied again after 5 and 6;
+8. **report** — missing and unexpected keys by name, in one wording for every class (:func:`report_loading`),
+   and in the returned :class:`~bertblocks.hf.weights.LoadingInfo`.
+
+Saving (:meth:`PretrainedModel.save_pretrained`): the state dict without tied copies → the key map's
+``to_checkpoint`` → ``config.json`` (:meth:`PretrainedModel.checkpoint_config`) and safetensors (or ``.bin``),
+sharded on request.
+
+A class joins by inheriting :class:`PretrainedModel` and saying where its backbones sit
+(:meth:`~PretrainedModel.checkpoint_backbones`), how its keys relate to a bare backbone's
+(:meth:`~PretrainedModel.checkpoint_prefix`) and what its ``config.json`` is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+from torch import nn
+
+from ..config_files import with_backend
+from ..core.config import BertConfig
+from ..hf.hub import resolve_pretrained
+from ..hf.key_maps import BERT_KEY_MAP, KeyMap
+from ..hf.weights import (
+    BACKBONE_PREFIXES,
+    STALE_BUFFERS,
+    LoadingInfo,
+    find_weights,
+    match_state_dict,
+    read_state_dict,
+    tied_parameters,
+    write_checkpoint,
+)
+from .meta_device import deferred_init, load_into, materialize
+from .surface import LOAD_OPTIONS, ParameterCount, apply_load_options, config_keywords, parse_size, split_load_kwargs
+
+if TYPE_CHECKING:
+    from ..core.encoder import EncoderModel
+    from ..registry import Registry
+
+logger = logging.getLogger("bertblocks")
+
+P = TypeVar("P", bound="PretrainedModel")
+
+
+def map_checkpoint_keys(
+    state: Mapping[str, torch.Tensor], key_map: KeyMap, *, prefix: str = "", model_has_prefix: bool = False
+) -> dict[str, torch.Tensor]:
+    """Checkpoint keys → the model's keys: the one place where a key map plugs into loading.
+
+    Args:
+        state: the checkpoint's tensors, keys as stored.
+        key_map: the checkpoint layout's map (renames, legacy names, fused tensors split); applied first.
+        prefix: the base-model prefix (``"bert."``); ``""``: keys are taken as the key map leaves them.
+        model_has_prefix: the model keeps its backbone under ``prefix`` (a task model): a backbone-only
+            checkpoint (no key under ``prefix``) gets it added. ``False`` (a bare backbone): ``prefix`` is
+            stripped where present, so a task checkpoint loads into a backbone.
+
+    Returns:
+        The tensors under the model's names (unmatched keys included: :func:`match_state_dict` reports them).
+
+    Example:
+        >>> map_checkpoint_keys({"bert.embeddings.LayerNorm.gamma": t}, BERT_KEY_MAP, prefix="bert.")
+        {'embeddings.LayerNorm.weight': t}
+    """
+    mapped = key_map.to_model(state)
+    if not prefix:
+        return mapped
+    has_prefix = any(key.startswith(prefix) for key in mapped)
+    if model_has_prefix and not has_prefix:
+        return {prefix + key: tensor for key, tensor in mapped.items()}
+    if not model_has_prefix and has_prefix:
+        return {key.removeprefix(prefix): tensor for key, tensor in mapped.items()}
+    return mapped
+
+
+def report_loading(model_name: str, source: str | Path, info: LoadingInfo) -> None:
+    """Log what did not load, by name, in transformers' words (the same for every model class)."""
+    if info.missing_keys:
+        logger.warning(
+            "Some weights of %s were not initialized from the checkpoint at %s and are newly initialized: %s. "
+            "You should probably train this model on a down-stream task.",
+            model_name,
+            source,
+            ", ".join(info.missing_keys),
+        )
+    if info.unexpected_keys:
+        logger.warning(
+            "Some weights of the checkpoint at %s were not used when initializing %s: %s",
+            source,
+            model_name,
+            ", ".join(info.unexpected_keys),
+        )
+
+
+class PretrainedModel(nn.Module):
+    """Loading and saving HF checkpoints, once, for every model class (see the module docstring for the steps).
+
+    Subclasses implement ``from_config(config, overrides, *, registry, **build_options)`` and the three
+    ``checkpoint_*`` methods; they may override :meth:`checkpoint_key_map` (a model family with another layout)
+    and :meth:`backend_overrides` (where ``attn_implementation`` goes in their config).
+    """
+
+    #: key prefix of the backbone in task checkpoints (``bert.encoder…``)
+    base_model_prefix: str = "bert"
+
+    # ------------------------------------------------------------------------------------- what a class says
+    @classmethod
+    def from_config(
+        cls: type[P], config: Any, overrides: Sequence[str] | Mapping[str, Any] = (), **kwargs: Any
+    ) -> P:  # pragma: no cover - every model class defines it
+        raise NotImplementedError
+
+    def checkpoint_backbones(self) -> dict[str, EncoderModel]:
+        """Every backbone of this model by its key prefix (``{"bert.": self.bert}``).
+
+        Their module prefixes (``embeddings.``, ``encoder.``) must be complete in a checkpoint (``strict``), a
+        checkpoint key there that the model lacks means another architecture, and their position schemes' unused
+        leftovers and stale buffers are dropped without complaint.
+        """
+        raise NotImplementedError  # pragma: no cover
+
+    def checkpoint_prefix(self) -> tuple[str, bool]:
+        """``(prefix, model_has_prefix)`` for :func:`map_checkpoint_keys`; ``("", False)``: keys as they are."""
+        return "", False
+
+    def checkpoint_config(self) -> dict[str, Any]:
+        """The ``config.json`` that ``save_pretrained`` writes (what transformers' matching class reads)."""
+        raise NotImplementedError  # pragma: no cover
+
+    def checkpoint_key_map(self) -> KeyMap:
+        """The key map of this model's checkpoint layout (BERT's by default)."""
+        return BERT_KEY_MAP
+
+    @classmethod
+    def backend_overrides(
+        cls, overrides: Sequence[str] | Mapping[str, Any], attn_implementation: str | None
+    ) -> Sequence[str] | Mapping[str, Any]:
+        """``overrides`` plus what ``attn_implementation`` (transformers' name) sets in this class's config."""
+        return with_backend(overrides, attn_implementation)
+
+    def initializer_std(self) -> float:
+        """The standard deviation of the normal initialiser for weights a checkpoint lacked."""
+        return float(self.config.initializer_range)  # type: ignore[attr-defined]
+
+    # ----------------------------------------------------------------------------------------- loading
+    @classmethod
+    def from_pretrained(
+        cls: type[P],
+        path: str | Path,
+        overrides: Sequence[str] | Mapping[str, Any] = (),
+        *,
+        registry: Registry | None = None,
+        attn_implementation: str | None = None,
+        strict: bool = True,
+        output_loading_info: bool = False,
+        revision: str | None = None,
+        cache_dir: str | Path | None = None,
+        local_files_only: bool = False,
+        token: str | bool | None = None,
+        **build_options: Any,
+    ) -> P | tuple[P, LoadingInfo]:
+        """Load an HF checkpoint: a directory (``config.json`` + weights) or a hub id.
+
+        Args:
+            path: directory with ``config.json`` and ``model.safetensors`` (or a sharded index, or
+                ``pytorch_model.bin``), or a hub id (``"org/name"``) resolved by
+                :func:`bertblocks.hf.hub.resolve_pretrained`, which fetches only those files.
+            overrides: dotted config overrides applied to the checkpoint's config (``["num_labels=3"]``).
+            registry: where components are looked up.
+            attn_implementation: ``"eager"``/``"sdpa"``/a plugin backend, as in transformers; same as the
+                override ``encoder.attention.backend=...``.
+            strict: missing backbone weights are an error (``False``: keep them as initialised, report them).
+            output_loading_info: also return the :class:`~bertblocks.hf.weights.LoadingInfo`.
+            revision: hub branch, tag or commit.
+            cache_dir: hub cache directory (default: ``huggingface_hub``'s).
+            local_files_only: use the hub cache only (``HF_HUB_OFFLINE=1`` does the same).
+            token: hub token for private repositories.
+            build_options: passed to the class's ``from_config`` (``add_pooling_layer=False`` for
+                :class:`~bertblocks.BertModel`, ``head=…`` for :class:`~bertblocks.BertTaskModel`); and
+                transformers' keywords: ``dtype``/``torch_dtype`` (a dtype, its name, or ``"auto"``: the
+                checkpoint's), ``device_map`` (one device), and config fields (``num_labels=3``,
+                ``num_hidden_layers=…``) as overrides (see :mod:`bertblocks.models.surface`).
+
+        Raises:
+            FileNotFoundError: no config or weights at ``path`` (a hub id not found, or offline and not cached:
+                :class:`bertblocks.hf.hub.PretrainedNotFoundError`).
+            ConfigError: the config is invalid.
+            CheckpointError: weights that do not fit (wrong shape, foreign architecture, missing backbone weights).
+        """
+        options = {k: build_options.pop(k) for k in LOAD_OPTIONS if k in build_options}
+        if getattr(cls, "takes_config_keywords", False):
+            # `head` is a build option of task models (the head to attach), not the config field here
+            names = [k for k in config_keywords(BertConfig.model_fields) if k != "head"]
+            fields = {k: build_options.pop(k) for k in list(build_options) if k in names}
+            overrides, _ = split_load_kwargs(overrides, fields, names)
+        directory = resolve_pretrained(
+            path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
+        )
+        extra = cls.backend_overrides(overrides, attn_implementation)
+        # Parameters start on the meta device: the checkpoint's tensors become the parameters, and only
+        # what it lacks is initialised (no random init of weights about to be overwritten, no second copy).
+        with deferred_init():
+            model = cls.from_config(directory, extra, registry=registry, **build_options)
+        info = model.load_checkpoint(directory, strict=strict)
+        materialize(model, model.initializer_std())
+        hf_extra = getattr(model.config, "hf", None) or {}  # type: ignore[attr-defined]
+        apply_load_options(model, options, hf_extra.get("dtype", hf_extra.get("torch_dtype")))
+        model.name_or_path = str(path)
+        return (model, info) if output_loading_info else model
+
+    def load_checkpoint(self, directory: str | Path, strict: bool = True) -> LoadingInfo:
+        """Load the weights of a checkpoint directory into this model; report what did not fit, by name.
+
+        Raises:
+            CheckpointError: shape mismatches, backbone weights the model has no place for, and (``strict``)
+                backbone weights missing from the checkpoint.
+        """
+        state = read_state_dict(find_weights(Path(directory)))
+        prefix, model_has_prefix = self.checkpoint_prefix()
+        state = map_checkpoint_keys(state, self.checkpoint_key_map(), prefix=prefix, model_has_prefix=model_has_prefix)
+        backbones = self.checkpoint_backbones()
+        ignorable = [
+            where + key
+            for where, backbone in backbones.items()
+            for key in (*backbone.position_scheme.ignored_checkpoint_keys, *STALE_BUFFERS)
+        ]
+        required = tuple(where + module for where in backbones for module in BACKBONE_PREFIXES)
+        loadable, info = match_state_dict(self, state, ignorable=ignorable, required_prefixes=required, strict=strict)
+        load_into(self, loadable)
+        report_loading(type(self).__name__, directory, info)
+        return info
+
+    # ------------------------------------------------------------------------------------------ saving
+    def save_pretrained(
+        self,
+        save_directory: str | Path,
+        *,
+        is_main_process: bool = True,
+        state_dict: Mapping[str, torch.Tensor] | None = None,
+        safe_serialization: bool = True,
+        max_shard_size: int | str | None = None,
+        push_to_hub: bool = False,
+        **hub_kwargs: Any,
+    ) -> None:
+        """Write ``config.json`` and the weights, without tied copies, so that transformers' matching class
+        (and its Auto classes) load them with no missing or unexpected keys.
+
+        Args:
+            save_directory: created if needed.
+            is_main_process: ``False`` writes nothing (the other ranks of a distributed run).
+            state_dict: the tensors to write instead of the model's own (what transformers' Trainer, PEFT and
+                accelerate pass); keys are the model's; the second names of tied weights are dropped.
+            safe_serialization: safetensors (default) or ``pytorch_model.bin``.
+            max_shard_size: split the weights into shards of at most this size (bytes, or ``"5GB"``, ``"200MB"``),
+                with an index file; default: one file.
+            push_to_hub: also upload the folder (``push_to_hub``'s upload; ``hub_kwargs`` go there, ``repo_id``
+                defaulting to the folder's name).
+
+        Raises:
+            ValueError: a ``max_shard_size`` that is not a size.
+        """
+        if not is_main_process:
+            return
+        size = parse_size(max_shard_size)
+        tied = tied_parameters(self)
+        state = dict(state_dict) if state_dict is not None else self.state_dict()
+        state = self.checkpoint_key_map().to_checkpoint({k: v for k, v in state.items() if k not in tied})
+        directory = Path(save_directory)
+        write_checkpoint(directory, state, self.checkpoint_config(), safe_serialization, size)
+        if push_to_hub:
+            repo_id = hub_kwargs.pop("repo_id", directory.name)
+            self._upload(directory, repo_id, **hub_kwargs)  # type: ignore[attr-defined]
+
+    @property
+    def num_parameters(self) -> ParameterCount:
+        """Unique parameters (a tied weight counts once); also callable as transformers' ``num_parameters()``."""
+        return ParameterCount(self)
+
+
+__all__ = ["PretrainedModel", "map_checkpoint_keys", "report_loading"]

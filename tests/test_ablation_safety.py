@@ -1,0 +1,182 @@
+"""Ablation studies that never lose or mix results: one study per output folder, runs keyed by everything
+that affects them (a changed setting re-runs exactly what it affects), and a diverging variant recorded
+as such while the report is written for all the others."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from test_ablation import write_study
+
+from bertblocks.ablation import run_study
+from bertblocks.ablation.lock import LOCK_FILE, FolderLock, StudyLockedError
+from bertblocks.cli import main
+
+NAMED = {"abs": {"position.name": "absolute"}, "rel": {"position.name": "relative_key"}}
+SHORT_TRAIN = {"task": "mlm", "steps": 2, "batch_size": 4, "seq_len": 16, "seeds": [0], "eval_batches": 1}
+
+
+def small_study(folder: Path, **changes: Any) -> Path:
+    """Two named variants x one seed, two training steps: each run takes a moment."""
+    settings: dict[str, Any] = {
+        "vary": {},
+        "variants": NAMED,
+        "measure": {"batch": 1, "seq_len": 8, "repeats": 1, "warmup": 0, "metrics": ["params"]},
+        "train": SHORT_TRAIN,
+        "corpus": {"sentences": 120},
+        "tokenizer": {"vocab_size": 200},
+    }
+    return write_study(folder, **{**settings, **changes})
+
+
+def run(study: Path, out: Path) -> Any:
+    return run_study(study, out, workers=0, progress=False, echo=None)
+
+
+def edit(study: Path, change: Any) -> None:
+    data = yaml.safe_load(study.read_text())
+    change(data)
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+# ------------------------------------------------------------------------------------------------- lock
+def test_a_study_into_a_folder_another_holds_is_refused_and_writes_nothing(tmp_path):
+    study = small_study(tmp_path)
+    out = tmp_path / "out"
+    with FolderLock(out):
+        with pytest.raises(StudyLockedError) as info:
+            run(study, out)
+        assert f"another study is writing to {out} (process {os.getpid()} on " in str(info.value)
+        assert "--out" in str(info.value)
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE]  # nothing of the refused study
+    result = run(study, out)  # released: the same study now runs
+    assert len(result.executed) == 2
+
+
+def _held(path: Path) -> bool:
+    """Whether another process holds the study lock on ``path`` now."""
+    if not path.is_file():
+        return False
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return False
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the test probes the lock with fcntl")
+def test_two_concurrent_studies_into_one_folder_one_refused_the_other_complete(tmp_path, capsys):
+    # in its own process (no workers), with enough steps to hold the lock for some seconds; the second study
+    # reaches the lock in a fraction of that
+    study = small_study(tmp_path, train={**SHORT_TRAIN, "steps": 40})
+    out = tmp_path / "out"
+    env = {**os.environ, "BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    command = [sys.executable, "-m", "bertblocks.cli", "ablate", str(study), "--out", str(out), "--workers", "0"]
+    command.append("--no-progress")
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not _held(out / LOCK_FILE):
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "the first study never took the lock"
+        time.sleep(0.01)
+    assert main(["ablate", str(study), "--out", str(out), "--no-progress", "--workers", "0"]) == 1
+    err = capsys.readouterr().err
+    assert f"another study is writing to {out} (process {first.pid} on " in err
+    _stdout, stderr = first.communicate(timeout=240)
+    assert first.returncode == 0, stderr
+    with (out / "results.csv").open() as f:
+        assert [row["variant"] for row in csv.DictReader(f)] == ["abs", "rel"]
+    records = [json.loads(p.read_text()) for p in sorted((out / "runs").glob("*.json"))]
+    assert [(r["variant"], r["status"]) for r in records] == [("abs", "ok"), ("rel", "ok")]
+    assert len({r["fingerprint"] for r in records}) == 2
+
+
+# ---------------------------------------------------------------------------------------- fingerprints
+def test_a_changed_setting_reruns_exactly_the_runs_it_affects(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"the cat number {i} sat on the mat near tree {i % 7}" for i in range(150)))
+    study = small_study(tmp_path, corpus={"kind": "file", "path": "corpus.txt"})
+    out = tmp_path / "out"
+    first = run(study, out)
+    assert sorted(first.executed) == sorted(r["run_id"] for r in first.records)
+    assert run(study, out).executed == []  # nothing changed: everything reused
+
+    # the tokenizer's vocabulary: every run trains on other token ids, so every run is redone
+    vocab_before = json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]
+    edit(study, lambda d: d["tokenizer"].update(vocab_size=120))
+    changed = run(study, out)
+    assert changed.reused == []
+    assert len(changed.executed) == 2
+    assert len(json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]) < len(vocab_before)
+
+    # one variant's setting: only that variant's runs
+    edit(study, lambda d: d["variants"]["rel"].update({"position.name": "relative_key_query"}))
+    one = run(study, out)
+    assert [r.split("-")[0] for r in one.executed] == ["rel"]
+    assert [r.split("-")[0] for r in one.reused] == ["abs"]
+
+    # the corpus file's content (same path, same settings): the data differ, every run is redone
+    corpus.write_text(corpus.read_text().replace("cat", "dog"))
+    data = run(study, out)
+    assert data.reused == []
+    assert len(data.executed) == 2
+
+
+def test_the_fingerprint_holds_the_code_version(tmp_path, monkeypatch):
+    from bertblocks.ablation import provenance
+
+    study = small_study(tmp_path)
+    out = tmp_path / "out"
+    run(study, out)
+    monkeypatch.setattr(provenance, "source_hash", lambda: "edited-source")
+    assert len(run(study, out).executed) == 2
+
+
+# ------------------------------------------------------------------------------------------- divergence
+def test_a_diverging_variant_is_recorded_and_the_report_is_written_for_the_others(tmp_path):
+    # a huge initialiser overflows float32 in the first forward pass: the loss is NaN from step 1
+    variants = {"ok": {"position.name": "absolute"}, "blowup": {"initializer_range": 1e30}}
+    study = small_study(tmp_path, variants=variants, train={**SHORT_TRAIN, "seeds": [0, 1]})
+    out = tmp_path / "out"
+    result = run(study, out)
+    assert len(result.executed) == 4
+    by_name = {s.variant: s for s in result.summaries}
+    assert by_name["blowup"].diverged == [0, 1]
+    assert by_name["ok"].diverged == []
+    assert "eval_loss" in by_name["ok"].mean
+    assert "eval_loss" not in by_name["blowup"].mean
+    assert by_name["blowup"].mean["params"] == by_name["ok"].mean["params"]  # costs are still measured
+    assert "note: blowup: training diverged (NaN/inf loss) for seeds 0, 1" in result.table
+
+    records = [json.loads(p.read_text()) for p in (out / "runs").glob("*.json")]
+    diverged = [r for r in records if r["variant"] == "blowup"]
+    assert all(r["status"] == "diverged" and r["metrics"]["diverged_at_step"] == 1 for r in diverged)
+    with (out / "results.csv").open() as f:
+        rows = {row["variant"]: row for row in csv.DictReader(f)}
+    assert rows["blowup"]["diverged_seeds"] == "0 1"
+    assert rows["blowup"]["eval_loss"] == ""
+    assert float(rows["ok"]["eval_loss"]) > 0
+
+    def no_nan(text: str) -> None:
+        raise AssertionError(f"results.json holds {text}")
+
+    report = json.loads((out / "results.json").read_text(), parse_constant=no_nan)  # strict JSON
+    assert {v["variant"]: v["diverged_seeds"] for v in report["variants"]} == {"ok": [], "blowup": [0, 1]}
+    assert (out / "results.png").read_bytes()[:4] == b"\x89PNG"
+
+    (out / "results.csv").unlink()
+    again = run(study, out)  # resuming reuses the diverged runs too, and writes the report again
+    assert again.executed == []
+    assert (out / "results.csv").is_file()
