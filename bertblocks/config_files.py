@@ -16,7 +16,7 @@ import yaml
 
 from .bounded_yaml import YAMLLimitError, load_yaml
 from .core.config import BertConfig, ConfigError, ConfigIssue
-from .hf.config_json import config_from_hf, config_to_hf
+from .hf.families import config_from_hf, config_to_hf
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
 
 ConfigSource = str | Path | Mapping[str, Any] | BertConfig
@@ -122,7 +122,8 @@ def is_hf_config(data: Mapping[str, Any]) -> bool:
 
 def _from_mapping(data: dict[str, Any], registry: Registry | None = None) -> dict[str, Any]:
     if is_hf_config(data):
-        return config_from_hf(data, registry).model_dump()
+        # through the family its model_type names (bert when none): the one place config.json is read
+        return config_from_hf(data, registry)
     return data
 
 

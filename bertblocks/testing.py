@@ -43,7 +43,7 @@ from .core.component import KINDS, Component
 from .core.interfaces import AttentionBackend, Head, Positions, PositionScheme
 from .hf.weights import LoadingInfo
 from .models.backbone import BertModel
-from .registry import BuildError, Registry, get_registry
+from .registry import BuildError, Registry, get_registry, validate_config
 
 #: float32 tolerance, as for HF parity
 ATOL = 1e-5
@@ -110,7 +110,15 @@ class Subject:
             "pooler": lambda: cfg.__setitem__("pooler", self.spec()),
             "head": lambda: cfg.__setitem__("head", self.spec()),
         }
-        where[self.kind]()
+        if self.kind == "family":
+            # the family's own translation of the tiny config: a config the family can represent
+            from .hf.families import config_from_hf, get_family
+
+            family = get_family(self.name, self.registry, source=None)
+            base = validate_config(cfg, self.registry)
+            cfg = config_from_hf({**family.config_to_hf(base), "model_type": self.name}, self.registry)
+        else:
+            where[self.kind]()
         cfg.update(changes)
         return cfg
 
@@ -158,7 +166,9 @@ def _inputs(model: nn.Module, seed: int = 0) -> dict[str, torch.Tensor]:
     """A padded batch for ``model``: ``[3, 9]``, or ``[3, 2, 9]`` for a head that reshapes its inputs (multiple
     choice overrides :meth:`~bertblocks.core.interfaces.Head.prepare_inputs`)."""
     head = getattr(model, "head", None)
-    if isinstance(head, Head) and type(head).prepare_inputs is not Head.prepare_inputs:
+    # a head may override prepare_inputs only to read them (ELECTRA's discriminator keeps the mask): it says so
+    reshapes = getattr(head, "reshapes_inputs", True)
+    if isinstance(head, Head) and type(head).prepare_inputs is not Head.prepare_inputs and reshapes:
         return {k: v.view(3, 2, -1) for k, v in _batch(seed, b=6).items()}
     return _batch(seed)
 
@@ -320,6 +330,37 @@ def check_checkpoint_roundtrip(subject: Subject) -> None:
     _close_outputs(
         "outputs after save/load", _run(loaded.eval(), **inputs), _run(model, **inputs), inputs["attention_mask"]
     )
+
+
+def check_family_round_trip(subject: Subject) -> None:
+    """A family's config.json and checkpoint both ways: the config comes back equal, and a model's tensors go
+    into the family's checkpoint keys and back unchanged (every key, every value)."""
+    from .core.keymap import Shared
+    from .hf.families import (
+        add_prefix,
+        checkpoint_to_model,
+        config_from_hf,
+        config_to_hf,
+        get_family,
+        model_to_checkpoint,
+    )
+
+    config = validate_config(subject.config(), subject.registry)
+    reg = subject.registry
+    back = validate_config(config_from_hf(config_to_hf(config, reg), reg), reg)
+    _expect(back == config, "the config changed going through the family's config.json")
+    model = BertModel.from_config(config, registry=subject.registry)
+    if any(isinstance(rule, Shared) for rule in get_family(subject.name, reg, source=None).key_map.rules):
+        # the format stores one layer for all (ALBERT): give the model layers that agree, as a shared one would
+        for layer in model.encoder.layer[1:]:
+            layer.load_state_dict(model.encoder.layer[0].state_dict())
+    state = add_prefix(model.state_dict(), "bert")
+    stored = model_to_checkpoint(state, config, registry=subject.registry)
+    shapes = {k: v.shape for k, v in state.items()}
+    again = checkpoint_to_model(stored, config, shapes, registry=subject.registry)
+    _expect(set(again) == set(state), f"keys changed in the key-map round trip: {sorted(set(again) ^ set(state))}")
+    for key, tensor in state.items():
+        _expect(torch.equal(again[key], tensor), f"{key} changed in the key-map round trip")
 
 
 def check_cache_equivalence(subject: Subject) -> None:
@@ -719,6 +760,7 @@ CHECKS: tuple[Check, ...] = (
     Check("position_wise", ("feedforward",), check_feedforward_position_wise),
     Check("elementwise", ("activation",), check_activation),
     Check("pooler", ("pooler",), check_pooler),
+    Check("family_round_trip", ("family",), check_family_round_trip),
     Check("compile", MODEL_KINDS, check_compile, slow=True),
 )
 

@@ -27,6 +27,7 @@ EXECUTED = [
     DOCS / "how-to" / "decoding-and-generation.md",
     DOCS / "how-to" / "hugging-face-ecosystem.md",
     DOCS / "how-to" / "export.md",
+    DOCS / "explanation" / "model-families.md",
 ]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 

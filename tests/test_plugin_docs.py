@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from bertblocks.core.component import KINDS, Component
+from bertblocks.hf.families import get_family
 from bertblocks.model import BertModel
 from bertblocks.registry import Registry
 from bertblocks.registry.hookspecs import PROJECT, BertBlocksHooks
@@ -91,6 +92,7 @@ def _recorded_arguments() -> dict[str, set[str]]:
     config.update({"is_decoder": True, "add_cross_attention": True})  # cross-attention: a second attention call
     BertModel.from_config(config, registry=registry)
     BertTaskModel.from_config(TINY, head="sequence_classification", registry=registry)
+    get_family("bert", registry)  # what loading and saving a config.json or checkpoint of `bert` calls
     return seen
 
 

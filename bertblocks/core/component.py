@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-Kind = Literal["embedding", "position", "attention", "backend", "feedforward", "activation", "pooler", "head"]
+Kind = Literal["embedding", "position", "attention", "backend", "feedforward", "activation", "pooler", "head", "family"]
 KINDS: tuple[str, ...] = get_args(Kind)
 
 

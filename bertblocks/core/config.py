@@ -176,6 +176,7 @@ DEFAULT_COMPONENTS: dict[str, str] = {
     "feedforward": "bert",
     "activation": "gelu",
     "pooler": "first_token",
+    "family": "bert",
 }
 
 
@@ -464,6 +465,11 @@ class BertConfig(FlatConfigView, BaseModel):
     )
     pruned_heads: dict[int, list[int]] = Field(
         default_factory=dict, description="heads removed per layer; re-applied before weights are loaded"
+    )
+    family: str = Field(
+        DEFAULT_COMPONENTS["family"],
+        description="the model family (HF model_type) whose config.json and checkpoint format this model "
+        "loads and saves; bertblocks-hybrid for a model no transformers class describes",
     )
     hf: dict[str, Any] = Field(
         default_factory=dict,

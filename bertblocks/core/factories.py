@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 from torch import nn
 
+from .family import Family
 from .interfaces import Attention, AttentionBackend, Embedding, FeedForward, Head, Pooler, PositionScheme
 
 
@@ -112,6 +113,12 @@ class HeadFactory(Protocol):
     ) -> Head: ...
 
 
+class FamilyFactory(Protocol):
+    """Kind ``family``: the component's name is the HF ``model_type`` it handles."""
+
+    def __call__(self, *, options: BaseModel) -> Family: ...
+
+
 #: kind → (the factory's protocol, the type the factory must return)
 FACTORIES: dict[str, tuple[type[Any], type[Any]]] = {
     "embedding": (EmbeddingFactory, Embedding),
@@ -122,6 +129,7 @@ FACTORIES: dict[str, tuple[type[Any], type[Any]]] = {
     "activation": (ActivationFactory, nn.Module),
     "pooler": (PoolerFactory, Pooler),
     "head": (HeadFactory, Head),
+    "family": (FamilyFactory, Family),
 }
 
 __all__ = [
@@ -130,6 +138,7 @@ __all__ = [
     "AttentionFactory",
     "BackendFactory",
     "EmbeddingFactory",
+    "FamilyFactory",
     "FeedForwardFactory",
     "HeadFactory",
     "PoolerFactory",

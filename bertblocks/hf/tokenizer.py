@@ -30,6 +30,7 @@ from typing import Any, Literal
 import torch
 from tokenizers import Encoding, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from ..core.family import BERT_TOKENIZER, TokenizerConvention
 from .hub import resolve_tokenizer_files
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -63,6 +64,8 @@ class BertTokenizer:
             settings are cleared (they are chosen per call).
         model_max_length: the longest input the model takes; the default ``max_length`` for truncation.
         special_tokens: ``unk_token``, ``sep_token``, ``pad_token``, ``cls_token``, ``mask_token``.
+        model_input_names: what a call returns (RoBERTa's and DistilBERT's tokenizers return no
+            ``token_type_ids``).
 
     Attributes:
         pad_token_id, cls_token_id, sep_token_id, unk_token_id, mask_token_id: ids of the special tokens.
@@ -73,11 +76,13 @@ class BertTokenizer:
         tokenizer: Tokenizer,
         model_max_length: int = 512,
         special_tokens: Mapping[str, str] | None = None,
+        model_input_names: Sequence[str] = ("input_ids", "token_type_ids", "attention_mask"),
     ) -> None:
         self.backend = tokenizer
         self.backend.no_padding()
         self.backend.no_truncation()
         self.model_max_length = model_max_length
+        self.model_input_names = tuple(model_input_names)
         self.special_tokens = {**DEFAULT_SPECIAL_TOKENS, **(special_tokens or {})}
         ids = {}
         for key, token in self.special_tokens.items():
@@ -102,6 +107,7 @@ class BertTokenizer:
         local_files_only: bool = False,
         token: str | bool | None = None,
         do_lower_case: bool | None = None,
+        family: str | None = None,
     ) -> BertTokenizer:
         """Load from a directory or hub repository with ``tokenizer.json``, or ``vocab.txt`` (+ configs).
 
@@ -113,6 +119,9 @@ class BertTokenizer:
             token: hub token for private repositories.
             do_lower_case: overrides ``tokenizer_config.json`` when building from ``vocab.txt`` (default:
                 the config's value, else ``True``). Ignored for a ``tokenizer.json``, which fixes it.
+            family: the model family (``roberta``, …) whose special tokens, pair template and returned inputs
+                apply; default: the ``model_type`` of a ``config.json`` beside the tokenizer, else the family
+                whose tokenizer class ``tokenizer_config.json`` names, else BERT.
 
         Raises:
             TokenizerFilesNotFoundError: the directory has neither ``tokenizer.json`` nor ``vocab.txt``.
@@ -122,7 +131,9 @@ class BertTokenizer:
             path_or_id, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
         )
         config = _read_json(directory / TOKENIZER_CONFIG)
-        special = {k: _token_text(v) for k, v in _read_json(directory / SPECIAL_TOKENS_MAP).items()}
+        convention = tokenizer_convention(family, _read_json(directory / "config.json"), config)
+        special = dict(convention.special_tokens)
+        special.update({k: _token_text(v) for k, v in _read_json(directory / SPECIAL_TOKENS_MAP).items()})
         special.update({k: _token_text(config[k]) for k in DEFAULT_SPECIAL_TOKENS if config.get(k) is not None})
         special = {k: v for k, v in special.items() if k in DEFAULT_SPECIAL_TOKENS}
         max_length = config.get("model_max_length") or 512
@@ -133,6 +144,8 @@ class BertTokenizer:
                 backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
             except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file
                 raise ValueError(f"{directory / TOKENIZER_JSON} is not a valid tokenizer file ({e})") from None
+            if backend.post_processor is None:  # the framing is the tokenizer class's: the family's template
+                backend.post_processor = family_template(backend, convention, special)
         elif (directory / VOCAB_TXT).is_file():
             lower = config.get("do_lower_case", True) if do_lower_case is None else do_lower_case
             backend = build_wordpiece(
@@ -148,7 +161,12 @@ class BertTokenizer:
                 f"no tokenizer in {directory}: expected {TOKENIZER_JSON} or {VOCAB_TXT} "
                 f"(found: {', '.join(present) or 'nothing'})"
             )
-        return cls(backend, model_max_length=max_length, special_tokens=special)
+        return cls(
+            backend,
+            model_max_length=max_length,
+            special_tokens=special,
+            model_input_names=convention.model_input_names,
+        )
 
     @classmethod
     def from_vocab(
@@ -246,6 +264,7 @@ class BertTokenizer:
             "token_type_ids": [e.type_ids for e in encodings],
             "attention_mask": [e.attention_mask for e in encodings],
         }
+        out = {key: value for key, value in out.items() if key in self.model_input_names}
         if return_tensors == "pt":
             lengths = {len(ids) for ids in out["input_ids"]}
             if len(lengths) > 1:
@@ -396,3 +415,49 @@ def _token_text(value: Any) -> str:
 
 
 __all__ = ["BertTokenizer", "TokenizerFilesNotFoundError", "build_wordpiece", "read_vocab"]
+
+
+def tokenizer_convention(
+    family: str | None, model_config: Mapping[str, Any], tokenizer_config: Mapping[str, Any]
+) -> TokenizerConvention:
+    """The family convention a tokenizer follows: ``family`` if given, else ``config.json``'s ``model_type``,
+    else the family whose tokenizer class ``tokenizer_config.json`` names, else BERT's."""
+    from .families import get_family, known_families
+
+    if family is None and isinstance(model_config.get("model_type"), str):
+        family = model_config["model_type"]
+    if family is not None:
+        return get_family(family, source=None).tokenizer
+    tokenizer_class = tokenizer_config.get("tokenizer_class")
+    for candidate in known_families():
+        if tokenizer_class in candidate.tokenizer.tokenizer_classes:
+            return candidate.tokenizer
+    return BERT_TOKENIZER
+
+
+def family_template(
+    backend: Tokenizer, convention: TokenizerConvention, special: Mapping[str, str]
+) -> processors.TemplateProcessing:
+    """The family's single/pair templates as a ``tokenizers`` post-processor (for a ``tokenizer.json`` without one)."""
+    names = {"cls_token", "sep_token"}
+    tokens = [(special[name], backend.token_to_id(special[name])) for name in sorted(names)]
+    missing = [text for text, token_id in tokens if token_id is None]
+    if missing:
+        raise ValueError(f"special tokens {missing} of the tokenizer's family are not in its vocabulary")
+    return processors.TemplateProcessing(
+        single=_with_specials(convention.single, convention.special_tokens, special),
+        pair=_with_specials(convention.pair, convention.special_tokens, special),
+        special_tokens=tokens,
+    )
+
+
+def _with_specials(template: str, defaults: Mapping[str, str], special: Mapping[str, str]) -> str:
+    """A convention's template with the configured texts of the special tokens it names."""
+    out = []
+    for piece in template.split():
+        text, _, type_id = piece.partition(":")
+        for name, default in defaults.items():
+            if text == default:
+                text = special.get(name, text)
+        out.append(f"{text}:{type_id}" if type_id else text)
+    return " ".join(out)

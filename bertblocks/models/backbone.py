@@ -8,6 +8,7 @@ from typing import Any
 from ..config_files import ConfigSource, load_config
 from ..core.config import BertConfig
 from ..core.encoder import EncoderModel, init_weights
+from ..hf.families import FamilyKeyMap, config_to_hf
 from ..registry import Registry, build_components, get_registry
 from .pretrained import PretrainedModel
 from .surface import PretrainedSurface
@@ -24,6 +25,8 @@ class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):
 
     #: key prefix of the backbone in task checkpoints (``bert.encoder...``); a bare backbone has none
     base_model_prefix = "bert"
+    #: the registry the model was built from (``None``: the process-wide one); its family is looked up there
+    registry: Registry | None = None
 
     # loading and saving: PretrainedModel.from_pretrained / load_checkpoint / save_pretrained (one path for all)
 
@@ -42,6 +45,7 @@ class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):
             cfg = cfg.model_copy(update={"pooler": None})
         parts = build_components(cfg, registry or get_registry())
         model = cls(cfg, parts.embeddings, parts.encoder, parts.pooler, parts.position)
+        model.registry = registry  # where its family is looked up when it loads and saves checkpoints
         init_weights(model, cfg.initializer_range)
         pruned = {int(k): list(v) for k, v in cfg.pruned_heads.items()}
         if pruned:
@@ -56,10 +60,13 @@ class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):
         return f"{self.base_model_prefix}.", False
 
     def checkpoint_config(self) -> dict[str, Any]:
-        # A backbone is saved as a backbone, whatever head its config names (a task model's `bert` shares it).
-        config_json = self.config.model_copy(update={"head": None}).to_hf()
-        config_json["architectures"] = ["BertModel"]
-        return config_json
+        # A backbone is saved as a backbone, whatever head its config names (a task model's `bert` shares it);
+        # its family writes the config.json (RobertaModel's for a RoBERTa, …)
+        return config_to_hf(self.config.model_copy(update={"head": None}), self.registry)
+
+    def checkpoint_key_map(self) -> FamilyKeyMap:
+        """The model family's key map (``config.family``): RoBERTa's, DistilBERT's, … or BERT's."""
+        return FamilyKeyMap(self, self.config.model_copy(update={"head": None}), backbone=True, registry=self.registry)
 
 
 def build_model(

@@ -26,6 +26,7 @@ from ..core.config import BertConfig
 from ..core.encoder import EncoderModel, init_weights
 from ..core.interfaces import Head
 from ..core.outputs import ModelOutput
+from ..hf.families import FamilyKeyMap, config_to_hf
 from ..registry import BuildError, Registry, build_head, get_registry, validate_config
 from .backbone import BertModel
 from .pretrained import PretrainedModel
@@ -133,8 +134,12 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         return f"{self.base_model_prefix}.", True
 
     def checkpoint_config(self) -> dict[str, Any]:
-        """``config.json`` with ``architectures`` = transformers' class name for the head."""
-        return self.config.to_hf()
+        """``config.json`` with ``architectures`` = transformers' class name for the head (its family's)."""
+        return config_to_hf(self.config, self.bert.registry)
+
+    def checkpoint_key_map(self) -> FamilyKeyMap:
+        """The model family's key map (``config.family``), head-scoped rules for this model's head."""
+        return FamilyKeyMap(self, self.config, backbone=False, registry=self.bert.registry)
 
     # ------------------------------------------------------------------------------------------- forward
     def forward(
@@ -180,6 +185,9 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
             if value is not None
         }
         head = self.head
+        for name in head.label_names:  # a head's own label names (ALBERT's sentence_order_label) are labels too
+            if name not in given and backbone_kwargs.get(name) is not None:
+                given[name] = backbone_kwargs.pop(name)
         unknown = [name for name in given if name not in head.label_names]
         if unknown:
             raise ValueError(

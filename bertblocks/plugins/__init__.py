@@ -4,7 +4,8 @@ implements (``bertblocks_register_components``, ``bertblocks_register_presets``)
 from __future__ import annotations
 
 from . import attention, backends, embeddings, feedforward, heads, poolers, positions, presets
+from .families import FAMILY_PLUGINS
 
-BUILTIN_PLUGINS = (embeddings, positions, attention, backends, feedforward, poolers, heads, presets)
+BUILTIN_PLUGINS = (embeddings, positions, attention, backends, feedforward, poolers, heads, presets, *FAMILY_PLUGINS)
 
 __all__ = ["BUILTIN_PLUGINS"]

@@ -1,12 +1,48 @@
-"""BERT's embeddings: token + token type (+ the position scheme's embedding) → LayerNorm → dropout."""
+"""BERT's embeddings and the family variations on them: token (+ token type, + extra type tables)
+(+ the position scheme's embedding) → LayerNorm → dropout (→ projection to the hidden size).
+
+The variations are options of the one ``bert`` embedding (so a hybrid can pick any of them):
+
+* ``token_types: false`` — no token-type table at all (DistilBERT);
+* ``position_offset: padding`` — positions count real tokens only and start past the padding index, and
+  padding tokens sit at the padding position (RoBERTa's ``create_position_ids_from_input_ids``);
+* ``embedding_size`` — tables and LayerNorm at a smaller width, then a linear projection to the hidden size
+  (ELECTRA's ``embeddings_project``, ALBERT's ``embedding_hidden_mapping_in``);
+* ``extra_type_tables`` — further per-token type tables, added like token types (ERNIE's
+  ``task_type_embeddings``); their ids default to 0, as ERNIE's do.
+"""
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Embedding, PositionScheme
+
+
+class BertEmbeddingOptions(BaseModel):
+    """Options of the ``bert`` embedding; the defaults are BERT's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token_types: bool = Field(True, description="a token-type (segment) table; false: none (DistilBERT)")
+    position_offset: Literal["none", "padding"] = Field(
+        "none",
+        description="padding: position ids start after pad_token_id and skip padding tokens (RoBERTa); "
+        "none: 0, 1, 2, … (BERT)",
+    )
+    embedding_size: PositiveInt | None = Field(
+        None, description="width of the tables and LayerNorm, then a projection to hidden_size (ELECTRA, ALBERT)"
+    )
+    extra_type_tables: dict[str, PositiveInt] = Field(
+        default_factory=dict,
+        description="further type tables, name → size, added like token types with ids 0 (ERNIE's "
+        "task_type_embeddings)",
+    )
 
 
 class BertEmbeddings(Embedding):
@@ -26,16 +62,33 @@ class BertEmbeddings(Embedding):
         layer_norm_eps: float,
         dropout: float,
         position: PositionScheme,
+        options: BertEmbeddingOptions | None = None,
     ) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(vocab_size, hidden_size, padding_idx=pad_token_id)
-        position_table = position.embedding(hidden_size)
+        # subclasses built with another options model (or none) get BERT's defaults
+        opts = options if isinstance(options, BertEmbeddingOptions) else BertEmbeddingOptions()
+        if opts.position_offset == "padding" and pad_token_id is None:
+            raise ValueError("embedding.position_offset 'padding' needs a pad_token_id to offset positions past")
+        width = opts.embedding_size or hidden_size
+        self.position_offset = opts.position_offset
+        self.padding_idx = pad_token_id
+        self.word_embeddings = nn.Embedding(vocab_size, width, padding_idx=pad_token_id)
+        position_table = position.embedding(width)
         if position_table is not None:
             self.position_embeddings = position_table
         self.has_position_table = position_table is not None
-        self.token_type_embeddings = nn.Embedding(type_vocab_size, hidden_size)
-        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)  # CamelCase: HF checkpoint key
+        if opts.token_types:
+            self.token_type_embeddings = nn.Embedding(type_vocab_size, width)
+        self.has_token_types = opts.token_types
+        self.extra_type_names = tuple(opts.extra_type_tables)
+        for name, size in opts.extra_type_tables.items():
+            self.add_module(name, nn.Embedding(size, width))  # the family's key: `embeddings.<name>.weight`
+        self.LayerNorm = nn.LayerNorm(width, eps=layer_norm_eps)  # CamelCase: HF checkpoint key
         self.dropout = nn.Dropout(dropout)
+        # a factorized embedding is projected even at equal widths (ALBERT always has the projection)
+        self.has_projection = opts.embedding_size is not None
+        if self.has_projection:
+            self.projection = nn.Linear(width, hidden_size)
         # Non-persistent, as in transformers >= 4.31: never written to checkpoints.
         self.register_buffer("position_ids", torch.arange(position.max_positions)[None], persistent=False)
         self.register_buffer(
@@ -55,16 +108,39 @@ class BertEmbeddings(Embedding):
     ) -> torch.Tensor:
         if inputs_embeds is None:
             assert input_ids is not None
-            inputs_embeds = self.word_embeddings(input_ids)  # [b, q, H]
+            inputs_embeds = self.word_embeddings(input_ids)  # [b, q, E]
         b, q = inputs_embeds.shape[:2]
-        if token_type_ids is None:
-            token_type_ids = self.token_type_ids[:, :q].expand(b, q)
-        embeddings = inputs_embeds + self.token_type_embeddings(token_type_ids)
+        embeddings = inputs_embeds
+        if self.has_token_types:
+            if token_type_ids is None:
+                token_type_ids = self.token_type_ids[:, :q].expand(b, q)
+            embeddings = embeddings + self.token_type_embeddings(token_type_ids)
+        elif token_type_ids is not None:
+            raise ValueError("this model has no token types (embedding.token_types: false); do not pass token_type_ids")
         if self.has_position_table:
             if position_ids is None:
-                position_ids = self.position_ids[:, past_length : past_length + q]
+                position_ids = self._default_positions(input_ids, inputs_embeds, past_length)
             embeddings = embeddings + self.position_embeddings(position_ids)
-        return self.dropout(self.LayerNorm(embeddings))
+        for name in self.extra_type_names:
+            table = getattr(self, name)
+            embeddings = embeddings + table(self.token_type_ids[:, :q].expand(b, q))  # ids 0, as ERNIE's default
+        embeddings = self.dropout(self.LayerNorm(embeddings))
+        return self.projection(embeddings) if self.has_projection else embeddings  # [b, q, H]
+
+    def _default_positions(
+        self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor, past_length: int
+    ) -> torch.Tensor:
+        q = inputs_embeds.shape[1]
+        if self.position_offset == "none":
+            return self.position_ids[:, past_length : past_length + q]
+        pad = self.padding_idx
+        assert pad is not None
+        if input_ids is None:
+            # nothing says which embeddings are padding: sequential after the padding index (as RoBERTa)
+            return torch.arange(pad + 1, q + pad + 1, device=inputs_embeds.device)[None]
+        # RoBERTa's create_position_ids_from_input_ids: real tokens count from pad + 1, padding stays at pad
+        real = input_ids.ne(pad).int()
+        return ((torch.cumsum(real, dim=1).type_as(real) + past_length) * real).long() + pad
 
 
 def build_bert_embeddings(
@@ -76,7 +152,7 @@ def build_bert_embeddings(
     layer_norm_eps: float,
     dropout: float,
     position: PositionScheme,
-    options: object,
+    options: BertEmbeddingOptions,
 ) -> BertEmbeddings:
     return BertEmbeddings(
         vocab_size=vocab_size,
@@ -86,8 +162,17 @@ def build_bert_embeddings(
         layer_norm_eps=layer_norm_eps,
         dropout=dropout,
         position=position,
+        options=options,
     )
 
 
 def bertblocks_register_components() -> list[Component]:
-    return [Component("embedding", "bert", build_bert_embeddings, description="token + type (+ position) → LN")]
+    return [
+        Component(
+            "embedding",
+            "bert",
+            build_bert_embeddings,
+            BertEmbeddingOptions,
+            description="token + type (+ position) → LN (→ projection)",
+        )
+    ]

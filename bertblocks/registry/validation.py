@@ -96,6 +96,7 @@ def validate_config(
 
     if config.head is not None:
         apply(("head",), checker.check("head", config.head, "head"))
+    checker.check_name("family", config.family, "family")
     if config.add_cross_attention and not config.is_decoder:
         issues.append(ConfigIssue("add_cross_attention", "cross-attention needs is_decoder: true"))
 

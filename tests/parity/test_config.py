@@ -220,9 +220,14 @@ def test_default_config_writes_no_bertblocks_key():
     assert "bertblocks" not in load_config(TINY).to_hf()
 
 
-def test_model_type_other_than_bert_is_refused():
-    error = _error({"model_type": "roberta", "num_hidden_layers": 2})
-    assert _messages(error) == ["model_type: expected 'bert', got 'roberta'"]
+def test_model_type_no_family_handles_is_refused_listing_the_families():
+    # roberta is a family now (tests/families); a model_type no plugin registers is still refused
+    error = _error({"model_type": "gpt2", "num_hidden_layers": 2})
+    (message,) = _messages(error)
+    assert message.startswith("model_type: no model family handles 'gpt2'; families: ")
+    assert "bert" in message
+    assert "roberta" in message
+    assert "distilbert" in message
 
 
 # ------------------------------------------------------------------------------------ per-layer overrides
@@ -359,7 +364,8 @@ def test_unknown_component_lists_what_exists_and_the_closest():
     )
     (message,) = _messages(_error(TINY, ["position=relativ_key"]))
     assert message.startswith(
-        "position: unknown position 'relativ_key'; available: absolute, none, relative_bucket, relative_key,"
+        "position: unknown position 'relativ_key'; available: absolute, mpnet_bucket, none, relative_bucket, "
+        "relative_key,"
     )
     assert "(did you mean 'relative_key'?)" in message
     (message,) = _messages(

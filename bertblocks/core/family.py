@@ -1,0 +1,101 @@
+"""What a model-family plugin hands the registry: one HF ``model_type`` in and out.
+
+A family (RoBERTa, ELECTRA, DistilBERT, …) is not new modelling code: it is a composition of the registry's
+components plus this description of its Hugging Face format. A plugin registers it as a
+:class:`~bertblocks.core.component.Component` of kind ``family`` whose factory returns a :class:`Family`;
+the component's name is the ``model_type``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .keymap import KeyMap
+
+
+@dataclass(frozen=True)
+class TokenizerConvention:
+    """How a family's tokenizer frames texts: what ``tokenizer.json`` leaves to the tokenizer class.
+
+    Attributes:
+        special_tokens: ``cls_token``, ``sep_token``, ``pad_token``, ``unk_token``, ``mask_token`` (the
+            defaults; ``tokenizer_config.json`` / ``special_tokens_map.json`` override them).
+        single: the template for one text, in ``tokenizers``' ``TemplateProcessing`` syntax, used when the
+            ``tokenizer.json`` has no post-processor of its own.
+        pair: the template for a pair (``$B:1`` gives the second segment token type 1).
+        model_input_names: what the tokenizer returns (no ``token_type_ids`` where the family has none).
+        tokenizer_classes: transformers' tokenizer class names of the family (``tokenizer_config.json``'s
+            ``tokenizer_class`` picks the convention when no config.json says the family).
+    """
+
+    special_tokens: Mapping[str, str]
+    single: str
+    pair: str
+    model_input_names: tuple[str, ...] = ("input_ids", "token_type_ids", "attention_mask")
+    tokenizer_classes: tuple[str, ...] = ()
+
+
+BERT_TOKENIZER = TokenizerConvention(
+    special_tokens={
+        "unk_token": "[UNK]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "cls_token": "[CLS]",
+        "mask_token": "[MASK]",
+    },
+    single="[CLS] $A [SEP]",
+    pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One HF model family: config.json both ways, a checkpoint key map, and its task classes.
+
+    Attributes:
+        model_type: the ``model_type`` of its ``config.json`` (RoBERTa's is roberta).
+        config_from_hf: HF ``config.json`` dict → a bertblocks config as a nested dict (the YAML form), with
+            ``family`` set to ``model_type``. It reads the family's field names (``dim``, ``n_layers`` …)
+            and fixes what the family implies (RoBERTa's position offset). Raise ``ValueError`` for fields
+            it cannot represent.
+        config_to_hf: a validated config → the HF ``config.json`` fields transformers' config class of this
+            family reads (``model_type`` and ``architectures`` are added by the caller).
+        key_map: the checkpoint layout relative to bertblocks' keys (see :mod:`bertblocks.core.keymap`).
+        architectures: transformers' task-model class name → the head spec it means (a head name, or a
+            mapping with ``name`` and the head's options): what ``architectures`` in ``config.json`` picks
+            with ``head="auto"``, and what ``save_pretrained`` writes back.
+        base_architecture: transformers' backbone class of the family, written for a model without head.
+        fixed: dotted config path → value this family requires (``embedding.position_offset: padding``); a
+            config.json (or the block of bertblocks' own choices in it) that says otherwise is an error naming the
+            field.
+        description: one line for listings and the docs table.
+        tokenizer: the family's special tokens and templates (:class:`TokenizerConvention`).
+    """
+
+    model_type: str
+    config_from_hf: Callable[[Mapping[str, Any]], dict[str, Any]]
+    config_to_hf: Callable[[Any], dict[str, Any]]
+    key_map: KeyMap
+    architectures: Mapping[str, str | Mapping[str, Any]] = field(default_factory=dict)
+    base_architecture: str = ""
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+    tokenizer: TokenizerConvention = field(default_factory=lambda: BERT_TOKENIZER)
+
+    def head_for(self, architecture: str) -> dict[str, Any] | None:
+        """The head spec (``{"name": ..., **options}``) transformers' class ``architecture`` means, or ``None``."""
+        spec = self.architectures.get(architecture)
+        if spec is None:
+            return None
+        return {"name": spec} if isinstance(spec, str) else dict(spec)
+
+    def architecture_for(self, head: str | None) -> str:
+        """transformers' class name for a model with ``head`` (the backbone class when there is none or the
+        family has no class for it)."""
+        for architecture, spec in self.architectures.items():
+            name = spec if isinstance(spec, str) else spec.get("name")
+            if name == head:
+                return architecture
+        return self.base_architecture

@@ -1,0 +1,395 @@
+"""Declarative checkpoint key maps: how one model family's checkpoint keys relate to bertblocks' own.
+
+A bertblocks model always has BERT's module names (``bert.encoder.layer.0.attention.self.query.weight``,
+``cls.predictions.decoder.weight`` …). Other families store the same tensors under other names, fused, or
+once for many layers. A family plugin describes the difference with a :class:`KeyMap` — a list of rules,
+no code — and :func:`to_model` / :func:`to_checkpoint` apply it in the two directions. Both are pure
+functions over state dicts (``{key: tensor}``), so a map can be tested without a model.
+
+Patterns are dotted key prefixes with named placeholders for numbers, e.g. ``roberta.encoder.layer.{i}``.
+A pattern matches a key that equals it or continues it at a dot (``…query`` matches ``…query.weight``, never
+``…query_proj.weight``); the rest of the key (``.weight``) is carried over. Placeholders match decimal
+numbers and are substituted on the other side.
+
+Rules (the first rule whose pattern matches a key applies; keys no rule matches keep their name):
+
+* :class:`Rename` — one tensor, another name (``lm_head.dense`` ↔ ``cls.predictions.transform.dense``).
+* :class:`Split` — one fused checkpoint tensor ↔ several model tensors concatenated along a dimension
+  (``Wqkv`` ↔ ``query``/``key``/``value``; ``Wi`` ↔ input/gate).
+* :class:`Shared` — one stored tensor used by N layers (ALBERT's layer group ↔ ``encoder.layer.{i}``).
+* :class:`Drop` — checkpoint keys that are known and carry nothing (stale buffers); never written.
+* :class:`AbsentBias` — model tensors the format does not store (a bias the family does not have): zeros
+  on load, left out on save.
+
+Any rule may be restricted to some heads (``heads=(...)``, head names): DistilBERT's sequence
+classifier stores ``pre_classifier`` + ``classifier`` where its token classifier stores ``classifier`` alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import DEFAULT_COMPONENTS
+
+
+class KeyMapError(ValueError):
+    """A checkpoint that the key map cannot translate; the message names the key and what was expected."""
+
+
+# ------------------------------------------------------------------------------------------------- rules
+@dataclass(frozen=True)
+class Rename:
+    """One tensor stored under another name.
+
+    Attributes:
+        checkpoint: pattern of the checkpoint's key (``distilbert.transformer.layer.{i}.attention.q_lin``).
+        model: pattern of bertblocks' key (``bert.encoder.layer.{i}.attention.self.query``).
+        heads: only for these heads (empty: always).
+    """
+
+    checkpoint: str
+    model: str
+    heads: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Split:
+    """One fused checkpoint tensor holding several model tensors, concatenated along ``dim``.
+
+    The parts' sizes come from the model's shapes (they may differ, as grouped-query projections do), or
+    are equal when no shapes are known. A fused tensor whose size is not the parts' sum is an error naming
+    the key and the expected shape.
+
+    Attributes:
+        checkpoint: pattern of the fused key (``model.layers.{i}.attn.Wqkv``).
+        model: patterns of the parts, in concatenation order.
+        dim: the concatenation dimension (0: output features of a linear layer).
+        heads: only for these heads (empty: always).
+    """
+
+    checkpoint: str
+    model: tuple[str, ...]
+    dim: int = 0
+    heads: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Shared:
+    """One stored tensor that N model tensors share (cross-layer sharing).
+
+    The model pattern has a placeholder the checkpoint pattern lacks (``{i}``): on load the tensor goes to
+    every index the model has; on save the copies (one tensor, tied) are written once — copies that differ
+    are an error, as the format cannot store them.
+
+    Attributes:
+        checkpoint: pattern of the stored key (``albert.encoder.albert_layer_groups.0.albert_layers.0``).
+        model: pattern of the model keys (``bert.encoder.layer.{i}``).
+        heads: only for these heads (empty: always).
+    """
+
+    checkpoint: str
+    model: str
+    heads: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Checkpoint keys that are known but hold nothing the model needs (e.g. stale buffers); never written.
+
+    Attributes:
+        checkpoint: pattern of the keys dropped on load.
+        heads: only for these heads (empty: always).
+    """
+
+    checkpoint: str
+    heads: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AbsentBias:
+    """Model tensors the checkpoint format does not store: zeros on load, left out on save.
+
+    Saving a non-zero one is an error: the format would lose it.
+
+    Attributes:
+        model: pattern of the model keys (``bert.encoder.layer.{i}.attention.self.query.bias``).
+        heads: only for these heads (empty: always).
+    """
+
+    model: str
+    heads: tuple[str, ...] = ()
+
+
+Rule = Rename | Split | Shared | Drop | AbsentBias
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    """A family's checkpoint layout relative to bertblocks' keys.
+
+    Attributes:
+        prefix: the family's backbone prefix in task checkpoints (RoBERTa's is roberta); keys under it that no rule
+            matches are bertblocks' keys under ``model_prefix`` (``roberta.encoder.…`` ↔ ``bert.encoder.…``).
+        model_prefix: bertblocks' backbone prefix: its keys are the default family's (BERT's).
+        rules: the rules, first match wins.
+        head_prefixes: top-level checkpoint key prefixes of the family's heads (``lm_head.``, ``classifier.``):
+            a key outside these and the backbone fits nowhere, which strict loading reports.
+    """
+
+    prefix: str
+    rules: tuple[Rule, ...] = ()
+    model_prefix: str = DEFAULT_COMPONENTS["family"]
+    head_prefixes: tuple[str, ...] = ()
+
+    def rules_for(self, head: str | None) -> list[Rule]:
+        """The rules that apply to a model with ``head`` (``None``: a backbone), then the prefix rule."""
+        chosen = [r for r in self.rules if not r.heads or (head is not None and head in r.heads)]
+        if self.prefix != self.model_prefix:
+            chosen.append(Rename(self.prefix, self.model_prefix))
+        return chosen
+
+    def knows(self, checkpoint_key: str) -> bool:
+        """Whether a checkpoint key belongs to this family's format at all (backbone, a head, a rule)."""
+        if _starts(checkpoint_key, self.prefix) or checkpoint_key.startswith(self.head_prefixes):
+            return True
+        for rule in self.rules:
+            pattern = getattr(rule, "checkpoint", None)
+            if pattern is not None and _Pattern(pattern).match(checkpoint_key) is not None:
+                return True
+        return False
+
+
+# ---------------------------------------------------------------------------------------------- patterns
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    text: str
+    regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    names: tuple[str, ...] = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        parts, names, last = [], [], 0
+        for m in _PLACEHOLDER.finditer(self.text):
+            parts.append(re.escape(self.text[last : m.start()]))
+            if m.group(1) in names:
+                parts.append(f"(?P={m.group(1)})")
+            else:
+                parts.append(rf"(?P<{m.group(1)}>\d+)")
+                names.append(m.group(1))
+            last = m.end()
+        parts.append(re.escape(self.text[last:]))
+        # the pattern ends at a dot or at the end of the key: `query` never matches `query_proj`
+        object.__setattr__(self, "regex", re.compile("".join(parts) + r"(?P<_rest>(\..*)?)$"))
+        object.__setattr__(self, "names", tuple(names))
+
+    def match(self, key: str) -> tuple[dict[str, str], str] | None:
+        """``(placeholder values, rest of the key)``, or ``None``."""
+        m = self.regex.match(key)
+        if m is None:
+            return None
+        values = {n: m.group(n) for n in self.names}
+        return values, m.group("_rest")
+
+    def fill(self, values: Mapping[str, str], rest: str = "") -> str:
+        try:
+            return _PLACEHOLDER.sub(lambda m: values[m.group(1)], self.text) + rest
+        except KeyError as e:
+            raise KeyMapError(f"pattern {self.text!r} uses placeholder {{{e.args[0]}}} the other side lacks") from None
+
+
+def _starts(key: str, prefix: str) -> bool:
+    return key == prefix or key.startswith(prefix + ".")
+
+
+def _shape(shapes: Mapping[str, Iterable[int]] | None, key: str) -> tuple[int, ...] | None:
+    if shapes is None or key not in shapes:
+        return None
+    return tuple(shapes[key])
+
+
+# ------------------------------------------------------------------------------------------- load: →model
+def to_model(
+    state: Mapping[str, torch.Tensor],
+    key_map: KeyMap,
+    *,
+    head: str | None = None,
+    shapes: Mapping[str, Iterable[int]] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Translate a checkpoint's state dict into bertblocks' keys.
+
+    Args:
+        state: the checkpoint's tensors under the family's keys.
+        key_map: the family's map.
+        head: the model's head name (rules restricted to other heads do not apply); ``None``: a backbone.
+        shapes: bertblocks' key → shape of the model being loaded: sizes the parts of fused tensors and
+            says which layers share a stored tensor. Without it, fused tensors split evenly and shared
+            tensors cannot be expanded.
+
+    Raises:
+        KeyMapError: a fused tensor whose size is not the sum of its parts (naming key and expected shape),
+            or a shared tensor with no model shapes to fan out to.
+    """
+    rules = key_map.rules_for(head)
+    compiled = [(rule, _compile(rule)) for rule in rules]
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in state.items():
+        for rule, (ckpt, models) in compiled:
+            if ckpt is None:
+                continue
+            found = ckpt.match(key)
+            if found is None:
+                continue
+            values, rest = found
+            if isinstance(rule, Drop):
+                break
+            if isinstance(rule, Rename):
+                out[models[0].fill(values, rest)] = tensor
+            elif isinstance(rule, Split):
+                out.update(_split(key, tensor, rule, [m.fill(values, rest) for m in models], shapes))
+            elif isinstance(rule, Shared):
+                targets = _shared_targets(models[0], values, rest, shapes)
+                if not targets:
+                    raise KeyMapError(
+                        f"checkpoint tensor {key!r} is shared by layers ({rule.model!r}), but the model has no "
+                        "such keys (or no model shapes were given to find them)"
+                    )
+                out.update(dict.fromkeys(targets, tensor))
+            break
+        else:
+            out[key] = tensor
+    for rule, (_, models) in compiled:
+        if isinstance(rule, AbsentBias) and shapes is not None:
+            for model_key, shape in shapes.items():
+                if models[0].match(model_key) is not None and model_key not in out:
+                    out[model_key] = torch.zeros(tuple(shape))
+    return out
+
+
+def _compile(rule: Rule) -> tuple[_Pattern | None, list[_Pattern]]:
+    if isinstance(rule, Rename | Shared):
+        return _Pattern(rule.checkpoint), [_Pattern(rule.model)]
+    if isinstance(rule, Split):
+        return _Pattern(rule.checkpoint), [_Pattern(m) for m in rule.model]
+    if isinstance(rule, Drop):
+        return _Pattern(rule.checkpoint), []
+    return None, [_Pattern(rule.model)]
+
+
+def _split(
+    key: str,
+    tensor: torch.Tensor,
+    rule: Split,
+    targets: list[str],
+    shapes: Mapping[str, Iterable[int]] | None,
+) -> dict[str, torch.Tensor]:
+    dim = rule.dim if rule.dim >= 0 else tensor.dim() + rule.dim
+    part_shapes = [_shape(shapes, t) for t in targets]
+    if all(s is not None for s in part_shapes):
+        sizes = [s[dim] for s in part_shapes]  # type: ignore[index]
+        expected = list(part_shapes[0])  # type: ignore[arg-type]
+        expected[dim] = sum(sizes)
+        if tuple(tensor.shape) != tuple(expected):
+            raise KeyMapError(
+                f"checkpoint tensor {key!r} has shape {tuple(tensor.shape)}, but the model expects the fused "
+                f"shape {tuple(expected)} (= {' + '.join(map(str, sizes))} along dim {dim} for "
+                f"{', '.join(targets)})"
+            )
+    else:
+        n = len(targets)
+        if tensor.dim() <= dim or tensor.shape[dim] % n:
+            raise KeyMapError(
+                f"checkpoint tensor {key!r} of shape {tuple(tensor.shape)} cannot be split into {n} equal parts "
+                f"along dim {dim} ({', '.join(targets)})"
+            )
+        sizes = [tensor.shape[dim] // n] * n
+    return dict(zip(targets, tensor.split(sizes, dim=dim), strict=True))
+
+
+def _shared_targets(
+    model: _Pattern, values: Mapping[str, str], rest: str, shapes: Mapping[str, Iterable[int]] | None
+) -> list[str]:
+    if shapes is None:
+        return []
+    out = []
+    for model_key in shapes:
+        found = model.match(model_key)
+        if found is None:
+            continue
+        their_values, their_rest = found
+        if their_rest == rest and all(their_values.get(k) == v for k, v in values.items()):
+            out.append(model_key)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ save: →ckpt
+def to_checkpoint(
+    state: Mapping[str, torch.Tensor], key_map: KeyMap, *, head: str | None = None
+) -> dict[str, torch.Tensor]:
+    """Translate bertblocks' state dict into the family's checkpoint keys (the inverse of :func:`to_model`).
+
+    Raises:
+        KeyMapError: parts of a fused tensor missing, copies of a shared tensor that differ, or a non-zero
+            tensor the format does not store (:class:`AbsentBias`).
+    """
+    rules = key_map.rules_for(head)
+    compiled = [(rule, _compile(rule)) for rule in rules]
+    out: dict[str, torch.Tensor] = {}
+    fused: dict[str, dict[int, torch.Tensor]] = {}
+    fused_rule: dict[str, Split] = {}
+    for key, tensor in state.items():
+        for rule, (ckpt, models) in compiled:
+            if isinstance(rule, Drop):
+                continue
+            if isinstance(rule, AbsentBias):
+                if models[0].match(key) is not None:
+                    if bool(torch.count_nonzero(tensor)):
+                        raise KeyMapError(
+                            f"{key!r} is not zero, but this checkpoint format stores no such tensor "
+                            f"(rule AbsentBias({rule.model!r})); it would be lost"
+                        )
+                    break
+                continue
+            assert ckpt is not None
+            hit = next(((i, m.match(key)) for i, m in enumerate(models) if m.match(key) is not None), None)
+            if hit is None:
+                continue
+            index, (values, rest) = hit  # type: ignore[misc]
+            if isinstance(rule, Split):
+                name = ckpt.fill(values, rest)
+                fused.setdefault(name, {})[index] = tensor
+                fused_rule[name] = rule
+            elif isinstance(rule, Shared):
+                name = ckpt.fill({k: v for k, v in values.items() if k in ckpt.names}, rest)
+                if name in out and _differ(out[name], tensor):
+                    raise KeyMapError(
+                        f"{key!r} differs from the other layers' copy of {name!r}, but the format stores one tensor "
+                        f"for all of them (rule Shared({rule.checkpoint!r}, {rule.model!r}))"
+                    )
+                out.setdefault(name, tensor)
+            else:
+                out[ckpt.fill(values, rest)] = tensor
+            break
+        else:
+            out[key] = tensor
+    for name, parts in fused.items():
+        rule = fused_rule[name]
+        if sorted(parts) != list(range(len(rule.model))):
+            missing = [rule.model[i] for i in range(len(rule.model)) if i not in parts]
+            raise KeyMapError(f"cannot write fused {name!r}: parts {missing} are missing from the model")
+        out[name] = torch.cat([parts[i] for i in range(len(parts))], dim=rule.dim)
+    return out
+
+
+def _differ(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two copies of a shared tensor differ (shapes only for tensors without data, on ``meta``)."""
+    if a is b:
+        return False
+    if a.is_meta or b.is_meta:
+        return a.shape != b.shape
+    return not torch.equal(a, b)

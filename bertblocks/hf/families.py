@@ -1,0 +1,271 @@
+"""The one place where model families meet loading and saving: config.json and checkpoint keys, both ways.
+
+Every HF ``config.json`` is read through the family plugin its ``model_type`` names (``bert`` when it names
+none), and every checkpoint goes through that family's declarative key map
+(:mod:`bertblocks.core.keymap`) on its way into a model and out of it. The loaders and savers call only
+:func:`config_from_hf`, :func:`config_to_hf`, :func:`checkpoint_to_model` and :func:`model_to_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from ..core.config import BertConfig, ConfigError, ConfigIssue, _deep_merge
+from ..core.family import Family
+from ..core.keymap import KeyMapError, to_checkpoint, to_model
+from ..registry import Registry, UnknownComponentError, get_registry, validate_config
+from .config_json import _diff  # installs BERT's config.json translation behind BertConfig.from_hf/to_hf
+from .weights import CheckpointError
+
+#: the family a config.json without ``model_type`` is read as (transformers' BERT)
+DEFAULT_FAMILY = "bert"
+#: written by transformers at save time and meaningless to carry over
+_DROPPED = ("_name_or_path", "_attn_implementation_autoset", "transformers_version")
+
+
+class UnknownFamilyError(ConfigError):
+    """A ``model_type`` no family plugin handles; lists those that exist."""
+
+
+def get_family(model_type: str, registry: Registry | None = None, source: str | None = "config.json") -> Family:
+    """The family registered for ``model_type``.
+
+    Raises:
+        UnknownFamilyError: no plugin registers it; the message lists the families that exist.
+    """
+    reg = registry or get_registry()
+    try:
+        component = reg.get("family", model_type)
+    except UnknownComponentError:
+        known = sorted(c.name for c in reg.components("family"))
+        raise UnknownFamilyError(
+            [
+                ConfigIssue(
+                    "model_type",
+                    f"no model family handles {model_type!r}; families: {', '.join(known)} "
+                    "(a plugin can add one: see docs/explanation/model-families.md)",
+                )
+            ],
+            source,
+        ) from None
+    family = component.factory(options=component.options())
+    if not isinstance(family, Family):
+        raise TypeError(
+            f"family {model_type!r} from {component.provider} returned {type(family).__name__}, not a Family"
+        )
+    return family
+
+
+# -------------------------------------------------------------------------------------------- config.json
+def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> dict[str, Any]:
+    """An HF ``config.json`` dict → a bertblocks config dict (the YAML form), through its family.
+
+    The ``bertblocks`` block (what :func:`config_to_hf` writes for choices HF cannot express) is merged over
+    the family's translation; a value there, or in the family's own fields, that contradicts what the family
+    requires (:attr:`Family.fixed`) is an error naming the field.
+
+    Raises:
+        UnknownFamilyError: the ``model_type`` has no family.
+        ConfigError: a field the family cannot represent or that contradicts it.
+    """
+    src = {k: v for k, v in hf.items() if k not in _DROPPED}
+    model_type = src.get("model_type") or DEFAULT_FAMILY
+    family = get_family(model_type, registry)
+    ours = src.pop("bertblocks", None) or {}
+    architectures = src.get("architectures")
+    head = None
+    if isinstance(architectures, list) and len(architectures) == 1:
+        head = family.head_for(architectures[0])
+    try:
+        data = family.config_from_hf(src)  # it may read `architectures` (ELECTRA's generator sizes its head)
+    except ValueError as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError([ConfigIssue("", f"{model_type}: {e}")], "config.json") from None
+    if head is not None and data.get("head") is None:
+        data["head"] = head
+    data["family"] = model_type
+    if ours:
+        data = _deep_merge(data, ours)
+    issues = []
+    for path, required in family.fixed.items():
+        value = _get(data, path)
+        if value is not _MISSING and value != required:
+            issues.append(
+                ConfigIssue(path, f"is {value!r}, but the {model_type} family requires {required!r} (config.json)")
+            )
+    if data.get("family", model_type) != model_type:
+        issues.append(
+            ConfigIssue("bertblocks.family", f"is {data['family']!r}, but config.json's model_type is {model_type!r}")
+        )
+    if issues:
+        raise ConfigError(issues, "config.json")
+    return data
+
+
+def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[str, Any]:
+    """A config → the ``config.json`` its family's transformers class reads; what that class cannot express
+    goes under a ``bertblocks`` key, which :func:`config_from_hf` reads back."""
+    family = get_family(config.family, registry, source=None)
+    out = family.config_to_hf(config)
+    out["model_type"] = family.model_type
+    head = config.head.name if config.head is not None else None
+    out.setdefault("architectures", [family.architecture_for(head)])  # BERT's names heads' own classes itself
+    if "bertblocks" not in out:
+        # compared after validation, which fills every component option with its default: a default is no
+        # difference
+        back = validate_config(config_from_hf(copy.deepcopy(out), registry), registry).model_dump()
+        # a head the family has no class for still travels, under bertblocks
+        extra = _diff(config.model_dump(), back)
+        if extra:
+            out["bertblocks"] = extra
+    return out
+
+
+_MISSING = object()
+
+
+def _get(data: Mapping[str, Any], path: str) -> Any:
+    node: Any = data
+    for part in path.split("."):
+        if isinstance(node, str) and part != "name":
+            node = {"name": node}
+        if not isinstance(node, Mapping) or part not in node:
+            if isinstance(node, str) and part == "name":
+                return node
+            return _MISSING
+        node = node[part]
+    return node
+
+
+# -------------------------------------------------------------------------------------------- checkpoints
+LEGACY_SUFFIXES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
+
+
+def checkpoint_to_model(
+    state: Mapping[str, torch.Tensor],
+    config: BertConfig,
+    shapes: Mapping[str, Iterable[int]],
+    *,
+    registry: Registry | None = None,
+    strict: bool = True,
+) -> dict[str, torch.Tensor]:
+    """A checkpoint's tensors under the family's keys → bertblocks' keys (backbone under ``bert.``).
+
+    Args:
+        state: the checkpoint as read from its files.
+        config: the model's config (its ``family`` and ``head`` choose the rules).
+        shapes: the model's keys (backbone under ``bert.``) → shapes: sizes fused parts, expands shared layers.
+        registry: where the family is looked up.
+        strict: a key that fits neither the backbone nor any head of the family is an error.
+
+    Raises:
+        CheckpointError: a key that fits nowhere (strict), or one the key map cannot translate (a fused tensor
+            of the wrong size names the key and the expected shape).
+    """
+    family = get_family(config.family, registry, source=None)
+    key_map = family.key_map
+    renamed: dict[str, torch.Tensor] = {}
+    for key, tensor in state.items():
+        for old, new in LEGACY_SUFFIXES.items():  # old Google conversions (see PARITY.md §2.3)
+            if key.endswith(old):
+                key = key[: -len(old)] + new
+        renamed[key] = tensor
+    prefix = key_map.prefix + "."
+    if renamed and not any(k.startswith(prefix) for k in renamed):
+        # a backbone-only checkpoint (RobertaModel.save_pretrained writes no `roberta.`)
+        renamed = {prefix + k: v for k, v in renamed.items()}
+    if strict:
+        # the model's own keys (a third-party head's) fit, whatever the family knows
+        nowhere = [k for k in renamed if k not in shapes and not key_map.knows(k)]
+        if nowhere:
+            raise CheckpointError(
+                f"checkpoint keys fit nowhere in a {family.model_type} model (neither its backbone "
+                f"{key_map.prefix!r} nor a head it knows): {', '.join(nowhere)}"
+            )
+    head = config.head.name if config.head is not None else None
+    try:
+        return to_model(renamed, key_map, head=head, shapes=shapes)
+    except KeyMapError as e:
+        raise CheckpointError(f"{family.model_type} checkpoint: {e}") from None
+
+
+def model_to_checkpoint(
+    state: Mapping[str, torch.Tensor], config: BertConfig, *, registry: Registry | None = None
+) -> dict[str, torch.Tensor]:
+    """bertblocks' tensors (backbone under ``bert.``) → the family's checkpoint keys.
+
+    Raises:
+        CheckpointError: the model holds something the family's format cannot store.
+    """
+    family = get_family(config.family, registry, source=None)
+    head = config.head.name if config.head is not None else None
+    try:
+        return to_checkpoint(state, family.key_map, head=head)
+    except KeyMapError as e:
+        raise CheckpointError(f"cannot save as {family.model_type}: {e}") from None
+
+
+def strip_prefix(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    """``state`` with ``prefix.`` removed where keys have it (a backbone saved or loaded alone)."""
+    p = prefix + "."
+    return {k[len(p) :] if k.startswith(p) else k: v for k, v in state.items()}
+
+
+def add_prefix(state: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    return {f"{prefix}.{k}": v for k, v in state.items()}
+
+
+def known_families(registry: Registry | None = None) -> list[Family]:
+    """Every registered family, sorted by ``model_type``."""
+    reg = registry or get_registry()
+    return [get_family(c.name, reg) for c in reg.components("family")]
+
+
+class FamilyKeyMap:
+    """A model's family key map at the loading path's plug point (``PretrainedModel.checkpoint_key_map``).
+
+    It knows the model (its shapes size fused parts and expand shared layers), its config (family and head)
+    and whether it is a bare backbone, so that the loading path's base-model prefix step finds bertblocks' own
+    ``bert.`` keys afterwards. Loading through it is strict: a key that fits nowhere is an error naming it.
+
+    Args:
+        model: the model being loaded or saved.
+        config: its config.
+        backbone: ``True`` for a bare backbone (its own keys carry no ``bert.``).
+        registry: where the family is looked up.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, config: BertConfig, *, backbone: bool, registry: Registry | None = None
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.backbone = backbone
+        self.registry = registry
+
+    def _shapes(self) -> dict[str, Any]:
+        shapes = {k: v.shape for k, v in self.model.state_dict().items()}
+        return add_prefix(shapes, BACKBONE) if self.backbone else shapes
+
+    def to_model(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The family's checkpoint keys → bertblocks' (backbone under ``bert.``; the loading path then strips
+        it for a bare backbone)."""
+        return checkpoint_to_model(state, self.config, self._shapes(), registry=self.registry)
+
+    def to_checkpoint(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """bertblocks' keys → the family's; a bare backbone is written without the family's prefix, as
+        transformers writes base models."""
+        if not self.backbone:
+            return model_to_checkpoint(state, self.config, registry=self.registry)
+        stored = model_to_checkpoint(add_prefix(state, BACKBONE), self.config, registry=self.registry)
+        family = get_family(self.config.family, self.registry, source=None)
+        return strip_prefix(stored, family.key_map.prefix)
+
+
+#: bertblocks' backbone prefix in task models (and in every key map's model side)
+BACKBONE = "bert"

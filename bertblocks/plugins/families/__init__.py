@@ -1,0 +1,10 @@
+"""The built-in model families, one module per family, and the heads they add. Each registers through
+``bertblocks_register_components`` (kind ``family``, named by its HF ``model_type``), as a third party would."""
+
+from __future__ import annotations
+
+from . import albert, bert, distilbert, electra, ernie, hybrid, mpnet, roberta, task_heads
+
+FAMILY_PLUGINS = (bert, roberta, electra, distilbert, albert, mpnet, ernie, hybrid, task_heads)
+
+__all__ = ["FAMILY_PLUGINS"]

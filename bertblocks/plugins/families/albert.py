@@ -1,0 +1,104 @@
+"""ALBERT: factorized embeddings (``embedding_size`` then ``embedding_hidden_mapping_in``), one stored layer used
+by every layer, BERT's post-LN layer under other names, a masked LM at ``embedding_size`` and a sentence-order
+pre-training head.
+
+The shared layer is one checkpoint tensor per weight, given to every layer on load and written once on save
+(the key map's ``Shared`` rule); layers whose copies were trained apart cannot be saved in this format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from bertblocks.core.component import Component
+from bertblocks.core.config import BertConfig
+from bertblocks.core.family import BERT_TOKENIZER, Family
+from bertblocks.core.keymap import KeyMap, Rename, Shared
+
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+
+_G = "albert.encoder.albert_layer_groups.0.albert_layers.0"
+_O = "bert.encoder.layer.{i}"
+KEY_MAP = KeyMap(
+    prefix="albert",
+    rules=(
+        Shared(f"{_G}.attention.query", f"{_O}.attention.self.query"),
+        Shared(f"{_G}.attention.key", f"{_O}.attention.self.key"),
+        Shared(f"{_G}.attention.value", f"{_O}.attention.self.value"),
+        Shared(f"{_G}.attention.dense", f"{_O}.attention.output.dense"),
+        Shared(f"{_G}.attention.LayerNorm", f"{_O}.attention.output.LayerNorm"),
+        Shared(f"{_G}.ffn", f"{_O}.intermediate.dense"),
+        Shared(f"{_G}.ffn_output", f"{_O}.output.dense"),
+        Shared(f"{_G}.full_layer_layer_norm", f"{_O}.output.LayerNorm"),
+        Rename("albert.encoder.embedding_hidden_mapping_in", "bert.embeddings.projection"),
+        Rename("albert.pooler", "bert.pooler.dense"),
+        Rename("predictions.dense", "cls.predictions.transform.dense"),
+        Rename("predictions.LayerNorm", "cls.predictions.transform.LayerNorm"),
+        Rename("predictions.decoder", "cls.predictions.decoder"),
+        Rename("predictions.bias", "cls.predictions.bias"),
+    ),
+    head_prefixes=("predictions.", "sop_classifier.", "classifier.", "qa_outputs."),
+)
+
+
+def _from_hf(hf: Any) -> dict[str, Any]:
+    src = dict(hf)
+    for field in ("num_hidden_groups", "inner_group_num"):
+        if src.pop(field, 1) != 1:
+            raise ValueError(f"{field} must be 1 (one shared layer, as every published ALBERT); got {hf[field]}")
+    embedding_size = src.pop("embedding_size", 128)
+    src.setdefault("hidden_act", "gelu_new")  # AlbertConfig's defaults differ from BERT's
+    src.setdefault("hidden_dropout_prob", 0.0)
+    src.setdefault("attention_probs_dropout_prob", 0.0)
+    if "classifier_dropout_prob" in src:
+        src["classifier_dropout"] = src.pop("classifier_dropout_prob")
+    data = bert_fields_from_hf(src)
+    data["embedding"] = {**data["embedding"], "embedding_size": embedding_size}
+    lm = {"embedding_size": embedding_size, "activation": "hidden_act"}
+    architectures = hf.get("architectures") or []
+    if architectures == ["AlbertForMaskedLM"]:
+        data["head"] = {"name": "masked_lm_gelu", **lm}
+    elif architectures == ["AlbertForPreTraining"]:
+        data["head"] = {"name": "sentence_order_pretraining", **lm}
+    return data
+
+
+def _to_hf(config: BertConfig) -> dict[str, Any]:
+    out = bert_fields_to_hf(config, dropped=("position_embedding_type",))
+    out["embedding_size"] = config.embedding.options().get("embedding_size") or config.hidden_size
+    out["classifier_dropout_prob"] = out.pop("classifier_dropout", None)
+    if out["classifier_dropout_prob"] is None:
+        out["classifier_dropout_prob"] = 0.1
+    out["num_hidden_groups"] = out["inner_group_num"] = 1
+    return out
+
+
+ALBERT = Family(
+    model_type="albert",
+    config_from_hf=_from_hf,
+    config_to_hf=_to_hf,
+    key_map=KEY_MAP,
+    architectures={
+        "AlbertForPreTraining": "sentence_order_pretraining",
+        "AlbertForMaskedLM": "masked_lm_gelu",
+        "AlbertForSequenceClassification": "sequence_classification",
+        "AlbertForTokenClassification": "token_classification",
+        "AlbertForQuestionAnswering": "question_answering",
+        "AlbertForMultipleChoice": "multiple_choice",
+    },
+    base_architecture="AlbertModel",
+    fixed={"position.name": "absolute"},
+    description="ALBERT: factorized embeddings, one layer shared by all, sentence-order pre-training",
+    # BERT's framing over a SentencePiece vocabulary whose padding and unknown tokens are <pad> and <unk>
+    tokenizer=replace(
+        BERT_TOKENIZER,
+        special_tokens={**BERT_TOKENIZER.special_tokens, "pad_token": "<pad>", "unk_token": "<unk>"},
+        model_input_names=("input_ids", "attention_mask"),  # as transformers' AlbertTokenizer returns
+        tokenizer_classes=("AlbertTokenizer", "AlbertTokenizerFast"),
+    ),
+)
+
+
+def bertblocks_register_components() -> list[Component]:
+    return [Component("family", "albert", lambda **_: ALBERT, description=ALBERT.description)]
