@@ -50,6 +50,11 @@ class Packing:
         b, length = attention_mask.shape
         # Row-major order keeps each row's real tokens adjacent, so cu_seqlens holds for any padding side.
         index = attention_mask.reshape(-1).bool().nonzero().squeeze(1)  # [T]
+        if torch.compiler.is_compiling():
+            # T >= 1 settles the layout questions Inductor asks about [1, T, H] tensors (is T*H < H?), which
+            # it cannot answer for a data-dependent T when it lays out frozen (pre-packed) matmul weights.
+            # A compiled model therefore rejects a batch without a single real token (eager returns zeros).
+            torch._check(index.shape[0] >= 1, lambda: "a compiled packed batch needs at least one real token")
         lengths = attention_mask.sum(dim=1, dtype=torch.int32)  # [b]
         cu = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))  # [b + 1]
         max_seqlen = length if torch.compiler.is_compiling() else int(lengths.max())  # no sync in a graph
