@@ -10,6 +10,10 @@ exports transformers' model to ONNX for ONNX Runtime (all graph optimisations on
 - ``bertblocks fast path``: :func:`bertblocks.optimize_for_inference` (packed, frozen, fused);
 - ``ONNX Runtime``: the exported transformers graph.
 
+Per-family rows (``--families``, default RoBERTa and DistilBERT): transformers saves a randomly initialised
+base-size ``RobertaModel`` / ``DistilBertModel``, bertblocks loads that directory through the family's key map,
+and both run the same two batches (bertblocks eager, packing ``auto``; padded positions hold the family's pad id).
+
 Two batches: uniform 8 x 128 (no padding) and padded (lengths [128, 20, 35, 64, 16, 90, 12, 48], 413 of 1024
 tokens real). Every repeat runs each contender once, in rotating order; medians and ratios of medians to
 transformers are printed, with the spread (min-max of per-repeat ratios). Before timing, outputs on real
@@ -19,6 +23,7 @@ Usage:
     python benchmarks/bench_inference.py                 # bert-base, 7 repeats
     python benchmarks/bench_inference.py --quick         # small shape, 3 repeats (a smoke run)
     python benchmarks/bench_inference.py --mode max-autotune-no-cudagraphs
+    python benchmarks/bench_inference.py --families ""   # BERT only, no per-family rows
 """
 
 from __future__ import annotations
@@ -76,6 +81,62 @@ def _ort_session(hf: torch.nn.Module, directory: Path, example: dict[str, torch.
     return run
 
 
+#: family → (transformers config, model class, base-size shape), for the per-family rows
+FAMILIES: dict[str, tuple[type, type, dict[str, int]]] = {
+    "roberta": (
+        transformers.RobertaConfig,
+        transformers.RobertaModel,
+        {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072},
+    ),
+    "distilbert": (
+        transformers.DistilBertConfig,
+        transformers.DistilBertModel,
+        {"dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072},
+    ),
+}
+QUICK_FAMILIES = {
+    "roberta": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024},
+    "distilbert": {"dim": 256, "n_layers": 4, "n_heads": 4, "hidden_dim": 1024},
+}
+
+
+def _family_rows(family: str, batches: dict[str, torch.Tensor], repeats: int, quick: bool) -> None:
+    """One family's rows: transformers' model against bertblocks loading the checkpoint transformers saved."""
+    config_class, model_class, shape = FAMILIES[family]
+    torch.manual_seed(0)
+    config = config_class(**(QUICK_FAMILIES[family] if quick else shape))
+    with tempfile.TemporaryDirectory() as tmp:
+        model_class(config).save_pretrained(tmp)
+        hf = model_class.from_pretrained(tmp, attn_implementation="sdpa").eval()
+        ours = bertblocks.from_pretrained(tmp).eval()
+    print(f"{family}: transformers {model_class.__name__} vs bertblocks {type(ours).__name__} (eager, packing auto)")
+    with torch.inference_mode():
+        for title, mask in batches.items():
+            ids = torch.randint(1000, 30000, mask.shape)
+            ids[~mask.bool()] = config.pad_token_id  # RoBERTa's positions count the non-padding ids
+            real = mask.bool()
+            ours_out = ours(input_ids=ids, attention_mask=mask).last_hidden_state
+            diff = (ours_out[real] - hf(input_ids=ids, attention_mask=mask)[0][real]).abs().max().item()
+            contenders: dict[str, Callable[[], object]] = {
+                "transformers": lambda i=ids, m=mask: hf(input_ids=i, attention_mask=m),
+                "bertblocks eager": lambda i=ids, m=mask: ours(input_ids=i, attention_mask=m),
+            }
+            _report(f"  {title} (max abs diff on real tokens {diff:.1e})", _time(contenders, repeats))
+
+
+def _report(title: str, times: dict[str, list[float]]) -> None:
+    """Medians, ratio of medians to transformers, spread of per-repeat ratios."""
+    base = statistics.median(times["transformers"])
+    print(f"{title}: median ms, ratio to transformers, spread of per-repeat ratios")
+    for name, ts in times.items():
+        per_repeat = [t / b for t, b in zip(ts, times["transformers"], strict=True)]
+        print(
+            f"  {name:<26} {statistics.median(ts):8.1f} ms   {statistics.median(ts) / base:5.2f}x   "
+            f"({min(per_repeat):.2f}-{max(per_repeat):.2f})"
+        )
+    print()
+
+
 def _time(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
@@ -94,6 +155,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--mode", default=None, help="Inductor mode for the fast path (default: Inductor's)")
     parser.add_argument("--no-onnx", action="store_true", help="leave ONNX Runtime out")
+    parser.add_argument(
+        "--families", default="roberta,distilbert", help=f"comma-separated per-family rows, of {sorted(FAMILIES)}"
+    )
     args = parser.parse_args()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     hidden, layers, heads, inner = (256, 4, 4, 1024) if args.quick else (768, 12, 12, 3072)
@@ -146,16 +210,9 @@ def main() -> None:
                     value = torch.as_tensor(out) if name == "ONNX Runtime" else out.last_hidden_state
                     diff = (value[real] - reference[real]).abs().max().item()
                     print(f"  {name:<26} max abs diff to transformers on real tokens: {diff:.1e}")
-                times = _time(contenders, repeats)
-                base = statistics.median(times["transformers"])
-                print(f"{title}: median ms, ratio to transformers, spread of per-repeat ratios")
-                for name, ts in times.items():
-                    per_repeat = [t / b for t, b in zip(ts, times["transformers"], strict=True)]
-                    print(
-                        f"  {name:<26} {statistics.median(ts):8.1f} ms   {statistics.median(ts) / base:5.2f}x   "
-                        f"({min(per_repeat):.2f}-{max(per_repeat):.2f})"
-                    )
-                print()
+                _report(title, _time(contenders, repeats))
+    for family in filter(None, args.families.split(",")):
+        _family_rows(family.strip(), batches, repeats, args.quick)
 
 
 if __name__ == "__main__":
