@@ -96,13 +96,17 @@ def encode(
         return torch.empty(0, 0)
     device = next(model.parameters()).device
     encoded = tokenizer(texts, padding=False, truncation=True, max_length=max_length, return_tensors=None)
-    ids, types = encoded["input_ids"], encoded["token_type_ids"]
+    ids = encoded["input_ids"]
+    types = encoded.get("token_type_ids")  # None where the family has no token types (RoBERTa, DistilBERT)
     order = sorted(range(len(texts)), key=lambda i: -len(ids[i])) if sort_by_length else list(range(len(texts)))
     embeddings: torch.Tensor | None = None
     for start in range(0, len(order), batch_size):
         chosen = order[start : start + batch_size]
         batch = {
-            k: v.to(device) for k, v in _pad([ids[i] for i in chosen], [types[i] for i in chosen], tokenizer).items()
+            k: v.to(device)
+            for k, v in _pad(
+                [ids[i] for i in chosen], None if types is None else [types[i] for i in chosen], tokenizer
+            ).items()
         }
         pooled = mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])  # [n, d]
         if embeddings is None:
@@ -112,17 +116,22 @@ def encode(
     return F.normalize(embeddings, p=2, dim=-1) if normalize else embeddings
 
 
-def _pad(ids: list[list[int]], types: list[list[int]], tokenizer: BertTokenizer) -> dict[str, torch.Tensor]:
-    """Right-pad token lists to the longest: ``input_ids``, ``token_type_ids``, ``attention_mask`` ``[n, L]``."""
+def _pad(ids: list[list[int]], types: list[list[int]] | None, tokenizer: BertTokenizer) -> dict[str, torch.Tensor]:
+    """Right-pad token lists to the longest: ``input_ids``, ``attention_mask`` and, where the tokenizer returns
+    them (``types`` not ``None``), ``token_type_ids``, each ``[n, L]``."""
     length = max(len(row) for row in ids)
     input_ids = torch.full((len(ids), length), tokenizer.pad_token_id, dtype=torch.long)
-    token_type_ids = torch.zeros(len(ids), length, dtype=torch.long)
     attention_mask = torch.zeros(len(ids), length, dtype=torch.long)
-    for row, (tokens, segments) in enumerate(zip(ids, types, strict=True)):
+    for row, tokens in enumerate(ids):
         input_ids[row, : len(tokens)] = torch.tensor(tokens)
-        token_type_ids[row, : len(segments)] = torch.tensor(segments)
         attention_mask[row, : len(tokens)] = 1
-    return {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if types is not None:
+        token_type_ids = torch.zeros(len(ids), length, dtype=torch.long)
+        for row, segments in enumerate(types):
+            token_type_ids[row, : len(segments)] = torch.tensor(segments)
+        batch["token_type_ids"] = token_type_ids
+    return batch
 
 
 def similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -171,3 +171,23 @@ def test_the_sentence_similarity_example_runs_offline():
     best = next(line for line in lines if line.startswith("most similar:"))
     assert "eating food" in best
     assert "piece of bread" in best
+
+
+def test_encode_without_token_types_matches_transformers_distilbert(tmp_path):
+    """A family whose tokenizer returns no ``token_type_ids`` (DistilBERT, RoBERTa): encode passes none, and the
+    embeddings equal mean pooling over transformers' ``DistilBertModel`` on the same weights."""
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    torch.manual_seed(0)
+    config = transformers.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=37, initializer_range=0.2)
+    transformers.DistilBertModel(config).save_pretrained(tmp_path)
+    reference = transformers.DistilBertModel.from_pretrained(tmp_path).eval()
+    model = bertblocks.from_pretrained(tmp_path).eval()
+    tokenizer = bertblocks.BertTokenizer.from_pretrained(minilm_path())
+    tokenizer.model_input_names = ("input_ids", "attention_mask")  # as DistilBERT's tokenizer convention
+    texts = [*SENTENCES, "short"]
+    inputs = transformers.BertTokenizerFast.from_pretrained(minilm_path())(
+        texts, padding=True, truncation=True, return_tensors="pt", return_token_type_ids=False
+    )
+    with torch.no_grad():
+        expected = F.normalize(mean_pool(reference(**inputs).last_hidden_state, inputs["attention_mask"]), dim=-1)
+    assert max_diff(encode(model, tokenizer, texts, batch_size=2), expected) <= TOL
