@@ -339,11 +339,21 @@ def _layer_label(config: BertConfig, index: int) -> str:
         if position != config.position
         else ""
     )
-    return (
+    label = (
         f"attention: {attention.name} · {attention.backend.name}{backend_opts} · {heads} heads{pruned}{attn_opts}"
         f"{kind}<br/>feedforward: {feedforward.name} · {feedforward.intermediate_size} · {feedforward.activation}"
         f"{ff_opts}{moved}"
     )
+    layer, norm = config.encoder.layer_spec(index, "layer"), config.encoder.layer_spec(index, "norm")
+    layer_opts, norm_opts = _changed_options(layer), _changed_options(norm)
+    if layer.name != "post_ln" or norm.name != "layernorm" or layer_opts or norm_opts:
+        label += f"<br/>layer: {layer.name}{layer_opts} · norm: {norm.name}{norm_opts}"
+    return label
+
+
+def _changed_options(spec: Any) -> str:
+    """``, key=value`` for each plugin option of ``spec`` that differs from its plugin's default."""
+    return "".join(f", {k}={v}" for k, v in sorted(spec.changed_options().items()))
 
 
 def layer_groups(config: BertConfig) -> list[tuple[int, int, str]]:

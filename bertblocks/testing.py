@@ -78,12 +78,15 @@ class Subject:
         options: its plugin options for the tests (defaults of its options model when empty).
         registry: where the tiny models look components up.
         compile_backend: the ``torch.compile`` backend of :func:`check_compile`.
+        base: changes merged over :data:`TINY_CONFIG` before the component is placed: the rest of the config
+            the component needs (``{"position": "rope"}`` for an attention that requires rotary positions).
     """
 
     component: Component
     options: dict[str, Any]
     registry: Registry
     compile_backend: str = "inductor"
+    base: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -97,8 +100,9 @@ class Subject:
         return {"name": self.name, **self.options}
 
     def config(self, **changes: Any) -> dict[str, Any]:
-        """The tiny config with this component in its place, plus top-level ``changes``."""
-        cfg = copy.deepcopy(TINY_CONFIG)
+        """The tiny config (with :attr:`base` merged over it) with this component in its place, plus top-level
+        ``changes``."""
+        cfg = _merged(TINY_CONFIG, self.base)
         enc = cfg["encoder"]
         where = {
             "embedding": lambda: cfg.__setitem__("embedding", self.spec()),
@@ -107,6 +111,8 @@ class Subject:
             "backend": lambda: enc["attention"].__setitem__("backend", self.spec()),
             "feedforward": lambda: enc["feedforward"].update(self.spec()),
             "activation": lambda: enc["feedforward"].__setitem__("activation", self.name),
+            "norm": lambda: enc.__setitem__("norm", self.spec()),
+            "layer": lambda: enc.__setitem__("layer", self.spec()),
             "pooler": lambda: cfg.__setitem__("pooler", self.spec()),
             "head": lambda: cfg.__setitem__("head", self.spec()),
         }
@@ -149,6 +155,17 @@ class Subject:
 
 
 # ------------------------------------------------------------------------------------------------- helpers
+def _merged(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``changes`` merged in, nested mappings key by key (a copy; neither input changes)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in changes.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
 def _batch(seed: int = 0, b: int = 3, length: int = 9, vocab: int = 99) -> dict[str, torch.Tensor]:
     """Padded batch: row 1 loses its last 3 tokens, row 2 its last 5 (and so on, every third row)."""
     g = torch.Generator().manual_seed(seed)
@@ -718,8 +735,19 @@ def check_pooler(subject: Subject) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- the suite
-MODEL_KINDS = ("embedding", "position", "attention", "backend", "feedforward", "activation", "pooler", "head")
-CACHE_KINDS = ("embedding", "position", "attention", "backend", "feedforward")
+MODEL_KINDS = (
+    "embedding",
+    "position",
+    "attention",
+    "backend",
+    "feedforward",
+    "activation",
+    "norm",
+    "layer",
+    "pooler",
+    "head",
+)
+CACHE_KINDS = ("embedding", "position", "attention", "backend", "feedforward", "norm", "layer")
 
 
 @dataclass(frozen=True)
@@ -798,12 +826,15 @@ class ConformanceSuite:
             model's defaults.
         checks: the checks to choose from (default: all of :data:`CHECKS`).
         compile_backend: the ``torch.compile`` backend of the compile check.
+        configs: per ``(kind, name)``, the rest of the tiny config the component needs, merged over
+            :data:`TINY_CONFIG` (nested keys merge): ``{("attention", "rotary"): {"position": "rope"}}``.
     """
 
     registry: Registry | None = None
     options: Mapping[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
     checks: tuple[Check, ...] = CHECKS
     compile_backend: str = "inductor"
+    configs: Mapping[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
 
     def cases(
         self,
@@ -832,7 +863,8 @@ class ConformanceSuite:
             if provider is not None and provider not in component.provider:
                 continue
             options = dict(self.options.get((component.kind, component.name), {}))
-            subject = Subject(component, options, reg, self.compile_backend)
+            base = dict(self.configs.get((component.kind, component.name), {}))
+            subject = Subject(component, options, reg, self.compile_backend, base)
             for check in self.checks:
                 if component.kind not in check.kinds or check.name in exclude:
                     continue

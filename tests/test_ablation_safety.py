@@ -8,6 +8,7 @@ import csv
 import fcntl
 import json
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -18,9 +19,11 @@ import pytest
 import yaml
 from test_ablation import write_study
 
-from bertblocks.ablation import run_study
+from bertblocks.ablation import executors, run_study
 from bertblocks.ablation.lock import LOCK_FILE, FolderLock, StudyLockedError
 from bertblocks.cli import main
+from bertblocks.registry import BuildError
+from bertblocks.registry.errors import DuplicateComponentError, PluginLoadError, UnknownComponentError
 
 NAMED = {"abs": {"position.name": "absolute"}, "rel": {"position.name": "relative_key"}}
 SHORT_TRAIN = {"task": "mlm", "steps": 2, "batch_size": 4, "seq_len": 16, "seeds": [0], "eval_batches": 1}
@@ -180,3 +183,35 @@ def test_a_diverging_variant_is_recorded_and_the_report_is_written_for_the_other
     again = run(study, out)  # resuming reuses the diverged runs too, and writes the report again
     assert again.executed == []
     assert (out / "results.csv").is_file()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        UnknownComponentError("attention", "flash", ["bert", "eager"]),
+        DuplicateComponentError("attention", "bert", "a", "b"),
+        PluginLoadError("p", "dist", "boom"),
+        BuildError("layer 0: no"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_registry_errors_cross_process_boundaries(error: Exception) -> None:
+    # a run's error comes back from a worker process by pickle; one that cannot be rebuilt breaks the pool
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error)
+    assert str(back) == str(error)
+
+
+def test_a_run_error_pickle_cannot_rebuild_comes_back_as_a_run_failed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    class StubbornError(Exception):
+        def __init__(self, a: int, b: int) -> None:
+            super().__init__(f"needs {a} and {b}")
+
+    def fail(task: Any) -> dict[str, Any]:
+        raise StubbornError(1, 2)
+
+    monkeypatch.setattr(executors, "execute", fail)
+    with pytest.raises(executors.RunFailedError) as caught:
+        executors.execute_portably(None)  # type: ignore[arg-type]
+    back = pickle.loads(pickle.dumps(caught.value))
+    assert executors.describe(back) == "StubbornError: needs 1 and 2"

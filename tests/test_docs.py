@@ -22,6 +22,7 @@ EXECUTED = [
     DOCS / "tutorials" / "build-from-yaml.md",
     DOCS / "tutorials" / "load-hf-checkpoint.md",
     DOCS / "how-to" / "per-layer-overrides.md",
+    DOCS / "how-to" / "modern-encoder-blocks.md",
     DOCS / "how-to" / "cli-overrides.md",
     DOCS / "how-to" / "save-and-load-hf-checkpoints.md",
     DOCS / "how-to" / "decoding-and-generation.md",

@@ -11,6 +11,7 @@ Ray is not installed or the address cannot be reached.
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import socket
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -24,6 +25,39 @@ from .study import StudyError
 
 #: (task, record or the exception the run raised)
 Outcome = tuple[RunTask, "dict[str, Any] | BaseException"]
+
+
+class RunFailedError(Exception):
+    """A run's error whose own class cannot cross back from a worker process (pickle rebuilds an exception by
+    calling its class with ``args``, which fails for classes such as ``UnknownComponentError(kind, name, …)``;
+    the pool would then break and every other run with it): its class name and message instead."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(type_name, message)
+        self.type_name = type_name
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def describe(error: BaseException) -> str:
+    """``Type: message`` of a run's error (the original type for a :class:`RunFailedError`)."""
+    name = error.type_name if isinstance(error, RunFailedError) else type(error).__name__
+    return f"{name}: {error}"
+
+
+def execute_portably(task: RunTask) -> dict[str, Any]:
+    """:func:`execute` for a worker process: an error that pickle could not bring back comes back as a
+    :class:`RunFailedError`."""
+    try:
+        return execute(task)
+    except Exception as e:
+        try:
+            pickle.loads(pickle.dumps(e))
+        except Exception:
+            raise RunFailedError(type(e).__name__, str(e)) from None
+        raise
 
 
 class Executor(Protocol):
@@ -66,7 +100,7 @@ class LocalExecutor:
             return
         context = multiprocessing.get_context("spawn")
         self._pool = ProcessPoolExecutor(max_workers=min(self.workers, len(tasks)), mp_context=context)
-        pending: dict[Future[dict[str, Any]], RunTask] = {self._pool.submit(execute, t): t for t in tasks}
+        pending: dict[Future[dict[str, Any]], RunTask] = {self._pool.submit(execute_portably, t): t for t in tasks}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
@@ -114,7 +148,7 @@ class RayExecutor:
 
 def _execute_with_data(task: RunTask, data: Any) -> dict[str, Any]:
     # Ray resolves an object ref given as a top-level argument before the call: `data` arrives as tensors.
-    return execute(replace(task, data=data))
+    return execute_portably(replace(task, data=data))
 
 
 def connect_ray(address: str | None, num_cpus: int | None = None) -> bool:

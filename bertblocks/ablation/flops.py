@@ -11,7 +11,8 @@ For a sequence of ``L`` tokens, hidden size ``H``, feed-forward width ``I``, and
     attention      2·L·A + 2·L·A       scores QKᵀ and probabilities × V
     relative bias  2·A·(2L − 1)        relative_key: queries × the (2L − 1) reachable distance rows
                    × 2                 relative_key_query: the keys too
-    feed-forward   2·H·I + 2·I·H
+                                       (rope, relative_bucket, none: no products, like absolute)
+    feed-forward   2·H·I + 2·I·H       (glu: 2·H·2I + 2·I·H, the gate and the up projection)
     pooler         2·H² / L            one dense on the first token of each sequence
 
 summed over layers (each layer's heads and ``I`` after its overrides). The relative term counts
@@ -37,8 +38,9 @@ from bertblocks.core.config import BertConfig
 
 _KNOWN = {
     "attention": {"bert"},
-    "feedforward": {"bert"},
-    "position": {"absolute", "relative_key", "relative_key_query"},
+    "feedforward": {"bert", "glu"},
+    # rope rotates elementwise, relative_bucket looks a shared table up, none adds nothing: no products
+    "position": {"absolute", "none", "rope", "relative_bucket", "relative_key", "relative_key_query"},
 }
 
 
@@ -74,7 +76,8 @@ def analytic_flops_per_token(config: BertConfig, seq_len: int) -> FlopEstimate:
         total += 2 * hidden * 3 * inner + 2 * inner * hidden
         total += 4 * length * inner
         total += relative_factor * 2 * inner * (2 * length - 1)
-        total += 4 * hidden * feedforward.intermediate_size
+        inputs = 2 if feedforward.name == "glu" else 1  # a gated block projects twice on the way in
+        total += 2 * hidden * feedforward.intermediate_size * (inputs + 1)
     if config.pooler is not None:
         if config.pooler.name == "first_token":
             total += 2 * hidden * hidden / length

@@ -44,7 +44,7 @@ import yaml
 
 from . import report
 from .data import PreparedData, get_tokenizer, load_texts, prepare, tokenizer_key
-from .executors import Executor, InlineExecutor, LocalExecutor, RayExecutor, connect_ray
+from .executors import Executor, InlineExecutor, LocalExecutor, RayExecutor, connect_ray, describe
 from .lock import FolderLock
 from .provenance import code_version, data_fingerprint, plugin_versions
 from .run import RunTask
@@ -157,7 +157,7 @@ def run_study(
         try:
             for task, outcome in engine.run(todo):
                 if isinstance(outcome, BaseException):
-                    failures[task.run_id] = f"{type(outcome).__name__}: {outcome}"
+                    failures[task.run_id] = describe(outcome)
                 else:
                     _write_atomic(runs_dir / f"{task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
                     records[task.run_id] = outcome

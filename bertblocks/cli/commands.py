@@ -19,6 +19,7 @@ from ..core.component import Command
 from . import (
     EXIT_INVALID,
     EXIT_OK,
+    EXIT_USAGE,
     CLIError,
     UnavailableError,
     add_config_argument,
@@ -57,15 +58,22 @@ def _run_validate(args: argparse.Namespace) -> int:
 
 def _summary(cfg: Any) -> str:
     enc = cfg.encoder
+    defaults = type(enc)()  # a component is named where it is not the schema's default (BERT's)
+    attention = "" if enc.attention.name == defaults.attention.name else f" {enc.attention.name}"
+    feedforward = "" if enc.feedforward.name == defaults.feedforward.name else f" {enc.feedforward.name}"
     parts = [
         f"{enc.num_layers} layers",
         f"hidden {cfg.hidden_size}",
-        f"{enc.attention.num_heads} heads",
-        f"feed-forward {enc.feedforward.intermediate_size} {enc.feedforward.activation}",
+        f"{enc.attention.num_heads} heads{attention}",
+        f"feed-forward{feedforward} {enc.feedforward.intermediate_size} {enc.feedforward.activation}",
         f"position {cfg.position.name}",
         f"backend {enc.attention.backend.name}",
-        f"vocab {cfg.vocab_size}",
     ]
+    if enc.layer.name != defaults.layer.name or enc.norm.name != defaults.norm.name:
+        parts.append(f"layer {enc.layer.name} {enc.norm.name}")
+    if enc.num_layer_groups is not None:
+        parts.append(f"{enc.num_layer_groups} shared layer group{'s' if enc.num_layer_groups > 1 else ''}")
+    parts.append(f"vocab {cfg.vocab_size}")
     if enc.overrides:
         parts.append(f"{len(enc.overrides)} per-layer override{'s' if len(enc.overrides) > 1 else ''}")
     if cfg.head is not None:
@@ -173,19 +181,25 @@ def _run_plugins(args: argparse.Namespace) -> int:
 def _configure_components(parser: argparse.ArgumentParser) -> None:
     from ..core.component import KINDS
 
-    parser.add_argument("kind", nargs="?", choices=KINDS, help="list only this kind")
+    parser.add_argument(
+        "kind",
+        nargs="?",
+        metavar="KIND",
+        help=f"list only this kind: {', '.join(KINDS)}, or a kind a plugin declares",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="also list each component's options")
 
 
 def _options_of(component: Any) -> list[dict[str, Any]]:
+    from .field_types import render_type  # `int ≥ 1 | null`, not `Optional[...]`
+
     out = []
     for name, info in component.options.model_fields.items():
         default = None if info.is_required() else info.get_default(call_default_factory=True)
-        annotation = getattr(info.annotation, "__name__", None) or str(info.annotation)
         out.append(
             {
                 "name": name,
-                "type": annotation.replace("typing.", ""),
+                "type": render_type(info.annotation, list(info.metadata)),
                 "default": default,
                 "required": info.is_required(),
                 "description": info.description or "",
@@ -198,6 +212,10 @@ def _run_components(args: argparse.Namespace) -> int:
     import bertblocks
 
     registry = bertblocks.get_registry()
+    if args.kind is not None and args.kind not in registry.kinds():  # plugins may declare kinds: checked here
+        raise CLIError(
+            f"argument KIND: invalid choice: {args.kind!r} (choose from {', '.join(registry.kinds())})", EXIT_USAGE
+        )
     components = registry.components(args.kind)
     plugins = {p.name: p for p in registry.plugins()}
 
@@ -213,6 +231,8 @@ def _run_components(args: argparse.Namespace) -> int:
         for c in components:
             for opt in _options_of(c):
                 text += f"\n  {c.kind} {c.name}: {opt['name']} ({opt['type']}, default {opt['default']!r})"
+                if opt["description"]:
+                    text += f": {opt['description']}"
     emit(
         args,
         text,

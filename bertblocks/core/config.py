@@ -175,6 +175,8 @@ DEFAULT_COMPONENTS: dict[str, str] = {
     "backend": "sdpa",
     "feedforward": "bert",
     "activation": "gelu",
+    "norm": "layernorm",
+    "layer": "post_ln",
     "pooler": "first_token",
     "family": "bert",
 }
@@ -216,7 +218,28 @@ class FeedForwardSpec(ComponentSpec):
     intermediate_size: PositiveInt = Field(3072, description="inner width (HF intermediate_size)")
     activation: str = Field(
         DEFAULT_COMPONENTS["activation"],
-        description="activation by name (HF hidden_act); the default gelu is the exact erf form",
+        description="activation by name (HF hidden_act); the default gelu is the exact erf form. A gated "
+        "feed-forward applies it to its gate; the activations geglu, swiglu and reglu name that gate for it",
+    )
+
+
+class NormSpec(ComponentSpec):
+    """Normalisation inside the layers and after the stack (``bertblocks components norm`` lists them).
+
+    The epsilon is the config's ``layer_norm_eps``.
+    """
+
+    name: str = DEFAULT_COMPONENTS["norm"]
+
+
+class LayerSpec(ComponentSpec):
+    """How a layer composes its sub-layers, norms and residuals (``bertblocks components layer`` lists them)."""
+
+    name: str = DEFAULT_COMPONENTS["layer"]
+    final_norm: bool | None = Field(
+        None,
+        description="a norm after the last layer; null = the layer kind's default (pre-LN and parallel kinds: "
+        "yes, BERT's post-LN: no, and true is an error there: its layers already end with a norm)",
     )
 
 
@@ -283,33 +306,66 @@ def _parse_layers(value: Any) -> list[int]:
     raise ValueError("layers must be an index, a range like '6-11', or a list of indices")
 
 
+#: component keys a per-layer override may change: the encoder's own (``encoder.<key>``) and the model's
+#: ``position`` scheme (``position``); each resolved by :meth:`EncoderConfig.layer_spec`
+OVERRIDABLE: tuple[str, ...] = ("attention", "feedforward", "layer", "norm", "position")
+
+
 class LayerOverride(BaseModel):
     """Other components or options for some layers, e.g. ``{layers: 6-11, attention: {backend: eager}}``.
 
-    The keys given are merged over the encoder-wide spec. Choosing another ``name`` drops the encoder-wide
-    plugin options (they belong to the other plugin) but keeps the shared typed fields.
+    Any key of :data:`OVERRIDABLE` may be given (``attention``, ``feedforward``, ``layer``, ``norm``,
+    ``position``); its value is merged over the encoder-wide spec. Choosing another ``name`` drops the
+    encoder-wide plugin options (they belong to the other plugin) but keeps the shared typed fields.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")
 
     layers: list[int]
-    attention: dict[str, Any] | None = None
-    feedforward: dict[str, Any] | None = None
-    position: dict[str, Any] | None = Field(
-        None,
-        description="position-scheme changes for these layers' self-attention (e.g. another RoPE base); the "
-        "embedding and a bias shared by all layers still come from the top-level position",
-    )
 
     @field_validator("layers", mode="before")
     @classmethod
     def _layers(cls, value: Any) -> list[int]:
         return _parse_layers(value)
 
-    @field_validator("attention", "feedforward", "position", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _shorthand(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
+    def _components(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        out = dict(data)
+        for key, value in data.items():
+            if key == "layers":
+                continue
+            if key not in OVERRIDABLE:
+                hint = closest(str(key), OVERRIDABLE)
+                raise FieldError(
+                    str(key),
+                    f"unknown field; allowed fields: layers, {', '.join(OVERRIDABLE)}"
+                    + (f" (did you mean {hint!r}?)" if hint else ""),
+                )
+            if isinstance(value, str):
+                out[key] = {"name": value}  # `attention: bert` is short for `attention: {name: bert}`
+            elif value is not None and not isinstance(value, Mapping):
+                raise FieldError(str(key), "must be a component name or a mapping of its fields")
+        return out
+
+    def changes(self, key: str) -> dict[str, Any] | None:
+        """What this override changes in component ``key`` (``None``: nothing)."""
+        value = (self.__pydantic_extra__ or {}).get(key)
+        return dict(value) if value else None
+
+    @property
+    def attention(self) -> dict[str, Any] | None:
+        return self.changes("attention")
+
+    @property
+    def feedforward(self) -> dict[str, Any] | None:
+        return self.changes("feedforward")
+
+    @property
+    def position(self) -> dict[str, Any] | None:
+        return self.changes("position")
 
 
 class EncoderConfig(BaseModel):
@@ -322,6 +378,13 @@ class EncoderConfig(BaseModel):
     feedforward: FeedForwardSpec = Field(default_factory=FeedForwardSpec)
     chunk_size_feed_forward: NonNegativeInt = Field(
         0, description="run the feed-forward block over chunks of this many positions (0 = all at once)"
+    )
+    layer: LayerSpec = Field(default_factory=LayerSpec, description="layer composition (post_ln, pre_ln, parallel)")
+    norm: NormSpec = Field(default_factory=NormSpec, description="the norm inside the layers and after the stack")
+    num_layer_groups: PositiveInt | None = Field(
+        None,
+        description="cross-layer weight sharing (ALBERT's num_hidden_groups): layer i uses the weights of group "
+        "i·groups // num_layers, held once at encoder.layer.<group>; null = every layer has its own",
     )
     overrides: list[LayerOverride] = Field(default_factory=list, description="per-layer component changes")
     packing: Literal["auto", "always", "never"] = Field(
@@ -378,22 +441,32 @@ class EncoderConfig(BaseModel):
         Raises:
             ValidationError: when an override makes a spec invalid (reported by the registry with its path).
         """
-        attention, feedforward = self.attention, self.feedforward
+        return self.layer_spec(index, "attention"), self.layer_spec(index, "feedforward")
+
+    def layer_spec(self, index: int, key: str, base: ComponentSpec | None = None) -> Any:
+        """The spec of component ``key`` (any of :data:`OVERRIDABLE`) for layer ``index``: ``base`` (default:
+        the encoder's own field ``key``) with every override of that layer merged over it, later ones winning.
+
+        Raises:
+            ValidationError: when an override makes a spec invalid (reported by the registry with its path).
+        """
+        spec = base if base is not None else getattr(self, key)
         for override in self.overrides:
-            if index in override.layers:
-                if override.attention:
-                    attention = merge_spec(attention, override.attention)
-                if override.feedforward:
-                    feedforward = merge_spec(feedforward, override.feedforward)
-        return attention, feedforward
+            changes = override.changes(key)
+            if index in override.layers and changes:
+                spec = merge_spec(spec, changes)
+        return spec
+
+    def layer_group(self, index: int) -> int:
+        """The weight group of layer ``index``: itself without sharing, ``index · groups // num_layers`` with."""
+        if self.num_layer_groups is None:
+            return index
+        return index * self.num_layer_groups // self.num_layers
 
     def layer_position(self, index: int, position: PositionSpec) -> PositionSpec:
         """The position spec of layer ``index``'s self-attention: ``position`` (the model's) after every
         override's ``position`` changes (later wins)."""
-        for override in self.overrides:
-            if index in override.layers and override.position:
-                position = merge_spec(position, override.position)
-        return position
+        return self.layer_spec(index, "position", base=position)
 
 
 def merge_spec(base: ComponentSpec, changes: Mapping[str, Any]) -> Any:
@@ -403,7 +476,7 @@ def merge_spec(base: ComponentSpec, changes: Mapping[str, Any]) -> Any:
             data.pop(key, None)
     data = _deep_merge(data, changes)
     merged = type(base).model_validate(data)
-    if merged.name == base.name:  # the same plugin: the same defaults
+    if merged.name == base.name:  # the same plugin: its option defaults still apply
         merged._option_defaults = dict(base._option_defaults)
     return merged
 
@@ -536,6 +609,7 @@ class BertConfig(FlatConfigView, BaseModel):
                         f"must divide hidden_size {self.hidden_size}",
                     )
                 )
+        issues.extend(self._sharing_issues())
         for layer, heads in self.pruned_heads.items():
             loc = f"pruned_heads.{layer}"
             if not 0 <= layer < enc.num_layers:
@@ -551,6 +625,41 @@ class BertConfig(FlatConfigView, BaseModel):
             elif len(set(heads)) >= n:
                 issues.append(ConfigIssue(loc, f"cannot prune all {n} heads of a layer"))
         return issues
+
+    def _sharing_issues(self) -> list[ConfigIssue]:
+        """Layers that share weights must be built the same way: one module serves them all."""
+        enc = self.encoder
+        groups = enc.num_layer_groups
+        if groups is None:
+            return []
+        if groups > enc.num_layers:
+            return [ConfigIssue("encoder.num_layer_groups", f"is {groups}, more than num_layers {enc.num_layers}")]
+        first_of: dict[int, int] = {}
+        for index in range(enc.num_layers):
+            group = enc.layer_group(index)
+            first = first_of.setdefault(group, index)
+            if first == index:
+                continue
+            for key in OVERRIDABLE:
+                base = self.position if key == "position" else None
+                try:
+                    ours, theirs = enc.layer_spec(index, key, base), enc.layer_spec(first, key, base)
+                except ValidationError:
+                    continue  # reported where the override is checked
+                if ours != theirs:
+                    culprit = next(
+                        j
+                        for j, o in enumerate(enc.overrides)
+                        if o.changes(key) and (index in o.layers) != (first in o.layers)
+                    )
+                    return [
+                        ConfigIssue(
+                            f"encoder.overrides.{culprit}",
+                            f"changes {key} of layer {index} but not of layer {first}, yet both share the weights of "
+                            f"group {group} (num_layer_groups: {groups}); shared layers must be built alike",
+                        )
+                    ]
+        return []
 
     # ------------------------------------------------------------------------ checkpoint config.json
     @classmethod

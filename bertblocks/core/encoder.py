@@ -19,15 +19,25 @@ from torch.utils.checkpoint import checkpoint
 
 from .cache import KVCache
 from .config import BertConfig
-from .interfaces import Attention, Embedding, FeedForward, Pooler, Positions, PositionScheme, SharedPositionBias
+from .interfaces import (
+    Attention,
+    Embedding,
+    FeedForward,
+    Layer,
+    Pooler,
+    Positions,
+    PositionScheme,
+    SharedPositionBias,
+)
 from .masks import additive_mask, causal_mask, check_attention_mask, is_all_visible
 from .outputs import EncoderOutput, ModelOutputWithPooling
 from .packing import Packing, packing_traceable, right_padded_lengths
 
 
-class TransformerLayer(nn.Module):
-    """One post-LN layer: attention sub-layer, (decoders: cross-attention sub-layer,) then feed-forward
-    sub-layer, each with its residual and LayerNorm."""
+class TransformerLayer(Layer):
+    """One post-LN layer (BERT's, the default layer kind): attention sub-layer, (decoders: cross-attention
+    sub-layer,) then feed-forward sub-layer, each ending with its residual and norm (which the sub-layers
+    hold, at HF's keys ``attention.output.LayerNorm`` and ``output.LayerNorm``)."""
 
     def __init__(
         self,
@@ -110,13 +120,32 @@ _NO_DECODER = LayerContext()
 
 
 class Encoder(nn.Module):
-    """The layer stack. ``gradient_checkpointing`` recomputes each layer in backward while training."""
+    """The layer stack. ``gradient_checkpointing`` recomputes each layer in backward while training.
 
-    def __init__(self, layers: Sequence[TransformerLayer], shared_bias: SharedPositionBias | None = None) -> None:
+    Args:
+        layers: the layers with their own weights, registered at ``encoder.layer.N`` (HF's keys).
+        groups: cross-layer sharing: the stack runs ``layers[groups[i]]`` as its layer ``i`` (ALBERT), so
+            ``len(groups)`` layers run with ``len(layers)`` layers' parameters; ``None``: each layer once.
+        final_norm: a norm after the last layer (pre-LN stacks), registered at ``encoder.final_norm``.
+        shared_bias: a position bias shared by every layer (MPNet's ``encoder.relative_attention_bias``).
+    """
+
+    def __init__(
+        self,
+        layers: Sequence[Layer],
+        groups: Sequence[int] | None = None,
+        final_norm: nn.Module | None = None,
+        shared_bias: SharedPositionBias | None = None,
+    ) -> None:
         super().__init__()
         self.layer = nn.ModuleList(layers)  # singular name: HF's key is `encoder.layer.N`
+        self.groups: tuple[int, ...] = tuple(groups) if groups is not None else tuple(range(len(layers)))
+        if any(not 0 <= g < len(layers) for g in self.groups):
+            raise ValueError(f"layer groups {self.groups} name layers outside 0..{len(layers) - 1}")
+        self.final_norm = final_norm
         self.gradient_checkpointing = False
-        self._indexed = tuple(LayerContext(layer_index=i) for i in range(len(layers)))
+        self._shares = groups is not None
+        self._indexed = tuple(LayerContext(layer_index=i) for i in range(len(self.groups)))
         # A position bias shared by every layer lives here, as in MPNet (`encoder.relative_attention_bias`).
         self.shared_bias_name = shared_bias.module_name if shared_bias is not None else None
         if shared_bias is not None:
@@ -132,6 +161,15 @@ class Encoder(nn.Module):
     def shared_bias(self) -> SharedPositionBias | None:
         return getattr(self, self.shared_bias_name) if self.shared_bias_name else None
 
+    @property
+    def num_layers(self) -> int:
+        """Layers the stack runs (more than ``len(self.layer)`` when layers share weights)."""
+        return len(self.groups)
+
+    def layer_at(self, index: int) -> Layer:
+        """The module that runs as layer ``index`` (shared by every layer of its group)."""
+        return self.layer[self.groups[index]]  # type: ignore[return-value]
+
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -146,13 +184,16 @@ class Encoder(nn.Module):
         all_attn: list[torch.Tensor] = []
         all_cross: list[torch.Tensor] = []
         ctx = context or _NO_DECODER
-        if len(self._indexed) != len(self.layer):  # layers added or removed after construction
-            self._indexed = tuple(LayerContext(layer_index=i) for i in range(len(self.layer)))
+        if not self._shares and len(self.groups) != len(self.layer):  # layers added or removed after construction
+            self.groups = tuple(range(len(self.layer)))
+        if len(self._indexed) != len(self.groups):
+            self._indexed = tuple(LayerContext(layer_index=i) for i in range(len(self.groups)))
         shared = self.shared_bias
         if shared is not None:
             # once per forward pass, not once per layer
             positions = replace(positions, score_bias=shared(positions, hidden_states.dtype))
-        for i, layer in enumerate(self.layer):
+        for i, group in enumerate(self.groups):
+            layer = self.layer[group]
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             layer_head_mask = None if head_mask is None else head_mask[i]
@@ -189,6 +230,9 @@ class Encoder(nn.Module):
                 all_cross.append(cross)
         if output_hidden_states:
             all_hidden.append(hidden_states)
+        if self.final_norm is not None:
+            # after the last hidden_states entry, as transformers' ModernBERT records it
+            hidden_states = self.final_norm(hidden_states)
         return EncoderOutput(
             last_hidden_state=hidden_states,
             past_key_values=ctx.cache,
@@ -393,7 +437,7 @@ class EncoderModel(nn.Module):
     def _cache_shape(self) -> tuple[int, ...]:
         """``(head_dim, heads of layer 0, heads of layer 1, …)``: what a cache must match; kept until pruning."""
         if self._cache_shape_memo is None:
-            heads = (layer.attention.num_heads for layer in self.encoder.layer)
+            heads = (self.encoder.layer_at(i).attention.num_heads for i in range(self.encoder.num_layers))
             self._cache_shape_memo = (self._head_dim(), *heads)
         return self._cache_shape_memo
 
@@ -493,7 +537,8 @@ class EncoderModel(nn.Module):
         self._cache_shape_memo = None  # the layers' head counts change
         merged = {int(k): list(v) for k, v in self.config.pruned_heads.items()}
         for layer, heads in heads_to_prune.items():
-            self.encoder.layer[layer].attention.prune_heads(set(heads))
+            # with shared layers, pruning one layer prunes its group (one module serves them all)
+            self.encoder.layer_at(layer).attention.prune_heads(set(heads))
             merged[int(layer)] = sorted(set(merged.get(int(layer), [])) | set(heads))
         self.config.pruned_heads = merged
 
@@ -521,7 +566,8 @@ def init_weights(module: nn.Module, std: float) -> None:
 def init_module(module: nn.Module, std: float) -> None:
     """HF BERT's initialisation of one module's own parameters: normal(0, std) for linear and embedding
     weights, zero biases, unit LayerNorm; the padding row of an embedding with ``padding_idx`` starts at zero.
-    Other modules may define ``reset_parameters_like_hf(std)``."""
+    Other modules may define ``reset_parameters_like_hf(std)`` (norms: weight 1, bias 0). A layer without a
+    bias (``bias=False``) has none to initialise."""
     if isinstance(module, nn.Linear):
         module.weight.normal_(0.0, std)
         if module.bias is not None:
@@ -530,8 +576,10 @@ def init_module(module: nn.Module, std: float) -> None:
         module.weight.normal_(0.0, std)
         if module.padding_idx is not None:
             module.weight[module.padding_idx].zero_()
-    elif isinstance(module, nn.LayerNorm):
-        module.weight.fill_(1.0)
-        module.bias.zero_()
+    elif isinstance(module, nn.LayerNorm | nn.RMSNorm):
+        if module.weight is not None:  # elementwise_affine=False has neither
+            module.weight.fill_(1.0)
+        if getattr(module, "bias", None) is not None:
+            module.bias.zero_()
     elif hasattr(module, "reset_parameters_like_hf"):
         module.reset_parameters_like_hf(std)

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from torch import nn
 
 from .family import Family
-from .interfaces import Attention, AttentionBackend, Embedding, FeedForward, Head, Pooler, PositionScheme
+from .interfaces import Attention, AttentionBackend, Embedding, FeedForward, Head, Layer, Pooler, PositionScheme
 
 
 class PositionFactory(Protocol):
@@ -45,7 +45,11 @@ class EmbeddingFactory(Protocol):
 
 
 class AttentionFactory(Protocol):
-    """Kind ``attention`` (called once more per layer for cross-attention, with a scheme that adds nothing)."""
+    """Kind ``attention`` (called once more per layer for cross-attention, with a scheme that adds nothing).
+
+    ``norm`` makes the norm that ends the sub-layer (post-LN: ``norm(dropout(dense(x)) + residual)``), or is
+    ``None`` when the layer normalises and adds the residual itself (return ``dropout(dense(x))``).
+    """
 
     def __call__(
         self,
@@ -59,6 +63,7 @@ class AttentionFactory(Protocol):
         position: PositionScheme,
         layer_index: int,
         options: BaseModel,
+        norm: Callable[[], nn.Module] | None,
     ) -> Attention: ...
 
 
@@ -86,7 +91,33 @@ class FeedForwardFactory(Protocol):
         dropout: float,
         layer_norm_eps: float,
         options: BaseModel,
+        norm: Callable[[], nn.Module] | None,
     ) -> FeedForward: ...
+
+
+class NormFactory(Protocol):
+    """Kind ``norm``: a fresh norm module per call (each place a norm sits has its own parameters)."""
+
+    def __call__(self, *, hidden_size: int, eps: float, options: BaseModel) -> nn.Module: ...
+
+
+class LayerFactory(Protocol):
+    """Kind ``layer``: composes sub-layers it makes with ``attention(norm)``, ``crossattention(norm)`` (or
+    ``None``: no cross-attention) and ``feedforward(norm)``, passing ``norm`` (post-LN) or ``None``."""
+
+    def __call__(
+        self,
+        *,
+        attention: Callable[[Callable[[], nn.Module] | None], Attention],
+        crossattention: Callable[[Callable[[], nn.Module] | None], Attention] | None,
+        feedforward: Callable[[Callable[[], nn.Module] | None], FeedForward],
+        norm: Callable[[], nn.Module],
+        hidden_size: int,
+        chunk_size_feed_forward: int,
+        layer_index: int,
+        num_layers: int,
+        options: BaseModel,
+    ) -> Layer: ...
 
 
 class PoolerFactory(Protocol):
@@ -127,6 +158,8 @@ FACTORIES: dict[str, tuple[type[Any], type[Any]]] = {
     "backend": (BackendFactory, AttentionBackend),
     "feedforward": (FeedForwardFactory, FeedForward),
     "activation": (ActivationFactory, nn.Module),
+    "norm": (NormFactory, nn.Module),
+    "layer": (LayerFactory, Layer),
     "pooler": (PoolerFactory, Pooler),
     "head": (HeadFactory, Head),
     "family": (FamilyFactory, Family),
@@ -141,6 +174,8 @@ __all__ = [
     "FamilyFactory",
     "FeedForwardFactory",
     "HeadFactory",
+    "LayerFactory",
+    "NormFactory",
     "PoolerFactory",
     "PositionFactory",
 ]

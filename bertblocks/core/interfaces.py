@@ -365,7 +365,11 @@ class Intermediate(nn.Module, ABC):
 
 
 class FeedForwardOutput(nn.Module, ABC):
-    """Second half: ``([b, q, I], residual [b, q, H])`` → ``[b, q, H]``, residual and norm included."""
+    """Second half: ``([b, q, I], residual [b, q, H])`` → ``[b, q, H]``, residual and norm included.
+
+    Built without a norm (``norm=None`` to the factory: a pre-LN or parallel layer, which adds the residual
+    and normalises itself), it returns ``dropout(dense(intermediate))`` and ignores ``residual``.
+    """
 
     @abstractmethod
     def forward(self, intermediate: torch.Tensor, residual: torch.Tensor) -> torch.Tensor: ...
@@ -382,6 +386,37 @@ class FeedForward:
 
     intermediate: Intermediate
     output: FeedForwardOutput
+
+
+# ------------------------------------------------------------------------------------------------ layers
+class Layer(nn.Module, ABC):
+    """One layer of the stack: how attention, (cross-attention,) feed-forward, norms and residuals compose.
+
+    Shapes::
+
+        hidden_states [b, q, H] (packed: [1, T, H])   mask additive [b, 1, 1|q, k] or None
+        → (hidden_states [b, q, H], self-attention probabilities [b, h, q, k] or None, cross ones or None)
+
+    Attributes:
+        attention: the self-attention sub-layer (pruning and the KV cache find it here).
+    """
+
+    attention: Attention
+    #: whether the stack ends with a norm when the config's ``final_norm`` is null (pre-LN stacks need one)
+    final_norm_default: ClassVar[bool] = False
+
+    @abstractmethod
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: Positions,
+        head_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        context: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """``context`` is the stack's :class:`~bertblocks.core.encoder.LayerContext` (cache, causality, encoder
+        states, layer index, packing) or ``None`` for a plain encoder pass."""
 
 
 # ------------------------------------------------------------------------------------------ pooler, heads

@@ -199,6 +199,10 @@ def _without_default_options(model: BaseModel) -> dict[str, Any]:
 def _diff(full: Any, base: Any) -> Any:
     """The parts of ``full`` that differ from ``base`` (nested dicts), or ``None`` if none do."""
     if isinstance(full, dict) and isinstance(base, dict):
+        if "name" in full and full.get("name") != base.get("name"):
+            # another component: reading it back starts its spec afresh (its plugin's options are not the
+            # other's), so every field travels, the typed ones (num_heads, intermediate_size) included
+            return {k: v for k, v in full.items() if k != "hf"}
         out = {}
         for key, value in full.items():
             if key == "hf":

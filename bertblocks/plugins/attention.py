@@ -9,6 +9,8 @@ the layout ModernBERT stores: all query rows, then key rows, then value rows).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
@@ -94,18 +96,33 @@ class SelfAttentionProjections(nn.Module):
 
 
 class AttentionOutput(nn.Module):
-    """HF's ``BertSelfOutput``: ``LayerNorm(dropout(dense(x)) + residual)``."""
+    """HF's ``BertSelfOutput``: ``LayerNorm(dropout(dense(x)) + residual)``.
+
+    Without a norm (``norm=None``: a pre-LN or parallel layer adds the residual and owns the norm) it returns
+    ``dropout(dense(x))`` and ignores ``residual``.
+    """
 
     def __init__(
-        self, all_head_size: int, hidden_size: int, layer_norm_eps: float, dropout: float, bias: bool = True
+        self,
+        all_head_size: int,
+        hidden_size: int,
+        layer_norm_eps: float,
+        dropout: float,
+        norm: nn.Module | str | None = "layernorm",
+        bias: bool = True,
     ) -> None:
         super().__init__()
         self.dense = nn.Linear(all_head_size, hidden_size, bias=bias)
-        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        if norm == "layernorm":  # the default of direct callers (before norms were a component)
+            norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.post_norm = norm is not None
+        if isinstance(norm, nn.Module):
+            self.LayerNorm = norm  # CamelCase: HF's checkpoint key, whatever the norm kind
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
+        out = self.dropout(self.dense(hidden_states))
+        return self.LayerNorm(out + residual) if self.post_norm else out
 
 
 class BertAttention(Attention):
@@ -124,6 +141,8 @@ class BertAttention(Attention):
         layer_norm_eps: LayerNorm epsilon.
         backend: the kernel, chosen once at build time.
         position_bias: relative-position score term for this layer, or ``None``.
+        norm: the norm after the residual (``output.LayerNorm``, post-LN); ``None`` for a layer that normalises
+            itself (pre-LN, parallel): the sub-layer then returns ``dropout(dense(context))`` alone.
         rotary: rotation of queries and keys for this layer, or ``None``.
         qkv_bias, output_bias, fused_qkv: see :class:`AttentionOptions`.
     """
@@ -138,6 +157,7 @@ class BertAttention(Attention):
         layer_norm_eps: float,
         backend: AttentionBackend,
         position_bias: PositionBias | None,
+        norm: nn.Module | str | None = "layernorm",
         rotary: Rotary | None = None,
         qkv_bias: bool = True,
         output_bias: bool = True,
@@ -156,7 +176,7 @@ class BertAttention(Attention):
             hidden_size, num_heads * self.head_dim, position_bias, rotary, qkv_bias=qkv_bias, fused=fused_qkv
         )
         self.output = AttentionOutput(
-            num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout, bias=output_bias
+            num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout, norm, bias=output_bias
         )
         self.original_num_heads = num_heads
         self.kept_heads: list[int] = list(range(num_heads))  # original numbers of the heads still here
@@ -358,10 +378,15 @@ def build_bert_attention(
     layer_norm_eps: float,
     backend: AttentionBackend,
     position: PositionScheme,
-    layer_index: int,
-    options: AttentionOptions,
+    options: AttentionOptions | BaseModel,
+    layer_index: int = 0,  # callers from before layers were told their index: only per-layer schemes differ
+    norm: Callable[[], nn.Module] | str | None = "layernorm",
 ) -> BertAttention:
     head_dim = hidden_size // num_heads
+    if not isinstance(options, AttentionOptions):
+        # a plugin wrapping this factory with options of its own (written before BERT's attention had options)
+        # gets BERT's defaults
+        options = AttentionOptions()
     terms: LayerPositionTerms = position.layer_terms(layer_index, num_heads, head_dim)
     return BertAttention(
         hidden_size=hidden_size,
@@ -371,6 +396,7 @@ def build_bert_attention(
         layer_norm_eps=layer_norm_eps,
         backend=backend,
         position_bias=terms.bias,
+        norm=norm() if callable(norm) else norm,
         rotary=terms.rotary,
         qkv_bias=options.qkv_bias,
         output_bias=options.output_bias,

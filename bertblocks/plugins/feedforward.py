@@ -1,4 +1,9 @@
-"""BERT's feed-forward block, ``LayerNorm(dropout(dense2(act(dense1(x)))) + x)``, and activations by name."""
+"""Feed-forward blocks: BERT's ``LayerNorm(dropout(dense2(act(dense1(x)))) + x)``, the gated ``glu``
+(``dense2(act(gate(x)) · up(x))``: geglu, swiglu, reglu, …), and activations by name.
+
+Built for a pre-LN or parallel layer (the factory's ``norm`` is ``None``), the output module returns
+``dropout(dense2(...))`` alone: the layer adds the residual and owns the norm.
+"""
 
 from __future__ import annotations
 
@@ -7,35 +12,93 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import FeedForward, FeedForwardOutput, Intermediate
 
 
+class BertFeedForwardOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bias: bool = Field(True, description="biases on both projections")
+
+
+class GLUOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bias: bool = Field(True, description="biases on the projections (ModernBERT's mlp_bias)")
+    fused: bool = Field(
+        False,
+        description="one input projection intermediate.dense of 2·intermediate_size outputs, the activated half "
+        "first (ModernBERT's Wi); false: two, intermediate.gate (activated) and intermediate.up",
+    )
+
+
 class BertIntermediate(Intermediate):
     """HF's ``BertIntermediate``: ``act(dense(x))``."""
 
-    def __init__(self, hidden_size: int, intermediate_size: int, activation: nn.Module) -> None:
+    def __init__(self, hidden_size: int, intermediate_size: int, activation: nn.Module, bias: bool = True) -> None:
         super().__init__()
-        self.dense = nn.Linear(hidden_size, intermediate_size)
+        self.dense = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.intermediate_act_fn = activation
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.intermediate_act_fn(self.dense(hidden_states))
 
 
-class BertOutput(FeedForwardOutput):
-    """HF's ``BertOutput``: ``LayerNorm(dropout(dense(h)) + residual)``."""
+class GLUIntermediate(Intermediate):
+    """The gated first half: ``act(gate(x)) · up(x)`` (Shazeer 2020), ``[b, q, H] → [b, q, I]``.
 
-    def __init__(self, intermediate_size: int, hidden_size: int, layer_norm_eps: float, dropout: float) -> None:
+    Fused, one ``dense`` projection makes ``[b, q, 2I]`` whose first half is activated (ModernBERT's ``Wi``
+    layout); split, ``gate`` and ``up`` are two ``[I, H]`` projections (Llama's ``gate_proj``/``up_proj``).
+    """
+
+    def __init__(
+        self, hidden_size: int, intermediate_size: int, activation: nn.Module, bias: bool, fused: bool
+    ) -> None:
         super().__init__()
-        self.dense = nn.Linear(intermediate_size, hidden_size)
-        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.fused = fused
+        if fused:
+            self.dense = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
+        else:
+            self.gate = nn.Linear(hidden_size, intermediate_size, bias=bias)
+            self.up = nn.Linear(hidden_size, intermediate_size, bias=bias)
+        self.intermediate_act_fn = activation
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            gate, up = self.dense(hidden_states).chunk(2, dim=-1)  # [b, q, I] each
+        else:
+            gate, up = self.gate(hidden_states), self.up(hidden_states)
+        return self.intermediate_act_fn(gate) * up
+
+
+class BertOutput(FeedForwardOutput):
+    """HF's ``BertOutput``: ``LayerNorm(dropout(dense(h)) + residual)``; without a norm ``dropout(dense(h))``."""
+
+    def __init__(
+        self,
+        intermediate_size: int,
+        hidden_size: int,
+        layer_norm_eps: float,
+        dropout: float,
+        norm: nn.Module | str | None = "layernorm",
+        bias: bool = True,
+    ) -> None:
+        super().__init__()
+        self.dense = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        if norm == "layernorm":  # the default of direct callers (before norms were a component)
+            norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
+        self.post_norm = norm is not None
+        if isinstance(norm, nn.Module):
+            self.LayerNorm = norm  # CamelCase: HF's checkpoint key, whatever the norm kind
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, intermediate: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dropout(self.dense(intermediate)) + residual)
+        out = self.dropout(self.dense(intermediate))
+        return self.LayerNorm(out + residual) if self.post_norm else out
 
 
 def build_bert_feedforward(
@@ -45,12 +108,51 @@ def build_bert_feedforward(
     activation: Callable[[], nn.Module],
     dropout: float,
     layer_norm_eps: float,
-    options: object,
+    options: BertFeedForwardOptions | object,
+    norm: Callable[[], nn.Module] | str | None = "layernorm",
+) -> FeedForward:
+    bias = getattr(options, "bias", True)
+    return FeedForward(
+        intermediate=BertIntermediate(hidden_size, intermediate_size, activation(), bias),
+        output=BertOutput(
+            intermediate_size, hidden_size, layer_norm_eps, dropout, _norm(norm, hidden_size, layer_norm_eps), bias
+        ),
+    )
+
+
+def build_glu_feedforward(
+    *,
+    hidden_size: int,
+    intermediate_size: int,
+    activation: Callable[[], nn.Module],
+    dropout: float,
+    layer_norm_eps: float,
+    options: GLUOptions,
+    norm: Callable[[], nn.Module] | str | None = "layernorm",
 ) -> FeedForward:
     return FeedForward(
-        intermediate=BertIntermediate(hidden_size, intermediate_size, activation()),
-        output=BertOutput(intermediate_size, hidden_size, layer_norm_eps, dropout),
+        intermediate=GLUIntermediate(hidden_size, intermediate_size, activation(), options.bias, options.fused),
+        output=BertOutput(
+            intermediate_size,
+            hidden_size,
+            layer_norm_eps,
+            dropout,
+            _norm(norm, hidden_size, layer_norm_eps),
+            options.bias,
+        ),
     )
+
+
+def _norm(norm: Callable[[], nn.Module] | str | None, hidden_size: int, eps: float) -> nn.Module | str | None:
+    """The builder passes a no-argument factory of the configured norm (or ``None``); a direct caller that
+    passes nothing gets BERT's LayerNorm (``"layernorm"``, made by the output module)."""
+    return norm() if callable(norm) else norm
+
+
+#: gated activation names (Shazeer 2020) → the activation of their gate: aliases of that activation, so that a
+#: ``glu`` feed-forward is configured the way papers name it (``activation: swiglu``). The gating is the glu
+#: block's; on the ungated ``bert`` block ``swiglu`` is SiLU.
+GATED_ACTIVATIONS: dict[str, str] = {"geglu": "gelu", "swiglu": "silu", "reglu": "relu"}
 
 
 # ------------------------------------------------------------------------------------------- activations
@@ -115,9 +217,28 @@ def _activation_factory(make: Callable[[], nn.Module]) -> Callable[..., nn.Modul
 
 def bertblocks_register_components() -> list[Component]:
     return [
-        Component("feedforward", "bert", build_bert_feedforward, description="dense → act → dense → LN(+x)"),
+        Component(
+            "feedforward",
+            "bert",
+            build_bert_feedforward,
+            BertFeedForwardOptions,
+            description="dense → act → dense (bias optional)",
+        ),
+        Component(
+            "feedforward",
+            "glu",
+            build_glu_feedforward,
+            GLUOptions,
+            description="gated: dense(act(gate(x)) · up(x)); geglu, swiglu, reglu; split or fused input",
+        ),
         *(
-            Component("activation", name, _activation_factory(make), description=text)
+            Component(
+                "activation",
+                name,
+                _activation_factory(make),
+                description=text + "".join(f"; also {g} (its gate)" for g, a in GATED_ACTIVATIONS.items() if a == name),
+                aliases=tuple(g for g, a in GATED_ACTIVATIONS.items() if a == name),
+            )
             for name, (make, text) in ACTIVATIONS.items()
         ),
     ]

@@ -3,24 +3,30 @@
 
 from __future__ import annotations
 
+import copy
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import torch
 from pydantic import BaseModel
 from torch import nn
 
 from bertblocks.core.component import Component
 from bertblocks.core.config import BertConfig, ComponentSpec
-from bertblocks.core.encoder import Encoder, TransformerLayer
+from bertblocks.core.encoder import Encoder
 from bertblocks.core.interfaces import (
     Attention,
     AttentionBackend,
     Embedding,
     FeedForward,
     Head,
+    Layer,
     Pooler,
     PositionScheme,
+    SharedPositionBias,
 )
 from bertblocks.core.limits import check_size
 
@@ -75,66 +81,103 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
     )
     enc = config.encoder
     shared_bias = position.shared_bias(enc.attention.num_heads)
-    layers = []
+    layers: dict[int, Layer] = {}  # by weight group: layers that share weights are built once
     for i in range(enc.num_layers):
-        attention_spec, ff_spec = enc.layer_specs(i)
-        where = f"encoder layer {i}"
-        position_spec = enc.layer_position(i, config.position)
-        layer_position = (
-            position
-            if position_spec == config.position
-            else _make(
-                reg,
-                "position",
-                position_spec,
-                PositionScheme,
-                f"{where} position",
-                max_positions=config.max_position_embeddings,
-            )
-        )
-        backend = _make(reg, "backend", attention_spec.backend, AttentionBackend, f"{where} backend")
-        if shared_bias is not None and attention_spec.num_heads != enc.attention.num_heads:
-            raise BuildError(
-                f"{where}: the {config.position.name!r} position scheme shares one bias over "
-                f"{enc.attention.num_heads} heads by all layers, but this layer has {attention_spec.num_heads}"
-            )
-        adds_bias = layer_position.adds_score_bias
-        if adds_bias is None:  # undeclared (a plugin older than the declaration): build one bias to find out
-            head_dim = config.hidden_size // attention_spec.num_heads
-            adds_bias = layer_position.attention_bias(attention_spec.num_heads, head_dim) is not None
-        if (adds_bias or shared_bias is not None) and not backend.capabilities.additive_mask:
-            raise BuildError(
-                f"{where}: backend {attention_spec.backend.name!r} cannot take an additive score bias, which "
-                f"the {position_spec.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
-            )
-        if config.is_decoder and not backend.capabilities.causal:
-            raise BuildError(
-                f"{where}: backend {attention_spec.backend.name!r} cannot do causal attention, which a decoder "
-                "(is_decoder: true) needs; choose a backend that can (eager, sdpa)"
-            )
-        make_attention = partial(
-            _make,
+        group = enc.layer_group(i)
+        if group not in layers:
+            layers[group] = _build_layer(reg, config, i, position, shared_bias)
+    groups = [enc.layer_group(i) for i in range(enc.num_layers)] if enc.num_layer_groups is not None else None
+    final = enc.layer.final_norm
+    if final is None:  # the kind of the last layer decides: the stack ends with it
+        final = type(layers[enc.layer_group(enc.num_layers - 1)]).final_norm_default
+    final_norm = _norm_factory(reg, config, enc.norm, "encoder final norm")() if final else None
+    encoder = Encoder([layers[g] for g in sorted(layers)], groups, final_norm, shared_bias)
+    pooler = (
+        _make(reg, "pooler", config.pooler, Pooler, "pooler", hidden_size=config.hidden_size)
+        if config.pooler is not None
+        else None
+    )
+    return Assembled(embeddings, encoder, pooler, position)
+
+
+def _build_layer(
+    reg: Registry,
+    config: BertConfig,
+    index: int,
+    position: PositionScheme,
+    shared_bias: SharedPositionBias | None,
+) -> Layer:
+    """Layer ``index``: its backend, attention (and cross-attention), feed-forward and norms, composed by its
+    layer kind."""
+    enc = config.encoder
+    attention_spec, ff_spec = enc.layer_specs(index)
+    layer_spec, norm_spec = enc.layer_spec(index, "layer"), enc.layer_spec(index, "norm")
+    where = f"encoder layer {index}"
+    position_spec = enc.layer_position(index, config.position)
+    if position_spec != config.position:
+        # a per-layer scheme acts inside this layer's attention (a bias, another rotary base); the embeddings
+        # and a bias shared by all layers keep the model-wide one
+        position = _make(
             reg,
-            "attention",
-            attention_spec,
-            Attention,
-            hidden_size=config.hidden_size,
-            num_heads=attention_spec.num_heads,
-            dropout=attention_spec.dropout,
-            hidden_dropout=config.hidden_dropout_prob,
-            layer_norm_eps=config.layer_norm_eps,
-            backend=backend,
-            layer_index=i,
+            "position",
+            position_spec,
+            PositionScheme,
+            f"{where} position",
+            max_positions=config.max_position_embeddings,
         )
-        attention = make_attention(f"{where} attention", position=layer_position)
-        # Cross-attention never carries a position bias (HF builds it with absolute positions).
-        crossattention = (
-            make_attention(f"{where} cross-attention", position=PositionScheme(config.max_position_embeddings))
-            if config.add_cross_attention
-            else None
+    backend = _make(reg, "backend", attention_spec.backend, AttentionBackend, f"{where} backend")
+    head_dim = config.hidden_size // attention_spec.num_heads
+    _probe_backend(reg.get("backend", attention_spec.backend.name), backend, attention_spec.num_heads, head_dim, where)
+    if shared_bias is not None and attention_spec.num_heads != enc.attention.num_heads:
+        raise BuildError(
+            f"{where}: the {config.position.name!r} position scheme shares one bias over "
+            f"{enc.attention.num_heads} heads by all layers, but this layer has {attention_spec.num_heads}"
         )
-        activation = reg.get("activation", ff_spec.activation)
-        feedforward = _make(
+    adds_bias = position.adds_score_bias
+    if adds_bias is None:  # undeclared (a plugin older than the declaration): build one bias to find out
+        adds_bias = position.attention_bias(attention_spec.num_heads, head_dim) is not None
+    if (adds_bias or shared_bias is not None) and not backend.capabilities.additive_mask:
+        raise BuildError(
+            f"{where}: backend {attention_spec.backend.name!r} cannot take an additive score bias, which "
+            f"the {position_spec.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
+        )
+    if config.is_decoder and not backend.capabilities.causal:
+        raise BuildError(
+            f"{where}: backend {attention_spec.backend.name!r} cannot do causal attention, which a decoder "
+            "(is_decoder: true) needs; choose a backend that can (eager, sdpa)"
+        )
+    norm = _norm_factory(reg, config, norm_spec, f"{where} norm")
+    attention_component = reg.get("attention", attention_spec.name)
+
+    def make_attention(what: str, scheme: PositionScheme) -> Callable[[Callable[[], nn.Module] | None], Attention]:
+        def make(sublayer_norm: Callable[[], nn.Module] | None) -> Attention:
+            extra = _norm_argument(attention_component, sublayer_norm, norm_spec, f"{where} {what}", layer_spec.name)
+            if accepts(attention_component.factory, "layer_index"):  # factories written before it was passed
+                extra["layer_index"] = index
+            return _make(  # type: ignore[no-any-return]
+                reg,
+                "attention",
+                attention_spec,
+                Attention,
+                f"{where} {what}",
+                hidden_size=config.hidden_size,
+                num_heads=attention_spec.num_heads,
+                dropout=attention_spec.dropout,
+                hidden_dropout=config.hidden_dropout_prob,
+                layer_norm_eps=config.layer_norm_eps,
+                backend=backend,
+                position=scheme,
+                **extra,
+            )
+
+        return make
+
+    activation = reg.get("activation", ff_spec.activation)
+    ff_component = reg.get("feedforward", ff_spec.name)
+
+    def make_feedforward(sublayer_norm: Callable[[], nn.Module] | None) -> FeedForward:
+        extra = _norm_argument(ff_component, sublayer_norm, norm_spec, f"{where} feedforward", layer_spec.name)
+        return _make(  # type: ignore[no-any-return]
             reg,
             "feedforward",
             ff_spec,
@@ -145,14 +188,27 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
             activation=partial(_call, activation, nn.Module, f"{where} activation", options=_options(activation, {})),
             dropout=config.hidden_dropout_prob,
             layer_norm_eps=config.layer_norm_eps,
+            **extra,
         )
-        layers.append(TransformerLayer(attention, feedforward, enc.chunk_size_feed_forward, crossattention))
-    pooler = (
-        _make(reg, "pooler", config.pooler, Pooler, "pooler", hidden_size=config.hidden_size)
-        if config.pooler is not None
-        else None
+
+    return _make(  # type: ignore[no-any-return]
+        reg,
+        "layer",
+        layer_spec,
+        Layer,
+        f"{where} layer",
+        attention=make_attention("attention", position),
+        # Cross-attention never carries a position bias (HF builds it with absolute positions).
+        crossattention=make_attention("cross-attention", PositionScheme(config.max_position_embeddings))
+        if config.add_cross_attention
+        else None,
+        feedforward=make_feedforward,
+        norm=norm,
+        hidden_size=config.hidden_size,
+        chunk_size_feed_forward=enc.chunk_size_feed_forward,
+        layer_index=index,
+        num_layers=enc.num_layers,
     )
-    return Assembled(embeddings, Encoder(layers, shared_bias), pooler, position)
 
 
 def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
@@ -188,13 +244,101 @@ def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
     return head
 
 
+def _norm_factory(reg: Registry, config: BertConfig, spec: ComponentSpec, where: str) -> Callable[[], nn.Module]:
+    """A no-argument factory of fresh norm modules (each place a norm sits gets its own parameters)."""
+    return partial(
+        _make, reg, "norm", spec, nn.Module, where, hidden_size=config.hidden_size, eps=config.layer_norm_eps
+    )
+
+
+def _norm_argument(
+    component: Component,
+    norm: Callable[[], nn.Module] | None,
+    norm_spec: ComponentSpec,
+    where: str,
+    layer: str,
+) -> dict[str, Any]:
+    """The ``norm`` keyword for an attention or feed-forward factory.
+
+    A factory written before norms were a component takes no ``norm``: it builds BERT's LayerNorm itself, which
+    is right for a post-LN layer with the default norm only.
+    """
+    if accepts(component.factory, "norm"):
+        return {"norm": norm}
+    if norm is not None and norm_spec.name == "layernorm" and norm_spec.options().get("bias", True):
+        return {}
+    need = f"norm {norm_spec.name!r}" if norm is not None else f"layer {layer!r} (which normalises itself)"
+    raise BuildError(
+        f"{where}: {component.kind} {component.name!r} from {component.provider} takes no `norm` argument, so it "
+        f"cannot be built for {need}; its factory must accept `norm` (see the writing-a-plugin guide)"
+    )
+
+
+def accepts(factory: Callable[..., Any], name: str, by_name_only: bool = False) -> bool:
+    """Whether ``factory`` takes a keyword argument ``name`` (by name, or through ``**kwargs`` unless
+    ``by_name_only``)."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: assume the documented arguments only
+        return False
+    return any(p.name == name or (p.kind is inspect.Parameter.VAR_KEYWORD and not by_name_only) for p in parameters)
+
+
+def _probe_backend(component: Component, backend: AttentionBackend, heads: int, head_dim: int, where: str) -> None:
+    """Call the backend once on tiny tensors and check its output shape and dtype, so that a backend returning
+    ``[b, q, h, d]`` (transposed) or a wrong shape fails here, naming it, not deep inside a forward pass.
+
+    The probe uses more queries than heads so that a transposition shows in the shape. A backend that cannot
+    run the probe (e.g. one that needs a GPU) is not judged here.
+    """
+    b, q = 1, heads + 1
+    probe = torch.zeros(b, heads, q, head_dim)
+    kwargs: dict[str, Any] = {"mask": None, "scale": head_dim**-0.5, "dropout_p": 0.0, "is_causal": False}
+    try:
+        # a shallow copy: whatever state the backend keeps (counters, caches) is not touched by the probe
+        with torch.no_grad():
+            out = copy.copy(backend)(probe, probe, probe, need_weights=False, **kwargs)[0]
+    except Exception:
+        return
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (b, heads, q, head_dim) or out.dtype != probe.dtype:
+        got = f"{tuple(out.shape)} {out.dtype}" if isinstance(out, torch.Tensor) else type(out).__name__
+        transposed = isinstance(out, torch.Tensor) and tuple(out.shape) == (b, q, heads, head_dim)
+        hint = " (transposed? it must be [b, h, q, d])" if transposed else ""
+        raise BuildError(
+            f"{where}: backend {component.name!r} from {component.provider} returned {got} for query/key/value "
+            f"[b, h, q, d] = {[b, heads, q, head_dim]} float32; expected the query's shape and dtype{hint}"
+        )
+
+
+def plugin_options(component: Component, spec: ComponentSpec) -> dict[str, Any]:
+    """The options given to ``component``: the spec's plugin keys, plus the spec's typed fields whose names the
+    component's options model also declares (a plugin taking ``intermediate_size`` gets the config's value,
+    not its own default)."""
+    shared = {
+        key: getattr(spec, key)
+        for key in component.options.model_fields
+        if key != "name" and key in type(spec).model_fields
+    }
+    return {**shared, **spec.options()}
+
+
 def _options(component: Component, given: dict[str, Any]) -> BaseModel:
     return component.options.model_validate(given)
 
 
 def _make(reg: Registry, kind: str, spec: ComponentSpec, expected: type, where: str, **kwargs: Any) -> Any:
     component = reg.get(kind, spec.name)
-    return _call(component, expected, where, options=_options(component, spec.options()), **kwargs)
+    if accepts(component.factory, "build", by_name_only=True) and "build" not in kwargs:
+        kwargs["build"] = partial(_build_sub, reg, where)
+    return _call(component, expected, where, options=_options(component, plugin_options(component, spec)), **kwargs)
+
+
+def _build_sub(reg: Registry, where: str, kind: str, spec: ComponentSpec, **kwargs: Any) -> Any:
+    """What a factory's ``build`` argument does: ``build(kind, spec, **kwargs)`` builds the sub-component
+    ``spec`` (a :func:`~bertblocks.core.component.subcomponent` field of its options) of ``kind`` through the
+    registry, passing ``kwargs`` to its factory, and checks what it returns."""
+    expected = reg.kind_returns(kind)
+    return _make(reg, kind, spec, expected, f"{where} {kind} {spec.name!r}", **kwargs)
 
 
 def _call(component: Component, expected: type, where: str, **kwargs: Any) -> Any:

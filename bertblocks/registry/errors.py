@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 from bertblocks.core.config import closest
 
 
 class RegistryError(Exception):
-    """Base of registry errors."""
+    """Base of registry errors.
+
+    Picklable although the subclasses' constructors take other arguments than their message (pickle would call
+    ``cls(*args)``): an error raised in a worker process (an ablation run) reaches the parent as itself.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (type(self), self.args, dict(self.__dict__)))
+
+
+def _restore(cls: type[RegistryError], args: tuple[Any, ...], state: dict[str, Any]) -> RegistryError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class UnknownComponentError(RegistryError, LookupError):
@@ -36,6 +51,16 @@ class DuplicateComponentError(RegistryError):
 
     def __init__(self, kind: str, name: str, first: str, second: str) -> None:
         super().__init__(f"{kind} {name!r} is registered twice: by {first} and by {second}")
+
+
+class KindCollisionError(RegistryError):
+    """A plugin declared a component kind that is built in or that another plugin declared."""
+
+    def __init__(self, kind: str, first: str, second: str) -> None:
+        super().__init__(
+            f"component kind {kind!r} is declared twice: by {first} and by {second}; "
+            "a plugin's kind needs a name of its own"
+        )
 
 
 class PluginLoadError(RegistryError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pluggy
 
-from bertblocks.core.component import Command, Component, Preset
+from bertblocks.core.component import Command, Component, ComponentKind, Preset
 
 PROJECT = "bertblocks"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -48,4 +48,15 @@ class BertBlocksHooks:
         when the command runs, so that ``bertblocks --help`` stays fast). The built-in commands and
         ``bertblocks ablate`` register through this hook too. A name registered by two plugins is an error
         naming both.
+        """
+
+    @hookspec
+    def bertblocks_register_kinds(self) -> list[ComponentKind]:  # type: ignore[empty-body]
+        """Return the component kinds this plugin declares, for sub-components its own components build.
+
+        Each :class:`~bertblocks.core.component.ComponentKind` has a name (never a built-in kind's, nor another
+        plugin's: either raises :class:`~bertblocks.registry.KindCollisionError` naming both) and the type its
+        factories return. Components of the kind are registered with ``bertblocks_register_components`` like
+        any other; an options field made with :func:`~bertblocks.core.component.subcomponent` names one, and the
+        registry validates it with dotted-path errors.
         """

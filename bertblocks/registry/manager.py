@@ -32,12 +32,13 @@ from typing import Any
 import pluggy
 from pydantic import BaseModel
 
-from bertblocks.core.component import KINDS, Command, Component, Preset
+from bertblocks.core.component import KINDS, Command, Component, ComponentKind, Preset
 
 from .errors import (
     DuplicateCommandError,
     DuplicateComponentError,
     DuplicatePresetError,
+    KindCollisionError,
     PluginLoadError,
     RegistryError,
     UnknownComponentError,
@@ -96,6 +97,8 @@ class Registry:
         self._origin: dict[str, tuple[str, str]] = {}  # plugin name → (distribution, version)
         self._index: dict[tuple[str, str], Component] | None = None
         self._preset_index: dict[str, Preset] | None = None
+        self._kind_index: dict[str, ComponentKind] | None = None
+        self._alias_index: dict[tuple[str, str], Component] = {}  # rebuilt with the component index
         # names two plugins registered: every provider, in registration order (filled with the indexes)
         self._clashes: dict[tuple[str, str], list[Component]] = {}
         self._preset_clashes: dict[str, list[Preset]] = {}
@@ -114,6 +117,7 @@ class Registry:
         if load_entry_points and not os.environ.get(DISABLE_AUTOLOAD_ENV):
             self._load_entry_points()
         if strict:  # strict means: fail now, not at the first look-up
+            self._kinds()
             self._components()
             self._presets()
             for (kind, name), clash in self._clashes.items():
@@ -146,7 +150,12 @@ class Registry:
         self._origin[name] = (distribution, version)
         self._index = None
         self._preset_index = None
+        self._kind_index = None
         self._command_index = None
+        unknown = _unknown_hooks(plugin)
+        if unknown:  # a misspelt hook would register nothing, silently
+            where = f"{distribution} {version}".strip()
+            self._record_import(PluginLoadError(self._labels.get(name, name), where, unknown))
 
     def _load_entry_points(self) -> None:
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -169,17 +178,16 @@ class Registry:
             except (Exception, SystemExit):  # a plugin calling sys.exit() on import must not end the program
                 self._record_import(PluginLoadError(label, where, traceback.format_exc()))
                 continue
+            self._labels[ep.name] = label
             try:
                 # pluggy refuses a hook implementation whose arguments the spec does not have, or a module
                 # that is already registered under another name
                 self.register(plugin, name=ep.name, distribution=dist, version=version)
+            except PluginLoadError:
+                raise  # strict: a misspelt hook, reported by register
             except Exception:
                 self._record_import(PluginLoadError(label, where, traceback.format_exc()))
                 continue
-            self._labels[ep.name] = label
-            unknown = _unknown_hooks(plugin)
-            if unknown:
-                self._record_import(PluginLoadError(label, where, unknown))
 
     def _record_import(self, error: PluginLoadError) -> None:
         if self.strict:
@@ -197,9 +205,49 @@ class Registry:
         self._hook_errors[(plugin_name, hook)] = error
 
     # -------------------------------------------------------------------------------------------- look-up
+    def _kinds(self) -> dict[str, ComponentKind]:
+        """Kinds plugins declare (``bertblocks_register_kinds``), by name."""
+        if self._kind_index is not None:
+            return self._kind_index
+        index: dict[str, ComponentKind] = {}
+        for plugin_name, plugin in self._pm.list_name_plugin():
+            hook = getattr(plugin, "bertblocks_register_kinds", None)
+            if hook is None:
+                continue
+            dist, _ = self._origin.get(plugin_name, ("?", ""))
+            provider = plugin_name if dist in ("?", "(in-process)") else f"{plugin_name} ({dist})"
+            try:
+                kinds = _check_kinds(hook())
+            except Exception:
+                self._record(plugin_name, "bertblocks_register_kinds")
+                continue
+            self._hook_errors.pop((plugin_name, "bertblocks_register_kinds"), None)
+            for kind in kinds:
+                if kind.name in KINDS:
+                    raise KindCollisionError(kind.name, "bertblocks (built in)", provider)
+                if kind.name in index:
+                    raise KindCollisionError(kind.name, index[kind.name].provider, provider)
+                index[kind.name] = replace(kind, provider=provider)
+        self._kind_index = index
+        return index
+
+    def kinds(self) -> list[str]:
+        """Every component kind: the built-in ones, then those plugins declare (sorted)."""
+        return [*KINDS, *sorted(self._kinds())]
+
+    def kind_returns(self, kind: str) -> type:
+        """What a factory of ``kind`` must return (``object`` for a built-in kind looked up this way)."""
+        declared = self._kinds().get(kind)
+        if declared is not None:
+            return declared.returns
+        if kind in KINDS:
+            return object
+        raise RegistryError(f"unknown component kind {kind!r}; kinds: {', '.join(self.kinds())}")
+
     def _components(self) -> dict[tuple[str, str], Component]:
         if self._index is not None:
             return self._index
+        kinds = set(self.kinds())
         index: dict[tuple[str, str], Component] = {}
         self._clashes = {}
         for plugin_name, plugin in self._pm.list_name_plugin():
@@ -210,7 +258,7 @@ class Registry:
             provider = plugin_name if dist in ("?", "(in-process)") else f"{plugin_name} ({dist})"
             try:
                 returned = hook()
-                components = _check_components(returned)
+                components = _check_components(returned, kinds)
             except Exception:
                 self._record(plugin_name, "bertblocks_register_components")
                 continue
@@ -223,6 +271,16 @@ class Registry:
                     self._clashes.setdefault(key, [index[key]]).append(replace(component, provider=provider))
                     continue
                 index[key] = replace(component, provider=provider)
+        aliases: dict[tuple[str, str], Component] = {}
+        for component in index.values():
+            for alias in component.aliases:
+                key = (component.kind, alias)
+                if key in index or key in aliases:  # an error where the name is used, as for names
+                    first = index[key] if key in index else aliases[key]
+                    self._clashes.setdefault(key, [first]).append(component)
+                    continue
+                aliases[key] = component
+        self._alias_index = aliases
         self._index = index
         return index
 
@@ -247,14 +305,14 @@ class Registry:
         Raises:
             UnknownComponentError: listing the names of that kind, the closest one, and broken plugins.
         """
-        if kind not in KINDS:
-            raise RegistryError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
         index = self._components()
+        if kind not in KINDS and kind not in self._kinds():
+            raise RegistryError(f"unknown component kind {kind!r}; kinds: {', '.join(self.kinds())}")
         clash = self._clashes.get((kind, name))
         if clash is not None:
             raise DuplicateComponentError(kind, name, clash[0].provider, " and by ".join(c.provider for c in clash[1:]))
         try:
-            return index[(kind, name)]
+            return index[(kind, name)] if (kind, name) in index else self._alias_index[(kind, name)]
         except KeyError:
             raise UnknownComponentError(
                 kind, name, [n for k, n in index if k == kind], [e.summary() for e in self.load_errors]
@@ -263,10 +321,13 @@ class Registry:
     def components(self, kind: str | None = None) -> list[Component]:
         """Every component (of ``kind``), sorted by kind then name."""
         index = self._components()
-        every = [*index.values(), *(c for clash in self._clashes.values() for c in clash[1:])]
+        listed = list(index.values())
+        # the second provider of a clashing name is listed too (an alias clash's second is listed already)
+        every = [*listed, *(c for clash in self._clashes.values() for c in clash[1:] if c not in listed)]
+        order = {k: i for i, k in enumerate(self.kinds())}
         return sorted(
             (c for c in every if kind is None or c.kind == kind),
-            key=lambda c: (KINDS.index(c.kind), c.name),
+            key=lambda c: (order.get(c.kind, len(order)), c.name),
         )
 
     def _presets(self) -> dict[str, Preset]:
@@ -377,14 +438,29 @@ def _unknown_hooks(plugin: object) -> str:
     return "\n".join(lines)
 
 
-def _check_components(returned: Any) -> list[Component]:
+def _check_kinds(returned: Any) -> list[ComponentKind]:
+    if not isinstance(returned, list | tuple):
+        raise TypeError(f"bertblocks_register_kinds must return a list of ComponentKind, got {type(returned)}")
+    for item in returned:
+        if not isinstance(item, ComponentKind):
+            raise TypeError(f"bertblocks_register_kinds returned {item!r}, not a ComponentKind")
+        if not isinstance(item.name, str) or not item.name.isidentifier():
+            raise TypeError(f"a component kind's name must be an identifier, got {item.name!r}")
+    return list(returned)
+
+
+def _check_components(returned: Any, kinds: set[str] | None = None) -> list[Component]:
+    kinds = kinds if kinds is not None else set(KINDS)
     if not isinstance(returned, list | tuple):
         raise TypeError(f"bertblocks_register_components must return a list of Component, got {type(returned)}")
     for item in returned:
         if not isinstance(item, Component):
             raise TypeError(f"bertblocks_register_components returned {item!r}, not a Component")
-        if item.kind not in KINDS:
-            raise TypeError(f"component {item.name!r} has unknown kind {item.kind!r}; kinds: {', '.join(KINDS)}")
+        if item.kind not in kinds:
+            raise TypeError(
+                f"component {item.name!r} has unknown kind {item.kind!r}; kinds: {', '.join(sorted(kinds))} "
+                "(a plugin declares a new kind with bertblocks_register_kinds)"
+            )
         if not (isinstance(item.options, type) and issubclass(item.options, BaseModel)):
             raise TypeError(f"component {item.kind} {item.name!r}: options must be a pydantic model class")
     return list(returned)

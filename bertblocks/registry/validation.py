@@ -11,7 +11,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from bertblocks.core.component import subcomponent_fields
 from bertblocks.core.config import (
+    OVERRIDABLE,
     BertConfig,
     ComponentSpec,
     ConfigError,
@@ -21,6 +23,7 @@ from bertblocks.core.config import (
 )
 from bertblocks.core.interfaces import PositionScheme
 
+from .builder import plugin_options
 from .errors import UnknownComponentError
 from .manager import Registry, get_registry
 
@@ -65,21 +68,18 @@ def validate_config(
     )
     apply(("encoder", "feedforward"), checker.check("feedforward", enc.feedforward, "encoder.feedforward"))
     checker.check_name("activation", enc.feedforward.activation, "encoder.feedforward.activation")
+    apply(("encoder", "layer"), checker.check("layer", enc.layer, "encoder.layer"))
+    apply(("encoder", "norm"), checker.check("norm", enc.norm, "encoder.norm"))
     if config.pooler is not None:
         apply(("pooler",), checker.check("pooler", config.pooler, "pooler"))
 
     for j, override in enumerate(enc.overrides):
-        if override.position:
-            loc = f"encoder.overrides.{j}.position"
-            try:
-                checker.check("position", merge_spec(config.position, override.position), loc)
-            except ValidationError as e:
-                issues.extend(issues_from_validation_error(e, loc))
-        for part, base in (("attention", enc.attention), ("feedforward", enc.feedforward)):
-            changes = getattr(override, part)
+        for part in OVERRIDABLE:
+            changes = override.changes(part)
             if not changes:
                 continue
             loc = f"encoder.overrides.{j}.{part}"
+            base = config.position if part == "position" else getattr(enc, part)
             try:
                 spec = merge_spec(base, changes)
             except ValidationError as e:
@@ -88,7 +88,7 @@ def validate_config(
             checker.check(part, spec, loc)
             if part == "attention":
                 checker.check("backend", spec.backend, f"{loc}.backend")
-            else:
+            elif part == "feedforward":
                 checker.check_name("activation", spec.activation, f"{loc}.activation")
 
     if not issues:
@@ -99,38 +99,35 @@ def validate_config(
     checker.check_name("family", config.family, "family")
     if config.add_cross_attention and not config.is_decoder:
         issues.append(ConfigIssue("add_cross_attention", "cross-attention needs is_decoder: true"))
+    # Whole-config checks of the components (a combination one of them cannot work with), once every name is
+    # known to exist: each component judges the config where it is used.
+    if not issues:
+        for kind, spec, loc in checker.used:
+            issues.extend(_whole_config_issues(reg, config, kind, spec, loc))
 
     if issues:
         raise ConfigError(issues, source)
-    validated = BertConfig.model_validate(normalized)
-    _record_option_defaults(validated, reg)
-    return validated
+    result = BertConfig.model_validate(normalized)
+    for loc, defaults in checker.defaults.items():
+        spec: Any = result
+        for part in loc.split("."):
+            spec = getattr(spec, part, None)
+        if isinstance(spec, ComponentSpec):
+            spec._option_defaults = defaults
+    return result
 
 
-def _record_option_defaults(config: BertConfig, registry: Registry) -> None:
-    """Tell every component spec the defaults of its plugin's options (see ``ComponentSpec._option_defaults``)."""
-    enc = config.encoder
-    specs = [
-        ("embedding", config.embedding),
-        ("position", config.position),
-        ("attention", enc.attention),
-        ("backend", enc.attention.backend),
-        ("feedforward", enc.feedforward),
-        ("pooler", config.pooler),
-        ("head", config.head),
-    ]
-    for kind, spec in specs:
-        if spec is None:
-            continue
-        try:
-            options = registry.get(kind, spec.name).options
-        except UnknownComponentError:
-            continue
-        spec._option_defaults = {
-            name: field.get_default(call_default_factory=True)
-            for name, field in options.model_fields.items()
-            if not field.is_required()
-        }
+def _whole_config_issues(
+    reg: Registry, config: BertConfig, kind: str, spec: ComponentSpec, loc: str
+) -> list[ConfigIssue]:
+    component = reg.get(kind, spec.name)
+    if component.validate is None:
+        return []
+    try:
+        found = list(component.validate(config, spec, loc))
+    except Exception as e:  # a crashing check is the plugin's bug: say whose
+        return [ConfigIssue(loc, f"the validate hook of {kind} {spec.name!r} from {component.provider} raised {e!r}")]
+    return [item if isinstance(item, ConfigIssue) else ConfigIssue(loc, str(item)) for item in found]
 
 
 def _position_problems(config: BertConfig, registry: Registry) -> list[ConfigIssue]:
@@ -187,8 +184,17 @@ class _ComponentChecker:
     def __init__(self, registry: Registry, issues: list[ConfigIssue]) -> None:
         self.registry = registry
         self.issues = issues
+        #: ``(kind, spec, loc)`` of every component that passed, for the whole-config checks
+        self.used: list[tuple[str, ComponentSpec, str]] = []
+        #: the option defaults of each component's options model, by the dotted path of its spec
+        self.defaults: dict[str, dict[str, Any]] = {}
 
     def check_name(self, kind: str, name: str, loc: str) -> Any:
+        if kind not in self.registry.kinds():
+            self.issues.append(
+                ConfigIssue(loc, f"unknown component kind {kind!r}; kinds: {', '.join(self.registry.kinds())}")
+            )
+            return None
         try:
             return self.registry.get(kind, name)
         except UnknownComponentError as e:
@@ -201,9 +207,27 @@ class _ComponentChecker:
         if component is None:
             return None
         try:
-            options = component.options.model_validate(spec.options())
+            options = component.options.model_validate(plugin_options(component, spec))
         except ValidationError as e:
             known = [*type(spec).model_fields, *component.options.model_fields]
             self.issues.extend(issues_from_validation_error(e, loc, known_fields=known))
             return None
-        return options.model_dump()
+        dump = options.model_dump()
+        ok = True
+        for field, sub_kind in subcomponent_fields(component.options).items():
+            sub = getattr(options, field)
+            if isinstance(sub, ComponentSpec):
+                filled = self.check(sub_kind, sub, f"{loc}.{field}")
+                if filled is None:
+                    ok = False
+                else:  # the sub-component's defaults shown too
+                    dump[field] = {**dump[field], **filled}
+        if not ok:
+            return None
+        self.used.append((kind, spec, loc))
+        self.defaults[loc] = {
+            key: field.get_default(call_default_factory=True)
+            for key, field in component.options.model_fields.items()
+            if not field.is_required()
+        }
+        return dump

@@ -1,0 +1,280 @@
+"""Layer kinds: how attention, (cross-attention,) feed-forward, norms and residuals compose.
+
+- ``post_ln`` (BERT): ``x = norm(x + attn(x))``, ``x = norm(x + ff(x))``; the norms sit inside the sub-layers
+  at HF's keys (``attention.output.LayerNorm``, ``output.LayerNorm``). Bit for bit what BERT computes.
+- ``pre_ln``: ``x = x + attn(norm(x))``, ``x = x + ff(norm(x))``, with a final norm after the stack
+  (``encoder.final_norm``); ``first_attention_norm: false`` leaves layer 0's attention input unnormalised, as
+  ModernBERT does (its embeddings already end with a norm).
+- ``parallel`` (GPT-J, PaLM): ``x = x + attn(norm(x)) + ff(norm(x))``, one norm shared by both branches (or one
+  each, ``shared_norm: false``, as GPT-NeoX).
+
+Keys of a pre-LN layer: ``attention_norm``, ``attention.*``, ``crossattention_norm``, ``crossattention.*``,
+``feedforward_norm``, ``intermediate.*``, ``output.*``; of a parallel one ``norm`` (or ``attention_norm`` and
+``feedforward_norm``), ``attention.*``, ``intermediate.*``, ``output.*``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from bertblocks.core.component import Component
+from bertblocks.core.config import BertConfig, ComponentSpec, ConfigIssue
+from bertblocks.core.encoder import LayerContext, TransformerLayer
+from bertblocks.core.interfaces import Attention, FeedForward, Layer, Positions
+
+#: what a layer factory receives to make its sub-layers: ``attention(norm)`` with ``norm`` a no-argument
+#: factory of the norm that ends the sub-layer (post-LN) or ``None`` (the layer normalises)
+SublayerFactory = Callable[[Callable[[], nn.Module] | None], Any]
+
+
+class PreLNOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    first_attention_norm: bool = Field(
+        True,
+        description="norm the input of layer 0's attention; false as ModernBERT (its embeddings end with a norm)",
+    )
+
+
+class ParallelOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    shared_norm: bool = Field(True, description="one norm feeds both branches (GPT-J); false: one each (GPT-NeoX)")
+
+
+class _ResidualLayer(Layer):
+    """Shared plumbing of the layers that own their norms: attention calls and chunked feed-forward."""
+
+    final_norm_default: ClassVar[bool] = True
+
+    def __init__(self, attention: Attention, feedforward: FeedForward, chunk_size_feed_forward: int) -> None:
+        super().__init__()
+        self.attention = attention
+        # HF's names for the feed-forward halves, as in the post-LN layer
+        self.intermediate = feedforward.intermediate
+        self.output = feedforward.output
+        self.chunk_size_feed_forward = chunk_size_feed_forward
+
+    def _attend(
+        self,
+        normed: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: Positions,
+        head_mask: torch.Tensor | None,
+        output_attentions: bool,
+        ctx: LayerContext,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.attention(
+            normed,
+            mask=mask,
+            positions=positions,
+            head_mask=head_mask,
+            output_attentions=output_attentions,
+            cache=ctx.cache,
+            layer_index=ctx.layer_index,
+            is_causal=ctx.is_causal,
+            packing=ctx.packing,
+        )
+
+    def _feedforward(self, normed: torch.Tensor) -> torch.Tensor:
+        """``dropout(dense2(...))`` of the normed input (no residual: the layer adds it), chunked if asked."""
+        chunk = self.chunk_size_feed_forward
+        if chunk and normed.shape[1] > chunk:
+            # position-wise, so splitting along the sequence is exact (HF's apply_chunking_to_forward)
+            return torch.cat([self.output(self.intermediate(p), p) for p in normed.split(chunk, dim=1)], dim=1)
+        return self.output(self.intermediate(normed), normed)
+
+
+class PreLNLayer(_ResidualLayer):
+    """``x + attn(norm(x))``, (``+ crossattn(norm(x), encoder)``,) then ``x + ff(norm(x))``."""
+
+    def __init__(
+        self,
+        attention: Attention,
+        feedforward: FeedForward,
+        attention_norm: nn.Module | None,
+        feedforward_norm: nn.Module,
+        chunk_size_feed_forward: int = 0,
+        crossattention: Attention | None = None,
+        crossattention_norm: nn.Module | None = None,
+    ) -> None:
+        super().__init__(attention, feedforward, chunk_size_feed_forward)
+        # nn.Identity holds no parameters: layer 0 of ModernBERT has no attention norm and no key for one
+        self.attention_norm = attention_norm if attention_norm is not None else nn.Identity()
+        self.has_cross_attention = crossattention is not None
+        if crossattention is not None:
+            self.crossattention = crossattention
+            self.crossattention_norm = crossattention_norm
+        self.feedforward_norm = feedforward_norm
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # [b, q, H]
+        mask: torch.Tensor | None,
+        positions: Positions,
+        head_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        context: LayerContext | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        ctx = context or LayerContext()
+        attended, weights = self._attend(
+            self.attention_norm(hidden_states), mask, positions, head_mask, output_attentions, ctx
+        )
+        hidden_states = hidden_states + attended
+        cross_weights = None
+        if self.has_cross_attention:
+            if ctx.encoder_hidden_states is None:
+                raise ValueError("this decoder has cross-attention layers: pass encoder_hidden_states")
+            crossed, cross_weights = self.crossattention(
+                self.crossattention_norm(hidden_states),
+                mask=ctx.encoder_mask,
+                positions=positions,
+                head_mask=head_mask,
+                output_attentions=output_attentions,
+                encoder_hidden_states=ctx.encoder_hidden_states,
+                cache=ctx.cache,
+                layer_index=ctx.layer_index,
+            )
+            hidden_states = hidden_states + crossed
+        hidden_states = hidden_states + self._feedforward(self.feedforward_norm(hidden_states))
+        return hidden_states, weights, cross_weights
+
+
+class ParallelLayer(_ResidualLayer):
+    """``x + attn(norm(x)) + ff(norm(x))``: both branches read the same input (one matmul pass per layer)."""
+
+    def __init__(
+        self,
+        attention: Attention,
+        feedforward: FeedForward,
+        norm: nn.Module,
+        feedforward_norm: nn.Module | None = None,
+        chunk_size_feed_forward: int = 0,
+    ) -> None:
+        super().__init__(attention, feedforward, chunk_size_feed_forward)
+        self.shared_norm = feedforward_norm is None
+        if self.shared_norm:
+            self.norm = norm
+        else:
+            self.attention_norm = norm
+            self.feedforward_norm = feedforward_norm
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # [b, q, H]
+        mask: torch.Tensor | None,
+        positions: Positions,
+        head_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        context: LayerContext | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        ctx = context or LayerContext()
+        if self.shared_norm:
+            attention_in = feedforward_in = self.norm(hidden_states)
+        else:
+            attention_in, feedforward_in = self.attention_norm(hidden_states), self.feedforward_norm(hidden_states)
+        attended, weights = self._attend(attention_in, mask, positions, head_mask, output_attentions, ctx)
+        return hidden_states + attended + self._feedforward(feedforward_in), weights, None
+
+
+# --------------------------------------------------------------------------------------------- factories
+def build_post_ln(
+    *,
+    attention: SublayerFactory,
+    crossattention: SublayerFactory | None,
+    feedforward: SublayerFactory,
+    norm: Callable[[], nn.Module],
+    chunk_size_feed_forward: int,
+    **_: Any,
+) -> TransformerLayer:
+    return TransformerLayer(
+        attention(norm),
+        feedforward(norm),
+        chunk_size_feed_forward,
+        crossattention(norm) if crossattention is not None else None,
+    )
+
+
+def build_pre_ln(
+    *,
+    attention: SublayerFactory,
+    crossattention: SublayerFactory | None,
+    feedforward: SublayerFactory,
+    norm: Callable[[], nn.Module],
+    chunk_size_feed_forward: int,
+    layer_index: int,
+    options: PreLNOptions,
+    **_: Any,
+) -> PreLNLayer:
+    skip = layer_index == 0 and not options.first_attention_norm
+    return PreLNLayer(
+        attention(None),
+        feedforward(None),
+        None if skip else norm(),
+        norm(),
+        chunk_size_feed_forward,
+        crossattention(None) if crossattention is not None else None,
+        norm() if crossattention is not None else None,
+    )
+
+
+def build_parallel(
+    *,
+    attention: SublayerFactory,
+    crossattention: SublayerFactory | None,
+    feedforward: SublayerFactory,
+    norm: Callable[[], nn.Module],
+    chunk_size_feed_forward: int,
+    options: ParallelOptions,
+    **_: Any,
+) -> ParallelLayer:
+    if crossattention is not None:  # refused at validate (check_no_cross_attention); kept for direct callers
+        raise ValueError("a parallel layer has no cross-attention sub-layer")
+    return ParallelLayer(
+        attention(None), feedforward(None), norm(), None if options.shared_norm else norm(), chunk_size_feed_forward
+    )
+
+
+# ------------------------------------------------------------------------------------ whole-config checks
+def check_post_ln(config: BertConfig, spec: ComponentSpec, loc: str) -> list[ConfigIssue]:
+    if getattr(spec, "final_norm", None):
+        return [
+            ConfigIssue(
+                f"{loc}.final_norm",
+                "a post_ln stack already ends with a norm (each sub-layer's); a final norm needs layer pre_ln or "
+                "parallel",
+            )
+        ]
+    return []
+
+
+def check_parallel(config: BertConfig, spec: ComponentSpec, loc: str) -> list[str]:
+    if config.add_cross_attention:
+        return ["a parallel layer has no cross-attention sub-layer (add_cross_attention: true); use pre_ln or post_ln"]
+    return []
+
+
+def bertblocks_register_components() -> list[Component]:
+    return [
+        Component(
+            "layer",
+            "post_ln",
+            build_post_ln,
+            description="BERT: norm(x + attn(x)), norm(x + ff(x))",
+            validate=check_post_ln,
+        ),
+        Component("layer", "pre_ln", build_pre_ln, PreLNOptions, description="x + attn(norm(x)), x + ff(norm(x))"),
+        Component(
+            "layer",
+            "parallel",
+            build_parallel,
+            ParallelOptions,
+            description="x + attn(norm(x)) + ff(norm(x))",
+            validate=check_parallel,
+        ),
+    ]
