@@ -31,7 +31,7 @@ from .interfaces import (
 )
 from .masks import additive_mask, causal_mask, check_attention_mask, is_all_visible
 from .outputs import EncoderOutput, ModelOutputWithPooling
-from .packing import Packing, right_padded_lengths
+from .packing import Packing, packing_traceable, right_padded_lengths
 
 
 class TransformerLayer(Layer):
@@ -400,11 +400,15 @@ class EncoderModel(nn.Module):
             or attention_mask is None
             or attention_mask.dim() != 2
             or self.config.is_decoder
-            or torch.compiler.is_compiling()  # data-dependent shapes
+            or not packing_traceable()  # compiled without capture of data-dependent sizes: stay padded
         ):
             return None
         if enc.packing == "auto" and (self.training or torch.is_grad_enabled() or not self.auto_packing):
             return None
+        if torch.compiler.is_compiling():
+            # A graph cannot branch on the data (padding side, padding share), so a compiled model packs every
+            # 2-D mask; the packed path is exact for any padding pattern (tokens keep their row-major order).
+            return Packing.from_mask(attention_mask)
         lengths = right_padded_lengths(attention_mask)
         if lengths is None:
             return None
