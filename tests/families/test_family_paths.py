@@ -209,3 +209,33 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
     capsys.readouterr()
     assert json.loads(back.read_text())["model_type"] == json.loads(Path(config_json).read_text())["model_type"]
     assert bertblocks.load_config(back) == bertblocks.load_config(config_json)
+
+
+@pytest.mark.parametrize("name", ["roberta", "electra", "albert", "mpnet", "distilbert", "ernie"])
+def test_an_ablation_study_runs_on_the_family(checkpoints, tmp_path, name):
+    """`bertblocks ablate` with the family's config.json as the base: both variants build, train and are measured
+    (the study's own tokenizer sets the vocabulary)."""
+    import yaml
+
+    from bertblocks.ablation import run_study
+
+    study = {
+        "name": f"{name}-backends",
+        "base": str(checkpoints(name).directory / "config.json"),
+        "vary": {"encoder.attention.backend": ["eager", "sdpa"]},
+        "measure": {"batch": 2, "seq_len": 16, "repeats": 1, "warmup": 0},
+        "train": {"task": "mlm", "steps": 3, "batch_size": 4, "seq_len": 16, "seeds": [0], "eval_batches": 1},
+        "corpus": {"sentences": 100},
+        "tokenizer": {"vocab_size": 120},
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    result = run_study(path, tmp_path / "out", workers=0, progress=False, echo=None)
+    rows = {s.variant: s for s in result.summaries}
+    assert len(rows) == 2
+    for summary in rows.values():
+        assert summary.mean["params"] > 0
+        assert np.isfinite(summary.mean["eval_loss"])
+    # the backend does not change the model: the same seed trains the same weights to the same loss
+    eager, sdpa = rows.values()
+    assert eager.mean["eval_loss"] == pytest.approx(sdpa.mean["eval_loss"], abs=1e-4)
