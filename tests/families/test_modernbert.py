@@ -337,3 +337,45 @@ def test_padding_positions_whose_window_is_all_padding_match_the_same_kernel(tmp
     )
     with torch.no_grad():
         assert (other.eval()(**inputs).last_hidden_state - want).abs().max() > 1e-2  # the rows exist in the batch
+
+
+# --------------------------------------------------------------------------------------- packing and compile
+def _uneven_batch() -> dict[str, torch.Tensor]:
+    """Rows of 14, 9 and 3 real tokens: over a third padding, so `auto` packs too."""
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(3, 99, (3, L), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    mask[2, 3:] = 0
+    return {"input_ids": ids.masked_fill(mask == 0, PAD), "attention_mask": mask}
+
+
+@pytest.mark.parametrize("packing", ["auto", "always"])
+def test_packed_path_equals_transformers(tmp_path, packing):
+    reference = save_hf("ModernBertModel", tmp_path / "hf", TINY)
+    model = bertblocks.from_pretrained(tmp_path / "hf", [f"encoder.packing={packing}"]).eval()
+    inputs = _uneven_batch()
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        want = reference(**inputs).last_hidden_state
+        got = model(**inputs).last_hidden_state
+    assert (got[real] - want[real]).abs().max() <= TOL
+    assert got[~real].abs().max() == 0  # the run really was packed (padding holds zeros)
+
+
+@pytest.mark.compile
+def test_compiled_model_equals_transformers(tmp_path):
+    reference = save_hf("ModernBertModel", tmp_path / "hf", TINY)
+    model = bertblocks.from_pretrained(tmp_path / "hf").eval()
+    inputs = _uneven_batch()
+    real = inputs["attention_mask"].bool()
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(model, backend="aot_eager", fullgraph=True)  # no graph break anywhere
+        with torch.no_grad():
+            got = compiled(**inputs).last_hidden_state
+    finally:
+        torch._dynamo.reset()
+    with torch.no_grad():
+        want = reference(**inputs).last_hidden_state
+    assert (got[real] - want[real]).abs().max() <= TOL
