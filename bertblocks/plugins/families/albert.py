@@ -96,7 +96,7 @@ ALBERT = Family(
     },
     base_architecture="AlbertModel",
     fixed={"position.name": "absolute"},
-    description="ALBERT: factorized embeddings, one layer shared by all, sentence-order pre-training",
+    description="ALBERT: factorized embeddings, layer groups shared by their layers, sentence-order pre-training",
     # BERT's framing over a SentencePiece vocabulary whose padding and unknown tokens are <pad> and <unk>
     tokenizer=replace(
         BERT_TOKENIZER,
