@@ -175,6 +175,7 @@ def test_config_maps_to_the_components_it_is_made_of():
         ({"head_dim": 16}, "head_dim 16"),
         ({"bertblocks": {"encoder": {"attention": {"fused_qkv": False}}}}, "encoder.attention.fused_qkv"),
         ({"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
+        ({"n_embd": 32, "n_layer": 2, "rotary_emb_fraction": 1.0}, "original remote-code format"),
     ],
 )
 def test_config_json_the_family_cannot_represent_is_an_error(change, message):

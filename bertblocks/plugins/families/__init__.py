@@ -3,8 +3,32 @@
 
 from __future__ import annotations
 
-from . import albert, bert, distilbert, electra, ernie, hybrid, mpnet, nomic_bert, roberta, task_heads
+from . import (
+    albert,
+    bert,
+    distilbert,
+    electra,
+    ernie,
+    hybrid,
+    jina_embeddings_v3,
+    mpnet,
+    nomic_bert,
+    roberta,
+    task_heads,
+)
 
-FAMILY_PLUGINS = (bert, roberta, electra, distilbert, albert, mpnet, ernie, nomic_bert, hybrid, task_heads)
+FAMILY_PLUGINS = (
+    bert,
+    roberta,
+    electra,
+    distilbert,
+    albert,
+    mpnet,
+    ernie,
+    nomic_bert,
+    jina_embeddings_v3,
+    hybrid,
+    task_heads,
+)
 
 __all__ = ["FAMILY_PLUGINS"]
