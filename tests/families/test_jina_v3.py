@@ -120,6 +120,22 @@ def test_padded_and_packed_paths_agree_with_transformers(tmp_path, packing):
         assert max_diff(reference(**inputs), ours(**inputs), mask) <= TOL
 
 
+def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path):
+    save_hf("JinaEmbeddingsV3ForMaskedLM", tmp_path)
+    reference = transformers.JinaEmbeddingsV3ForMaskedLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    inputs, mask = batch("JinaEmbeddingsV3ForMaskedLM")
+    ours = bertblocks.from_pretrained(tmp_path, ["encoder.attention.backend=eager"], head="auto").eval()
+    with torch.no_grad():
+        theirs = reference(**inputs, output_hidden_states=True, output_attentions=True)
+        got = ours(**inputs, output_hidden_states=True, output_attentions=True)
+    assert len(got.hidden_states) == len(theirs.hidden_states) == SETTINGS["num_hidden_layers"] + 1
+    for a, b in zip(theirs.hidden_states, got.hidden_states, strict=True):
+        assert (a - b)[mask.bool()].abs().max() <= TOL
+    assert len(got.attentions) == len(theirs.attentions) == SETTINGS["num_hidden_layers"]
+    for a, b in zip(theirs.attentions, got.attentions, strict=True):  # [b, h, q, k]; rows of real queries
+        assert (a - b).transpose(1, 2)[mask.bool()].abs().max() <= TOL
+
+
 def test_config_maps_to_the_components_it_is_made_of():
     hf = transformers.JinaEmbeddingsV3Config(**SETTINGS).to_dict()
     cfg = bertblocks.load_config(config_from_hf(hf))
