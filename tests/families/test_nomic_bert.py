@@ -170,6 +170,20 @@ def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path):
         assert (a - b).transpose(1, 2)[mask.bool()].abs().max() <= TOL
 
 
+def test_checkpoint_under_transformers_in_memory_names_loads(tmp_path):
+    reference = save_hf("NomicBertForMaskedLM", tmp_path / "original")
+    reference.save_pretrained(tmp_path, save_original_format=False)  # q_proj/k_proj/v_proj, … as in memory
+    from safetensors.torch import load_file
+
+    assert "nomic_bert.layers.0.self_attn.q_proj.weight" in load_file(tmp_path / "model.safetensors")
+    inputs, mask = batch("NomicBertForMaskedLM")
+    ours, info = bertblocks.from_pretrained(tmp_path, head="auto", output_loading_info=True)
+    assert info.missing_keys == []
+    assert info.unexpected_keys == []
+    with torch.no_grad():
+        assert max_diff(reference(**inputs), ours.eval()(**inputs), mask) <= TOL
+
+
 def test_config_maps_to_the_components_it_is_made_of():
     hf = transformers.NomicBertConfig(**SETTINGS).to_dict()
     cfg = bertblocks.load_config(config_from_hf(hf))

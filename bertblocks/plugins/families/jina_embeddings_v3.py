@@ -8,8 +8,9 @@ XLM-RoBERTa's (a gelu ``lm_head``, a ``dense → tanh → out_proj`` classifier)
 
 The checkpoint is what transformers writes (its ``save_pretrained`` reverts to Jina's original names):
 ``roberta.emb_ln``, ``roberta.encoder.layers.{i}.mixer.Wqkv`` (query, key, value rows), ``mixer.out_proj``,
-``norm1``, ``mlp.fc1``, ``mlp.fc2``, ``norm2``. The published model's task LoRA adapters are not part of
-transformers' class and not of this family.
+``norm1``, ``mlp.fc1``, ``mlp.fc2``, ``norm2``; one under transformers' in-memory names
+(``save_original_format=False``: ``layers.{i}.self_attn.q_proj``, …) loads too. The published model's task
+LoRA adapters are not part of transformers' class and not of this family.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 from bertblocks.core.component import Component
 from bertblocks.core.config import BertConfig
 from bertblocks.core.family import Family
-from bertblocks.core.keymap import KeyMap, Rename
+from bertblocks.core.keymap import Join, KeyMap, Rename
 
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 from .roberta import LM_HEAD_RULES, roberta_tokenizer
@@ -41,7 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "pad_token_id": 1,
 }
 
-_L, _O = "roberta.encoder.layers.{i}", "bert.encoder.layer.{i}"
+_L, _N, _O = "roberta.encoder.layers.{i}", "roberta.layers.{i}", "bert.encoder.layer.{i}"
 KEY_MAP = KeyMap(
     prefix="roberta",
     rules=(
@@ -53,6 +54,14 @@ KEY_MAP = KeyMap(
         Rename(f"{_L}.mlp.fc2", f"{_O}.output.dense"),
         Rename(f"{_L}.norm2", f"{_O}.output.LayerNorm"),
         *LM_HEAD_RULES,
+        # transformers' own names, in checkpoints saved with save_original_format=False: read, never written
+        # (the rules above match every model key first)
+        Join(tuple(f"{_N}.self_attn.{p}_proj" for p in "qkv"), f"{_O}.attention.self.Wqkv"),
+        Rename(f"{_N}.self_attn.o_proj", f"{_O}.attention.output.dense"),
+        Rename(f"{_N}.post_attention_layernorm", f"{_O}.attention.output.LayerNorm"),
+        Rename(f"{_N}.mlp.fc1", f"{_O}.intermediate.dense"),
+        Rename(f"{_N}.mlp.fc2", f"{_O}.output.dense"),
+        Rename(f"{_N}.post_mlp_layernorm", f"{_O}.output.LayerNorm"),
     ),
     head_prefixes=("lm_head.", "classifier.", "qa_outputs."),
 )

@@ -3,13 +3,15 @@ no projection biases.
 
 What differs from BERT, as components: position ``rope`` (halves, whole head, ``θ = rope_theta``, 1000 by
 default), no position table; attention ``fused_qkv`` without ``qkv_bias``/``output_bias``; feed-forward ``glu``
-without bias (``act(gate(x)) · up(x)``, the activation ``hidden_act``, SiLU by default); the LayerNorms keep their
-biases. ``NomicBertModel`` has no pooler, the sequence classifier has BERT's.
+without bias, ``fused`` (``act(gate(x)) · up(x)``, the activation ``hidden_act``, SiLU by default); the LayerNorms
+keep their biases (one matrix product each for query/key/value and for gate/up). ``NomicBertModel`` has no
+pooler, the sequence classifier has BERT's.
 
 The checkpoint is what transformers writes (its ``save_pretrained`` reverts to Nomic's original names):
 ``nomic_bert.emb_ln``, ``nomic_bert.encoder.layers.{i}.attn.Wqkv`` (query, key, value rows), ``attn.out_proj``,
 ``norm1``, ``mlp.fc11`` (up), ``mlp.fc12`` (gate), ``mlp.fc2``, ``norm2``; the masked LM's transform norm is
-``cls.predictions.transform.layer_norm``.
+``cls.predictions.transform.layer_norm``. A checkpoint under transformers' in-memory names
+(``save_original_format=False``: ``layers.{i}.self_attn.q_proj``, ``mlp.gate_proj``, …) loads too.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from bertblocks.core.component import Component
 from bertblocks.core.config import BertConfig
 from bertblocks.core.family import BERT_TOKENIZER, Family
-from bertblocks.core.keymap import KeyMap, Rename
+from bertblocks.core.keymap import Join, KeyMap, Rename
 
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 from .rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
@@ -29,7 +31,7 @@ DEFAULT_THETA = 1000.0
 #: the only head whose transformers class builds NomicBertModel with its pooler
 _POOLED = "NomicBertForSequenceClassification"
 
-_L, _O = "nomic_bert.encoder.layers.{i}", "bert.encoder.layer.{i}"
+_L, _N, _O = "nomic_bert.encoder.layers.{i}", "nomic_bert.layers.{i}", "bert.encoder.layer.{i}"
 KEY_MAP = KeyMap(
     prefix="nomic_bert",
     rules=(
@@ -37,12 +39,20 @@ KEY_MAP = KeyMap(
         Rename(f"{_L}.attn.Wqkv", f"{_O}.attention.self.Wqkv"),
         Rename(f"{_L}.attn.out_proj", f"{_O}.attention.output.dense"),
         Rename(f"{_L}.norm1", f"{_O}.attention.output.LayerNorm"),
-        Rename(f"{_L}.mlp.fc11", f"{_O}.intermediate.up"),
-        Rename(f"{_L}.mlp.fc12", f"{_O}.intermediate.gate"),
+        # the fused GLU input holds the activated half (fc12, the gate) first, then fc11 (up)
+        Join((f"{_L}.mlp.fc12", f"{_L}.mlp.fc11"), f"{_O}.intermediate.dense"),
         Rename(f"{_L}.mlp.fc2", f"{_O}.output.dense"),
         Rename(f"{_L}.norm2", f"{_O}.output.LayerNorm"),
         # NomicBertPredictionHeadTransform renames BERT's LayerNorm (to escape the gamma/beta legacy renames)
         Rename("cls.predictions.transform.layer_norm", "cls.predictions.transform.LayerNorm"),
+        # transformers' own names, in checkpoints saved with save_original_format=False: read, never written
+        # (the rules above match every model key first)
+        Join(tuple(f"{_N}.self_attn.{p}_proj" for p in "qkv"), f"{_O}.attention.self.Wqkv"),
+        Rename(f"{_N}.self_attn.o_proj", f"{_O}.attention.output.dense"),
+        Rename(f"{_N}.post_attention_layernorm", f"{_O}.attention.output.LayerNorm"),
+        Join((f"{_N}.mlp.gate_proj", f"{_N}.mlp.up_proj"), f"{_O}.intermediate.dense"),
+        Rename(f"{_N}.mlp.down_proj", f"{_O}.output.dense"),
+        Rename(f"{_N}.post_mlp_layernorm", f"{_O}.output.LayerNorm"),
     ),
     head_prefixes=("cls.", "classifier."),
 )
@@ -56,7 +66,7 @@ FIXED: dict[str, Any] = {
     "encoder.attention.output_bias": False,
     "encoder.feedforward.name": "glu",
     "encoder.feedforward.bias": False,
-    "encoder.feedforward.fused": False,
+    "encoder.feedforward.fused": True,
     "is_decoder": False,
     "add_cross_attention": False,
 }
@@ -96,7 +106,7 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     data["position"] = position
     encoder = data["encoder"]
     encoder["attention"] = {**encoder["attention"], "fused_qkv": True, "qkv_bias": False, "output_bias": False}
-    encoder["feedforward"] = {**encoder["feedforward"], "name": "glu", "bias": False, "fused": False}
+    encoder["feedforward"] = {**encoder["feedforward"], "name": "glu", "bias": False, "fused": True}
     # NomicBertModel builds no pooler; only the sequence classifier asks for one
     data["pooler"] = "first_token" if hf.get("architectures") == [_POOLED] else None
     return data
