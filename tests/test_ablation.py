@@ -308,15 +308,19 @@ def test_example_studies_validate_and_start_with_a_comment(name, variants, monke
 
 
 # ----------------------------------------------------------------------------------------------- FLOPs
-@pytest.mark.parametrize("position", ["absolute", "relative_key", "relative_key_query"])
+@pytest.mark.parametrize(
+    "position", ["absolute", "relative_key", "relative_key_query", "rope", "none", "relative_bucket"]
+)
 @pytest.mark.parametrize("backend", ["eager", "sdpa"])
 def test_analytic_flops_match_torch_flop_counter(position, backend):
     """Both count matrix products only, as 2 x multiply-adds: they must agree exactly (tolerance 1e-9)."""
+    # a layer with other heads and width: the formula must follow per-layer overrides (relative_bucket shares
+    # one bias over all layers' heads, so its layers keep the heads)
+    heads = {} if position == "relative_bucket" else {"attention": {"num_heads": 2}}
     overrides = {
         "position.name": position,
         "encoder.attention.backend": backend,
-        # a layer with other heads and width: the formula must follow per-layer overrides
-        "encoder.overrides": [{"layers": 1, "attention": {"num_heads": 2}, "feedforward": {"intermediate_size": 20}}],
+        "encoder.overrides": [{"layers": 1, **heads, "feedforward": {"intermediate_size": 20}}],
     }
     config = bertblocks.load_config(TINY, overrides)
     model = bertblocks.BertModel.from_config(config)

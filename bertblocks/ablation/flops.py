@@ -11,6 +11,7 @@ For a sequence of ``L`` tokens, hidden size ``H``, feed-forward width ``I``, and
     attention      2·L·A + 2·L·A       scores QKᵀ and probabilities × V
     relative bias  2·A·(2L − 1)        relative_key: queries × the (2L − 1) reachable distance rows
                    × 2                 relative_key_query: the keys too
+                                       (rope, relative_bucket, none: no products, like absolute)
     feed-forward   2·H·I + 2·I·H       (glu: 2·H·2I + 2·I·H, the gate and the up projection)
     pooler         2·H² / L            one dense on the first token of each sequence
 
@@ -38,7 +39,8 @@ from bertblocks.core.config import BertConfig
 _KNOWN = {
     "attention": {"bert"},
     "feedforward": {"bert", "glu"},
-    "position": {"absolute", "relative_key", "relative_key_query"},
+    # rope rotates elementwise, relative_bucket looks a shared table up, none adds nothing: no products
+    "position": {"absolute", "none", "rope", "relative_bucket", "relative_key", "relative_key_query"},
 }
 
 
