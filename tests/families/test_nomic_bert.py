@@ -184,6 +184,87 @@ def test_checkpoint_under_transformers_in_memory_names_loads(tmp_path):
         assert max_diff(reference(**inputs), ours.eval()(**inputs), mask) <= TOL
 
 
+#: the shape of the published checkpoints' config.json (Nomic's remote-code format, nomic-embed-text-v1.5's fields),
+#: at the test's tiny sizes
+ORIGINAL: dict[str, Any] = {
+    "model_type": "nomic_bert",
+    "architectures": ["NomicBertModel"],
+    "activation_function": "swiglu",
+    "attn_pdrop": 0.0,
+    "resid_pdrop": 0.0,
+    "embd_pdrop": 0.0,
+    "causal": False,
+    "dense_seq_output": True,
+    "fused_bias_fc": True,
+    "fused_dropout_add_ln": True,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-5,
+    "max_trained_positions": 2048,
+    "mlp_fc1_bias": False,
+    "mlp_fc2_bias": False,
+    "n_embd": 32,
+    "n_head": 4,
+    "n_inner": 37,
+    "n_layer": 2,
+    "n_positions": 64,
+    "pad_vocab_size_multiple": 1,
+    "parallel_block": False,
+    "parallel_block_tied_norm": False,
+    "prenorm": False,
+    "qkv_proj_bias": False,
+    "rotary_emb_base": 50,
+    "rotary_emb_fraction": 1.0,
+    "rotary_emb_interleaved": False,
+    "rotary_emb_scale_base": None,
+    "rotary_scaling_factor": None,
+    "type_vocab_size": 2,
+    "use_flash_attn": True,
+    "use_rms_norm": False,
+    "use_xentropy": True,
+    "vocab_size": 99,
+}
+
+
+def test_nomic_original_config_json_loads_and_saves_as_transformers_format(tmp_path):
+    reference = save_hf("NomicBertModel", tmp_path / "published")
+    # the published checkpoints: weights under the names transformers writes, config.json in Nomic's own format
+    (tmp_path / "published" / "config.json").write_text(json.dumps(ORIGINAL))
+    inputs, mask = batch("NomicBertModel")
+    ours, info = bertblocks.from_pretrained(tmp_path / "published", output_loading_info=True)
+    assert info.missing_keys == []
+    assert info.unexpected_keys == []
+    with torch.no_grad():
+        expected = reference(**inputs)
+        assert max_diff(expected, ours.eval()(**inputs), mask) <= TOL
+    ours.save_pretrained(tmp_path / "converted")  # now a config.json transformers' NomicBertConfig reads
+    written = json.loads((tmp_path / "converted" / "config.json").read_text())
+    assert "n_embd" not in written
+    assert "bertblocks" not in written
+    again = transformers.NomicBertModel.from_pretrained(tmp_path / "converted").eval()
+    with torch.no_grad():
+        assert max_diff(expected, again(**inputs), mask) <= TOL
+
+
+def test_nomic_original_vocabulary_is_padded_to_its_multiple():
+    cfg = bertblocks.load_config(config_from_hf({**ORIGINAL, "vocab_size": 30522, "pad_vocab_size_multiple": 64}))
+    assert cfg.vocab_size == 30528
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"qkv_proj_bias": True}, "qkv_proj_bias is True"),
+        ({"prenorm": True}, "prenorm is True"),
+        ({"rotary_emb_fraction": 0.5}, "rotary_emb_fraction is 0.5"),
+        ({"rotary_scaling_factor": 2.0}, "rotary_scaling_factor is 2.0"),
+        ({"activation_function": "gelu"}, "activation_function is 'gelu'"),
+    ],
+)
+def test_nomic_original_switches_transformers_lacks_are_errors(change, message):
+    with pytest.raises(ConfigError, match=message):
+        bertblocks.load_config(config_from_hf({**ORIGINAL, **change}))
+
+
 def test_config_maps_to_the_components_it_is_made_of():
     hf = transformers.NomicBertConfig(**SETTINGS).to_dict()
     cfg = bertblocks.load_config(config_from_hf(hf))
@@ -207,7 +288,6 @@ def test_config_maps_to_the_components_it_is_made_of():
         ({"head_dim": 16}, "head_dim 16"),
         ({"bertblocks": {"encoder": {"attention": {"fused_qkv": False}}}}, "encoder.attention.fused_qkv"),
         ({"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
-        ({"n_embd": 32, "n_layer": 2, "rotary_emb_fraction": 1.0}, "original remote-code format"),
     ],
 )
 def test_config_json_the_family_cannot_represent_is_an_error(change, message):

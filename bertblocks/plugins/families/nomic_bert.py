@@ -24,6 +24,7 @@ from bertblocks.core.family import BERT_TOKENIZER, Family
 from bertblocks.core.keymap import Join, KeyMap, Rename
 
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .nomic_original_config import is_original, original_to_transformers
 from .rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
 
 #: transformers' NomicBertConfig.default_theta
@@ -72,19 +73,9 @@ FIXED: dict[str, Any] = {
 }
 
 
-#: fields of Nomic's original (GPT-2 style, remote-code) config.json, which transformers' NomicBertConfig does not
-#: read: such a file would otherwise load as a default-sized model
-ORIGINAL_FIELDS = ("n_embd", "n_layer", "n_head", "n_inner", "n_positions", "rotary_emb_base", "rotary_emb_fraction")
-
-
 def _from_hf(hf: Any) -> dict[str, Any]:
-    original = [key for key in ORIGINAL_FIELDS if key in hf]
-    if original:
-        raise ValueError(
-            f"this config.json is in Nomic's original remote-code format ({', '.join(original)}), which neither "
-            "transformers' NomicBertConfig nor this family reads; use a checkpoint saved by transformers' "
-            "NomicBert classes (hidden_size, num_hidden_layers, rope_parameters, …)"
-        )
+    if is_original(hf):  # the published checkpoints' remote-code config.json
+        hf = original_to_transformers(hf)
     src = dict(hf)
     position = rope_from_hf(src, DEFAULT_THETA)
     head_dim = src.pop("head_dim", None)
