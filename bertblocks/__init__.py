@@ -24,6 +24,7 @@ from .hf.hub import PretrainedNotFoundError, resolve_pretrained
 from .hf.tokenizer import BertTokenizer, TokenizerFilesNotFoundError
 from .hf.weight_files import WeightFileError
 from .hf.weights import CheckpointError, LoadingInfo
+from .inference import optimize_for_inference, restore_eager
 from .models.auto import from_pretrained
 from .models.backbone import BertModel, build_model
 from .models.task_models import (
@@ -96,7 +97,9 @@ __all__ = [
     "hookimpl",
     "list_presets",
     "load_config",
+    "optimize_for_inference",
     "resolve_pretrained",
+    "restore_eager",
     "save_config",
     "sentence",
 ]

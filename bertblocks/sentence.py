@@ -65,8 +65,13 @@ def encode(
     normalize: bool = True,
     batch_size: int = 32,
     max_length: int | None = None,
+    sort_by_length: bool = True,
 ) -> torch.Tensor:
     """Sentence embeddings ``[len(texts), hidden]``: mean pooling over the mask, L2-normalised.
+
+    Texts are tokenized once, then batched longest first, so each batch holds texts of similar length and
+    pads little (what remains is skipped by packing); the rows come back in the order given. An embedding
+    does not depend on its batch: padding is masked out of attention and of the mean.
 
     Args:
         model: a BERT backbone returning ``last_hidden_state`` (bertblocks' or transformers'); it is run
@@ -76,6 +81,7 @@ def encode(
         normalize: divide each embedding by its L2 norm (then a dot product is the cosine similarity).
         batch_size: texts per forward pass.
         max_length: truncate each text to this many tokens (default: the tokenizer's ``model_max_length``).
+        sort_by_length: batch texts of similar token counts together (``False``: in the order given).
 
     Returns:
         Float tensor on the model's device, one row per text, in the order given.
@@ -86,17 +92,46 @@ def encode(
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     texts = [texts] if isinstance(texts, str) else list(texts)
-    device = next(model.parameters()).device
-    rows = []
-    for start in range(0, len(texts), batch_size):
-        batch = tokenizer(texts[start : start + batch_size], padding=True, truncation=True, max_length=max_length)
-        batch = {k: v.to(device) for k, v in batch.items()}
-        hidden = model(**batch).last_hidden_state
-        rows.append(mean_pool(hidden, batch["attention_mask"]))
-    if not rows:
+    if not texts:
         return torch.empty(0, 0)
-    embeddings = torch.cat(rows)
+    device = next(model.parameters()).device
+    encoded = tokenizer(texts, padding=False, truncation=True, max_length=max_length, return_tensors=None)
+    ids = encoded["input_ids"]
+    types = encoded.get("token_type_ids")  # None where the family has no token types (RoBERTa, DistilBERT)
+    order = sorted(range(len(texts)), key=lambda i: -len(ids[i])) if sort_by_length else list(range(len(texts)))
+    embeddings: torch.Tensor | None = None
+    for start in range(0, len(order), batch_size):
+        chosen = order[start : start + batch_size]
+        batch = {
+            k: v.to(device)
+            for k, v in _pad(
+                [ids[i] for i in chosen], None if types is None else [types[i] for i in chosen], tokenizer
+            ).items()
+        }
+        pooled = mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])  # [n, d]
+        if embeddings is None:
+            embeddings = pooled.new_empty(len(texts), pooled.shape[-1])
+        embeddings[torch.tensor(chosen, device=device)] = pooled  # back to the order given
+    assert embeddings is not None
     return F.normalize(embeddings, p=2, dim=-1) if normalize else embeddings
+
+
+def _pad(ids: list[list[int]], types: list[list[int]] | None, tokenizer: BertTokenizer) -> dict[str, torch.Tensor]:
+    """Right-pad token lists to the longest: ``input_ids``, ``attention_mask`` and, where the tokenizer returns
+    them (``types`` not ``None``), ``token_type_ids``, each ``[n, L]``."""
+    length = max(len(row) for row in ids)
+    input_ids = torch.full((len(ids), length), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros(len(ids), length, dtype=torch.long)
+    for row, tokens in enumerate(ids):
+        input_ids[row, : len(tokens)] = torch.tensor(tokens)
+        attention_mask[row, : len(tokens)] = 1
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if types is not None:
+        token_type_ids = torch.zeros(len(ids), length, dtype=torch.long)
+        for row, segments in enumerate(types):
+            token_type_ids[row, : len(segments)] = torch.tensor(segments)
+        batch["token_type_ids"] = token_type_ids
+    return batch
 
 
 def similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -453,8 +453,14 @@ def test_the_modern_encoder_study_validates_at_equal_parameters():
     path = Path(__file__).parents[1] / "examples" / "studies" / "modern-encoder.yaml"
     assert path.read_text().startswith("# modern-encoder: ")
     study = load_study(path)
-    assert [v.name for v in study.variants] == ["bert", "pre_ln", "pre_ln-swiglu", "pre_ln-swiglu-rmsnorm"]
-    counts = [BertModel.from_config(v.config).num_parameters for v in study.variants]
+    assert [v.name for v in study.variants] == [
+        "bert",
+        "pre_ln",
+        "pre_ln-swiglu",
+        "pre_ln-swiglu-rmsnorm",
+        "pre_ln-swiglu-rmsnorm-rope",
+    ]
+    counts = [BertModel.from_config(v.config).num_parameters() for v in study.variants]
     assert max(counts) / min(counts) < 1.002  # equal parameter count, within 0.2 %
 
 

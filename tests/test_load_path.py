@@ -204,3 +204,26 @@ def test_create_model_with_pretrained_weights_loads_on_the_meta_device(tmp_path,
     assert init_calls == []  # every weight came from the checkpoint
     with torch.no_grad():
         assert max_diff(model(**batch()).last_hidden_state, reference(**batch()).last_hidden_state) == 0.0
+
+
+def test_an_mlm_head_missing_from_the_checkpoint_starts_as_transformers_does(tmp_path):
+    # a sentence encoder's checkpoint has no MLM head: its weights start on the meta device and must all be
+    # initialised (the prediction bias, a parameter of the head module itself, was left as raw memory)
+    bertblocks.BertModel.from_config(TINY).save_pretrained(tmp_path)
+    model = bertblocks.BertForMaskedLM.from_pretrained(tmp_path)
+    assert torch.equal(model.cls.predictions.bias, torch.zeros_like(model.cls.predictions.bias))
+    assert torch.isfinite(model(**batch(vocab=model.config.vocab_size)).logits).all()
+
+
+def test_a_missing_parameter_nothing_knows_how_to_initialise_is_an_error():
+    from bertblocks.models.meta_device import deferred_init, materialize
+
+    class Scale(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gain = torch.nn.Parameter(torch.ones(4))
+
+    with deferred_init():
+        module = torch.nn.Sequential(torch.nn.Linear(4, 4), Scale())
+    with pytest.raises(TypeError, match=r"Scale owns parameters \['gain'\].*reset_parameters_like_hf"):
+        materialize(module, 0.02)

@@ -322,6 +322,17 @@ def test_relative_bucket_with_pruning_and_packing():
     assert (pruned[real] - masked[real]).abs().max() <= ATOL
 
 
+def test_relative_bucket_table_size_sizes_the_table_and_must_hold_every_bucket():
+    wide = _config(position={"name": "relative_bucket", "num_buckets": 32, "table_size": 40})
+    assert _model(wide).state_dict()["encoder.relative_attention_bias.weight"].shape == (40, 4)
+    narrow = _config(position={"name": "relative_bucket", "num_buckets": 32, "table_size": 16})
+    assert _errors(narrow) == [
+        "position: table_size 16 is smaller than num_buckets 32: every bucket needs a row (every layer)"
+    ]
+    few = _config(position={"name": "relative_bucket", "num_buckets": 2})
+    assert _errors(few) == ["position: num_buckets 2 is too small: at least 4 (2 per sign, 1 exact) (every layer)"]
+
+
 # ------------------------------------------------------------------------------------- sliding window
 def test_sliding_window_equals_an_explicit_band_mask_and_modernberts_rule():
     from transformers import ModernBertConfig

@@ -34,14 +34,22 @@ class Batch:
 
 
 def task_model(task: str, config: BertConfig) -> nn.Module:
-    """A randomly initialised model with the task's head (uses the current torch seed)."""
-    import bertblocks
+    """A randomly initialised model with the task's head (uses the current torch seed): the head the config's
+    family gives that task (ELECTRA's masked LM projects to its embedding size, RoBERTa classifies with
+    ``dense → tanh → out_proj``), so a study on a family trains the family's own model."""
+    from bertblocks.config_files import load_config
+    from bertblocks.hf.families import config_from_hf, config_to_hf, get_family
+    from bertblocks.models.task_models import BertTaskModel
 
-    name = {"mlm": "BertForMaskedLM", "classification": "BertForSequenceClassification"}[task]
-    cls = getattr(bertblocks, name, None)
-    if cls is None:
-        raise RuntimeError(f"bertblocks.{name} is not available in this installation; training needs it")
-    return cls.from_config(config)
+    suffix = {"mlm": "ForMaskedLM", "classification": "ForSequenceClassification"}[task]
+    family = get_family(config.family, source=None)
+    architecture = next((a for a in family.architectures if a.endswith(suffix)), None)
+    if architecture is None:
+        raise RuntimeError(f"the {config.family} family has no {suffix[3:]} head, which the {task} task trains")
+    # the head as a checkpoint of that class would be read: the family fills in options that follow from the
+    # config (ELECTRA's generator head narrows to embedding_size)
+    head = config_from_hf({**config_to_hf(config), "architectures": [architecture]})["head"]
+    return BertTaskModel.from_config(load_config(config, {"head": head}))
 
 
 def mask_tokens(

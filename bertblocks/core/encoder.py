@@ -31,7 +31,7 @@ from .interfaces import (
 )
 from .masks import additive_mask, causal_mask, check_attention_mask, is_all_visible
 from .outputs import EncoderOutput, ModelOutputWithPooling
-from .packing import Packing, right_padded_lengths
+from .packing import Packing, packing_traceable, right_padded_lengths
 
 
 class TransformerLayer(Layer):
@@ -400,11 +400,15 @@ class EncoderModel(nn.Module):
             or attention_mask is None
             or attention_mask.dim() != 2
             or self.config.is_decoder
-            or torch.compiler.is_compiling()  # data-dependent shapes
+            or not packing_traceable()  # compiled without capture of data-dependent sizes: stay padded
         ):
             return None
         if enc.packing == "auto" and (self.training or torch.is_grad_enabled() or not self.auto_packing):
             return None
+        if torch.compiler.is_compiling():
+            # A graph cannot branch on the data (padding side, padding share), so a compiled model packs every
+            # 2-D mask; the packed path is exact for any padding pattern (tokens keep their row-major order).
+            return Packing.from_mask(attention_mask)
         lengths = right_padded_lengths(attention_mask)
         if lengths is None:
             return None
@@ -559,11 +563,12 @@ def init_weights(module: nn.Module, std: float) -> None:
 
 
 @torch.no_grad()
-def init_module(module: nn.Module, std: float) -> None:
+def init_module(module: nn.Module, std: float) -> bool:
     """HF BERT's initialisation of one module's own parameters: normal(0, std) for linear and embedding
     weights, zero biases, unit LayerNorm; the padding row of an embedding with ``padding_idx`` starts at zero.
     Other modules may define ``reset_parameters_like_hf(std)`` (norms: weight 1, bias 0). A layer without a
-    bias (``bias=False``) has none to initialise."""
+    bias (``bias=False``) has none to initialise. Returns whether a rule covered the module (one without
+    parameters of its own needs none)."""
     if isinstance(module, nn.Linear):
         module.weight.normal_(0.0, std)
         if module.bias is not None:
@@ -579,3 +584,6 @@ def init_module(module: nn.Module, std: float) -> None:
             module.bias.zero_()
     elif hasattr(module, "reset_parameters_like_hf"):
         module.reset_parameters_like_hf(std)
+    else:
+        return next(module.parameters(recurse=False), None) is None
+    return True

@@ -10,6 +10,12 @@ apart: a backend that declares ``varlen`` gets the packed tensors with ``cu_seql
 gets Q/K/V scattered back into the padded layout for that one call (its cost is ``b·L²``, small next to the
 dense layers at BERT lengths), with the usual padding mask and position bias, so every backend and every
 position scheme works unchanged.
+
+Under ``torch.compile`` the token count ``T`` is data-dependent (it comes from ``nonzero``). The compiler
+captures it as a symbolic size when ``torch._dynamo.config.capture_dynamic_output_shape_ops`` is on
+(:func:`packing_traceable`); one graph then serves every ``T``, with no host sync. ``max_seqlen`` is the
+padded length ``L`` there (an upper bound, which is all a varlen kernel needs to size its grid), since reading
+the longest row would sync.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch._dynamo
+import torch.nn.functional as F
 
 
 @dataclass(frozen=True)
@@ -40,12 +48,17 @@ class Packing:
     def from_mask(cls, attention_mask: torch.Tensor) -> Packing:
         """Build from a ``[b, L]`` 0/1 mask."""
         b, length = attention_mask.shape
-        flat = attention_mask.reshape(-1).bool()
-        index = flat.nonzero().squeeze(1)
-        lengths = attention_mask.sum(dim=1)
-        cu = torch.zeros(b + 1, dtype=torch.int32, device=attention_mask.device)
-        cu[1:] = lengths.cumsum(0)
-        return cls(index, b, length, cu, int(lengths.max()))
+        # Row-major order keeps each row's real tokens adjacent, so cu_seqlens holds for any padding side.
+        index = attention_mask.reshape(-1).bool().nonzero().squeeze(1)  # [T]
+        if torch.compiler.is_compiling():
+            # T >= 1 settles the layout questions Inductor asks about [1, T, H] tensors (is T*H < H?), which
+            # it cannot answer for a data-dependent T when it lays out frozen (pre-packed) matmul weights.
+            # A compiled model therefore rejects a batch without a single real token (eager returns zeros).
+            torch._check(index.shape[0] >= 1, lambda: "a compiled packed batch needs at least one real token")
+        lengths = attention_mask.sum(dim=1, dtype=torch.int32)  # [b]
+        cu = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))  # [b + 1]
+        max_seqlen = length if torch.compiler.is_compiling() else int(lengths.max())  # no sync in a graph
+        return cls(index, b, length, cu, max_seqlen)
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """``[b, L, ...]`` → ``[T, ...]``."""
@@ -63,3 +76,10 @@ def right_padded_lengths(attention_mask: torch.Tensor) -> torch.Tensor | None:
     lengths = attention_mask.sum(dim=1)
     expected = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None, :] < lengths[:, None]
     return lengths if bool((attention_mask.bool() == expected).all()) else None
+
+
+def packing_traceable() -> bool:
+    """Whether ``torch.compile`` can trace packing in one graph: ``nonzero`` (whose output size depends on the
+    data) is captured only when ``torch._dynamo.config.capture_dynamic_output_shape_ops`` is set; otherwise it
+    would break the graph, so a compiled model then runs the padded path. Outside compilation: ``True``."""
+    return not torch.compiler.is_compiling() or bool(torch._dynamo.config.capture_dynamic_output_shape_ops)

@@ -30,6 +30,7 @@ LEGITIMATE = frozenset(
         "attention_dropout",
         "max_length",
         "layer_norm_epsilon",
+        "task_type_vocab_size",  # ERNIE's task-type table, carried in `hf:` when use_task_id is off
     }
 )
 

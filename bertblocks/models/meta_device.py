@@ -65,7 +65,13 @@ def materialize(model: nn.Module, std: float) -> list[str]:
             # loaded tensors are kept aside and put back after the module's initialisation
             loaded = {name: p.data for name, p in own.items() if not p.is_meta}
             module.to_empty(device="cpu", recurse=False)
-            init_module(module, std)
+            if not init_module(module, std):
+                missing = [name for name, p in own.items() if p.is_meta]
+                raise TypeError(
+                    f"{type(module).__module__}.{type(module).__qualname__} owns parameters {missing} that the "
+                    "checkpoint lacks, and bertblocks does not know how to initialise them: define "
+                    "reset_parameters_like_hf(std) on the module (see the writing-a-plugin guide)"
+                )
             for name, data in loaded.items():
                 getattr(module, name).data = data
     _tie_again(model, tied)  # to_empty made new tensors for both names

@@ -124,6 +124,12 @@ class BertLMPredictionHead(nn.Module):
             self.decoder.weight = input_embeddings.weight
             self.decoder.bias = self.bias
 
+    def reset_parameters_like_hf(self, std: float) -> None:
+        # the bias is this module's own parameter: a checkpoint without an MLM head (a sentence encoder such as
+        # MiniLM) loads on the meta device and leaves it for initialisation, zero as in transformers
+        with torch.no_grad():
+            self.bias.zero_()
+
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.transform(hidden_states))  # [b, q, vocab]
 

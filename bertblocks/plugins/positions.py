@@ -228,6 +228,11 @@ class RelativeBucketOptions(BaseModel):
     absolute: bool = Field(
         False, description="also add a learned absolute position table to the embeddings (MPNet has both)"
     )
+    table_size: PositiveInt | None = Field(
+        None,
+        description="rows of the learned table; null = num_buckets. transformers' MPNet sizes its table by "
+        "relative_attention_num_buckets but always computes 32 buckets",
+    )
 
 
 def relative_position_bucket(
@@ -255,11 +260,11 @@ class BucketBias(SharedPositionBias):
     """A learned ``[num_buckets, h]`` table (HF key ``encoder.relative_attention_bias.weight``, an
     ``nn.Embedding`` there) read at each (query, key) distance bucket: ``[1, h, q, k]``."""
 
-    def __init__(self, num_heads: int, num_buckets: int, max_distance: int) -> None:
+    def __init__(self, num_heads: int, num_buckets: int, max_distance: int, table_size: int | None = None) -> None:
         super().__init__()
         self.num_buckets = num_buckets
         self.max_distance = max_distance
-        self.weight = nn.Parameter(torch.empty(num_buckets, num_heads))
+        self.weight = nn.Parameter(torch.empty(table_size or num_buckets, num_heads))
         nn.init.normal_(self.weight)
 
     def reset_parameters_like_hf(self, std: float) -> None:
@@ -289,11 +294,17 @@ class RelativeBucketPositions(PositionScheme):
         return nn.Embedding(self.max_positions, hidden_size) if self.options.absolute else None
 
     def shared_bias(self, num_heads: int) -> BucketBias:
-        return BucketBias(num_heads, self.options.num_buckets, self.options.max_distance)
+        options = self.options
+        return BucketBias(num_heads, options.num_buckets, options.max_distance, options.table_size)
 
     def problems(self, num_heads: int, head_dim: int) -> list[str]:
         if self.options.num_buckets < 4:
             return [f"num_buckets {self.options.num_buckets} is too small: at least 4 (2 per sign, 1 exact)"]
+        if self.options.table_size is not None and self.options.table_size < self.options.num_buckets:
+            return [
+                f"table_size {self.options.table_size} is smaller than num_buckets {self.options.num_buckets}: "
+                "every bucket needs a row"
+            ]
         return []
 
 

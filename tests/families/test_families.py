@@ -290,8 +290,11 @@ def test_packed_roberta_equals_padded_on_real_tokens(tmp_path):
         ("ElectraConfig", {"embedding_size": 16}),
         ("AlbertConfig", {"embedding_size": 16}),
         ("ErnieConfig", {"use_task_id": True}),
+        # no task table: the family's field is carried in `hf:`, and is no misspelling of type_vocab_size
+        ("ErnieConfig", {"use_task_id": False, "task_type_vocab_size": 5}),
     ],
 )
+@pytest.mark.filterwarnings("error::bertblocks.hf.misspelt_keys.UnknownConfigKeyWarning")
 def test_config_json_round_trips_through_yaml(tmp_path, config_cls, extra):
     from bertblocks import cli
 

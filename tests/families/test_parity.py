@@ -157,6 +157,13 @@ FAMILIES = {
             "MPNetForMultipleChoice",
         ),
     ),
+    "mpnet-table-40": Family(  # the table has 40 rows, of which transformers' MPNet reads the 32 buckets
+        "MPNetConfig",
+        {**COMMON, "pad_token_id": 1, "relative_attention_num_buckets": 40},
+        pad=1,
+        token_types=False,
+        classes=("MPNetModel",),
+    ),
     "ernie": Family(
         "ErnieConfig",
         {**COMMON, "use_task_id": True, "task_type_vocab_size": 3},

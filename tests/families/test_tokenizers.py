@@ -33,6 +33,17 @@ def wordpiece() -> Tokenizer:
     return tok
 
 
+def mpnet_wordpiece() -> Tokenizer:
+    """MPNet's kind: BERT's WordPiece pipeline, RoBERTa's special tokens, BERT's [UNK]."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    specials = ["<s>", "<pad>", "</s>", "[UNK]", "<mask>"]
+    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials))
+    return tok
+
+
 def bpe() -> Tokenizer:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -99,6 +110,7 @@ CASES = {
     "bpe-roberta": (bpe, roberta_processor, "RobertaTokenizer"),
     "unigram-xlm-roberta": (unigram, xlmr_processor, "XLMRobertaTokenizer"),
     "unigram-albert": (albert_unigram, bert_processor, "AlbertTokenizer"),
+    "wordpiece-mpnet": (mpnet_wordpiece, roberta_processor, "MPNetTokenizer"),
 }
 
 
@@ -126,6 +138,7 @@ def test_ids_equal_transformers_tokenizer_of_the_family(tmp_path, case):
             assert got[key].tolist() == expected[key].tolist(), key
     assert ours.pad_token_id == theirs.pad_token_id
     assert ours.mask_token_id == theirs.mask_token_id
+    assert ours.unk_token_id == theirs.unk_token_id
 
 
 def test_tokenizer_json_without_a_post_processor_gets_the_family_template(tmp_path):

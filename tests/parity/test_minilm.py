@@ -100,6 +100,14 @@ def test_sentence_embeddings_match_transformers(hf_model, tokenizer, ours):
     assert max_diff(F.normalize(raw, dim=-1), mine) <= TOL
 
 
+def test_length_sorted_batches_return_rows_in_input_order(tokenizer, ours):
+    """Batches are formed longest first; each row must still be its own text's embedding, alone or batched."""
+    texts = [*SENTENCES, "short", "a much longer sentence than every other one in this small list of texts"]
+    alone = torch.cat([encode(ours, tokenizer, [text]) for text in texts])  # no padding at all
+    assert max_diff(encode(ours, tokenizer, texts, batch_size=3), alone) <= TOL
+    assert max_diff(encode(ours, tokenizer, texts, batch_size=3, sort_by_length=False), alone) <= TOL
+
+
 def test_similar_sentences_score_higher_than_unrelated_ones(tokenizer, ours):
     emb = encode(ours, tokenizer, SENTENCES)
     scores = similarity(emb, emb)
@@ -163,3 +171,23 @@ def test_the_sentence_similarity_example_runs_offline():
     best = next(line for line in lines if line.startswith("most similar:"))
     assert "eating food" in best
     assert "piece of bread" in best
+
+
+def test_encode_without_token_types_matches_transformers_distilbert(tmp_path):
+    """A family whose tokenizer returns no ``token_type_ids`` (DistilBERT, RoBERTa): encode passes none, and the
+    embeddings equal mean pooling over transformers' ``DistilBertModel`` on the same weights."""
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    torch.manual_seed(0)
+    config = transformers.DistilBertConfig(dim=32, n_layers=2, n_heads=4, hidden_dim=37, initializer_range=0.2)
+    transformers.DistilBertModel(config).save_pretrained(tmp_path)
+    reference = transformers.DistilBertModel.from_pretrained(tmp_path).eval()
+    model = bertblocks.from_pretrained(tmp_path).eval()
+    tokenizer = bertblocks.BertTokenizer.from_pretrained(minilm_path())
+    tokenizer.model_input_names = ("input_ids", "attention_mask")  # as DistilBERT's tokenizer convention
+    texts = [*SENTENCES, "short"]
+    inputs = transformers.BertTokenizerFast.from_pretrained(minilm_path())(
+        texts, padding=True, truncation=True, return_tensors="pt", return_token_type_ids=False
+    )
+    with torch.no_grad():
+        expected = F.normalize(mean_pool(reference(**inputs).last_hidden_state, inputs["attention_mask"]), dim=-1)
+    assert max_diff(encode(model, tokenizer, texts, batch_size=2), expected) <= TOL

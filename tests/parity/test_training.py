@@ -144,3 +144,33 @@ def test_parameters_are_backbone_plus_head_once_each(cls_name):
     assert all(not m.training for m in model.modules())
     model.train()
     assert model.head.training
+
+
+@pytest.mark.parametrize(
+    ("cls_name", "labels"),
+    [
+        ("BertForSequenceClassification", torch.tensor([0, 1, 1])),
+        ("BertForMaskedLM", torch.where(batch(1)["attention_mask"].bool(), batch(1)["input_ids"], -100)),
+    ],
+)
+def test_packed_training_step_gives_transformers_loss_and_gradients(hf_checkpoint, cls_name, labels):
+    """`encoder.packing: always` trains on the real tokens only; loss and every gradient equal transformers'
+    padded computation on the same weights."""
+    directory = hf_checkpoint(cls_name, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    theirs = getattr(transformers, cls_name).from_pretrained(directory, attn_implementation="sdpa").train()
+    ours = bertblocks.from_pretrained(directory, ["encoder.packing=always"], head="auto").train()
+    inputs = {**batch(1), "labels": labels}
+    ours.zero_grad()
+    loss = ours(**inputs).loss
+    loss.backward()
+    expected = _gradients(theirs, inputs)
+    assert abs(loss.item() - theirs(**inputs).loss.item()) <= 1e-5
+    grads = {name: p.grad for name, p in ours.named_parameters() if p.grad is not None}
+    assert "bert.encoder.layer.0.attention.self.query.weight" in grads
+    for name, grad in grads.items():
+        assert max_diff(grad, expected[name]) <= 1e-5, name
+    # the dense layers saw the real tokens only: a hook on the feed-forward input counts them
+    seen = []
+    ours.bert.encoder.layer[0].intermediate.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape))
+    ours(**inputs).loss.backward()
+    assert seen == [torch.Size([1, int(inputs["attention_mask"].sum()), 32])]

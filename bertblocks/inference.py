@@ -1,0 +1,114 @@
+"""The inference fast path: one call that turns a loaded model into a compiled, packed, frozen inference model.
+
+:func:`optimize_for_inference` keeps the model a plain PyTorch module (same object, same module names, same
+``state_dict`` keys, same forward arguments and outputs) and compiles its ``__call__`` with Inductor:
+
+- **packing in the graph** — padded batches run their dense layers on the real tokens only, in one graph
+  whose token count is symbolic (no recompilation per batch, no host sync; see :mod:`bertblocks.core.packing`);
+- **dynamic shapes** — batch size and length are symbolic from the first call, so varied batches reuse one
+  graph;
+- **freezing** — weights become constants of the graph, so Inductor pre-packs them for the CPU matmul
+  library and folds what depends on weights only;
+- **fused epilogues** — Inductor fuses bias + GELU into the matmul and residual + LayerNorm into one kernel.
+
+Example:
+    >>> import bertblocks, torch
+    >>> model = bertblocks.from_pretrained("path/to/bert")
+    >>> fast = bertblocks.optimize_for_inference(model)   # the same object, compiled on its first call
+    >>> out = fast(input_ids=ids, attention_mask=mask)    # runs in inference mode; no gradients
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import torch
+import torch._dynamo
+import torch._inductor.config
+from torch import nn
+
+M = TypeVar("M", bound=nn.Module)
+
+#: Inductor's modes this path accepts; ``None`` is Inductor's default.
+MODES = (None, "default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead")
+
+
+class FastCall:
+    """A model's compiled ``__call__``: applies the compiler settings the fast path needs around each call
+    (they are read when a graph is compiled; scoping them here leaves other compiled code in the process
+    untouched) and runs the call in inference mode."""
+
+    def __init__(self, compiled: Callable[..., Any], freeze: bool) -> None:
+        self.compiled = compiled
+        self.freeze = freeze
+
+    @contextlib.contextmanager
+    def _settings(self) -> Iterator[None]:
+        # nonzero (packing) gives a data-dependent size: captured symbolically instead of breaking the graph
+        with (
+            torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True),
+            torch._inductor.config.patch(freezing=self.freeze),
+            torch.inference_mode(),
+        ):
+            yield
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._settings():
+            return self.compiled(*args, **kwargs)
+
+
+def optimize_for_inference(
+    model: M,
+    *,
+    mode: str | None = None,
+    freeze: bool = True,
+    dynamic: bool = True,
+    fullgraph: bool = True,
+) -> M:
+    """Compile ``model`` for inference: packed, dynamic-shape, frozen weights, fused kernels (see the module).
+
+    The model is switched to ``eval()`` and changed in place (its ``__call__`` is compiled on the first call,
+    as :meth:`torch.nn.Module.compile` does); module names, parameters and ``state_dict`` keys stay as they
+    are. Calls then run under :func:`torch.inference_mode`.
+
+    Frozen weights are read when a graph is compiled: apply adapters (PEFT), pruning or hooks *before* this
+    call; to change weights afterwards, call :func:`restore_eager` (or pass ``freeze=False``, which keeps the
+    weights as graph inputs at some cost in speed).
+
+    Args:
+        model: a bertblocks backbone or task model (any ``nn.Module`` works; packing is bertblocks').
+        mode: Inductor's ``mode`` (``None``: its default; ``"max-autotune-no-cudagraphs"`` also tries GEMM
+            templates with fused epilogues, at a much longer first call).
+        freeze: freeze the weights into the graph (pre-packed matmul weights, constant folding).
+        dynamic: symbolic batch size and length from the first call.
+        fullgraph: fail if the forward pass does not compile in one graph (bertblocks' does).
+
+    Returns:
+        ``model`` itself.
+
+    Raises:
+        ValueError: an unknown ``mode``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"optimize_for_inference: mode must be one of {MODES}, got {mode!r}")
+    model.eval()
+    compiled = torch.compile(model._call_impl, mode=mode, dynamic=dynamic, fullgraph=fullgraph)
+    # nn.Module.compile's own slot: __call__ goes through it, so hooks and module names are untouched.
+    model._compiled_call_impl = FastCall(compiled, freeze)
+    return model
+
+
+def restore_eager(model: M) -> M:
+    """Undo :func:`optimize_for_inference`: ``model`` runs eagerly again (still in ``eval()`` mode)."""
+    model._compiled_call_impl = None
+    return model
+
+
+def is_optimized(model: nn.Module) -> bool:
+    """Whether :func:`optimize_for_inference` compiled ``model``."""
+    return isinstance(getattr(model, "_compiled_call_impl", None), FastCall)
+
+
+__all__ = ["FastCall", "is_optimized", "optimize_for_inference", "restore_eager"]

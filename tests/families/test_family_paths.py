@@ -1,0 +1,241 @@
+"""Every family on the paths beyond plain loading: the packed encoder path, ``torch.compile``, sentence
+embeddings (``bertblocks.sentence.encode`` and ``bertblocks embed``) with the family's own tokenizer.json, and
+the CLI commands (build, validate, diagram, trace, convert) on its checkpoint.
+
+Each case is a tiny random backbone saved by transformers' own class of the family, with a tokenizer.json of the
+family's kind (WordPiece, BPE or Unigram, trained in the test) beside it; the reference numbers are that
+transformers model's on the ids of transformers' tokenizer class of the family on the same files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers
+from tokenizers import Tokenizer, processors
+
+import bertblocks
+from bertblocks import BertTokenizer, cli, sentence
+from tests.families import test_parity as parity
+from tests.families import test_tokenizers as toks
+
+TOL = 1e-5
+TEXTS = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog", "save them again"]
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str  # key of test_parity.FAMILIES: the transformers config of the family
+    model: str  # the transformers backbone class
+    train: Callable[[], Tokenizer]
+    processor: Callable[[Tokenizer], processors.PostProcessor]
+    tokenizer_class: str  # transformers' tokenizer class of the family (ElectraTokenizer is BertTokenizer in 5.x)
+
+
+CASES = {
+    "roberta": Case("roberta", "RobertaModel", toks.bpe, toks.roberta_processor, "RobertaTokenizer"),
+    "xlm-roberta": Case("xlm-roberta", "XLMRobertaModel", toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"),
+    "camembert": Case("camembert", "CamembertModel", toks.unigram, toks.xlmr_processor, "CamembertTokenizer"),
+    "electra": Case("electra", "ElectraModel", toks.wordpiece, toks.bert_processor, "ElectraTokenizer"),
+    "distilbert": Case("distilbert", "DistilBertModel", toks.wordpiece, toks.bert_processor, "DistilBertTokenizer"),
+    "albert": Case("albert", "AlbertModel", toks.albert_unigram, toks.bert_processor, "AlbertTokenizer"),
+    "mpnet": Case("mpnet", "MPNetModel", toks.mpnet_wordpiece, toks.roberta_processor, "MPNetTokenizer"),
+    "ernie": Case("ernie", "ErnieModel", toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+}
+
+
+@dataclass
+class Checkpoint:
+    directory: Path
+    reference: torch.nn.Module  # the transformers model that wrote it
+    tokenizer: BertTokenizer
+    batch: dict[str, torch.Tensor]  # transformers' tokenizer of the family on TEXTS, padded
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checkpoint]:
+    """Made once per family on first use: a transformers backbone and the family's tokenizer.json."""
+    made: dict[str, Checkpoint] = {}
+
+    def get(name: str) -> Checkpoint:
+        if name not in made:
+            case = CASES[name]
+            directory = tmp_path_factory.mktemp(name)
+            tok = case.train()
+            tok.post_processor = case.processor(tok)
+            family = parity.FAMILIES[case.family]
+            size = "dim" if case.family == "distilbert" else "hidden_size"
+            assert family.settings[size] == 32
+            # the model's vocabulary is the one the tokenizer learnt
+            reference = parity.save_hf(family, case.model, directory, vocab_size=tok.get_vocab_size())
+            toks.save(directory, tok, case.tokenizer_class)
+            theirs = transformers.AutoTokenizer.from_pretrained(directory)
+            batch = dict(theirs(TEXTS, padding=True, return_tensors="pt"))
+            tokenizer = BertTokenizer.from_pretrained(directory)
+            assert tokenizer.pad_token_id == family.pad  # padding positions are the family's padding index
+            made[name] = Checkpoint(directory, reference, tokenizer, batch)
+        return made[name]
+
+    return get  # type: ignore[return-value]
+
+
+def _padded_batch(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:
+    """The family's tokenizer on texts of very different lengths: a third of the batch is padding or more."""
+    mask = checkpoint.batch["attention_mask"]
+    assert (mask == 0).float().mean() > 0.3  # above packing_threshold: `auto` packs
+    return checkpoint.batch
+
+
+def _reference(checkpoint: Checkpoint, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    with torch.no_grad():
+        return checkpoint.reference(**batch).last_hidden_state
+
+
+def _max_diff_on_real_tokens(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
+    real = mask.bool()
+    return (a[real] - b[real]).abs().max().item()
+
+
+# --------------------------------------------------------------------------------------------------- packing
+@pytest.mark.parametrize("packing", ["auto", "always"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_packed_path_equals_transformers_on_a_padded_batch(checkpoints, name, packing):
+    checkpoint = checkpoints(name)
+    batch = _padded_batch(checkpoint)
+    want = _reference(checkpoint, batch)
+    model = bertblocks.from_pretrained(checkpoint.directory, [f"encoder.packing={packing}"]).eval()
+    with torch.no_grad():
+        got = model(**batch, output_hidden_states=True)
+    assert _max_diff_on_real_tokens(got.last_hidden_state, want, batch["attention_mask"]) <= TOL
+    # the run really was packed: padded positions hold zeros (documented), which the padded path never gives
+    assert got.last_hidden_state[batch["attention_mask"] == 0].abs().max() == 0
+    assert len(got.hidden_states) == 3  # embeddings and two layers, through the packed path as well
+
+
+# --------------------------------------------------------------------------------------------------- compile
+@pytest.mark.compile
+@pytest.mark.parametrize("name", list(CASES))
+def test_compiled_model_equals_transformers(checkpoints, name):
+    checkpoint = checkpoints(name)
+    batch = _padded_batch(checkpoint)
+    want = _reference(checkpoint, batch)
+    model = bertblocks.from_pretrained(checkpoint.directory).eval()
+    torch._dynamo.reset()
+    try:
+        # aot_eager: dynamo and AOT autograd without C++ code generation; fullgraph: no graph break anywhere
+        compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+        with torch.no_grad():
+            got = compiled(**batch).last_hidden_state
+    finally:
+        torch._dynamo.reset()
+    assert _max_diff_on_real_tokens(got, want, batch["attention_mask"]) <= TOL
+
+
+# -------------------------------------------------------------------------------------- sentence embeddings
+def _mean_pooled_reference(checkpoint: Checkpoint) -> torch.Tensor:
+    batch = checkpoint.batch
+    hidden = _reference(checkpoint, batch)
+    weights = batch["attention_mask"][..., None].float()
+    return F.normalize((hidden * weights).sum(1) / weights.sum(1), dim=-1)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_sentence_encode_embed_and_similarity_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, name):
+    checkpoint = checkpoints(name)
+    want = _mean_pooled_reference(checkpoint)
+    model = bertblocks.from_pretrained(checkpoint.directory).eval()
+    tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)  # the family's template from config.json
+    got = sentence.encode(model, tokenizer, TEXTS, batch_size=3)
+    assert (got - want).abs().max().item() <= TOL
+    out = tmp_path / "embeddings.npy"
+    code = cli.main(["embed", "--model", str(checkpoint.directory), "--batch-size", "2", "-o", str(out), *TEXTS])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    written = torch.from_numpy(np.load(out))
+    assert written.shape == (len(TEXTS), 32)
+    assert (written - want).abs().max().item() <= TOL
+    scores = _json(capsys, "similarity", "--model", str(checkpoint.directory), *TEXTS)["similarity"]
+    assert (torch.tensor(scores) - want @ want.T).abs().max().item() <= TOL
+
+
+# ------------------------------------------------------------------------------------------------------ CLI
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    code = cli.main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, name):
+    checkpoint = checkpoints(name)
+    config_json = str(checkpoint.directory / "config.json")
+    model = bertblocks.from_pretrained(checkpoint.directory)
+    family = parity.FAMILIES[CASES[name].family]
+
+    validated = _json(capsys, "validate", config_json)
+    assert validated["valid"] is True
+    assert validated["config"]["family"] == json.loads(Path(config_json).read_text())["model_type"]
+
+    built = _json(capsys, "build", config_json)
+    assert built["parameters"]["unique"] == model.num_parameters
+    theirs = sum(p.numel() for p in checkpoint.reference.parameters())
+    if name == "albert":  # one stored layer; bertblocks holds a copy per layer until layers share modules
+        theirs += (model.config.encoder.num_layers - 1) * sum(p.numel() for p in model.encoder.layer[0].parameters())
+    assert built["parameters"]["unique"] == theirs
+
+    diagram = _json(capsys, "diagram", config_json)["mermaid"]
+    assert diagram.startswith("flowchart")
+
+    # trace on the checkpoint: its weights, its tokenizer.json, and the family's special tokens
+    traced = _json(capsys, "trace", str(checkpoint.directory), "--text", TEXTS[0])
+    assert traced["input_ids"] == checkpoint.tokenizer(TEXTS[0])["input_ids"][0].tolist()
+    assert traced["steps"], "no step traced"
+    assert traced["steps"][-1]["outputs"]
+    if family.token_types:  # a pair gets the family's pair template
+        pair = _json(capsys, "trace", str(checkpoint.directory), "--text", TEXTS[0], "--pair", TEXTS[2])
+        assert pair["input_ids"] == checkpoint.tokenizer([TEXTS[0]], [TEXTS[2]])["input_ids"][0].tolist()
+
+    yaml_path, back = tmp_path / "family.yaml", tmp_path / "back.json"
+    assert cli.main(["convert", config_json, str(yaml_path)]) == 0
+    assert cli.main(["convert", str(yaml_path), str(back)]) == 0
+    capsys.readouterr()
+    assert json.loads(back.read_text())["model_type"] == json.loads(Path(config_json).read_text())["model_type"]
+    assert bertblocks.load_config(back) == bertblocks.load_config(config_json)
+
+
+@pytest.mark.parametrize("name", ["roberta", "electra", "albert", "mpnet", "distilbert", "ernie"])
+def test_an_ablation_study_runs_on_the_family(checkpoints, tmp_path, name):
+    """`bertblocks ablate` with the family's config.json as the base: both variants build, train and are measured
+    (the study's own tokenizer sets the vocabulary)."""
+    import yaml
+
+    from bertblocks.ablation import run_study
+
+    study = {
+        "name": f"{name}-backends",
+        "base": str(checkpoints(name).directory / "config.json"),
+        "vary": {"encoder.attention.backend": ["eager", "sdpa"]},
+        "measure": {"batch": 2, "seq_len": 16, "repeats": 1, "warmup": 0},
+        "train": {"task": "mlm", "steps": 3, "batch_size": 4, "seq_len": 16, "seeds": [0], "eval_batches": 1},
+        "corpus": {"sentences": 100},
+        "tokenizer": {"vocab_size": 120},
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    result = run_study(path, tmp_path / "out", workers=0, progress=False, echo=None)
+    rows = {s.variant: s for s in result.summaries}
+    assert len(rows) == 2
+    for summary in rows.values():
+        assert summary.mean["params"] > 0
+        assert np.isfinite(summary.mean["eval_loss"])
+    # the backend does not change the model: the same seed trains the same weights to the same loss
+    eager, sdpa = rows.values()
+    assert eager.mean["eval_loss"] == pytest.approx(sdpa.mean["eval_loss"], abs=1e-4)
