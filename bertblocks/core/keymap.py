@@ -271,7 +271,13 @@ def to_model(
                     continue
                 index, values, rest = part
                 target = models[0].fill(values, rest)
-                joined.setdefault(target, (rule, {}, values, rest))[1][index] = (key, tensor)
+                entry = joined.setdefault(target, (rule, {}, values, rest))
+                if entry[0] is not rule:  # two formats' parts in one checkpoint: no order would be right
+                    raise KeyMapError(
+                        f"{key!r} and {entry[1][min(entry[1])][0]!r} both join into {target!r} under different rules "
+                        "(a checkpoint mixing two formats)"
+                    )
+                entry[1][index] = (key, tensor)
                 break
             if ckpt is None:
                 continue

@@ -57,3 +57,11 @@ def test_parts_are_keys_the_family_knows():
     key_map = KeyMap(prefix="model", rules=(Join(("x.q", "x.k"), "bert.qk"),))
     assert key_map.knows("x.k.weight")
     assert not key_map.knows("x.kv.weight")
+
+
+def test_parts_of_two_formats_joining_into_one_tensor_are_an_error():
+    other = Join(("m.layers.{i}.qkv_a", "m.layers.{i}.qkv_b"), "bert.l.{i}.Wqkv")
+    key_map = KeyMap(prefix="m", rules=(QKV, other))
+    state = {"m.layers.0.q_proj.weight": torch.zeros(4, 3), "m.layers.0.qkv_b.weight": torch.zeros(4, 3)}
+    with pytest.raises(KeyMapError, match="mixing two formats"):
+        to_model(state, key_map)
