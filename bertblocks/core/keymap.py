@@ -16,6 +16,8 @@ Rules (the first rule whose pattern matches a key applies; keys no rule matches 
 * :class:`Rename` — one tensor, another name (``lm_head.dense`` ↔ ``cls.predictions.transform.dense``).
 * :class:`Split` — one fused checkpoint tensor ↔ several model tensors concatenated along a dimension
   (``Wqkv`` ↔ ``query``/``key``/``value``; ``Wi`` ↔ input/gate).
+* :class:`Join` — the converse: several checkpoint tensors ↔ one fused model tensor (``q_proj``/``k_proj``/
+  ``v_proj`` ↔ ``Wqkv``; ``gate_proj``/``up_proj`` ↔ a fused GLU input).
 * :class:`Shared` — one stored tensor used by N layers (ALBERT's layer group ↔ ``encoder.layer.{i}``).
 * :class:`Drop` — checkpoint keys that are known and carry nothing (stale buffers); never written.
 * :class:`AbsentBias` — model tensors the format does not store (a bias the family does not have): zeros
@@ -78,6 +80,27 @@ class Split:
 
 
 @dataclass(frozen=True)
+class Join:
+    """Several checkpoint tensors held by one fused model tensor, concatenated along ``dim`` (the converse of
+    :class:`Split`).
+
+    On load the parts are concatenated in the order given (all must be present: a missing one is an error naming
+    it); on save the model tensor is cut into equal parts (a size the parts cannot share equally is an error).
+
+    Attributes:
+        checkpoint: patterns of the parts, in concatenation order (``….self_attn.q_proj``, ``k_proj``, ``v_proj``).
+        model: pattern of the fused model key (``bert.encoder.layer.{i}.attention.self.Wqkv``).
+        dim: the concatenation dimension (0: output features of a linear layer).
+        heads: only for these heads (empty: always).
+    """
+
+    checkpoint: tuple[str, ...]
+    model: str
+    dim: int = 0
+    heads: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Shared:
     """One stored tensor that N model tensors share (cross-layer sharing).
 
@@ -124,7 +147,7 @@ class AbsentBias:
     heads: tuple[str, ...] = ()
 
 
-Rule = Rename | Split | Shared | Drop | AbsentBias
+Rule = Rename | Split | Join | Shared | Drop | AbsentBias
 
 
 @dataclass(frozen=True)
@@ -158,7 +181,8 @@ class KeyMap:
             return True
         for rule in self.rules:
             pattern = getattr(rule, "checkpoint", None)
-            if pattern is not None and _Pattern(pattern).match(checkpoint_key) is not None:
+            patterns = pattern if isinstance(pattern, tuple) else (pattern,) if pattern is not None else ()
+            if any(_Pattern(p).match(checkpoint_key) is not None for p in patterns):
                 return True
         return False
 
@@ -238,8 +262,23 @@ def to_model(
     rules = key_map.rules_for(head)
     compiled = [(rule, _compile(rule)) for rule in rules]
     out: dict[str, torch.Tensor] = {}
+    joined: dict[str, tuple[Join, dict[int, tuple[str, torch.Tensor]], Mapping[str, str], str]] = {}
     for key, tensor in state.items():
         for rule, (ckpt, models) in compiled:
+            if isinstance(rule, Join):
+                part = _join_part(rule, key)
+                if part is None:
+                    continue
+                index, values, rest = part
+                target = models[0].fill(values, rest)
+                entry = joined.setdefault(target, (rule, {}, values, rest))
+                if entry[0] is not rule:  # two formats' parts in one checkpoint: no order would be right
+                    raise KeyMapError(
+                        f"{key!r} and {entry[1][min(entry[1])][0]!r} both join into {target!r} under different rules "
+                        "(a checkpoint mixing two formats)"
+                    )
+                entry[1][index] = (key, tensor)
+                break
             if ckpt is None:
                 continue
             found = ckpt.match(key)
@@ -263,6 +302,14 @@ def to_model(
             break
         else:
             out[key] = tensor
+    for target, (rule, parts, values, rest) in joined.items():
+        if sorted(parts) != list(range(len(rule.checkpoint))):
+            missing = [_Pattern(p).fill(values, rest) for i, p in enumerate(rule.checkpoint) if i not in parts]
+            present = [parts[i][0] for i in sorted(parts)]
+            raise KeyMapError(
+                f"checkpoint tensors {present} are parts of {target!r}, but {missing} are missing (rule Join)"
+            )
+        out[target] = torch.cat([parts[i][1] for i in range(len(parts))], dim=rule.dim)
     for rule, (_, models) in compiled:
         if isinstance(rule, AbsentBias) and shapes is not None:
             for model_key, shape in shapes.items():
@@ -271,7 +318,18 @@ def to_model(
     return out
 
 
+def _join_part(rule: Join, key: str) -> tuple[int, dict[str, str], str] | None:
+    """Which part of ``rule`` the checkpoint ``key`` is: ``(index, placeholder values, rest)``, or ``None``."""
+    for index, pattern in enumerate(rule.checkpoint):
+        found = _Pattern(pattern).match(key)
+        if found is not None:
+            return index, found[0], found[1]
+    return None
+
+
 def _compile(rule: Rule) -> tuple[_Pattern | None, list[_Pattern]]:
+    if isinstance(rule, Join):
+        return None, [_Pattern(rule.model)]
     if isinstance(rule, Rename | Shared):
         return _Pattern(rule.checkpoint), [_Pattern(rule.model)]
     if isinstance(rule, Split):
@@ -355,6 +413,12 @@ def to_checkpoint(
                         )
                     break
                 continue
+            if isinstance(rule, Join):
+                found = models[0].match(key)
+                if found is None:
+                    continue
+                out.update(_cut(key, tensor, rule, [_Pattern(p).fill(*found) for p in rule.checkpoint]))
+                break
             assert ckpt is not None
             hit = next(((i, m.match(key)) for i, m in enumerate(models) if m.match(key) is not None), None)
             if hit is None:
@@ -384,6 +448,18 @@ def to_checkpoint(
             raise KeyMapError(f"cannot write fused {name!r}: parts {missing} are missing from the model")
         out[name] = torch.cat([parts[i] for i in range(len(parts))], dim=rule.dim)
     return out
+
+
+def _cut(key: str, tensor: torch.Tensor, rule: Join, names: list[str]) -> dict[str, torch.Tensor]:
+    """A fused model tensor cut into the equal checkpoint parts of a :class:`Join`."""
+    n = len(names)
+    dim = rule.dim if rule.dim >= 0 else tensor.dim() + rule.dim
+    if tensor.dim() <= dim or tensor.shape[dim] % n:
+        raise KeyMapError(
+            f"{key!r} of shape {tuple(tensor.shape)} cannot be cut into {n} equal parts along dim {dim} "
+            f"({', '.join(names)})"
+        )
+    return dict(zip(names, tensor.chunk(n, dim=dim), strict=True))
 
 
 def _differ(a: torch.Tensor, b: torch.Tensor) -> bool:

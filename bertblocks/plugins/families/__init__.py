@@ -3,7 +3,21 @@
 
 from __future__ import annotations
 
-from . import albert, bert, distilbert, electra, ernie, hybrid, modernbert, mpnet, roberta, task_heads, transform_heads
+from . import (
+    albert,
+    bert,
+    distilbert,
+    electra,
+    ernie,
+    hybrid,
+    jina_embeddings_v3,
+    modernbert,
+    mpnet,
+    nomic_bert,
+    roberta,
+    task_heads,
+    transform_heads,
+)
 
 FAMILY_PLUGINS = (
     bert,
@@ -14,6 +28,8 @@ FAMILY_PLUGINS = (
     mpnet,
     ernie,
     modernbert,
+    nomic_bert,
+    jina_embeddings_v3,
     hybrid,
     task_heads,
     transform_heads,
