@@ -48,6 +48,10 @@ CASES = {
     "albert": Case("albert", "AlbertModel", toks.albert_unigram, toks.bert_processor, "AlbertTokenizer"),
     "mpnet": Case("mpnet", "MPNetModel", toks.mpnet_wordpiece, toks.roberta_processor, "MPNetTokenizer"),
     "ernie": Case("ernie", "ErnieModel", toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+    "nomic_bert": Case("nomic_bert", "NomicBertModel", toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+    "jina_embeddings_v3": Case(
+        "jina_embeddings_v3", "JinaEmbeddingsV3Model", toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"
+    ),
 }
 
 
@@ -209,7 +213,9 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
     assert bertblocks.load_config(back) == bertblocks.load_config(config_json)
 
 
-@pytest.mark.parametrize("name", ["roberta", "electra", "albert", "mpnet", "distilbert", "ernie"])
+@pytest.mark.parametrize(
+    "name", ["roberta", "electra", "albert", "mpnet", "distilbert", "ernie", "nomic_bert", "jina_embeddings_v3"]
+)
 def test_an_ablation_study_runs_on_the_family(checkpoints, tmp_path, name):
     """`bertblocks ablate` with the family's config.json as the base: both variants build, train and are measured
     (the study's own tokenizer sets the vocabulary)."""

@@ -164,6 +164,18 @@ FAMILIES = {
         token_types=False,
         classes=("MPNetModel",),
     ),
+    # parity of every class: tests/families/test_nomic_bert.py and test_jina_v3.py; here for the other paths
+    "nomic_bert": Family(
+        "NomicBertConfig",
+        {**COMMON, "layer_norm_eps": 1e-5, "rope_parameters": {"rope_theta": 50.0, "rope_type": "default"}},
+        pad=0,
+    ),
+    "jina_embeddings_v3": Family(
+        "JinaEmbeddingsV3Config",
+        {**COMMON, "pad_token_id": 1, "rope_parameters": {"rope_theta": 30.0, "rope_type": "default"}},
+        pad=1,
+        token_types=False,
+    ),
     "ernie": Family(
         "ErnieConfig",
         {**COMMON, "use_task_id": True, "task_type_vocab_size": 3},
