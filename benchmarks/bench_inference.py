@@ -93,10 +93,16 @@ FAMILIES: dict[str, tuple[type, type, dict[str, int]]] = {
         transformers.DistilBertModel,
         {"dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072},
     ),
+    "modernbert": (  # ModernBERT-base's shape: 22 pre-LN layers, GeGLU 1152, every third layer global
+        transformers.ModernBertConfig,
+        transformers.ModernBertModel,
+        {"hidden_size": 768, "num_hidden_layers": 22, "num_attention_heads": 12, "intermediate_size": 1152},
+    ),
 }
 QUICK_FAMILIES = {
     "roberta": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 1024},
     "distilbert": {"dim": 256, "n_layers": 4, "n_heads": 4, "hidden_dim": 1024},
+    "modernbert": {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "intermediate_size": 384},
 }
 
 
@@ -158,10 +164,18 @@ def main() -> None:
     parser.add_argument(
         "--families", default="roberta,distilbert", help=f"comma-separated per-family rows, of {sorted(FAMILIES)}"
     )
+    parser.add_argument("--families-only", action="store_true", help="only the per-family rows (no BERT rows)")
     args = parser.parse_args()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     hidden, layers, heads, inner = (256, 4, 4, 1024) if args.quick else (768, 12, 12, 3072)
     repeats = 3 if args.quick else args.repeats
+    if args.families_only:
+        padded_mask = (torch.arange(max(LENGTHS))[None, :] < torch.tensor(LENGTHS)[:, None]).long()
+        batches = {"uniform 8 x 128": torch.ones_like(padded_mask), "padded (413 of 1024 real)": padded_mask}
+        print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")
+        for family in filter(None, args.families.split(",")):
+            _family_rows(family.strip(), batches, repeats, args.quick)
+        return
 
     torch.manual_seed(0)
     config = transformers.BertConfig(

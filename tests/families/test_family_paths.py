@@ -37,6 +37,8 @@ class Case:
     train: Callable[[], Tokenizer]
     processor: Callable[[Tokenizer], processors.PostProcessor]
     tokenizer_class: str  # transformers' tokenizer class of the family (ElectraTokenizer is BertTokenizer in 5.x)
+    # written into tokenizer_config.json, as a family whose tokenizer class is the generic one (ModernBERT) has them
+    special_tokens: dict[str, str] | None = None
 
 
 CASES = {
@@ -48,6 +50,20 @@ CASES = {
     "albert": Case("albert", "AlbertModel", toks.albert_unigram, toks.bert_processor, "AlbertTokenizer"),
     "mpnet": Case("mpnet", "MPNetModel", toks.mpnet_wordpiece, toks.roberta_processor, "MPNetTokenizer"),
     "ernie": Case("ernie", "ErnieModel", toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+    "modernbert": Case(
+        "modernbert",
+        "ModernBertModel",
+        toks.wordpiece,
+        toks.bert_processor,
+        "PreTrainedTokenizerFast",
+        {
+            "pad_token": "[PAD]",
+            "unk_token": "[UNK]",
+            "cls_token": "[CLS]",
+            "sep_token": "[SEP]",
+            "mask_token": "[MASK]",
+        },
+    ),
     "nomic_bert": Case("nomic_bert", "NomicBertModel", toks.wordpiece, toks.bert_processor, "BertTokenizer"),
     "jina_embeddings_v3": Case(
         "jina_embeddings_v3", "JinaEmbeddingsV3Model", toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"
@@ -80,6 +96,10 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checkpoin
             # the model's vocabulary is the one the tokenizer learnt
             reference = parity.save_hf(family, case.model, directory, vocab_size=tok.get_vocab_size())
             toks.save(directory, tok, case.tokenizer_class)
+            if case.special_tokens:
+                settings = json.loads((directory / "tokenizer_config.json").read_text())
+                settings.update(case.special_tokens)
+                (directory / "tokenizer_config.json").write_text(json.dumps(settings))
             theirs = transformers.AutoTokenizer.from_pretrained(directory)
             batch = dict(theirs(TEXTS, padding=True, return_tensors="pt"))
             tokenizer = BertTokenizer.from_pretrained(directory)
@@ -120,7 +140,8 @@ def test_packed_path_equals_transformers_on_a_padded_batch(checkpoints, name, pa
     assert _max_diff_on_real_tokens(got.last_hidden_state, want, batch["attention_mask"]) <= TOL
     # the run really was packed: padded positions hold zeros (documented), which the padded path never gives
     assert got.last_hidden_state[batch["attention_mask"] == 0].abs().max() == 0
-    assert len(got.hidden_states) == 3  # embeddings and two layers, through the packed path as well
+    # the embeddings and every layer, through the packed path as well
+    assert len(got.hidden_states) == model.config.encoder.num_layers + 1
 
 
 # --------------------------------------------------------------------------------------------------- compile
@@ -214,7 +235,8 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
 
 
 @pytest.mark.parametrize(
-    "name", ["roberta", "electra", "albert", "mpnet", "distilbert", "ernie", "nomic_bert", "jina_embeddings_v3"]
+    "name",
+    ["roberta", "electra", "albert", "mpnet", "distilbert", "ernie", "nomic_bert", "jina_embeddings_v3", "modernbert"],
 )
 def test_an_ablation_study_runs_on_the_family(checkpoints, tmp_path, name):
     """`bertblocks ablate` with the family's config.json as the base: both variants build, train and are measured

@@ -176,6 +176,22 @@ FAMILIES = {
         pad=1,
         token_types=False,
     ),
+    "modernbert": Family(  # parity of every class: tests/families/test_modernbert.py; here for the other paths
+        "ModernBertConfig",
+        {
+            **COMMON,
+            "num_hidden_layers": 4,  # layers 0 and 3 global, 1 and 2 local
+            "local_attention": 4,
+            "global_attn_every_n_layers": 3,
+            "pad_token_id": 0,  # the WordPiece vocabulary's specials: [PAD] [UNK] [CLS] [SEP] [MASK]
+            "cls_token_id": 2,
+            "sep_token_id": 3,
+            "bos_token_id": 2,
+            "eos_token_id": 3,
+        },
+        pad=0,
+        token_types=False,
+    ),
     "ernie": Family(
         "ErnieConfig",
         {**COMMON, "use_task_id": True, "task_type_vocab_size": 3},
