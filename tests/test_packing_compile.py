@@ -110,3 +110,27 @@ def test_fast_path_equals_eager_on_real_tokens_and_keeps_module_names():
 def test_fast_path_rejects_an_unknown_mode():
     with pytest.raises(ValueError, match="mode must be one of"):
         bertblocks.optimize_for_inference(_model(), mode="fastest")
+
+
+@pytest.mark.compile
+def test_fast_path_gives_eager_zeros_for_a_batch_without_a_real_token():
+    # Inductor needs the packed token count to be at least 1: an all-padding batch stands position 0 in and
+    # zeroes it again, instead of failing a runtime assertion
+    model, reference = _model(), _model()
+    fast = bertblocks.optimize_for_inference(model)
+    try:
+        inputs = _padded_batch(3, 9, seed=0)
+        real = inputs["attention_mask"].bool()
+        with torch.no_grad():
+            expected = reference(**inputs)
+        assert max_diff(fast(**inputs).last_hidden_state[real], expected.last_hidden_state[real]) <= 1e-5
+        empty = {**inputs, "attention_mask": torch.zeros_like(inputs["attention_mask"])}
+        out = fast(**empty)
+        with torch.no_grad():
+            expected = reference(**empty)
+        assert torch.equal(expected.last_hidden_state, torch.zeros_like(expected.last_hidden_state))
+        assert torch.equal(out.last_hidden_state, expected.last_hidden_state)
+        assert max_diff(out.pooler_output, expected.pooler_output) <= 1e-5
+    finally:
+        bertblocks.restore_eager(model)
+        torch._dynamo.reset()

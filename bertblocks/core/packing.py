@@ -43,22 +43,31 @@ class Packing:
     length: int
     cu_seqlens: torch.Tensor
     max_seqlen: int
+    #: compiled only: a 0-dim bool, true when the batch has no real token (position 0 then stands in, see
+    #: :meth:`from_mask`, and :meth:`unpack` zeroes it again)
+    empty: torch.Tensor | None = None
 
     @classmethod
     def from_mask(cls, attention_mask: torch.Tensor) -> Packing:
         """Build from a ``[b, L]`` 0/1 mask."""
         b, length = attention_mask.shape
-        # Row-major order keeps each row's real tokens adjacent, so cu_seqlens holds for any padding side.
-        index = attention_mask.reshape(-1).bool().nonzero().squeeze(1)  # [T]
+        real = attention_mask.reshape(-1).bool()
+        empty = None
         if torch.compiler.is_compiling():
-            # T >= 1 settles the layout questions Inductor asks about [1, T, H] tensors (is T*H < H?), which
-            # it cannot answer for a data-dependent T when it lays out frozen (pre-packed) matmul weights.
-            # A compiled model therefore rejects a batch without a single real token (eager returns zeros).
-            torch._check(index.shape[0] >= 1, lambda: "a compiled packed batch needs at least one real token")
+            # Inductor must know T >= 1 to lay out [1, T, H] tensors around frozen (pre-packed) matmul weights
+            # (is T*H < H?), and a data-dependent T cannot tell it. So a batch without a single real token
+            # packs position 0 anyway (decided in the graph: no branch, no sync), and unpack zeroes it again:
+            # the result is eager's, zeros everywhere.
+            empty = ~real.any()
+            real = torch.cat([real[:1] | empty, real[1:]])
+        # Row-major order keeps each row's real tokens adjacent, so cu_seqlens holds for any padding side.
+        index = real.nonzero().squeeze(1)  # [T]
+        if empty is not None:
+            torch._check(index.shape[0] >= 1, lambda: "a compiled packed batch packs at least one token")
         lengths = attention_mask.sum(dim=1, dtype=torch.int32)  # [b]
         cu = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))  # [b + 1]
         max_seqlen = length if torch.compiler.is_compiling() else int(lengths.max())  # no sync in a graph
-        return cls(index, b, length, cu, max_seqlen)
+        return cls(index, b, length, cu, max_seqlen, empty)
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """``[b, L, ...]`` → ``[T, ...]``."""
@@ -68,6 +77,8 @@ class Packing:
         """``[T, ...]`` → ``[b, L, ...]`` with zeros at padded positions."""
         out = x.new_zeros(self.batch * self.length, *x.shape[1:])
         out.index_copy_(0, self.index, x)
+        if self.empty is not None:  # position 0 stood in for an empty batch (see from_mask): zero it again
+            out[:1] = out[:1] * (~self.empty).to(out.dtype)
         return out.view(self.batch, self.length, *x.shape[1:])
 
 
