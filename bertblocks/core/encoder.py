@@ -67,41 +67,73 @@ class TransformerLayer(Layer):
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Returns the layer output, the self-attention and the cross-attention probabilities (or None)."""
         ctx = context or _NO_DECODER
-        attended, weights = self.attention(
-            hidden_states,
-            mask=mask,
-            positions=positions,
-            head_mask=head_mask,
-            output_attentions=output_attentions,
-            cache=ctx.cache,
-            layer_index=ctx.layer_index,
-            is_causal=ctx.is_causal,
-            packing=ctx.packing,
+        attended, weights = self_attend(
+            self.attention, hidden_states, mask, positions, head_mask, output_attentions, ctx
         )
         cross_weights = None
         if self.has_cross_attention:
-            if ctx.encoder_hidden_states is None:
-                raise ValueError("this decoder has cross-attention layers: pass encoder_hidden_states")
-            attended, cross_weights = self.crossattention(
-                attended,
-                mask=ctx.encoder_mask,
-                positions=positions,
-                head_mask=head_mask,
-                output_attentions=output_attentions,
-                encoder_hidden_states=ctx.encoder_hidden_states,
-                cache=ctx.cache,
-                layer_index=ctx.layer_index,
+            attended, cross_weights = cross_attend(
+                self.crossattention, attended, positions, head_mask, output_attentions, ctx
             )
-        chunk = self.chunk_size_feed_forward
-        if chunk and attended.shape[1] > chunk:
-            # HF's apply_chunking_to_forward: the block is position-wise, so splitting along the sequence is
-            # exact and bounds the [b, chunk, intermediate] activation.
-            pieces = [self._feedforward(part) for part in attended.split(chunk, dim=1)]
-            return torch.cat(pieces, dim=1), weights, cross_weights
-        return self._feedforward(attended), weights, cross_weights
+        return run_feedforward(self, attended), weights, cross_weights
 
-    def _feedforward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.output(self.intermediate(hidden_states), hidden_states)
+
+def self_attend(
+    attention: Attention,
+    hidden_states: torch.Tensor,
+    mask: torch.Tensor | None,
+    positions: Positions,
+    head_mask: torch.Tensor | None,
+    output_attentions: bool,
+    ctx: LayerContext,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A layer's self-attention call with what the forward pass's context says (cache, causality, packing):
+    written once for every layer kind."""
+    return attention(
+        hidden_states,
+        mask=mask,
+        positions=positions,
+        head_mask=head_mask,
+        output_attentions=output_attentions,
+        cache=ctx.cache,
+        layer_index=ctx.layer_index,
+        is_causal=ctx.is_causal,
+        packing=ctx.packing,
+    )
+
+
+def cross_attend(
+    crossattention: Attention,
+    hidden_states: torch.Tensor,
+    positions: Positions,
+    head_mask: torch.Tensor | None,
+    output_attentions: bool,
+    ctx: LayerContext,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A decoder layer's cross-attention call on the encoder's states from the context."""
+    if ctx.encoder_hidden_states is None:
+        raise ValueError("this decoder has cross-attention layers: pass encoder_hidden_states")
+    return crossattention(
+        hidden_states,
+        mask=ctx.encoder_mask,
+        positions=positions,
+        head_mask=head_mask,
+        output_attentions=output_attentions,
+        encoder_hidden_states=ctx.encoder_hidden_states,
+        cache=ctx.cache,
+        layer_index=ctx.layer_index,
+    )
+
+
+def run_feedforward(layer: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    """``layer.output(layer.intermediate(x), x)`` (the sub-layer's own residual and norm, if it has them), over
+    chunks of ``layer.chunk_size_feed_forward`` positions when set: HF's apply_chunking_to_forward (the block is
+    position-wise, so splitting along the sequence is exact and bounds the [b, chunk, intermediate]
+    activation)."""
+    chunk = layer.chunk_size_feed_forward
+    if chunk and hidden_states.shape[1] > chunk:
+        return torch.cat([layer.output(layer.intermediate(p), p) for p in hidden_states.split(chunk, dim=1)], dim=1)
+    return layer.output(layer.intermediate(hidden_states), hidden_states)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from torch import nn
 
 from bertblocks.core.component import Component
 from bertblocks.core.config import BertConfig, ComponentSpec, ConfigIssue
-from bertblocks.core.encoder import LayerContext, TransformerLayer
+from bertblocks.core.encoder import LayerContext, TransformerLayer, cross_attend, run_feedforward, self_attend
 from bertblocks.core.interfaces import Attention, FeedForward, Layer, Positions
 
 #: what a layer factory receives to make its sub-layers: ``attention(norm)`` with ``norm`` a no-argument
@@ -48,7 +48,7 @@ class ParallelOptions(BaseModel):
 
 
 class _ResidualLayer(Layer):
-    """Shared plumbing of the layers that own their norms: attention calls and chunked feed-forward."""
+    """What the layers that own their norms hold: attention and the feed-forward halves at HF's keys."""
 
     final_norm_default: ClassVar[bool] = True
 
@@ -59,35 +59,6 @@ class _ResidualLayer(Layer):
         self.intermediate = feedforward.intermediate
         self.output = feedforward.output
         self.chunk_size_feed_forward = chunk_size_feed_forward
-
-    def _attend(
-        self,
-        normed: torch.Tensor,
-        mask: torch.Tensor | None,
-        positions: Positions,
-        head_mask: torch.Tensor | None,
-        output_attentions: bool,
-        ctx: LayerContext,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        return self.attention(
-            normed,
-            mask=mask,
-            positions=positions,
-            head_mask=head_mask,
-            output_attentions=output_attentions,
-            cache=ctx.cache,
-            layer_index=ctx.layer_index,
-            is_causal=ctx.is_causal,
-            packing=ctx.packing,
-        )
-
-    def _feedforward(self, normed: torch.Tensor) -> torch.Tensor:
-        """``dropout(dense2(...))`` of the normed input (no residual: the layer adds it), chunked if asked."""
-        chunk = self.chunk_size_feed_forward
-        if chunk and normed.shape[1] > chunk:
-            # position-wise, so splitting along the sequence is exact (HF's apply_chunking_to_forward)
-            return torch.cat([self.output(self.intermediate(p), p) for p in normed.split(chunk, dim=1)], dim=1)
-        return self.output(self.intermediate(normed), normed)
 
 
 class PreLNLayer(_ResidualLayer):
@@ -122,26 +93,23 @@ class PreLNLayer(_ResidualLayer):
         context: LayerContext | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         ctx = context or LayerContext()
-        attended, weights = self._attend(
-            self.attention_norm(hidden_states), mask, positions, head_mask, output_attentions, ctx
+        attended, weights = self_attend(
+            self.attention, self.attention_norm(hidden_states), mask, positions, head_mask, output_attentions, ctx
         )
         hidden_states = hidden_states + attended
         cross_weights = None
         if self.has_cross_attention:
-            if ctx.encoder_hidden_states is None:
-                raise ValueError("this decoder has cross-attention layers: pass encoder_hidden_states")
-            crossed, cross_weights = self.crossattention(
+            crossed, cross_weights = cross_attend(
+                self.crossattention,
                 self.crossattention_norm(hidden_states),
-                mask=ctx.encoder_mask,
-                positions=positions,
-                head_mask=head_mask,
-                output_attentions=output_attentions,
-                encoder_hidden_states=ctx.encoder_hidden_states,
-                cache=ctx.cache,
-                layer_index=ctx.layer_index,
+                positions,
+                head_mask,
+                output_attentions,
+                ctx,
             )
             hidden_states = hidden_states + crossed
-        hidden_states = hidden_states + self._feedforward(self.feedforward_norm(hidden_states))
+        # the feed-forward sub-layer has no norm here: it returns dropout(dense2(...)), the layer adds the residual
+        hidden_states = hidden_states + run_feedforward(self, self.feedforward_norm(hidden_states))
         return hidden_states, weights, cross_weights
 
 
@@ -178,8 +146,10 @@ class ParallelLayer(_ResidualLayer):
             attention_in = feedforward_in = self.norm(hidden_states)
         else:
             attention_in, feedforward_in = self.attention_norm(hidden_states), self.feedforward_norm(hidden_states)
-        attended, weights = self._attend(attention_in, mask, positions, head_mask, output_attentions, ctx)
-        return hidden_states + attended + self._feedforward(feedforward_in), weights, None
+        attended, weights = self_attend(
+            self.attention, attention_in, mask, positions, head_mask, output_attentions, ctx
+        )
+        return hidden_states + attended + run_feedforward(self, feedforward_in), weights, None
 
 
 # --------------------------------------------------------------------------------------------- factories
