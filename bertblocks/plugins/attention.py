@@ -28,6 +28,8 @@ from bertblocks.core.interfaces import (
 )
 from bertblocks.core.packing import Packing
 
+from .feedforward import ResidualOutput
+
 
 class AttentionOptions(BaseModel):
     """Options of the ``bert`` attention."""
@@ -95,34 +97,9 @@ class SelfAttentionProjections(nn.Module):
         return self.Wqkv.weight[i * n : (i + 1) * n], bias
 
 
-class AttentionOutput(nn.Module):
-    """HF's ``BertSelfOutput``: ``LayerNorm(dropout(dense(x)) + residual)``.
-
-    Without a norm (``norm=None``: a pre-LN or parallel layer adds the residual and owns the norm) it returns
-    ``dropout(dense(x))`` and ignores ``residual``.
-    """
-
-    def __init__(
-        self,
-        all_head_size: int,
-        hidden_size: int,
-        layer_norm_eps: float,
-        dropout: float,
-        norm: nn.Module | str | None = "layernorm",
-        bias: bool = True,
-    ) -> None:
-        super().__init__()
-        self.dense = nn.Linear(all_head_size, hidden_size, bias=bias)
-        if norm == "layernorm":  # the default of direct callers (before norms were a component)
-            norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
-        self.post_norm = norm is not None
-        if isinstance(norm, nn.Module):
-            self.LayerNorm = norm  # CamelCase: HF's checkpoint key, whatever the norm kind
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        out = self.dropout(self.dense(hidden_states))
-        return self.LayerNorm(out + residual) if self.post_norm else out
+class AttentionOutput(ResidualOutput):
+    """HF's ``BertSelfOutput``: the :class:`~bertblocks.plugins.feedforward.ResidualOutput` of the attention
+    sub-layer, ``all_head_size`` wide in."""
 
 
 class BertAttention(Attention):

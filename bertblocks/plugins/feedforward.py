@@ -75,12 +75,15 @@ class GLUIntermediate(Intermediate):
         return self.intermediate_act_fn(gate) * up
 
 
-class BertOutput(FeedForwardOutput):
-    """HF's ``BertOutput``: ``LayerNorm(dropout(dense(h)) + residual)``; without a norm ``dropout(dense(h))``."""
+class ResidualOutput(nn.Module):
+    """The projection that ends a BERT sub-layer: ``LayerNorm(dropout(dense(h)) + residual)`` (HF's
+    ``BertSelfOutput`` after attention, ``BertOutput`` after the feed-forward block); without a norm
+    (``norm=None``: a pre-LN or parallel layer adds the residual and owns the norm) ``dropout(dense(h))``, and
+    ``residual`` is ignored."""
 
     def __init__(
         self,
-        intermediate_size: int,
+        in_features: int,
         hidden_size: int,
         layer_norm_eps: float,
         dropout: float,
@@ -88,7 +91,7 @@ class BertOutput(FeedForwardOutput):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        self.dense = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.dense = nn.Linear(in_features, hidden_size, bias=bias)
         if norm == "layernorm":  # the default of direct callers (before norms were a component)
             norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)
         self.post_norm = norm is not None
@@ -96,9 +99,13 @@ class BertOutput(FeedForwardOutput):
             self.LayerNorm = norm  # CamelCase: HF's checkpoint key, whatever the norm kind
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, intermediate: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        out = self.dropout(self.dense(intermediate))
+    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        out = self.dropout(self.dense(hidden_states))
         return self.LayerNorm(out + residual) if self.post_norm else out
+
+
+class BertOutput(ResidualOutput, FeedForwardOutput):
+    """HF's ``BertOutput``: the :class:`ResidualOutput` of the feed-forward block, ``intermediate_size`` wide in."""
 
 
 def build_bert_feedforward(
