@@ -107,6 +107,10 @@ class ResidualOutput(nn.Module):
 class BertOutput(ResidualOutput, FeedForwardOutput):
     """HF's ``BertOutput``: the :class:`ResidualOutput` of the feed-forward block, ``intermediate_size`` wide in."""
 
+    def forward(self, intermediate: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        # the interface's argument name (FeedForwardOutput), which `bertblocks trace` shows
+        return super().forward(intermediate, residual)
+
 
 def build_bert_feedforward(
     *,
