@@ -7,8 +7,9 @@
   whose token count is symbolic (no recompilation per batch, no host sync; see :mod:`bertblocks.core.packing`);
 - **dynamic shapes** — batch size and length are symbolic from the first call, so varied batches reuse one
   graph;
-- **freezing** — weights become constants of the graph, so Inductor pre-packs them for the CPU matmul
-  library and folds what depends on weights only;
+- **freezing** — weights become constants of the graph, and Inductor folds what depends on weights only;
+- **per-sequence attention** — the SDPA backend runs packed sequences one unmasked call each (inside one custom
+  op, see :mod:`bertblocks.plugins.varlen_sdpa`) instead of a re-padded, masked call;
 - **fused epilogues** — Inductor fuses bias + GELU into the matmul and residual + LayerNorm into one kernel.
 
 Example:
@@ -40,16 +41,17 @@ class FastCall:
     (they are read when a graph is compiled; scoping them here leaves other compiled code in the process
     untouched) and runs the call in inference mode."""
 
-    def __init__(self, compiled: Callable[..., Any], freeze: bool) -> None:
+    def __init__(self, compiled: Callable[..., Any], freeze: bool, weight_prepack: bool = False) -> None:
         self.compiled = compiled
         self.freeze = freeze
+        self.weight_prepack = weight_prepack
 
     @contextlib.contextmanager
     def _settings(self) -> Iterator[None]:
         # nonzero (packing) gives a data-dependent size: captured symbolically instead of breaking the graph
         with (
             torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True),
-            torch._inductor.config.patch(freezing=self.freeze),
+            torch._inductor.config.patch({"freezing": self.freeze, "cpp.weight_prepack": self.weight_prepack}),
             torch.inference_mode(),
         ):
             yield
@@ -66,6 +68,7 @@ def optimize_for_inference(
     freeze: bool = True,
     dynamic: bool = True,
     fullgraph: bool = True,
+    weight_prepack: bool = False,
 ) -> M:
     """Compile ``model`` for inference: packed, dynamic-shape, frozen weights, fused kernels (see the module).
 
@@ -84,6 +87,10 @@ def optimize_for_inference(
         freeze: freeze the weights into the graph (pre-packed matmul weights, constant folding).
         dynamic: symbolic batch size and length from the first call.
         fullgraph: fail if the forward pass does not compile in one graph (bertblocks' does).
+        weight_prepack: let Inductor re-lay frozen weights for oneDNN's matmul. Off by default: with a symbolic
+            token count (every packed batch) Inductor then calls oneDNN's ``_linear_pointwise`` instead of
+            MKL's GEMM, which measured 1.4x slower per token on an AVX2 CPU (docs/explanation/performance.md);
+            try it on CPUs with AVX-512 or AMX, where oneDNN has its fastest kernels.
 
     Returns:
         ``model`` itself.
@@ -96,7 +103,7 @@ def optimize_for_inference(
     model.eval()
     compiled = torch.compile(model._call_impl, mode=mode, dynamic=dynamic, fullgraph=fullgraph)
     # nn.Module.compile's own slot: __call__ goes through it, so hooks and module names are untouched.
-    model._compiled_call_impl = FastCall(compiled, freeze)
+    model._compiled_call_impl = FastCall(compiled, freeze, weight_prepack)
     return model
 
 

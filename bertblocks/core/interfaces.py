@@ -308,6 +308,12 @@ class AttentionBackend(ABC):
         """
         raise NotImplementedError(f"backend {self.name!r} does not implement varlen attention")
 
+    def accepts_varlen(self, *, dropout_p: float) -> bool:
+        """Whether this call may go through :meth:`varlen` (default: ``capabilities.varlen``). A backend whose
+        varlen kernel has limits that depend on the call (dropout, compilation) says so here; the packed path
+        then re-pads for that call instead."""
+        return self.capabilities.varlen
+
 
 class Attention(nn.Module, ABC):
     """Multi-head attention sub-layer *including* its output projection, residual and LayerNorm.

@@ -274,9 +274,8 @@ class BertAttention(Attention):
         if proj.rotary is not None:
             # each packed sequence is rotated by its own positions (from 0), as it would be alone
             q, k = proj.rotary(q, k, positions.tokens(packed=True), positions.memo)
-        caps = self.backend.capabilities
         if (
-            caps.varlen
+            self.backend.accepts_varlen(dropout_p=self.dropout_p if self.training else 0.0)
             and proj.position_bias is None
             and positions.score_bias is None
             and head_mask is None

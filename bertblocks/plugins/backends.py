@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities
 from bertblocks.core.masks import causal_additive
+from bertblocks.plugins.varlen_sdpa import varlen_attention
 
 
 class EagerBackend(AttentionBackend):
@@ -46,10 +47,14 @@ class EagerBackend(AttentionBackend):
 
 class SdpaBackend(AttentionBackend):
     """PyTorch's fused attention. When probabilities are asked for, it computes them explicitly (the fused
-    kernels never form them), so ``output_attentions=True`` works on every built-in backend."""
+    kernels never form them), so ``output_attentions=True`` works on every built-in backend. Packed batches
+    get one unmasked call per sequence (:mod:`bertblocks.plugins.varlen_sdpa`) instead of a re-padded,
+    masked one."""
 
     name = "sdpa"
-    capabilities = BackendCapabilities(additive_mask=True, attention_weights=True, causal=True, dropout=True)
+    capabilities = BackendCapabilities(
+        additive_mask=True, attention_weights=True, causal=True, dropout=True, varlen=True
+    )
 
     def __init__(self) -> None:
         self._explicit = EagerBackend()
@@ -87,6 +92,26 @@ class SdpaBackend(AttentionBackend):
             query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
         )
         return out, None
+
+    def varlen(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        cu_seqlens: torch.Tensor,
+        max_seqlen: int,
+        scale: float,
+        dropout_p: float,
+    ) -> torch.Tensor:
+        return varlen_attention(query, key, value, cu_seqlens, scale, dropout_p)
+
+    def accepts_varlen(self, *, dropout_p: float) -> bool:
+        if type(self).__call__ is not SdpaBackend.__call__ and type(self).varlen is SdpaBackend.varlen:
+            # a subclass that changes the padded kernel but not this one: its packed batches must see its kernel
+            return False
+        # the compiled varlen op recomputes the forward for its backward, which dropout would make differ
+        return dropout_p == 0.0 or not torch.compiler.is_compiling()
 
 
 class SlidingWindowOptions(BaseModel):
