@@ -48,9 +48,14 @@ def _masked_reference(q, k, v, lengths, scale):
     return out
 
 
-def test_per_sequence_kernel_equals_masked_attention_and_skips_empty_rows():
+def test_equal_length_neighbours_form_one_run():
+    cu = torch.tensor([0, 3, 6, 6, 9, 11, 13, 17], dtype=torch.int32)  # lengths 3, 3, 0, 3, 2, 2, 4
+    assert varlen_sdpa.equal_length_runs(cu) == [(0, 3, 3), (9, 2, 2), (13, 1, 4)]
+
+
+@pytest.mark.parametrize("lengths", [[5, 0, 3, 1, 7], [3, 3, 0, 3, 2, 2, 4], [6, 6, 6]])
+def test_per_sequence_kernel_equals_masked_attention_and_skips_empty_rows(lengths):
     torch.manual_seed(0)
-    lengths = [5, 0, 3, 1, 7]
     t = sum(lengths) + 1  # one stand-in token past the last sequence (a compiled empty batch): zeros
     q, k, v = (torch.randn(t, 2, 8, requires_grad=True) for _ in range(3))
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
@@ -67,8 +72,8 @@ def test_per_sequence_kernel_equals_masked_attention_and_skips_empty_rows():
 def test_custom_op_passes_torch_library_checks():
     """Schema, fake (symbolic shapes) and autograd registration of the op the compiled graph calls."""
     torch.manual_seed(0)
-    q, k, v = (torch.randn(9, 2, 8, requires_grad=True) for _ in range(3))
-    cu = torch.tensor([0, 4, 4, 9], dtype=torch.int32)
+    q, k, v = (torch.randn(11, 2, 8, requires_grad=True) for _ in range(3))
+    cu = torch.tensor([0, 2, 2, 5, 8, 11], dtype=torch.int32)  # lengths 2, 0, 3, 3, 3: a run of three
     torch.library.opcheck(torch.ops.bertblocks.sdpa_varlen.default, (q, k, v, cu, 0.25))
     out = torch.ops.bertblocks.sdpa_varlen(q, k, v, cu, 0.25)
     grads = torch.autograd.grad(out.sum(), (q, k, v))

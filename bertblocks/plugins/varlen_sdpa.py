@@ -3,7 +3,8 @@
 A packed batch (see :mod:`bertblocks.core.packing`) could be re-padded to ``[b, h, L, L]`` and masked, but that
 costs ``b·L²`` and, on CPU, a masked SDPA call is several times slower than unmasked ones over the same
 tokens. Per sequence, the work is ``Σ lᵢ²`` and no mask is needed (bert-base, lengths
-``[128, 20, 35, 64, 16, 90, 12, 48]``: 22.6 ms a layer re-padded, 4.0 ms per sequence, 1 thread).
+``[128, 20, 35, 64, 16, 90, 12, 48]``: 22.6 ms a layer re-padded, 4.0 ms per sequence, 1 thread); sequences of
+equal length next to each other share one batched call.
 
 Eagerly the loop runs in Python (autograd and dropout as usual). Under ``torch.compile`` the token count is
 symbolic and the number of sequences is data, so the loop cannot be traced: it runs inside the custom op
@@ -20,6 +21,36 @@ import torch
 import torch.nn.functional as F
 
 
+def equal_length_runs(cu_seqlens: torch.Tensor) -> list[tuple[int, int, int]]:
+    """``(start, count, length)`` for each run of consecutive non-empty sequences of one length.
+
+    Sequences of equal length attend as one batched call ``[count, h, length, d]`` (no mask is needed); a
+    length-sorted batch (``sentence.encode``) or an unpadded one then costs a few calls, not one per sequence.
+    """
+    bounds = cu_seqlens.tolist()
+    runs: list[tuple[int, int, int]] = []
+    for start, stop in itertools.pairwise(bounds):
+        length = stop - start
+        if length == 0:
+            continue
+        if runs and runs[-1][2] == length and runs[-1][0] + runs[-1][1] * length == start:
+            first, count, _ = runs[-1]
+            runs[-1] = (first, count + 1, length)
+        else:
+            runs.append((start, 1, length))
+    return runs
+
+
+def _heads(x: torch.Tensor, start: int, count: int, length: int) -> torch.Tensor:
+    """The run's tokens of packed ``[T, h, d]`` as ``[count, h, length, d]`` (a view)."""
+    return x[start : start + count * length].unflatten(0, (count, length)).transpose(1, 2)
+
+
+def _tokens(x: torch.Tensor) -> torch.Tensor:
+    """``[count, h, length, d]`` → ``[count·length, h, d]``."""
+    return x.transpose(1, 2).flatten(0, 1)
+
+
 def sdpa_per_sequence(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -32,15 +63,11 @@ def sdpa_per_sequence(
 
     Tokens past ``cu_seqlens[-1]`` (a compiled empty batch packs one stand-in token) get zeros.
     """
-    out = torch.empty_like(query)
-    bounds = cu_seqlens.tolist()
-    for start, stop in itertools.pairwise(bounds):
-        if stop == start:
-            continue
-        q, k, v = (x[start:stop].transpose(0, 1)[None] for x in (query, key, value))  # [1, h, l, d] views
-        out[start:stop] = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)[0].transpose(0, 1)
-    if bounds[-1] < query.shape[0]:
-        out[bounds[-1] :] = 0
+    out = torch.zeros_like(query) if int(cu_seqlens[-1]) < query.shape[0] else torch.empty_like(query)
+    for start, count, length in equal_length_runs(cu_seqlens):
+        q, k, v = (_heads(x, start, count, length) for x in (query, key, value))
+        attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
+        out[start : start + count * length] = _tokens(attended)
     return out
 
 
@@ -75,16 +102,15 @@ def sdpa_varlen_backward(
     ``dQ = scale·dS·K``, ``dK = scale·dSᵀ·Q``.)
     """
     gq, gk, gv = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
-    for start, stop in itertools.pairwise(cu_seqlens.tolist()):
-        if stop == start:
-            continue
-        q, k, v, do = (x[start:stop].transpose(0, 1) for x in (query, key, value, grad))  # [h, l, d]
-        probs = torch.softmax(torch.matmul(q, k.transpose(1, 2)) * scale, dim=-1)  # [h, l, l]
+    for start, count, length in equal_length_runs(cu_seqlens):
+        q, k, v, do = (_heads(x, start, count, length) for x in (query, key, value, grad))  # [n, h, l, d]
+        probs = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * scale, dim=-1)  # [n, h, l, l]
         out = torch.matmul(probs, v)
-        d_scores = probs * (torch.matmul(do, v.transpose(1, 2)) - (do * out).sum(-1, keepdim=True))
-        gq[start:stop] = (torch.matmul(d_scores, k) * scale).transpose(0, 1)
-        gk[start:stop] = (torch.matmul(d_scores.transpose(1, 2), q) * scale).transpose(0, 1)
-        gv[start:stop] = torch.matmul(probs.transpose(1, 2), do).transpose(0, 1)
+        d_scores = probs * (torch.matmul(do, v.transpose(-1, -2)) - (do * out).sum(-1, keepdim=True))
+        run = slice(start, start + count * length)
+        gq[run] = _tokens(torch.matmul(d_scores, k) * scale)
+        gk[run] = _tokens(torch.matmul(d_scores.transpose(-1, -2), q) * scale)
+        gv[run] = _tokens(torch.matmul(probs.transpose(-1, -2), do))
     return gq, gk, gv
 
 
