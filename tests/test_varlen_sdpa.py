@@ -112,6 +112,11 @@ def test_a_subclass_that_changes_the_padded_kernel_is_not_bypassed_by_varlen():
     assert ScaledVarlen().accepts_varlen(dropout_p=0.0)
 
 
+def test_export_keeps_to_standard_ops(monkeypatch):
+    monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
+    assert not SdpaBackend().accepts_varlen(dropout_p=0.0)
+
+
 def test_compiled_training_with_dropout_stays_on_the_padded_path(monkeypatch):
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert not SdpaBackend().accepts_varlen(dropout_p=0.1)  # the op's backward recomputes: dropout would differ

@@ -110,6 +110,9 @@ class SdpaBackend(AttentionBackend):
         if type(self).__call__ is not SdpaBackend.__call__ and type(self).varlen is SdpaBackend.varlen:
             # a subclass that changes the padded kernel but not this one: its packed batches must see its kernel
             return False
+        if torch.compiler.is_exporting():
+            # an exported graph (torch.export, ONNX) keeps to standard ops: ONNX has no translation of the custom op
+            return False
         # the compiled varlen op recomputes the forward for its backward, which dropout would make differ
         return dropout_p == 0.0 or not torch.compiler.is_compiling()
 
