@@ -112,6 +112,23 @@ def test_fast_path_rejects_an_unknown_mode():
         bertblocks.optimize_for_inference(_model(), mode="fastest")
 
 
+@pytest.mark.parametrize("prepack", [False, True])
+def test_fast_path_compiles_with_its_own_inductor_settings_and_leaves_the_process_alone(prepack):
+    """Freezing and (off by default) oneDNN weight prepacking hold while the model's call compiles, not after."""
+    import torch._inductor.config as inductor
+
+    before = (inductor.freezing, inductor.cpp.weight_prepack)
+    model = _model()
+    kwargs = {} if not prepack else {"weight_prepack": True}
+    bertblocks.optimize_for_inference(model, **kwargs)
+    with model._compiled_call_impl._settings():
+        assert inductor.freezing
+        assert inductor.cpp.weight_prepack is prepack
+        assert torch._dynamo.config.capture_dynamic_output_shape_ops
+    assert (inductor.freezing, inductor.cpp.weight_prepack) == before
+    bertblocks.restore_eager(model)
+
+
 @pytest.mark.compile
 def test_fast_path_gives_eager_zeros_for_a_batch_without_a_real_token():
     # Inductor needs the packed token count to be at least 1: an all-padding batch stands position 0 in and

@@ -159,10 +159,14 @@ def test_the_process_registry_is_built_lazily_and_replaceable():
 def test_in_process_backend_through_a_config_gives_sdpa_numbers(hf_checkpoint):
     reg = _registry(ThirdPartyPlugin())
     directory = hf_checkpoint()
-    reference = bertblocks.from_pretrained(directory, registry=reg).eval()
-    ours = bertblocks.from_pretrained(directory, ["encoder.attention.backend=scaled_sdpa"], registry=reg).eval()
+    # padded: packed, the built-in sdpa would take its varlen kernel, which the plugin does not declare
+    padded = "encoder.packing=never"
+    reference = bertblocks.from_pretrained(directory, [padded], registry=reg).eval()
+    ours = bertblocks.from_pretrained(directory, [padded, "encoder.attention.backend=scaled_sdpa"], registry=reg).eval()
     warmer = bertblocks.from_pretrained(
-        directory, {"encoder.attention.backend": {"name": "scaled_sdpa", "temperature": 2.0}}, registry=reg
+        directory,
+        {"encoder.packing": "never", "encoder.attention.backend": {"name": "scaled_sdpa", "temperature": 2.0}},
+        registry=reg,
     ).eval()
     backend = ours.encoder.layer[0].attention.backend
     assert isinstance(backend, ScaledSdpa)
