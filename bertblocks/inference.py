@@ -84,7 +84,7 @@ def optimize_for_inference(
         model: a bertblocks backbone or task model (any ``nn.Module`` works; packing is bertblocks').
         mode: Inductor's ``mode`` (``None``: its default; ``"max-autotune-no-cudagraphs"`` also tries GEMM
             templates with fused epilogues, at a much longer first call).
-        freeze: freeze the weights into the graph (pre-packed matmul weights, constant folding).
+        freeze: freeze the weights into the graph (constant folding; pre-packing only with ``weight_prepack``).
         dynamic: symbolic batch size and length from the first call.
         fullgraph: fail if the forward pass does not compile in one graph (bertblocks' does).
         weight_prepack: let Inductor re-lay frozen weights for oneDNN's matmul. Off by default: with a symbolic
