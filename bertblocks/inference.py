@@ -89,7 +89,7 @@ def optimize_for_inference(
         fullgraph: fail if the forward pass does not compile in one graph (bertblocks' does).
         weight_prepack: let Inductor re-lay frozen weights for oneDNN's matmul. Off by default: with a symbolic
             token count (every packed batch) Inductor then calls oneDNN's ``_linear_pointwise`` instead of
-            MKL's GEMM, which measured 1.4x slower per token on an AVX2 CPU (docs/explanation/performance.md);
+            MKL's GEMM, which took about 1.5x as long on an AVX2 CPU (docs/explanation/performance.md);
             try it on CPUs with AVX-512 or AMX, where oneDNN has its fastest kernels.
 
     Returns:

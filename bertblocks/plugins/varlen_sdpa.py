@@ -33,7 +33,7 @@ def equal_length_runs(cu_seqlens: torch.Tensor) -> list[tuple[int, int, int]]:
         length = stop - start
         if length == 0:
             continue
-        if runs and runs[-1][2] == length and runs[-1][0] + runs[-1][1] * length == start:
+        if runs and runs[-1][2] == length:  # spans are contiguous: an empty row in between adds no token
             first, count, _ = runs[-1]
             runs[-1] = (first, count + 1, length)
         else:
@@ -63,8 +63,10 @@ def sdpa_per_sequence(
 
     Tokens past ``cu_seqlens[-1]`` (a compiled empty batch packs one stand-in token) get zeros.
     """
-    out = torch.zeros_like(query) if int(cu_seqlens[-1]) < query.shape[0] else torch.empty_like(query)
-    for start, count, length in equal_length_runs(cu_seqlens):
+    runs = equal_length_runs(cu_seqlens)  # the one read of cu_seqlens from the host
+    covered = runs[-1][0] + runs[-1][1] * runs[-1][2] if runs else 0
+    out = torch.zeros_like(query) if covered < query.shape[0] else torch.empty_like(query)
+    for start, count, length in runs:
         q, k, v = (_heads(x, start, count, length) for x in (query, key, value))
         attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
         out[start : start + count * length] = _tokens(attended)
