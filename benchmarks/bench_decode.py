@@ -29,7 +29,7 @@ import torch
 import transformers
 
 import bertblocks
-from bertblocks.generation import generate
+from bertblocks.models.generation import generate
 
 
 def _median_ms(fn, repeats: int) -> float:

@@ -12,21 +12,20 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
-from . import _moved, sentence
+from . import sentence
+from .config import BertConfig, ConfigError, ConfigIssue
+from .config.limits import LimitError
 from .config_files import apply_overrides, dump_yaml, load_config, save_config
 from .core.component import Preset
-from .core.config import BertConfig, ConfigError, ConfigIssue
-from .core.limits import LimitError
 from .core.outputs import ModelOutput, ModelOutputWithPooling
+from .errors import BertBlocksError
 from .hf.hub import PretrainedNotFoundError, resolve_pretrained
 from .hf.tokenizer import BertTokenizer, TokenizerFilesNotFoundError
 from .hf.weight_files import WeightFileError
 from .hf.weights import CheckpointError, LoadingInfo
-from .inference import optimize_for_inference, restore_eager
 from .models.auto import from_pretrained
 from .models.backbone import BertModel, build_model
+from .models.inference import optimize_for_inference, restore_eager
 from .models.task_models import (
     BertForMaskedLM,
     BertForMultipleChoice,
@@ -50,15 +49,9 @@ from .zoo import create_model, get_preset, list_presets
 
 __version__ = "0.1.0"
 
-_moved.install()  # old module paths (bertblocks.model, bertblocks.checkpoint, …) keep importing
-
-
-def __getattr__(name: str) -> Any:
-    """Old module names as attributes (``bertblocks.model`` is :mod:`bertblocks.models.backbone`)."""
-    return _moved.moved_attribute(name)
-
 
 __all__ = [
+    "BertBlocksError",
     "BertConfig",
     "BertForMaskedLM",
     "BertForMultipleChoice",

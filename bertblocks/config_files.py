@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from .bounded_yaml import YAMLLimitError, load_yaml
-from .core.config import BertConfig, ConfigError, ConfigIssue
+from .config import BertConfig, ConfigError, ConfigIssue
+from .config.bounded_yaml import YAMLLimitError, load_yaml
 from .hf.families import config_from_hf, config_to_hf
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
 

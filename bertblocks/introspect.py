@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .core.config import BertConfig
+from .config import BertConfig
 
 
 # ----------------------------------------------------------------------------------------- parameters

@@ -21,9 +21,9 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from .config import ConfigError
 from .config_files import apply_overrides
 from .core.component import Preset
-from .core.config import ConfigError
 from .hf.hub import resolve_pretrained
 from .models.backbone import BertModel
 from .models.meta_device import deferred_init, materialize

@@ -16,8 +16,8 @@ import yaml
 
 import bertblocks
 from bertblocks import cli
+from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig
 from bertblocks.registry import Registry, set_registry
 from tests.conftest import TINY
 

@@ -62,7 +62,7 @@ def test_generator_check_mode_reports_a_stale_page(tmp_path, capsys):
 
 
 def test_config_reference_lists_every_field():
-    from bertblocks.core.config import BertConfig, EncoderConfig
+    from bertblocks.config import BertConfig, EncoderConfig
 
     page = (DOCS / "reference" / "config.md").read_text(encoding="utf-8")
     for name in BertConfig.model_fields:

@@ -17,8 +17,8 @@ from bertblocks import BertModel
 from bertblocks.cli import main
 from bertblocks.core.cache import KVCache
 from bertblocks.core.component import Component
+from bertblocks.hf.hub import PretrainedNotFoundError, looks_like_a_path
 from bertblocks.hf.misspelt_keys import UnknownConfigKeyWarning
-from bertblocks.hub import PretrainedNotFoundError, looks_like_a_path
 from bertblocks.plugins.feedforward import build_bert_feedforward
 from bertblocks.registry import DuplicateComponentError, Registry, set_registry
 from bertblocks.registry.builder import BuildError

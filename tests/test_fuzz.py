@@ -26,8 +26,8 @@ from safetensors.torch import load_file
 
 import bertblocks
 from bertblocks import ConfigError
-from bertblocks.bounded_yaml import load_yaml
-from bertblocks.core.limits import LimitError, check_size
+from bertblocks.config.bounded_yaml import load_yaml
+from bertblocks.config.limits import LimitError, check_size
 from bertblocks.hf.weight_files import SAFETENSORS_DTYPES, WeightFileError, read_safetensors
 from bertblocks.registry import RegistryError
 

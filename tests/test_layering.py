@@ -10,26 +10,25 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-
-from bertblocks._moved import MOVED
 
 PACKAGE = Path(__file__).parents[1] / "bertblocks"
 
 #: top-level group → the groups its modules may import (besides their own). Groups not listed here (cli,
 #: ablation, zoo, sentence, introspect, testing, the package's __init__) sit on top and may import any group.
 MAY_IMPORT: dict[str, set[str]] = {
-    "core": set(),
-    # the plugin manager registers the built-in plugins (plugins never import the registry)
-    "registry": {"core", "plugins"},
-    "plugins": {"core"},
-    "hf": {"core", "registry"},
-    "bounded_yaml": set(),
-    "config_files": {"core", "registry", "hf", "bounded_yaml"},
-    "models": {"core", "registry", "hf", "bounded_yaml", "config_files"},
+    "errors": set(),
+    "config": {"errors"},
+    "core": {"errors", "config"},
+    # the plugin manager registers the built-in plugins and families (neither imports the registry)
+    "registry": {"errors", "config", "core", "plugins", "families"},
+    "plugins": {"errors", "config", "core"},
+    "families": {"errors", "config", "core", "plugins"},
+    "hf": {"errors", "config", "core", "registry", "families"},
+    "config_files": {"errors", "config", "core", "registry", "hf"},
+    "models": {"errors", "config", "core", "registry", "hf", "config_files"},
 }
 
 
@@ -45,12 +44,10 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(
-    path: Path, package: Path = PACKAGE, modules: set[str] | None = None, aliases: Mapping[str, str] = MOVED
-) -> set[str]:
+def _imports(path: Path, package: Path = PACKAGE, modules: set[str] | None = None) -> set[str]:
     """Every bertblocks module ``path`` imports, at module level or inside functions (``if TYPE_CHECKING:``
     blocks left out: they never run). ``from pkg import name`` counts as importing ``pkg.name`` when that is a
-    module; old module names count as the modules they alias."""
+    module."""
     tree = ast.parse(path.read_text())
     is_package = path.name == "__init__.py"
     own = _module_name(path, package).split(".")
@@ -74,18 +71,17 @@ def _imports(
                 names.update(submodules)  # `from . import report`: the module report, not the package
             else:
                 names.add(base)
-    resolved = {aliases.get(name, name) for name in names}
-    return {name for name in resolved if name == package.name or name.startswith(f"{package.name}.")}
+    return {name for name in names if name == package.name or name.startswith(f"{package.name}.")}
 
 
-def _graph(package: Path = PACKAGE, aliases: Mapping[str, str] = MOVED) -> dict[str, set[str]]:
+def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     files = sorted(package.rglob("*.py"))
     modules = {_module_name(f, package) for f in files}
     graph = {}
     for path in files:
-        # an import of a name inside a module (`from bertblocks.core.config import X`) is an edge to that module
+        # an import of a name inside a module (`from bertblocks.config import X`) is an edge to that module
         targets = set()
-        for name in _imports(path, package, modules, aliases):
+        for name in _imports(path, package, modules):
             while name not in modules and "." in name:
                 name = name.rsplit(".", 1)[0]
             targets.add(name)
@@ -146,7 +142,7 @@ def test_the_cycle_check_sees_function_level_imports(tmp_path):
     (package / "model.py").write_text("def f():\n    from .task_model import g\n")
     (package / "task_model.py").write_text("from .model import f\n")
     (package / "typed.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .model import f\n")
-    assert _cycles(_graph(package, aliases={})) == [["bertblocks.model", "bertblocks.task_model"]]
+    assert _cycles(_graph(package)) == [["bertblocks.model", "bertblocks.task_model"]]
 
 
 @pytest.mark.parametrize("group", sorted(MAY_IMPORT))
@@ -163,13 +159,6 @@ def test_each_group_imports_only_the_groups_below_it(group):
     assert offenders == []
 
 
-def test_old_module_names_are_the_moved_modules():
-    import importlib
-
-    for old, new in MOVED.items():
-        assert importlib.import_module(old) is importlib.import_module(new), old
-
-
 def test_importing_bertblocks_builds_no_registry():
     import bertblocks.registry.manager as manager
 
@@ -181,7 +170,9 @@ def test_importing_bertblocks_builds_no_registry():
 
 # ------------------------------------------------------------------------------- no HF knowledge in core
 def _core_text() -> str:
-    return "\n".join(path.read_text() for path in sorted((PACKAGE / "core").rglob("*.py")))
+    """core/ and config/: the layers below every component."""
+    paths = [path for group in ("core", "config") for path in sorted((PACKAGE / group).rglob("*.py"))]
+    return "\n".join(path.read_text() for path in paths)
 
 
 def test_core_names_no_transformers_model_class():
@@ -194,7 +185,7 @@ def test_core_names_no_transformers_model_class():
 
 
 def test_core_names_no_builtin_component_but_the_schema_defaults():
-    from bertblocks.core.config import DEFAULT_COMPONENTS
+    from bertblocks.config import DEFAULT_COMPONENTS
     from bertblocks.registry import Registry
 
     builtins = {c.name for c in Registry(load_entry_points=False).components()}

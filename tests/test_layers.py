@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from bertblocks import BertModel, load_config
-from bertblocks.core.config import ConfigError
+from bertblocks.config import ConfigError
 from tests.conftest import TINY
 
 torch.set_default_dtype(torch.float32)

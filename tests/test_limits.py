@@ -18,9 +18,9 @@ from conftest import TINY
 import bertblocks
 from bertblocks import ConfigError
 from bertblocks.ablation import StudyError, load_study
-from bertblocks.bounded_yaml import MAX_ALIAS_NODES_ENV, YAMLLimitError, load_yaml
 from bertblocks.cli import main
-from bertblocks.core.limits import MAX_LAYERS_ENV, MAX_PARAMETERS_ENV, LimitError, check_size, estimate_size
+from bertblocks.config.bounded_yaml import MAX_ALIAS_NODES_ENV, YAMLLimitError, load_yaml
+from bertblocks.config.limits import MAX_LAYERS_ENV, MAX_PARAMETERS_ENV, LimitError, check_size, estimate_size
 
 CPU_SECONDS = 2.0
 PEAK_BYTES = 200 * 2**20

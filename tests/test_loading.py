@@ -8,8 +8,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import bertblocks
-from bertblocks.checkpoint import CheckpointError, map_safetensors
-from bertblocks.loading import deferred_init
+from bertblocks.hf.weights import CheckpointError, map_safetensors
+from bertblocks.models.meta_device import deferred_init
 from tests.conftest import batch, max_diff
 
 

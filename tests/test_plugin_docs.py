@@ -15,10 +15,10 @@ import pytest
 
 from bertblocks.core.component import KINDS, Component
 from bertblocks.hf.families import get_family
-from bertblocks.model import BertModel
+from bertblocks.models.backbone import BertModel
+from bertblocks.models.task_models import BertTaskModel
 from bertblocks.registry import Registry
 from bertblocks.registry.hookspecs import PROJECT, BertBlocksHooks
-from bertblocks.task_model import BertTaskModel
 from tests.conftest import TINY
 
 DOCS = Path(__file__).parents[1] / "docs" / "plugins"

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from bertblocks import BertModel, load_config
+from bertblocks.config import ComponentSpec, ConfigError
 from bertblocks.core.component import Component, ComponentKind, subcomponent
-from bertblocks.core.config import ComponentSpec, ConfigError
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities, FeedForward
 from bertblocks.plugins.attention import AttentionOptions, build_bert_attention
 from bertblocks.plugins.feedforward import BertIntermediate, BertOutput

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bertblocks import BertModel, load_config
-from bertblocks.core.config import ConfigError
+from bertblocks.config import ConfigError
 from bertblocks.core.interfaces import Positions
 from bertblocks.plugins.backends import EagerBackend, SlidingWindowBackend
 from bertblocks.plugins.positions import RotaryEmbedding, relative_position_bucket

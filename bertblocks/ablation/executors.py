@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
+from ..errors import BertBlocksError
 from .run import RunTask, execute
 from .study import StudyError
 
@@ -27,7 +28,7 @@ from .study import StudyError
 Outcome = tuple[RunTask, "dict[str, Any] | BaseException"]
 
 
-class RunFailedError(Exception):
+class RunFailedError(BertBlocksError):
     """A run's error whose own class cannot cross back from a worker process (pickle rebuilds an exception by
     calling its class with ``args``, which fails for classes such as ``UnknownComponentError(kind, name, …)``;
     the pool would then break and every other run with it): its class name and message instead."""

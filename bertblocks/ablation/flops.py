@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
-from bertblocks.core.config import BertConfig
+from bertblocks.config import BertConfig
 
 _KNOWN = {
     "attention": {"bert"},

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertblocks.core.config import BertConfig
+from bertblocks.config import BertConfig
 
 from .flops import analytic_flops_per_token, counted_flops
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from bertblocks.core.config import BertConfig, merge_spec
+from bertblocks.config import BertConfig, merge_spec
 
 from .data import PreparedData
 

@@ -42,6 +42,7 @@ from typing import Any, Literal
 
 import yaml
 
+from ..errors import BertBlocksError
 from . import report
 from .data import PreparedData, get_tokenizer, load_texts, prepare, tokenizer_key
 from .executors import Executor, InlineExecutor, LocalExecutor, RayExecutor, connect_ray, describe
@@ -51,7 +52,7 @@ from .run import RunTask
 from .study import Study, StudyError, expand_variants, fingerprint, load_study
 
 
-class StudyRunError(RuntimeError):
+class StudyRunError(BertBlocksError, RuntimeError):
     """Some runs failed; the others are written. ``failures`` maps run id → error text."""
 
     def __init__(self, failures: dict[str, str]) -> None:

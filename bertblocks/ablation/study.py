@@ -28,9 +28,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
-from bertblocks.bounded_yaml import load_yaml
+from bertblocks.config import BertConfig, ConfigError, ConfigIssue, closest, issues_from_validation_error
+from bertblocks.config.bounded_yaml import load_yaml
 from bertblocks.config_files import apply_overrides, load_config
-from bertblocks.core.config import BertConfig, ConfigError, ConfigIssue, closest, issues_from_validation_error
 from bertblocks.registry import RegistryError
 
 Metric = Literal["params", "flops", "latency", "memory"]

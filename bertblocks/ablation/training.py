@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bertblocks.core.config import BertConfig
+from bertblocks.config import BertConfig
 
 from .data import PreparedData
 

@@ -45,6 +45,7 @@ from collections.abc import Callable, Collection, Iterator, MutableMapping, Sequ
 from typing import Any
 
 from ..core.component import Command
+from ..errors import BertBlocksError
 from ..registry.errors import RegistryError
 
 EXIT_OK = 0
@@ -62,7 +63,7 @@ EXIT_CODES: dict[int, str] = {
 }
 
 
-class CLIError(Exception):
+class CLIError(BertBlocksError):
     """A failure to report as one message with an exit code (default 1, invalid input)."""
 
     def __init__(self, message: str, code: int = EXIT_INVALID) -> None:
@@ -305,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _exit_code(error: Exception) -> int:
-    from ..core.config import ConfigError
+    from ..config import ConfigError
     from ..hf.weights import CheckpointError
     from ..registry import RegistryError
 

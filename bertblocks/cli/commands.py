@@ -454,7 +454,7 @@ def _configure_schema(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_schema(args: argparse.Namespace) -> int:
-    from ..core.config import BertConfig
+    from ..config import BertConfig
 
     text = json.dumps(BertConfig.model_json_schema(), indent=2)
     if args.output:

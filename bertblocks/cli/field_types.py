@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from bertblocks.core.config import ComponentSpec
+from bertblocks.config import ComponentSpec
 
 
 def render_type(annotation: Any, metadata: list[Any] | None = None) -> str:

@@ -1,9 +1,8 @@
-"""Interfaces, config schema, masks, outputs and the encoder skeleton. Knows torch and pydantic only."""
+"""Interfaces, factories, masks, the KV cache, packing, outputs and the encoder skeleton. Knows torch and the config."""
 
 from __future__ import annotations
 
 from .component import KINDS, Component, Kind, NoOptions
-from .config import BertConfig, ConfigError, ConfigIssue
 from .encoder import Encoder, EncoderModel, TransformerLayer
 from .interfaces import (
     Attention,
@@ -27,10 +26,7 @@ __all__ = [
     "Attention",
     "AttentionBackend",
     "BackendCapabilities",
-    "BertConfig",
     "Component",
-    "ConfigError",
-    "ConfigIssue",
     "Embedding",
     "Encoder",
     "EncoderModel",

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .config import ComponentSpec
+from ..config import ComponentSpec
 
 if TYPE_CHECKING:
-    from .config import BertConfig, ConfigIssue
+    from ..config import BertConfig, ConfigIssue
 
 Kind = Literal[
     "embedding",
@@ -39,7 +39,7 @@ Kind = Literal[
 KINDS: tuple[str, ...] = get_args(Kind)
 
 #: ``validate(config, spec, loc)``: problems a component sees in the whole config, each a message (placed at
-#: ``loc``, the dotted path of the component's spec) or a :class:`~bertblocks.core.config.ConfigIssue`
+#: ``loc``, the dotted path of the component's spec) or a :class:`~bertblocks.config.ConfigIssue`
 ConfigCheck = Callable[["BertConfig", "ComponentSpec", str], "Iterable[str | ConfigIssue]"]
 
 

@@ -17,8 +17,8 @@ from torch import nn
 from torch.autograd.graph import save_on_cpu
 from torch.utils.checkpoint import checkpoint
 
+from ..config import BertConfig
 from .cache import KVCache
-from .config import BertConfig
 from .interfaces import (
     Attention,
     Embedding,

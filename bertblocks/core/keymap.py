@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .config import DEFAULT_COMPONENTS
+from ..config import DEFAULT_COMPONENTS
+from ..errors import BertBlocksError
 
 
-class KeyMapError(ValueError):
+class KeyMapError(BertBlocksError, ValueError):
     """A checkpoint that the key map cannot translate; the message names the key and what was expected."""
 
 

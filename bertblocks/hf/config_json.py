@@ -1,4 +1,4 @@
-"""A checkpoint's ``config.json`` (transformers' flat format) ↔ :class:`~bertblocks.core.config.BertConfig`, both ways.
+"""A checkpoint's ``config.json`` (transformers' flat format) ↔ :class:`~bertblocks.config.BertConfig`, both ways.
 
 transformers' field names map onto the nested schema here (:data:`HF_TOP_LEVEL`, :data:`HF_NESTED`); the
 ``architectures`` entry names the task head through what the head plugins declare
@@ -22,15 +22,15 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..core.config import (
+from ..config import (
     BertConfig,
     ComponentSpec,
     ConfigError,
     ConfigIssue,
-    _deep_merge,
+    deep_merge,
     issues_from_validation_error,
-    set_checkpoint_format,
 )
+from ..config.schema import set_checkpoint_format
 from ..registry import Registry, get_registry
 from .misspelt_keys import warn_misspelt_keys
 
@@ -122,7 +122,7 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> B
         src.pop(key, None)
     warn_misspelt_keys(src, (*HF_TOP_LEVEL, *HF_NESTED, "position_embedding_type", "architectures", "bertblocks"))
     data["hf"] = src
-    data = _deep_merge(data, ours)
+    data = deep_merge(data, ours)
     try:
         return BertConfig.model_validate(data)
     except ValidationError as e:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..core.config import BertConfig, ConfigError, ConfigIssue, _deep_merge
+from ..config import BertConfig, ConfigError, ConfigIssue, deep_merge
 from ..core.family import Family
 from ..core.keymap import KeyMapError, to_checkpoint, to_model
 from ..registry import Registry, UnknownComponentError, get_registry, validate_config
@@ -90,7 +90,7 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> d
         data["head"] = head
     data["family"] = model_type
     if ours:
-        data = _deep_merge(data, ours)
+        data = deep_merge(data, ours)
     issues = []
     for path, required in family.fixed.items():
         value = _get(data, path)

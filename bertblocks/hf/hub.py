@@ -24,6 +24,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..errors import BertBlocksError
 from .weights import BIN_INDEX, BIN_WEIGHTS, SAFE_INDEX, SAFE_WEIGHTS
 
 CONFIG_FILE = "config.json"
@@ -33,7 +34,7 @@ WEIGHT_FILES = ((SAFE_WEIGHTS, SAFE_INDEX), (BIN_WEIGHTS, BIN_INDEX))
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 
-class PretrainedNotFoundError(FileNotFoundError):
+class PretrainedNotFoundError(BertBlocksError, FileNotFoundError):
     """Neither a local directory nor a hub repository (or file) that could be found; the message says why."""
 
 

@@ -31,6 +31,7 @@ import torch
 from tokenizers import Encoding, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from ..core.family import BERT_TOKENIZER, TokenizerConvention
+from ..errors import BertBlocksError
 from .hub import resolve_tokenizer_files
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -52,7 +53,7 @@ Padding = bool | Literal["longest", "max_length", "do_not_pad"]
 Truncation = bool | Literal["longest_first", "only_first", "only_second", "do_not_truncate"]
 
 
-class TokenizerFilesNotFoundError(FileNotFoundError):
+class TokenizerFilesNotFoundError(BertBlocksError, FileNotFoundError):
     """A tokenizer directory with neither ``tokenizer.json`` nor ``vocab.txt``."""
 
 
@@ -112,7 +113,7 @@ class BertTokenizer:
         """Load from a directory or hub repository with ``tokenizer.json``, or ``vocab.txt`` (+ configs).
 
         Args:
-            path_or_id: a directory, or a hub id resolved as :func:`bertblocks.hub.resolve_pretrained` does.
+            path_or_id: a directory, or a hub id resolved as :func:`bertblocks.hf.hub.resolve_pretrained` does.
             revision: hub branch, tag or commit.
             cache_dir: hub cache directory.
             local_files_only: use the hub cache only (``HF_HUB_OFFLINE=1`` does the same).

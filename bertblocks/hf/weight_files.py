@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from ..errors import BertBlocksError
+
 #: the largest header accepted (the ``safetensors`` library's own limit)
 MAX_HEADER_BYTES = 100_000_000
 _ENTRY_KEYS = {"dtype", "shape", "data_offsets"}
@@ -63,7 +65,7 @@ def _dtypes() -> dict[str, torch.dtype]:
 SAFETENSORS_DTYPES: dict[str, torch.dtype] = _dtypes()
 
 
-class WeightFileError(ValueError):
+class WeightFileError(BertBlocksError, ValueError):
     """A weight file that is damaged, malformed or unsafe; ``path`` and ``tensor`` say where.
 
     Attributes:

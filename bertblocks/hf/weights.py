@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from ..errors import BertBlocksError
 from .weight_files import WeightFileError, read_safetensors, read_weight_file
 
 logger = logging.getLogger("bertblocks")
@@ -41,7 +42,7 @@ LEGACY_SUFFIXES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "Lay
 BACKBONE_PREFIXES = ("embeddings.", "encoder.")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(BertBlocksError, ValueError):
     """A checkpoint that does not fit the model built from its config; the message names every key."""
 
 

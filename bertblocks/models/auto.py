@@ -1,8 +1,6 @@
 """Loading a checkpoint as whatever it is: :func:`from_pretrained` picks the backbone or a task model.
 
-Also the module behind the old path ``bertblocks.model`` (the backbone, :func:`build_model` and
-:func:`from_pretrained` lived there together): it sits above both the backbone and the task models, so
-choosing between them needs no import cycle.
+It sits above both the backbone and the task models, so choosing between them needs no import cycle.
 """
 
 from __future__ import annotations
@@ -11,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..config import BertConfig
 from ..config_files import load_config
-from ..core.config import BertConfig
 from ..hf.hub import resolve_pretrained
 from .backbone import BertModel, build_model
 from .task_models import task_model_class

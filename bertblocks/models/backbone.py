@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..config import BertConfig
 from ..config_files import ConfigSource, load_config
-from ..core.config import BertConfig
 from ..core.encoder import EncoderModel, init_weights
 from ..hf.families import FamilyKeyMap, config_to_hf
 from ..registry import Registry, build_components, get_registry

@@ -24,10 +24,10 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from ..bounded_yaml import load_yaml
+from ..config import BertConfig
+from ..config.bounded_yaml import load_yaml
+from ..config.flat_view import FlatConfigView
 from ..config_files import apply_overrides, load_config
-from ..core.config import BertConfig
-from ..core.config_surface import FlatConfigView
 from ..core.encoder import EncoderModel
 from ..core.outputs import ModelOutput
 from ..registry import Registry
@@ -265,7 +265,7 @@ class BertEncoderDecoder(PretrainedSurface, PretrainedModel):
     ) -> torch.Tensor:
         """Encode once, then decode from ``decoder_start_token_id`` with the cache (cross K/V computed once).
 
-        Keyword arguments are those of :func:`bertblocks.generation.generate`. Returns ``[b, 1 + n]``.
+        Keyword arguments are those of :func:`bertblocks.models.generation.generate`. Returns ``[b, 1 + n]``.
         """
         states, _ = self.encode(input_ids, attention_mask)
         start = torch.full((input_ids.shape[0], 1), self.config.decoder_start_token_id, device=input_ids.device)

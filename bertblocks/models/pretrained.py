@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from torch import nn
 
+from ..config import BertConfig
 from ..config_files import with_backend
-from ..core.config import BertConfig
 from ..hf.hub import resolve_pretrained
 from ..hf.key_maps import BERT_KEY_MAP, KeyMap
 from ..hf.weights import (

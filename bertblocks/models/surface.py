@@ -93,7 +93,7 @@ def split_load_kwargs(
         )
     if not fields:
         return overrides, options
-    from ..core.config_surface import FLAT_ALIASES
+    from ..config.flat_view import FLAT_ALIASES
 
     merged: dict[str, Any] = dict(overrides) if isinstance(overrides, Mapping) else {}
     if not isinstance(overrides, Mapping):
@@ -106,7 +106,7 @@ def split_load_kwargs(
 
 def config_keywords(model_fields: Iterator[str] | Sequence[str]) -> list[str]:
     """The keyword names ``from_pretrained`` accepts as config overrides: fields and flat aliases."""
-    from ..core.config_surface import FLAT_ALIASES
+    from ..config.flat_view import FLAT_ALIASES
 
     return [*model_fields, *FLAT_ALIASES]
 

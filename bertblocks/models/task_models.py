@@ -21,8 +21,8 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import nn
 
+from ..config import BertConfig
 from ..config_files import ConfigSource, load_config
-from ..core.config import BertConfig
 from ..core.encoder import EncoderModel, init_weights
 from ..core.interfaces import Head
 from ..core.outputs import ModelOutput

@@ -3,8 +3,8 @@ implements (``bertblocks_register_components``, ``bertblocks_register_presets``)
 
 from __future__ import annotations
 
-from . import attention, backends, embeddings, feedforward, heads, layers, norms, poolers, positions, presets
-from .families import FAMILY_PLUGINS
+from . import attention, backends, embeddings, feedforward, layers, norms, poolers, positions, presets
+from .heads import HEAD_PLUGINS
 
 BUILTIN_PLUGINS = (
     embeddings,
@@ -15,9 +15,8 @@ BUILTIN_PLUGINS = (
     norms,
     layers,
     poolers,
-    heads,
+    *HEAD_PLUGINS,
     presets,
-    *FAMILY_PLUGINS,
 )
 
 __all__ = ["BUILTIN_PLUGINS"]

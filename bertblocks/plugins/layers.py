@@ -22,8 +22,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
+from bertblocks.config import BertConfig, ComponentSpec, ConfigIssue
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig, ComponentSpec, ConfigIssue
 from bertblocks.core.encoder import LayerContext, TransformerLayer, cross_attend, run_feedforward, self_attend
 from bertblocks.core.interfaces import Attention, FeedForward, Layer, Positions
 

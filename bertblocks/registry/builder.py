@@ -14,8 +14,9 @@ import torch
 from pydantic import BaseModel
 from torch import nn
 
+from bertblocks.config import BertConfig, ComponentSpec
+from bertblocks.config.limits import check_size
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig, ComponentSpec
 from bertblocks.core.encoder import Encoder
 from bertblocks.core.interfaces import (
     Attention,
@@ -28,7 +29,6 @@ from bertblocks.core.interfaces import (
     PositionScheme,
     SharedPositionBias,
 )
-from bertblocks.core.limits import check_size
 
 from .errors import RegistryError
 from .manager import Registry, get_registry
@@ -52,7 +52,7 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
     """Assemble the embeddings, the encoder stack and the pooler of a validated ``config``.
 
     Raises:
-        LimitError: the model would exceed a resource limit (:mod:`bertblocks.core.limits`).
+        LimitError: the model would exceed a resource limit (:mod:`bertblocks.config.limits`).
         BuildError: a component refused the job (capability missing, factory returned the wrong type).
     """
     check_size(config)  # before anything is allocated: a config is data, but data that says how much memory

@@ -6,10 +6,12 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
-from bertblocks.core.config import closest
+from bertblocks.config import closest
+
+from ..errors import BertBlocksError
 
 
-class RegistryError(Exception):
+class RegistryError(BertBlocksError):
     """Base of registry errors.
 
     Picklable although the subclasses' constructors take other arguments than their message (pickle would call

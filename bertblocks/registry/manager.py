@@ -104,13 +104,14 @@ class Registry:
         self._preset_clashes: dict[str, list[Preset]] = {}
         self._command_index: dict[str, Command] | None = None
         if builtins:
+            from bertblocks.families import FAMILY_PLUGINS
             from bertblocks.plugins import BUILTIN_PLUGINS
 
             version = _version("bertblocks")
-            for module in BUILTIN_PLUGINS:
+            for module in (*BUILTIN_PLUGINS, *FAMILY_PLUGINS):
                 self.register(
                     module,
-                    name=f"bertblocks.plugins.{module.__name__.rsplit('.', 1)[-1]}",
+                    name=module.__name__,
                     distribution="bertblocks",
                     version=version,
                 )

@@ -1,6 +1,6 @@
 """Whole-config validation: the schema (phase 1) and every named component with its own options (phase 2).
 
-Every problem is collected and raised together as one :class:`~bertblocks.core.config.ConfigError`, each with
+Every problem is collected and raised together as one :class:`~bertblocks.config.ConfigError`, each with
 the dotted path of the field at fault.
 """
 
@@ -11,8 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from bertblocks.core.component import subcomponent_fields
-from bertblocks.core.config import (
+from bertblocks.config import (
     OVERRIDABLE,
     BertConfig,
     ComponentSpec,
@@ -21,6 +20,7 @@ from bertblocks.core.config import (
     issues_from_validation_error,
     merge_spec,
 )
+from bertblocks.core.component import subcomponent_fields
 from bertblocks.core.interfaces import PositionScheme
 
 from .builder import plugin_options

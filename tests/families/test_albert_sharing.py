@@ -10,7 +10,7 @@ import torch
 import transformers
 
 import bertblocks
-from bertblocks.core.config import ConfigError
+from bertblocks.config import ConfigError
 
 SETTINGS = {
     "vocab_size": 99,

@@ -12,11 +12,11 @@ import torch
 import transformers
 
 import bertblocks
-from bertblocks.checkpoint import CheckpointError
+from bertblocks.config import ConfigError
 from bertblocks.core.component import Component
-from bertblocks.core.config import ConfigError
 from bertblocks.core.family import Family
 from bertblocks.core.keymap import Drop, KeyMap, Rename, Split
+from bertblocks.hf.weights import CheckpointError
 from bertblocks.registry import Registry, set_registry
 
 TINY = {
@@ -111,7 +111,7 @@ def test_third_party_family_loads_its_own_checkpoint_format(tmp_path):
     saved = json.loads((tmp_path / "again" / "config.json").read_text())
     assert saved["model_type"] == "toybert"
     assert saved["vocab"] == 99
-    from bertblocks.checkpoint import read_state_dict
+    from bertblocks.hf.weights import read_state_dict
 
     written = read_state_dict([tmp_path / "again" / "model.safetensors"])
     # a backbone is written without its prefix, as transformers writes base models

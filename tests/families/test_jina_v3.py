@@ -16,7 +16,7 @@ import transformers
 
 import bertblocks
 from bertblocks import BertTokenizer
-from bertblocks.core.config import ConfigError
+from bertblocks.config import ConfigError
 from bertblocks.hf.families import config_from_hf, config_to_hf
 
 from .test_nomic_bert import max_diff

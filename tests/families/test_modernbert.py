@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 import bertblocks
 from bertblocks import BertTokenizer
-from bertblocks.core.config import ConfigError
+from bertblocks.config import ConfigError
 from bertblocks.hf.families import config_from_hf, config_to_hf
 
 TOL = 1e-5

@@ -8,7 +8,7 @@ import pytest
 import torch
 import transformers
 
-from bertblocks.encoder_decoder import BertEncoderDecoder, shift_tokens_right
+from bertblocks.models.encoder_decoder import BertEncoderDecoder, shift_tokens_right
 from tests.conftest import TINY, TINY_HF, max_diff
 
 

@@ -11,7 +11,7 @@ import transformers
 from safetensors.torch import load_file
 
 import bertblocks
-from bertblocks.generation import generate, left_align
+from bertblocks.models.generation import generate, left_align
 from tests.conftest import TINY_HF, V4, max_diff
 
 

@@ -12,11 +12,11 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 import bertblocks
-from bertblocks.checkpoint import CheckpointError
+from bertblocks.config import BertConfig, ConfigError
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig, ConfigError
 from bertblocks.core.interfaces import Head
 from bertblocks.core.outputs import SequenceClassifierOutput
+from bertblocks.hf.weights import CheckpointError
 from bertblocks.registry import BuildError, Registry, set_registry
 from tests.conftest import TINY, TINY_HF, batch, max_diff
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 import bertblocks
 from bertblocks import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
-from bertblocks.encoder_decoder import BertEncoderDecoder
+from bertblocks.models.encoder_decoder import BertEncoderDecoder
 from bertblocks.models.surface import parse_size, resolve_dtype
 from bertblocks.sentence import minilm_path
 from tests.conftest import TINY, batch, max_diff

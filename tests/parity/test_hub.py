@@ -18,7 +18,7 @@ import torch
 import transformers
 
 import bertblocks
-from bertblocks.hub import PretrainedNotFoundError, is_offline, resolve_pretrained
+from bertblocks.hf.hub import PretrainedNotFoundError, is_offline, resolve_pretrained
 from tests.conftest import batch, max_diff
 
 REPO = "acme/tiny-bert"

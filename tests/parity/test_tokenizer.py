@@ -13,8 +13,8 @@ import torch
 import transformers
 
 import bertblocks
+from bertblocks.hf.tokenizer import BertTokenizer, TokenizerFilesNotFoundError
 from bertblocks.sentence import minilm_path
-from bertblocks.tokenizer import BertTokenizer, TokenizerFilesNotFoundError
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # Enough pieces to exercise lower-casing, accents, Chinese characters, punctuation and ## continuations.

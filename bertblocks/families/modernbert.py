@@ -19,12 +19,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig
 from bertblocks.core.family import BERT_TOKENIZER, Family
 from bertblocks.core.keymap import KeyMap, Rename
-
-from .transform_heads import TRANSFORM_HEADS
+from bertblocks.plugins.heads.transform_heads import TRANSFORM_HEADS
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 #: ModernBertConfig's defaults, for the fields a config.json may leave out

@@ -34,7 +34,7 @@ from bertblocks.core.outputs import (
     SequenceClassifierOutput,
 )
 from bertblocks.plugins.feedforward import ACTIVATIONS
-from bertblocks.plugins.heads import (
+from bertblocks.plugins.heads.bert import (
     MultipleChoiceHead,
     QuestionAnsweringHead,
     SequenceClassificationHead,

@@ -18,14 +18,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig
 from bertblocks.core.family import Family
 from bertblocks.core.keymap import Join, KeyMap, Rename
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
 from .roberta import LM_HEAD_RULES, roberta_tokenizer
-from .rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
 
 #: transformers' JinaEmbeddingsV3Config.default_theta
 DEFAULT_THETA = 20000.0

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig
 from bertblocks.core.family import BERT_TOKENIZER, Family
 from bertblocks.core.keymap import KeyMap
 
-from .bertlike import BERT_ARCHITECTURES
+from ._bertlike import BERT_ARCHITECTURES
 
 
 def _from_hf(hf: Any) -> dict[str, Any]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig
 from bertblocks.core.family import BERT_TOKENIZER, Family
 from bertblocks.core.keymap import KeyMap, Rename
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
 
 _MC = ("dense_multiple_choice",)
 KEY_MAP = KeyMap(

@@ -39,11 +39,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from .core.component import KINDS, Component
-from .core.interfaces import AttentionBackend, Head, Positions, PositionScheme
-from .hf.weights import LoadingInfo
-from .models.backbone import BertModel
-from .registry import BuildError, Registry, get_registry, validate_config
+from ..core.component import KINDS, Component
+from ..core.interfaces import AttentionBackend, Head, Positions, PositionScheme
+from ..hf.weights import LoadingInfo
+from ..models.backbone import BertModel
+from ..registry import BuildError, Registry, get_registry, validate_config
 
 #: float32 tolerance, as for HF parity
 ATOL = 1e-5
@@ -118,7 +118,7 @@ class Subject:
         }
         if self.kind == "family":
             # the family's own translation of the tiny config: a config the family can represent
-            from .hf.families import config_from_hf, get_family
+            from ..hf.families import config_from_hf, get_family
 
             family = get_family(self.name, self.registry, source=None)
             base = validate_config(cfg, self.registry)
@@ -134,7 +134,7 @@ class Subject:
         torch.manual_seed(seed)
         cfg = dict(config) if config is not None else self.config(**changes)
         if self.kind == "head":
-            from .models.task_models import BertTaskModel
+            from ..models.task_models import BertTaskModel
 
             return BertTaskModel.from_config(cfg, head=self.name, registry=self.registry).eval()
         return BertModel.from_config(cfg, registry=self.registry).eval()
@@ -142,7 +142,7 @@ class Subject:
     def reload(self, directory: str) -> tuple[nn.Module, LoadingInfo]:
         """The model :meth:`model` saved to ``directory``, loaded back with its loading report."""
         if self.kind == "head":
-            from .models.task_models import BertTaskModel
+            from ..models.task_models import BertTaskModel
 
             return BertTaskModel.from_pretrained(  # type: ignore[return-value]
                 directory, head=self.name, registry=self.registry, output_loading_info=True
@@ -352,8 +352,8 @@ def check_checkpoint_roundtrip(subject: Subject) -> None:
 def check_family_round_trip(subject: Subject) -> None:
     """A family's config.json and checkpoint both ways: the config comes back equal, and a model's tensors go
     into the family's checkpoint keys and back unchanged (every key, every value)."""
-    from .core.keymap import Shared
-    from .hf.families import (
+    from ..core.keymap import Shared
+    from ..hf.families import (
         add_prefix,
         checkpoint_to_model,
         config_from_hf,

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig
 from bertblocks.core.family import Family
 from bertblocks.core.keymap import KeyMap, Rename
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
 from .roberta import LM_HEAD_RULES, roberta_tokenizer
 
 #: transformers' MPNet computes 32 buckets with distances up to 128, whatever relative_attention_num_buckets says

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bertblocks.core.config import BertConfig
+from bertblocks.config import BertConfig
 
 #: what the families fix about their rope scheme (a config.json's ``bertblocks`` block may not say otherwise)
 ROPE_FIXED: dict[str, Any] = {

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig
 from bertblocks.core.family import Family
 from bertblocks.core.keymap import KeyMap
 
-from .bertlike import BERT_ARCHITECTURES, bert_fields_from_hf, bert_fields_to_hf
+from ._bertlike import BERT_ARCHITECTURES, bert_fields_from_hf, bert_fields_to_hf
 
 TASK_TABLE = "task_type_embeddings"
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig
 from bertblocks.core.family import Family, TokenizerConvention
 from bertblocks.core.keymap import KeyMap, Rename
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
 
 #: RoBERTa's ``lm_head`` is BERT's ``cls.predictions`` under other names
 LM_HEAD_RULES = (

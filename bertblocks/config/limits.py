@@ -28,8 +28,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..errors import BertBlocksError
+
 if TYPE_CHECKING:
-    from .config import BertConfig
+    from .schema import BertConfig
 
 MAX_LAYERS_ENV = "BERTBLOCKS_MAX_LAYERS"
 MAX_PARAMETERS_ENV = "BERTBLOCKS_MAX_PARAMETERS"
@@ -37,7 +39,7 @@ DEFAULT_MAX_LAYERS = 1024
 DEFAULT_MAX_PARAMETERS = 4_000_000_000
 
 
-class LimitError(ValueError):
+class LimitError(BertBlocksError, ValueError):
     """A config asks for more than a resource limit allows; the message says how much and how to raise it."""
 
 

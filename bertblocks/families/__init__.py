@@ -1,5 +1,6 @@
-"""The built-in model families, one module per family, and the heads they add. Each registers through
-``bertblocks_register_components`` (kind ``family``, named by its HF ``model_type``), as a third party would."""
+"""The built-in model families, one module per HF ``model_type``. Each registers through
+``bertblocks_register_components`` (kind ``family``), as a third party would. Modules starting with ``_`` are
+helpers several families share."""
 
 from __future__ import annotations
 
@@ -15,8 +16,6 @@ from . import (
     mpnet,
     nomic_bert,
     roberta,
-    task_heads,
-    transform_heads,
 )
 
 FAMILY_PLUGINS = (
@@ -31,8 +30,6 @@ FAMILY_PLUGINS = (
     nomic_bert,
     jina_embeddings_v3,
     hybrid,
-    task_heads,
-    transform_heads,
 )
 
 __all__ = ["FAMILY_PLUGINS"]

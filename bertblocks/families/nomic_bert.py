@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.config import BertConfig
 from bertblocks.core.family import BERT_TOKENIZER, Family
 from bertblocks.core.keymap import Join, KeyMap, Rename
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
-from .nomic_original_config import is_original, original_to_transformers
-from .rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
+from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from ._nomic_original_config import is_original, original_to_transformers
+from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
 
 #: transformers' NomicBertConfig.default_theta
 DEFAULT_THETA = 1000.0

@@ -23,11 +23,13 @@ import yaml
 from yaml.composer import ComposerError
 from yaml.nodes import MappingNode, Node, SequenceNode
 
+from ..errors import BertBlocksError
+
 MAX_ALIAS_NODES_ENV = "BERTBLOCKS_MAX_YAML_ALIAS_NODES"
 DEFAULT_MAX_ALIAS_NODES = 10_000
 
 
-class YAMLLimitError(ComposerError):
+class YAMLLimitError(BertBlocksError, ComposerError):
     """A YAML document whose aliases expand past the limit, or refer to themselves."""
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bertblocks.core.config import BertConfig
+from bertblocks.config import BertConfig
 
 #: transformers' BERT task classes → the built-in head each means
 BERT_ARCHITECTURES: dict[str, str] = {

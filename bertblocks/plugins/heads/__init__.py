@@ -1,0 +1,10 @@
+"""Task heads: BERT's (:mod:`.bert`), the other families' (:mod:`.task_heads`), and the heads with a
+transform before every output layer (:mod:`.transform_heads`)."""
+
+from __future__ import annotations
+
+from . import bert, task_heads, transform_heads
+
+HEAD_PLUGINS = (bert, task_heads, transform_heads)
+
+__all__ = ["HEAD_PLUGINS"]
