@@ -40,19 +40,11 @@ from .checks.position import (
 )
 from .subject import ConformanceSkip, Subject
 
-MODEL_KINDS = (
-    "embedding",
-    "position",
-    "attention",
-    "backend",
-    "feedforward",
-    "activation",
-    "norm",
-    "layer",
-    "pooler",
-    "head",
-)
-CACHE_KINDS = ("embedding", "position", "attention", "backend", "feedforward", "norm", "layer")
+#: the kinds placed in a tiny model: every built-in kind but ``family`` (a translation of config.json and
+#: checkpoint keys, checked on its own)
+MODEL_KINDS: tuple[str, ...] = tuple(kind for kind in KINDS if kind != "family")
+#: the kinds that take part in decoding through the KV cache
+CACHE_KINDS: tuple[str, ...] = ("embedding", "position", "attention", "backend", "feedforward", "norm", "layer")
 
 
 @dataclass(frozen=True)
