@@ -24,8 +24,14 @@ Example (a plugin's own test module; see ``docs/plugins/testing-a-plugin.md``)::
     def test_conformance(case):
         case.run()
 
+The package: :mod:`~bertblocks.testing.subject` (the component under test in its tiny model, and the errors),
+:mod:`~bertblocks.testing.assertions` and :mod:`~bertblocks.testing.inputs` (what checks compare and feed),
+``checks/<kind>.py`` (the checks of each component kind; ``checks/model.py`` those every kind gets, and
+``checks/cache.py`` decoding through the KV cache) and :mod:`~bertblocks.testing.suite` (which checks apply to
+which kinds, and the suite). This module exports what a plugin's tests use.
+
 pytest is imported only inside :meth:`Case.run` (to turn a skip into ``pytest.skip``) and
-:meth:`ConformanceSuite.params`, so importing this module does not need it.
+:meth:`ConformanceSuite.params`, so importing this package does not need it.
 """
 
 from __future__ import annotations
