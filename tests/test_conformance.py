@@ -7,6 +7,7 @@ The cases are generated from the registry (built-ins plus every installed plugin
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -15,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertblocks.config import ConfigError
 from bertblocks.core.component import KINDS, Component
 from bertblocks.core.interfaces import BackendCapabilities, Pooler, Positions
 from bertblocks.plugins.backends import SdpaBackend
@@ -278,4 +280,44 @@ def test_the_suite_catches_a_broken_component(component, check):
     suite = ConformanceSuite(_registry_with(component), compile_backend="aot_eager")
     (case,) = suite.cases(kinds=[component.kind], names=[component.name], include=[check])
     with pytest.raises(ConformanceError):
+        case.check.run(case.subject)
+
+
+# ------------------------------------------------------------------------------- components that refuse decoders
+def _refuses_decoders(config: Any, spec: Any, loc: str) -> list[str]:
+    return ["an encoder-only component: is_decoder must be false"] if config.is_decoder else []
+
+
+def _encoder_only(kind: str, name: str, validate: Any = _refuses_decoders) -> Component:
+    """A built-in component under another name, whose validate hook refuses decoders (a bidirectional-only
+    kernel, a scheme that cannot continue after a cache)."""
+    builtin = Registry(load_entry_points=False).get(kind, name)
+    return dataclasses.replace(builtin, name=f"encoder_only_{name}", aliases=(), validate=validate)
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "cache_checks"),
+    [
+        ("attention", "bert", ["cache_equivalence"]),
+        ("position", "rope", ["cache_equivalence", "position_cache_chunks"]),
+    ],
+)
+def test_an_encoder_only_component_passes_with_the_cache_checks_skipped(kind, name, cache_checks):
+    component = _encoder_only(kind, name)
+    report = ConformanceSuite(_registry_with(component)).run(kinds=[kind], names=[component.name], exclude=["compile"])
+    prefix = f"{kind}-{component.name}-"
+    for check in cache_checks:
+        skipped = report.pop(prefix + check)
+        assert skipped.startswith("skipped: refuses to be a decoder at validate:"), skipped
+        assert "an encoder-only component: is_decoder must be false" in skipped  # the component's own reason
+    assert len(report) >= 6  # the model-level checks (and the kind's own) ran
+    assert set(report.values()) == {"ok"}, report
+
+
+def test_a_component_refusing_its_encoder_config_too_fails_the_cache_check():
+    """The skip is for a refusal of decoders only: a config the component refuses anyway is its failure."""
+    component = _encoder_only("attention", "bert", validate=lambda config, spec, loc: ["refuses everything"])
+    suite = ConformanceSuite(_registry_with(component))
+    (case,) = suite.cases(kinds=["attention"], names=[component.name], include=["cache_equivalence"])
+    with pytest.raises(ConfigError, match="refuses everything"):
         case.check.run(case.subject)

@@ -18,6 +18,7 @@ from bertblocks.core.family import Family
 from bertblocks.core.keymap import Drop, KeyMap, Rename, Split
 from bertblocks.hf.weights import CheckpointError
 from bertblocks.registry import Registry, set_registry
+from tests.families.reference import FAMILIES, save_hf
 
 TINY = {
     "vocab_size": 99,
@@ -227,27 +228,11 @@ def test_hybrid_builds_trains_saves_and_reloads_as_a_bertblocks_hybrid(tmp_path)
 
 # ------------------------------------------------------------------------------------ incremental decoding
 @pytest.mark.parametrize(
-    ("config_cls", "cls", "extra"),
-    [
-        ("RobertaConfig", "RobertaForCausalLM", {"pad_token_id": 1}),
-        ("ElectraConfig", "ElectraForCausalLM", {"embedding_size": 16}),
-        ("ErnieConfig", "ErnieForCausalLM", {}),
-    ],
+    ("family_name", "cls"),
+    [("roberta", "RobertaForCausalLM"), ("electra", "ElectraForCausalLM"), ("ernie", "ErnieForCausalLM")],
 )
-def test_incremental_decoding_equals_a_full_pass(tmp_path, config_cls, cls, extra):
-    torch.manual_seed(0)
-    config = getattr(transformers, config_cls)(
-        vocab_size=99,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        is_decoder=True,
-        initializer_range=0.2,
-        **extra,
-    )
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    getattr(transformers, cls)(config).save_pretrained(tmp_path)
+def test_incremental_decoding_equals_a_full_pass(tmp_path, family_name, cls):
+    save_hf(FAMILIES[family_name], cls, tmp_path)  # a causal LM: saved with is_decoder=True
     model = bertblocks.from_pretrained(tmp_path, head="auto").eval()
     ids = torch.randint(3, 99, (2, 8))
     with torch.no_grad():

@@ -23,8 +23,8 @@ from tokenizers import Tokenizer, processors
 
 import bertblocks
 from bertblocks import BertTokenizer, cli, sentence
-from tests.families import test_parity as parity
 from tests.families import test_tokenizers as toks
+from tests.families.reference import FAMILIES, save_hf
 
 TOL = 1e-5
 TEXTS = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog", "save them again"]
@@ -32,7 +32,7 @@ TEXTS = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctua
 
 @dataclass(frozen=True)
 class Case:
-    family: str  # key of test_parity.FAMILIES: the transformers config of the family
+    family: str  # key of test_FAMILIES: the transformers config of the family
     model: str  # the transformers backbone class
     train: Callable[[], Tokenizer]
     processor: Callable[[Tokenizer], processors.PostProcessor]
@@ -90,11 +90,11 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checkpoin
             directory = tmp_path_factory.mktemp(name)
             tok = case.train()
             tok.post_processor = case.processor(tok)
-            family = parity.FAMILIES[case.family]
+            family = FAMILIES[case.family]
             size = "dim" if case.family == "distilbert" else "hidden_size"
             assert family.settings[size] == 32
             # the model's vocabulary is the one the tokenizer learnt
-            reference = parity.save_hf(family, case.model, directory, vocab_size=tok.get_vocab_size())
+            reference = save_hf(family, case.model, directory, vocab_size=tok.get_vocab_size())
             toks.save(directory, tok, case.tokenizer_class)
             if case.special_tokens:
                 settings = json.loads((directory / "tokenizer_config.json").read_text())
@@ -203,7 +203,7 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
     checkpoint = checkpoints(name)
     config_json = str(checkpoint.directory / "config.json")
     model = bertblocks.from_pretrained(checkpoint.directory)
-    family = parity.FAMILIES[CASES[name].family]
+    family = FAMILIES[CASES[name].family]
 
     validated = _json(capsys, "validate", config_json)
     assert validated["valid"] is True

@@ -1,320 +1,186 @@
-"""Every family and every head transformers has for it: a tiny random checkpoint saved by transformers' own
-class loads with ``from_pretrained(dir, head="auto")`` and gives the same numbers on a padded batch (real tokens),
-losses included; saved by bertblocks, the same transformers class loads it with no missing or unexpected keys
-and gives the same numbers again."""
+"""Every family and every head transformers has for it, as one table (``tests/families/reference.py``): a tiny
+random checkpoint saved by transformers' own class loads with ``from_pretrained(dir, head="auto")`` and gives the
+same numbers on a padded batch (real tokens), losses included; saved by bertblocks, the same transformers class
+loads it with no missing or unexpected keys, reads the family's config back and gives the same numbers again.
+
+Then the behaviours several families share, each a table of the families it concerns: padded and packed paths
+under right and left padding (rotary families), hidden states and attention probabilities, checkpoints under
+transformers' in-memory names, config.json the family cannot represent, the tokenizer convention and the presets.
+What only one family does is tested in its own file (``test_nomic_bert.py``, ``test_jina_v3.py``,
+``test_modernbert.py``)."""
 
 from __future__ import annotations
 
 import json
-import logging
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 import transformers
+from tokenizers import Tokenizer
 
 import bertblocks
+from bertblocks import BertTokenizer
+from bertblocks.config import ConfigError
+from bertblocks.hf.families import config_from_hf
 
-TOL = 1e-5
-B, L, C = 2, 9, 3  # batch, sequence, choices
-COMMON = {
-    "vocab_size": 99,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 37,
-    "max_position_embeddings": 64,
-    "initializer_range": 0.2,  # sharp attention: a wrong query/key/mask shows in the numbers
-    "num_labels": 3,
-}
-DISTILBERT = {
-    "vocab_size": 99,
-    "dim": 32,
-    "n_layers": 2,
-    "n_heads": 4,
-    "hidden_dim": 37,
-    "max_position_embeddings": 64,
-    "initializer_range": 0.2,
-    "num_labels": 3,
-}
-
-
-@dataclass(frozen=True)
-class Family:
-    config: str
-    settings: dict[str, Any]
-    pad: int
-    token_types: bool = True
-    classes: tuple[str, ...] = field(default_factory=tuple)
-
-
-FAMILIES = {
-    "roberta": Family(
-        "RobertaConfig",
-        {**COMMON, "type_vocab_size": 1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2},
-        pad=1,
-        classes=(
-            "RobertaModel",
-            "RobertaForMaskedLM",
-            "RobertaForCausalLM",
-            "RobertaForSequenceClassification",
-            "RobertaForTokenClassification",
-            "RobertaForQuestionAnswering",
-            "RobertaForMultipleChoice",
-        ),
-    ),
-    "xlm-roberta": Family(
-        "XLMRobertaConfig",
-        {**COMMON, "type_vocab_size": 1, "pad_token_id": 1},
-        pad=1,
-        classes=(
-            "XLMRobertaModel",
-            "XLMRobertaForMaskedLM",
-            "XLMRobertaForCausalLM",
-            "XLMRobertaForSequenceClassification",
-            "XLMRobertaForTokenClassification",
-            "XLMRobertaForQuestionAnswering",
-            "XLMRobertaForMultipleChoice",
-        ),
-    ),
-    "camembert": Family(
-        "CamembertConfig",
-        {**COMMON, "type_vocab_size": 1, "pad_token_id": 1},
-        pad=1,
-        classes=(
-            "CamembertModel",
-            "CamembertForMaskedLM",
-            "CamembertForCausalLM",
-            "CamembertForSequenceClassification",
-            "CamembertForTokenClassification",
-            "CamembertForQuestionAnswering",
-            "CamembertForMultipleChoice",
-        ),
-    ),
-    "electra": Family(
-        "ElectraConfig",
-        {**COMMON, "embedding_size": 16},
-        pad=0,
-        classes=(
-            "ElectraModel",
-            "ElectraForPreTraining",
-            "ElectraForMaskedLM",
-            "ElectraForCausalLM",
-            "ElectraForSequenceClassification",
-            "ElectraForTokenClassification",
-            "ElectraForQuestionAnswering",
-            "ElectraForMultipleChoice",
-        ),
-    ),
-    "distilbert": Family(
-        "DistilBertConfig",
-        DISTILBERT,
-        pad=0,
-        token_types=False,
-        classes=(
-            "DistilBertModel",
-            "DistilBertForMaskedLM",
-            "DistilBertForSequenceClassification",
-            "DistilBertForTokenClassification",
-            "DistilBertForQuestionAnswering",
-            "DistilBertForMultipleChoice",
-        ),
-    ),
-    "albert": Family(
-        "AlbertConfig",
-        {**COMMON, "embedding_size": 16, "hidden_act": "gelu_new"},
-        pad=0,
-        classes=(
-            "AlbertModel",
-            "AlbertForPreTraining",
-            "AlbertForMaskedLM",
-            "AlbertForSequenceClassification",
-            "AlbertForTokenClassification",
-            "AlbertForQuestionAnswering",
-            "AlbertForMultipleChoice",
-        ),
-    ),
-    "distilbert-sinusoidal": Family(
-        "DistilBertConfig",
-        {**DISTILBERT, "sinusoidal_pos_embds": True},  # the fixed table is stored in the checkpoint
-        pad=0,
-        token_types=False,
-        classes=("DistilBertModel", "DistilBertForMaskedLM"),
-    ),
-    "mpnet": Family(
-        "MPNetConfig",
-        {**COMMON, "pad_token_id": 1},
-        pad=1,
-        token_types=False,
-        classes=(
-            "MPNetModel",
-            "MPNetForMaskedLM",
-            "MPNetForSequenceClassification",
-            "MPNetForTokenClassification",
-            "MPNetForQuestionAnswering",
-            "MPNetForMultipleChoice",
-        ),
-    ),
-    "mpnet-table-40": Family(  # the table has 40 rows, of which transformers' MPNet reads the 32 buckets
-        "MPNetConfig",
-        {**COMMON, "pad_token_id": 1, "relative_attention_num_buckets": 40},
-        pad=1,
-        token_types=False,
-        classes=("MPNetModel",),
-    ),
-    # parity of every class: tests/families/test_nomic_bert.py and test_jina_v3.py; here for the other paths
-    "nomic_bert": Family(
-        "NomicBertConfig",
-        {**COMMON, "layer_norm_eps": 1e-5, "rope_parameters": {"rope_theta": 50.0, "rope_type": "default"}},
-        pad=0,
-    ),
-    "jina_embeddings_v3": Family(
-        "JinaEmbeddingsV3Config",
-        {**COMMON, "pad_token_id": 1, "rope_parameters": {"rope_theta": 30.0, "rope_type": "default"}},
-        pad=1,
-        token_types=False,
-    ),
-    "modernbert": Family(  # parity of every class: tests/families/test_modernbert.py; here for the other paths
-        "ModernBertConfig",
-        {
-            **COMMON,
-            "num_hidden_layers": 4,  # layers 0 and 3 global, 1 and 2 local
-            "local_attention": 4,
-            "global_attn_every_n_layers": 3,
-            "pad_token_id": 0,  # the WordPiece vocabulary's specials: [PAD] [UNK] [CLS] [SEP] [MASK]
-            "cls_token_id": 2,
-            "sep_token_id": 3,
-            "bos_token_id": 2,
-            "eos_token_id": 3,
-        },
-        pad=0,
-        token_types=False,
-    ),
-    "ernie": Family(
-        "ErnieConfig",
-        {**COMMON, "use_task_id": True, "task_type_vocab_size": 3},
-        pad=0,
-        classes=(
-            "ErnieModel",
-            "ErnieForMaskedLM",
-            "ErnieForCausalLM",
-            "ErnieForPreTraining",
-            "ErnieForNextSentencePrediction",
-            "ErnieForSequenceClassification",
-            "ErnieForTokenClassification",
-            "ErnieForQuestionAnswering",
-            "ErnieForMultipleChoice",
-        ),
-    ),
-}
-CASES = [(name, cls) for name, fam in FAMILIES.items() for cls in fam.classes]
-
-
-def save_hf(family: Family, cls: str, directory: Path, **extra: Any) -> torch.nn.Module:
-    torch.manual_seed(0)
-    settings = {**family.settings, **extra}
-    if cls.endswith("ForCausalLM"):
-        settings["is_decoder"] = True
-    if cls.endswith(("QuestionAnswering", "AlbertForPreTraining")):
-        settings["num_labels"] = 2  # start and end; in order or swapped (transformers' SOP loss assumes 2)
-    config = getattr(transformers, family.config)(**settings)
-    model = getattr(transformers, cls)(config).eval()
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    model.save_pretrained(directory)
-    return model
-
-
-def batch(family: Family, cls: str) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Inputs with right padding in the second row (and labels of the head's kind); the real-token mask."""
-    g = torch.Generator().manual_seed(1)
-    shape = (B, C, L) if cls.endswith("MultipleChoice") else (B, L)
-    ids = torch.randint(3, 99, shape, generator=g)
-    mask = torch.ones(shape, dtype=torch.long)
-    mask[1, ..., 5:] = 0
-    ids = ids.masked_fill(mask == 0, family.pad)
-    inputs = {"input_ids": ids, "attention_mask": mask}
-    if family.token_types:
-        inputs["token_type_ids"] = torch.zeros(shape, dtype=torch.long)
-    if cls.endswith(("MaskedLM", "CausalLM")):
-        inputs["labels"] = torch.randint(0, 99, shape, generator=g).masked_fill(mask == 0, -100)
-    elif cls.endswith("AlbertForPreTraining"):
-        inputs["labels"] = torch.randint(0, 99, shape, generator=g).masked_fill(mask == 0, -100)
-        inputs["sentence_order_label"] = torch.tensor([0, 1])
-    elif cls.endswith("ElectraForPreTraining"):
-        inputs["labels"] = torch.randint(0, 2, shape, generator=g)
-    elif cls.endswith("ForPreTraining"):
-        inputs["labels"] = torch.randint(0, 99, shape, generator=g).masked_fill(mask == 0, -100)
-        inputs["next_sentence_label"] = torch.tensor([0, 1])
-    elif cls.endswith("NextSentencePrediction"):
-        inputs["labels"] = torch.tensor([0, 1])
-    elif cls.endswith("SequenceClassification"):
-        inputs["labels"] = torch.tensor([0, 2])
-    elif cls.endswith("TokenClassification"):
-        inputs["labels"] = torch.randint(0, 3, shape, generator=g).masked_fill(mask == 0, -100)
-    elif cls.endswith("QuestionAnswering"):
-        inputs["start_positions"] = torch.tensor([1, 3])
-        inputs["end_positions"] = torch.tensor([4, 20])  # out of range: clamped and ignored, as transformers
-    elif cls.endswith("MultipleChoice"):
-        inputs["labels"] = torch.tensor([1, 2])
-    return inputs, mask
-
-
-FIELDS = (
-    "loss",
-    "last_hidden_state",
-    "pooler_output",
-    "logits",
-    "prediction_logits",
-    "seq_relationship_logits",
-    "start_logits",
-    "end_logits",
-    "sop_logits",
-)
-
-
-def assert_same(theirs: Any, ours: Any, mask: torch.Tensor) -> None:
-    compared = 0
-    for name in FIELDS:
-        a, b = getattr(theirs, name, None), getattr(ours, name, None)
-        if a is None:
-            continue
-        assert b is not None, f"bertblocks returned no {name}"
-        assert a.shape == b.shape, f"{name}: {tuple(a.shape)} vs {tuple(b.shape)}"
-        if a.dim() >= 2 and a.shape[: mask.dim()] == mask.shape:  # per token: real tokens only
-            a, b = a[mask.bool()], b[mask.bool()]
-        elif a.dim() >= 2 and mask.dim() == 3 and a.shape[:2] == mask.shape[:2]:  # per-choice pooled states
-            pass
-        diff = (a - b).abs().max().item()
-        assert diff <= TOL, f"{name} differs by {diff}"
-        compared += 1
-    assert compared >= 2 or (compared == 1 and getattr(theirs, "loss", None) is None)
+from .reference import CASES, FAMILIES, TOL, assert_same, batch, call_inputs, round_trip, save_hf
+from .test_tokenizers import PAIRS, TEXTS, save, unigram, wordpiece
 
 
 @pytest.mark.parametrize(("family_name", "cls"), CASES, ids=[f"{f}-{c}" for f, c in CASES])
 def test_loads_transformers_checkpoint_and_saves_one_it_loads(tmp_path, family_name, cls):
+    round_trip(tmp_path, FAMILIES[family_name], cls)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("packing", ["never", "always"])
+@pytest.mark.parametrize("family_name", ["nomic_bert", "jina_embeddings_v3", "modernbert"])
+def test_padded_and_packed_paths_agree_with_transformers(tmp_path, family_name, packing, side):
+    """transformers counts positions 0, 1, … over left padding too; packed, bertblocks restarts them at each
+    sequence's first real token: RoPE scores depend on position differences only, so the numbers agree."""
     family = FAMILIES[family_name]
-    reference = save_hf(family, cls, tmp_path / "hf")
+    cls = family.classes[0]  # the backbone
+    reference = save_hf(family, cls, tmp_path)
+    inputs, mask = batch(family, cls, left=side == "left")
+    inputs = call_inputs(cls, inputs)
+    ours = bertblocks.from_pretrained(tmp_path, [f"encoder.packing={packing}"]).eval()
+    with torch.no_grad():
+        assert_same(reference(**inputs), ours(**inputs), mask)
+
+
+@pytest.mark.parametrize(
+    ("family_name", "cls", "attentions"),
+    [
+        ("nomic_bert", "NomicBertForSequenceClassification", True),
+        ("jina_embeddings_v3", "JinaEmbeddingsV3ForMaskedLM", True),
+        # ModernBERT's local layers need their sliding-window backend: the default backends, hidden states only
+        ("modernbert", "ModernBertModel", False),
+    ],
+)
+def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path, family_name, cls, attentions):
+    family = FAMILIES[family_name]
+    save_hf(family, cls, tmp_path)
+    implementation = {"attn_implementation": "eager"} if attentions else {}
+    reference = getattr(transformers, cls).from_pretrained(tmp_path, **implementation).eval()
     inputs, mask = batch(family, cls)
-    ours, info = bertblocks.from_pretrained(tmp_path / "hf", head="auto", output_loading_info=True)
-    ours.eval()
+    inputs = call_inputs(cls, inputs)
+    overrides = ["encoder.attention.backend=eager"] if attentions else []
+    ours = bertblocks.from_pretrained(tmp_path, overrides, head="auto").eval()
+    with torch.no_grad():
+        theirs = reference(**inputs, output_hidden_states=True, output_attentions=attentions)
+        got = ours(**inputs, output_hidden_states=True, output_attentions=attentions)
+    layers = family.settings["num_hidden_layers"]
+    assert len(got.hidden_states) == len(theirs.hidden_states) == layers + 1
+    for a, b in zip(theirs.hidden_states, got.hidden_states, strict=True):
+        assert (a - b)[mask.bool()].abs().max() <= TOL
+    if attentions:
+        assert len(got.attentions) == len(theirs.attentions) == layers
+        for a, b in zip(theirs.attentions, got.attentions, strict=True):  # [b, h, q, k]; rows of real queries
+            assert (a - b).transpose(1, 2)[mask.bool()].abs().max() <= TOL
+
+
+@pytest.mark.parametrize(
+    ("family_name", "cls", "in_memory_key"),
+    [
+        ("nomic_bert", "NomicBertForMaskedLM", "nomic_bert.layers.0.self_attn.q_proj.weight"),
+        ("jina_embeddings_v3", "JinaEmbeddingsV3ForSequenceClassification", "roberta.layers.0.self_attn.q_proj.bias"),
+    ],
+)
+def test_checkpoint_under_transformers_in_memory_names_loads(tmp_path, family_name, cls, in_memory_key):
+    from safetensors.torch import load_file
+
+    family = FAMILIES[family_name]
+    reference = save_hf(family, cls, tmp_path / "original")
+    reference.save_pretrained(tmp_path, save_original_format=False)  # q_proj/k_proj/v_proj, … as in memory
+    assert in_memory_key in load_file(tmp_path / "model.safetensors")
+    inputs, mask = batch(family, cls)
+    ours, info = bertblocks.from_pretrained(tmp_path, head="auto", output_loading_info=True)
     assert info.missing_keys == []
     assert info.unexpected_keys == []
-    if cls.endswith("Model"):
-        inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
     with torch.no_grad():
-        expected = reference(**inputs)
-        got = ours(**inputs)
-    assert_same(expected, got, mask)
+        assert_same(reference(**inputs), ours.eval()(**inputs), mask)
 
-    ours.save_pretrained(tmp_path / "ours")
-    written = json.loads((tmp_path / "ours" / "config.json").read_text())
-    assert written["architectures"] == [cls]
-    assert "bertblocks" not in written  # the family's own fields say everything
-    again, hf_info = getattr(transformers, cls).from_pretrained(tmp_path / "ours", output_loading_info=True)
-    assert hf_info["missing_keys"] == set() or not hf_info["missing_keys"]
-    assert not hf_info["unexpected_keys"]
-    assert not hf_info["mismatched_keys"]
-    with torch.no_grad():
-        assert_same(expected, again.eval()(**inputs), mask)
+
+@pytest.mark.parametrize(
+    ("family_name", "change", "message"),
+    [
+        (
+            "jina_embeddings_v3",
+            {"rope_parameters": {"rope_theta": 10.0, "rope_type": "dynamic", "factor": 2.0}},
+            "rope_type is 'dynamic'",
+        ),
+        (
+            "jina_embeddings_v3",
+            {"bertblocks": {"embedding": {"position_offset": "padding"}}},
+            "embedding.position_offset",
+        ),
+        (
+            "jina_embeddings_v3",
+            {"bertblocks": {"encoder": {"feedforward": {"name": "glu"}}}},
+            "encoder.feedforward.name",
+        ),
+        (
+            "nomic_bert",
+            {"rope_parameters": {"rope_theta": 10.0, "rope_type": "linear", "factor": 2.0}},
+            "rope_type is 'linear'",
+        ),
+        ("nomic_bert", {"head_dim": 16}, "head_dim 16"),
+        ("nomic_bert", {"bertblocks": {"encoder": {"attention": {"fused_qkv": False}}}}, "encoder.attention.fused_qkv"),
+        ("nomic_bert", {"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
+        (
+            "modernbert",
+            {"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0}}},
+            "rope_type 'linear'",
+        ),
+        ("modernbert", {"layer_types": ["full_attention"]}, "layer_types must list"),
+        ("modernbert", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling is not supported"),
+        ("modernbert", {"bertblocks": {"encoder": {"layer": {"name": "post_ln"}}}}, "encoder.layer.name"),
+    ],
+)
+@pytest.mark.parametrize("form", ["written by transformers", "sparse"])
+def test_config_json_the_family_cannot_represent_is_an_error_naming_the_field(family_name, change, message, form):
+    """Both as transformers writes config.json (every field; ModernBERT's layer_types and per-kind rope) and as
+    a sparse one gives only the settings (ModernBERT's older global/local fields)."""
+    family = FAMILIES[family_name]
+    base = (
+        family.hf_config()
+        if form == "written by transformers"
+        else {"model_type": family.model_type, **family.settings}
+    )
+    with pytest.raises(ConfigError, match=message):
+        bertblocks.load_config(config_from_hf({**base, **change}))
+
+
+@pytest.mark.parametrize(
+    ("family_name", "train", "tokenizer_class"),
+    [("nomic_bert", wordpiece, "BertTokenizer"), ("jina_embeddings_v3", unigram, "XLMRobertaTokenizer")],
+)
+def test_tokenizer_follows_the_family_convention_as_transformers(tmp_path, family_name, train, tokenizer_class):
+    tok: Tokenizer = train()  # no post-processor: the family's template frames the texts
+    directory = save(tmp_path, tok, tokenizer_class)
+    (directory / "config.json").write_text(json.dumps({"model_type": FAMILIES[family_name].model_type}))
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    ours = BertTokenizer.from_pretrained(directory)
+    for args in ((TEXTS,), (TEXTS, PAIRS)):
+        expected = theirs(*args, padding=True, return_tensors="pt")
+        got = ours(*args)
+        assert sorted(got) == sorted(expected.keys())  # token types only where the family's tokenizer gives them
+        for key in got:
+            assert got[key].tolist() == expected[key].tolist(), key
+    assert ours.pad_token_id == theirs.pad_token_id
+
+
+@pytest.mark.parametrize(
+    ("preset", "family_name"),
+    [
+        ("nomic-bert-2048", "nomic_bert"),
+        ("nomic-embed-text-v1.5", "nomic_bert"),
+        ("jina-embeddings-v3", "jina_embeddings_v3"),
+        ("modernbert-base", "modernbert"),
+        ("modernbert-large", "modernbert"),
+    ],
+)
+def test_family_preset_exists(preset, family_name):
+    # tests/families/test_presets.py builds every family preset against transformers' own model
+    assert preset in bertblocks.list_presets()
+    assert bertblocks.load_config(preset).family == FAMILIES[family_name].model_type
