@@ -10,6 +10,7 @@ import transformers
 
 import bertblocks
 from tests.conftest import batch, max_diff
+from tests.tolerances import assert_close
 
 TOL = 1e-5
 
@@ -128,8 +129,9 @@ def test_chunked_feed_forward_matches_transformers(hf_checkpoint):
     unchunked = bertblocks.from_pretrained(directory, ["encoder.chunk_size_feed_forward=0"]).eval()
     uneven = bertblocks.from_pretrained(directory, ["encoder.chunk_size_feed_forward=4"]).eval()  # 4 + 4 + 1
     with torch.no_grad():
-        assert max_diff(unchunked(**inputs)[0], ours(**inputs)[0]) <= 1e-6
-        assert max_diff(unchunked(**inputs)[0], uneven(**inputs)[0]) <= 1e-6
+        # chunks are smaller GEMMs: another summation blocking, so fp32 parity, not bit equality
+        assert_close(ours(**inputs)[0], unchunked(**inputs)[0], what="chunks of 3")
+        assert_close(uneven(**inputs)[0], unchunked(**inputs)[0], what="chunks of 4 + 4 + 1")
 
 
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu", "silu", "gelu_pytorch_tanh", "quick_gelu", "mish"])
@@ -172,11 +174,11 @@ def test_three_d_mask_equals_its_two_d_form_and_masks_per_query(hf_checkpoint):
     with torch.no_grad():
         real = mask2.bool()  # the 2-D mask may take the packed path, which zeroes padded positions
         three_d = ours(input_ids=ids, attention_mask=mask3)[0]
-        assert max_diff(three_d[real], ours(input_ids=ids, attention_mask=mask2)[0][real]) <= 1e-6
+        assert_close(three_d[real], ours(input_ids=ids, attention_mask=mask2)[0][real])
         before = ours(input_ids=ids, attention_mask=causal)[0]
         after = ours(input_ids=changed, attention_mask=causal)[0]
     # with a causal 3-D mask, positions before 5 cannot see the changed tokens
-    assert max_diff(before[:, :5], after[:, :5]) <= 1e-6
+    assert_close(after[:, :5], before[:, :5])
     assert max_diff(before[:, 5:], after[:, 5:]) > 1e-3
 
 
