@@ -63,7 +63,8 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, *, atol: float = 
     actual, expected = torch.as_tensor(actual), torch.as_tensor(expected)
     diff = max_abs_diff(actual, expected)
     if not diff <= atol:  # also catches NaN
-        raise AssertionError(f"{what + ': ' if what else ''}max abs diff {diff:.3g} > {atol:.3g} {_where(actual, expected)}")
+        name = f"{what}: " if what else ""
+        raise AssertionError(f"{name}max abs diff {diff:.3g} > {atol:.3g} {_where(actual, expected)}")
 
 
 def grad_atol(expected: torch.Tensor, rtol: float = GRAD_RTOL) -> float:
@@ -73,7 +74,9 @@ def grad_atol(expected: torch.Tensor, rtol: float = GRAD_RTOL) -> float:
     return rtol * max(1.0, scale)
 
 
-def assert_grads_close(actual: torch.Tensor, expected: torch.Tensor, *, rtol: float = GRAD_RTOL, what: str = "") -> None:
+def assert_grads_close(
+    actual: torch.Tensor, expected: torch.Tensor, *, rtol: float = GRAD_RTOL, what: str = ""
+) -> None:
     """Gradients (or a loss summed over many terms) equal within ``rtol`` of the reference's magnitude."""
     assert_close(actual, expected, atol=grad_atol(expected, rtol), what=what)
 
