@@ -18,6 +18,7 @@ from bertblocks.core.family import Family
 from bertblocks.core.keymap import Drop, KeyMap, Rename, Split
 from bertblocks.hf.weights import CheckpointError
 from bertblocks.registry import Registry, set_registry
+from tests.tolerances import assert_close
 
 TINY = {
     "vocab_size": 99,
@@ -259,7 +260,7 @@ def test_incremental_decoding_equals_a_full_pass(tmp_path, config_cls, cls, extr
             out = model(ids[:, i : i + 1], past_key_values=cache, use_cache=True)
             cache = out.past_key_values
             steps.append(out.logits)
-    assert (torch.cat(steps, dim=1) - full).abs().max().item() <= 1e-5
+    assert_close(torch.cat(steps, dim=1), full)
 
 
 # ------------------------------------------------------------------------------- packing, config round trip
@@ -280,7 +281,7 @@ def test_packed_roberta_equals_padded_on_real_tokens(tmp_path):
     with torch.no_grad():
         a = padded(ids, attention_mask=mask).last_hidden_state[mask.bool()]
         b = packed(ids, attention_mask=mask).last_hidden_state[mask.bool()]
-    assert (a - b).abs().max().item() <= 1e-5
+    assert_close(a, b)
 
 
 @pytest.mark.parametrize(

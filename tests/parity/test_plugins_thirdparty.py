@@ -21,8 +21,7 @@ from bertblocks.plugins.backends import EagerBackend, SdpaBackend
 from bertblocks.registry import DISABLE_AUTOLOAD_ENV, PluginInfo, Registry, set_registry
 from bertblocks.testing import ConformanceSuite
 from tests.conftest import TINY, V4, batch, max_diff
-
-TOL = 1e-5
+from tests.tolerances import assert_close
 
 
 @pytest.fixture
@@ -167,7 +166,7 @@ def test_local_backend_under_a_builtin_relative_scheme_matches_transformers_4(re
     with torch.no_grad():
         mine = ours.eval()(**inputs).last_hidden_state
     real = inputs["attention_mask"].bool()
-    assert max_diff(mine[real], io["last_hidden_state"][real]) <= TOL
+    assert_close(mine[real], io["last_hidden_state"][real])
 
 
 def test_usable_per_layer(registry, tmp_path):
@@ -184,7 +183,7 @@ def test_usable_per_layer(registry, tmp_path):
     inputs = batch()
     with torch.no_grad():
         plain = _model(_config(position="alibi"), registry)(**inputs).last_hidden_state
-        assert torch.allclose(_model(wide, registry)(**inputs).last_hidden_state, plain, atol=TOL, rtol=0)
+        assert_close(_model(wide, registry)(**inputs).last_hidden_state, plain)
         assert max_diff(model(**inputs).last_hidden_state, plain) > 1e-2
     # the per-layer choice survives an HF-format checkpoint
     model.save_pretrained(tmp_path)
@@ -257,7 +256,7 @@ def test_alibi_model_matches_a_reference_written_out(registry, backend, max_bias
         want = _reference_alibi_forward(model, inputs, slopes)
         got = model(**inputs).last_hidden_state
     real = inputs["attention_mask"].bool()
-    assert max_diff(got[real], want[real]) <= TOL
+    assert_close(got[real], want[real])
     # and the bias matters: without it the numbers are far off
     with torch.no_grad():
         flat = _reference_alibi_forward(model, inputs, torch.zeros(4))
@@ -273,7 +272,7 @@ def test_alibi_is_translation_invariant(registry):
     with torch.no_grad():
         plain = model(input_ids=ids).last_hidden_state
         padded = model(input_ids=shifted, attention_mask=mask, token_type_ids=torch.zeros_like(shifted))
-    assert max_diff(padded.last_hidden_state[:, 3:], plain) <= TOL
+    assert_close(padded.last_hidden_state[:, 3:], plain)
 
 
 def test_alibi_options_model_forbids_extra_keys():
@@ -337,11 +336,11 @@ def test_a_narrow_window_equals_eager_with_an_explicit_band(kernel, window):
     band = _band_reference(9, 9, window)
     for mask in (None, _padding()):
         want = _call(EagerBackend(), query, key, value, band if mask is None else torch.minimum(band, mask))[0]
-        assert max_diff(_call(local, query, key, value, mask)[0], want) <= TOL
+        assert_close(_call(local, query, key, value, mask)[0], want)
     # fewer queries than keys (after a cache), causal: the band is aligned bottom-right
     tail = query[:, :, 6:]
     want = _call(EagerBackend(), tail, key, value, _band_reference(3, 9, window, causal=True))[0]
-    assert max_diff(_call(local, tail, key, value, is_causal=True)[0], want) <= TOL
+    assert_close(_call(local, tail, key, value, is_causal=True)[0], want)
 
 
 def test_a_narrow_window_blocks_far_tokens(registry):
