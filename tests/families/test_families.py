@@ -105,7 +105,7 @@ def test_third_party_family_loads_its_own_checkpoint_format(tmp_path):
     assert loaded.config.family == "toybert"
     assert info.missing_keys == info.unexpected_keys == []
     ids = torch.randint(0, 99, (2, 7))
-    with torch.no_grad():
+    with torch.no_grad():  # the key map only renames and splits tensors: the same modules, the same kernels
         assert torch.equal(reference(ids).last_hidden_state, loaded.eval()(ids).last_hidden_state)
     # and saves in its own format again: fused tensors joined, config.json the family's
     loaded.save_pretrained(tmp_path / "again")
@@ -119,7 +119,7 @@ def test_third_party_family_loads_its_own_checkpoint_format(tmp_path):
     assert written["layers.1.attn.Wqkv.weight"].shape == (96, 32)
     assert "layers.1.attention.self.query.weight" not in written
     reloaded = bertblocks.from_pretrained(tmp_path / "again").eval()
-    with torch.no_grad():
+    with torch.no_grad():  # a round trip through the family's format: the same modules and weights
         assert torch.equal(reference(ids).last_hidden_state, reloaded(ids).last_hidden_state)
 
 
@@ -222,7 +222,7 @@ def test_hybrid_builds_trains_saves_and_reloads_as_a_bertblocks_hybrid(tmp_path)
     assert saved["model_type"] == "bertblocks-hybrid"
     assert saved["bertblocks"]["embedding"]["position_offset"] == "padding"
     again = bertblocks.from_pretrained(tmp_path, head="auto").eval()
-    with torch.no_grad():
+    with torch.no_grad():  # a reload into the same modules: the same kernels on the same data
         assert torch.equal(model.eval()(ids).logits, again(ids).logits)
 
 

@@ -9,7 +9,7 @@ import torch
 import transformers
 
 from bertblocks.models.encoder_decoder import BertEncoderDecoder, shift_tokens_right
-from tests.conftest import TINY, TINY_HF, max_diff
+from tests.conftest import TINY, TINY_HF
 from tests.tolerances import assert_close
 
 
@@ -73,12 +73,9 @@ def test_saved_checkpoint_loads_in_transformers(hf_dir, tmp_path):
     assert not info["unexpected_keys"]
     ids, mask, labels = _inputs()
     with torch.no_grad():
-        assert (
-            max_diff(
-                hf.eval()(input_ids=ids, attention_mask=mask, labels=labels).logits,
-                ours(input_ids=ids, attention_mask=mask, labels=labels).logits,
-            )
-            <= 1e-5
+        assert_close(
+            ours(input_ids=ids, attention_mask=mask, labels=labels).logits,
+            hf.eval()(input_ids=ids, attention_mask=mask, labels=labels).logits,
         )
 
 

@@ -342,6 +342,7 @@ def test_unknown_config_attribute_is_an_error():
 def test_task_model_accepts_num_items_in_batch():
     model = BertForSequenceClassification.from_config(TINY).eval()
     inputs = {**batch(), "labels": torch.tensor([0, 1, 1])}
+    # accepted and unused (the mean over 3 items is the default): the same computation, bit-equal
     assert torch.equal(model(**inputs).loss, model(**inputs, num_items_in_batch=torch.tensor(3)).loss)
 
 

@@ -121,6 +121,7 @@ def test_the_minilm_preset_with_pretrained_weights_is_the_same_model(tokenizer, 
     model = bertblocks.create_model("all-minilm-l6-v2", pretrained=minilm_path())
     for key, value in ours.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
+    # equal weights (above) in the same modules: the same kernels on the same data
     assert max_diff(encode(model, tokenizer, SENTENCES), encode(ours, tokenizer, SENTENCES)) == 0.0
 
 

@@ -189,7 +189,7 @@ def test_usable_per_layer(registry, tmp_path):
     model.save_pretrained(tmp_path)
     loaded = bertblocks.from_pretrained(tmp_path, registry=registry).eval()
     assert loaded.config.encoder.overrides == model.config.encoder.overrides
-    with torch.no_grad():
+    with torch.no_grad():  # a reload into the same modules: the same kernels on the same data
         assert torch.equal(loaded(**inputs).last_hidden_state, model(**inputs).last_hidden_state)
 
 
@@ -210,6 +210,7 @@ def _paper_slopes(n: int) -> list[float]:
 @pytest.mark.parametrize("heads", [1, 2, 4, 6, 8, 12, 16])
 def test_geometric_slopes_match_the_papers_code_and_bloom(heads):
     ours = torch.tensor(alibi_slopes(heads))
+    # closed formulas in float64, no GEMM: tighter than the fp32 policy
     assert torch.allclose(ours, torch.tensor(_paper_slopes(heads)), rtol=1e-12, atol=0)
     # transformers' BLOOM builds slope * position; position 1 gives the slopes
     bloom = build_alibi_tensor(torch.ones(1, 2), heads, torch.float64)[:, 0, 1]
@@ -304,7 +305,7 @@ def test_a_window_covering_the_sequence_equals_the_plain_kernel_exactly(kernel, 
     plain = SdpaBackend() if kernel == "sdpa" else EagerBackend()
     local = LocalAttentionBackend(window, kernel)
     query, key, value = _qkv()
-    for mask in (None, _padding()):
+    for mask in (None, _padding()):  # the window masks nothing: the plain kernel runs on the same inputs
         assert torch.equal(_call(local, query, key, value, mask)[0], _call(plain, query, key, value, mask)[0])
 
 
@@ -354,6 +355,7 @@ def test_a_narrow_window_blocks_far_tokens(registry):
         far[0, 3:] = (far[0, 3:] % 98) + 1
         near = ids.clone()
         near[0, 2] = (near[0, 2] % 98) + 1
+        # tokens beyond the window get probability exactly 0, so they add exact zeros: bit-equal
         assert torch.equal(model(input_ids=far).last_hidden_state[0, 0], base[0, 0])
         assert max_diff(model(input_ids=near).last_hidden_state[0, 0], base[0, 0]) > 1e-3
     for weights in out.attentions:  # probabilities beyond the window are exactly zero
