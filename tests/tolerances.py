@@ -85,5 +85,9 @@ def assert_identical(actual: torch.Tensor, expected: torch.Tensor, *, what: str 
     """Bit-for-bit equality: only for the same kernel on the same data (say why at the call)."""
     actual, expected = torch.as_tensor(actual), torch.as_tensor(expected)
     if not torch.equal(actual, expected):
-        detail = f"max abs diff {max_abs_diff(actual, expected):.3g}" if actual.shape == expected.shape else ""
-        raise AssertionError(f"{what + ': ' if what else ''}not identical {detail}".rstrip())
+        if actual.shape != expected.shape:
+            detail = f"shapes {tuple(actual.shape)} vs {tuple(expected.shape)}"
+        else:
+            detail = f"max abs diff {max_abs_diff(actual, expected):.3g}"
+        name = f"{what}: " if what else ""
+        raise AssertionError(f"{name}not identical ({detail})")
