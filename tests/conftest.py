@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,26 @@ import torch
 # The test models are tiny: a second thread only adds synchronisation (measured 30x slower per step on a
 # loaded 2-core machine). Parity does not depend on the thread count.
 torch.set_num_threads(1)
+
+
+def _quiet_torch_structured_trace() -> None:
+    """Keep torch.compile's structured trace out of the captured logs, unless TORCH_TRACE asks for it.
+
+    torch's ``torch.__trace`` logger is always at DEBUG and builds a record for each compile step whenever
+    it has a handler (its own handler removes itself on the first record when ``TORCH_TRACE`` is unset).
+    pytest attaches its capture handler to every logger that does not propagate, which that one does
+    not: each compile test then built the trace payloads and a failure printed ~700 empty DEBUG lines
+    above the summary. Without a handler and propagating, torch skips the trace entirely.
+    """
+    if os.environ.get("TORCH_TRACE") or os.environ.get("TORCH_DTRACE") or os.environ.get("TORCH_COMPILE_DEBUG") == "1":
+        return
+    trace = logging.getLogger("torch.__trace")
+    for handler in list(trace.handlers):
+        trace.removeHandler(handler)
+    trace.propagate = True
+
+
+_quiet_torch_structured_trace()
 
 FIXTURES = Path(__file__).parent / "fixtures"
 V4 = FIXTURES / "v4"

@@ -120,7 +120,7 @@ def test_zero_one_masks_of_every_dtype_agree(model, dtype: torch.dtype):
     with torch.no_grad():
         expected = model(input_ids=IDS, attention_mask=mask).last_hidden_state
         got = model(input_ids=IDS, attention_mask=mask.to(dtype)).last_hidden_state
-    assert torch.equal(got, expected)
+    assert torch.equal(got, expected)  # every dtype becomes the same additive mask: same kernels, same data
 
 
 # ------------------------------------------------------------------------------ token types, positions
@@ -206,6 +206,7 @@ def test_return_dict_false_is_a_tuple_without_nones(model):
         with_hidden = model(**inputs, return_dict=False, output_hidden_states=True)
     assert type(plain) is tuple
     assert len(plain) == 2
+    # the same forward pass, only packed differently: bit-equal
     assert torch.equal(plain[0], out.last_hidden_state)
     assert torch.equal(plain[1], out.pooler_output)
     assert len(with_hidden) == 3

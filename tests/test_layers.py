@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from bertblocks import BertModel, load_config
 from bertblocks.config import ConfigError
 from tests.conftest import TINY
+from tests.tolerances import OUTPUT_ATOL, assert_close
 
 torch.set_default_dtype(torch.float32)
 
@@ -111,9 +112,9 @@ def _reference(model: BertModel, batch: dict[str, torch.Tensor], kind: str) -> t
     return x
 
 
-def _close(got: torch.Tensor, want: torch.Tensor, mask: torch.Tensor, atol: float = 1e-5) -> None:
+def _close(got: torch.Tensor, want: torch.Tensor, mask: torch.Tensor, atol: float = OUTPUT_ATOL) -> None:
     keep = mask.bool()
-    assert (got[keep] - want[keep]).abs().max().item() <= atol
+    assert_close(got[keep], want[keep], atol=atol)
 
 
 # ----------------------------------------------------------------------------------------------- post_ln
@@ -123,6 +124,7 @@ def test_post_ln_and_layernorm_spelled_out_are_bit_for_bit_the_default():
     spelled = _model(layer="post_ln", norm={"name": "layernorm", "bias": True})
     assert list(default.state_dict()) == list(spelled.state_dict())
     with torch.no_grad():
+        # the defaults spelled out build the same modules: same kernels, same data
         assert torch.equal(default(**batch).last_hidden_state, spelled(**batch).last_hidden_state)
     assert "bertblocks" not in spelled.config.to_hf()  # the defaults say nothing in config.json
 
@@ -201,10 +203,10 @@ def test_rmsnorm_equals_a_reference_and_transformers():
         norm.weight.copy_(torch.randn(32, generator=g))
         x = torch.randn(2, 5, 32, generator=g) * 3
         want = norm.weight * x / torch.sqrt((x * x).mean(-1, keepdim=True) + norm.eps)
-        assert (norm(x) - want).abs().max() <= 1e-5
+        assert_close(norm(x), want)
         llama = LlamaRMSNorm(32, eps=norm.eps)
         llama.weight.copy_(norm.weight)
-        assert (norm(x) - llama(x)).abs().max() <= 1e-6
+        assert_close(norm(x), llama(x))
         half = x.to(torch.bfloat16)
         assert norm.to(torch.bfloat16)(half).dtype == torch.bfloat16
 
@@ -220,6 +222,7 @@ def test_layernorm_without_bias_initialises_and_loads(tmp_path):
     assert not info.unexpected_keys
     batch = _batch()
     with torch.no_grad():
+        # the same weights in the same model class: the same kernels on the same data, so bit-equal
         _close(loaded(**batch).last_hidden_state, model(**batch).last_hidden_state, batch["attention_mask"], 0.0)
 
 
@@ -241,7 +244,7 @@ def test_glu_equals_the_written_out_formula(fused, activation, gate):
         else:
             w_gate, w_up, b_gate, b_up = inter.gate.weight, inter.up.weight, inter.gate.bias, inter.up.bias
         want = gate(x @ w_gate.T + b_gate) * (x @ w_up.T + b_up)
-        assert (inter(x) - want).abs().max() <= 1e-6
+        assert_close(inter(x), want)  # one fused GEMM vs two: fp32 parity
 
 
 def test_fused_glu_is_transformers_modernbert_mlp():
@@ -260,7 +263,7 @@ def test_fused_glu_is_transformers_modernbert_mlp():
         layer.intermediate.dense.weight.copy_(hf.Wi.weight)
         layer.output.dense.weight.copy_(hf.Wo.weight)
         x = torch.randn(2, 5, 32)
-        assert (layer.output(layer.intermediate(x), x) - hf(x)).abs().max() <= 1e-6
+        assert_close(layer.output(layer.intermediate(x), x), hf(x))
 
 
 def test_feedforward_bias_off():
@@ -296,6 +299,7 @@ def test_sharing_has_n_times_fewer_layer_parameters_and_equals_copies():
     with torch.no_grad():
         a = shared(**batch, output_hidden_states=True, output_attentions=True)
         b = plain(**batch, output_hidden_states=True, output_attentions=True)
+    # the same weights run through the same modules in the same order: bit-equal
     assert torch.equal(a.last_hidden_state, b.last_hidden_state)
     assert len(a.hidden_states) == 5
     assert len(a.attentions) == 4
@@ -317,7 +321,7 @@ def test_sharing_with_pruning_head_mask_checkpointing_and_reload(tmp_path):
     head_mask = torch.ones(4, 4)
     head_mask[3, 2] = 0.0
     with torch.no_grad():
-        _close(
+        _close(  # a reload into the same model class: same kernels, same data, so bit-equal
             loaded(**batch, head_mask=head_mask).last_hidden_state,
             model(**batch, head_mask=head_mask).last_hidden_state,
             batch["attention_mask"],
@@ -341,7 +345,7 @@ def test_pre_ln_decoder_cache_equals_one_pass():
         full = model(ids, encoder_hidden_states=encoder_states).last_hidden_state
         first = model(ids[:, :4], encoder_hidden_states=encoder_states, use_cache=True)
         rest = model(ids[:, 4:], encoder_hidden_states=encoder_states, past_key_values=first.past_key_values)
-    assert (rest.last_hidden_state - full[:, 4:]).abs().max() <= 1e-5
+    assert_close(rest.last_hidden_state, full[:, 4:])
     assert "encoder.layer.0.crossattention_norm.weight" in model.state_dict()
 
 

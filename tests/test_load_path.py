@@ -73,6 +73,7 @@ def test_encoder_decoder_loads_on_the_meta_device_without_initialising_loaded_we
     assert not any(p.is_meta for p in model.parameters())
     assert info.missing_keys == info.unexpected_keys == []
     assert model.decoder.cls.predictions.decoder.weight is model.decoder.bert.embeddings.word_embeddings.weight
+    # the checkpoint's weights in the same classes: the same kernels on the same data, so bit-equal
     assert max_diff(_seq2seq(model.eval()).logits, _seq2seq(reference).logits) == 0.0
 
 
@@ -92,6 +93,7 @@ def test_encoder_decoder_loads_from_a_hub_cache_offline(bert2bert_dir, tmp_path)
     reference, directory = bert2bert_dir
     lay_out_cache(tmp_path / "cache", "acme/bert2bert", files_of(directory))
     model = BertEncoderDecoder.from_pretrained("acme/bert2bert", cache_dir=tmp_path / "cache", local_files_only=True)
+    # the checkpoint's weights in the same classes: the same kernels on the same data, so bit-equal
     assert max_diff(_seq2seq(model.eval()).logits, _seq2seq(reference).logits) == 0.0
 
 
@@ -178,7 +180,7 @@ def test_a_models_key_map_is_used_both_ways(tmp_path, monkeypatch):
     assert "encoder.layer.0.ffn_out.weight" in stored
     assert not any(key.endswith("output.dense.weight") and ".attention." not in key for key in stored)
     loaded = bertblocks.BertModel.from_pretrained(tmp_path).eval()
-    with torch.no_grad():
+    with torch.no_grad():  # a reload into the same modules: the same kernels on the same data
         assert max_diff(loaded(**batch()).last_hidden_state, model(**batch()).last_hidden_state) == 0.0
 
 
@@ -202,7 +204,7 @@ def test_create_model_with_pretrained_weights_loads_on_the_meta_device(tmp_path,
     init_calls.clear()
     model = bertblocks.create_model("bert-tiny-uncased", overrides=small, pretrained=tmp_path)
     assert init_calls == []  # every weight came from the checkpoint
-    with torch.no_grad():
+    with torch.no_grad():  # the same modules and weights: the same kernels on the same data
         assert max_diff(model(**batch()).last_hidden_state, reference(**batch()).last_hidden_state) == 0.0
 
 

@@ -13,7 +13,8 @@ from bertblocks.core.interfaces import BackendCapabilities
 from bertblocks.core.packing import Packing, right_padded_lengths
 from bertblocks.plugins.backends import SdpaBackend
 from bertblocks.registry import Registry
-from tests.conftest import TINY, max_diff
+from tests.conftest import TINY
+from tests.tolerances import assert_close
 
 
 def _model(position, backend, packing):
@@ -50,13 +51,13 @@ def test_packed_equals_padded_on_real_tokens(position, backend):
     with torch.no_grad():
         a = padded(**x, head_mask=head_mask, output_hidden_states=True, output_attentions=True)
         b = packed(**x, head_mask=head_mask, output_hidden_states=True, output_attentions=True)
-    assert max_diff(a.last_hidden_state[real], b.last_hidden_state[real]) <= 1e-5
-    assert max_diff(a.pooler_output, b.pooler_output) <= 1e-5
+    assert_close(a.last_hidden_state[real], b.last_hidden_state[real])
+    assert_close(a.pooler_output, b.pooler_output)
     for x_a, x_b in zip(a.hidden_states, b.hidden_states, strict=True):
-        assert max_diff(x_a[real], x_b[real]) <= 1e-5
+        assert_close(x_a[real], x_b[real])
     for w_a, w_b in zip(a.attentions, b.attentions, strict=True):
         # attention maps keep the padded layout; rows of padded queries are not computed in the same way
-        assert max_diff(w_a[real[:, None, :, None].expand_as(w_a)], w_b[real[:, None, :, None].expand_as(w_b)]) <= 1e-5
+        assert_close(w_a[real[:, None, :, None].expand_as(w_a)], w_b[real[:, None, :, None].expand_as(w_b)])
     # padded positions hold zeros in a packed run (documented), never stale or random values
     assert b.last_hidden_state[~real].abs().max() == 0
 
@@ -79,7 +80,7 @@ def test_auto_packs_in_inference_only_and_matches():
     with torch.no_grad():
         padded = model(**x).last_hidden_state
     real = x["attention_mask"].bool()
-    assert max_diff(auto[real], padded[real]) <= 1e-5
+    assert_close(auto[real], padded[real])
 
 
 def test_left_padding_and_little_padding_are_not_packed():
@@ -156,7 +157,7 @@ def test_varlen_backend_gets_packed_sequences_and_matches_padded():
     with torch.no_grad():
         a, b = padded(**x).last_hidden_state, varlen(**x).last_hidden_state
     assert _PerSequenceBackend.calls == 2  # once per layer: the packed path used varlen, not re-padding
-    assert max_diff(a[real], b[real]) <= 1e-5
+    assert_close(a[real], b[real])
     with torch.no_grad():  # attention maps need the padded layout: the same backend falls back to it
         maps = varlen(**x, output_attentions=True).attentions
     assert _PerSequenceBackend.calls == 2

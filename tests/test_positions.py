@@ -16,8 +16,7 @@ from bertblocks.core.interfaces import Positions
 from bertblocks.plugins.backends import EagerBackend, SlidingWindowBackend
 from bertblocks.plugins.positions import RotaryEmbedding, relative_position_bucket
 from tests.conftest import TINY
-
-ATOL = 1e-5
+from tests.tolerances import assert_close, assert_grads_close
 
 
 def _config(**changes):
@@ -62,9 +61,9 @@ def test_rope_equals_the_float64_roformer_formula(interleaved, rotary_dim):
     got_q, got_k = rope(query, key, positions)
     want_q = _reference_rope(query, positions, 10000.0, rotary_dim, interleaved)
     want_k = _reference_rope(key, positions, 10000.0, rotary_dim, interleaved)
-    assert (got_q.double() - want_q).abs().max() <= ATOL
-    assert (got_k.double() - want_k).abs().max() <= ATOL
-    # float64 in, float64 tables: the formula to rounding
+    assert_close(got_q.double(), want_q)
+    assert_close(got_k.double(), want_k)
+    # float64 in, float64 tables, no GEMM: the closed formula to float64 rounding (tighter than the fp32 policy)
     got64, _ = rope(query.double(), key.double(), positions)
     assert (got64 - want_q).abs().max() <= 1e-12
     assert torch.equal(got_q[..., rotary_dim:], query[..., rotary_dim:])  # the rest passes through
@@ -83,14 +82,14 @@ def test_rope_equals_transformers_rotary_functions():
     want_q, want_k = apply_rotary_pos_emb(query, key, emb.cos(), emb.sin(), unsqueeze_dim=1)  # GPT-NeoX halves
     mine = RotaryEmbedding(8, 10000.0, interleaved=False)
     got_q, got_k = mine(query.transpose(1, 2), key.transpose(1, 2), positions)
-    assert (got_q.transpose(1, 2) - want_q).abs().max() <= ATOL
-    assert (got_k.transpose(1, 2) - want_k).abs().max() <= ATOL
+    assert_close(got_q.transpose(1, 2), want_q)
+    assert_close(got_k.transpose(1, 2), want_k)
 
     sinusoidal = torch.cat((freqs.sin(), freqs.cos()), dim=-1)[:, None]  # RoFormer's [sin | cos] table
     want_q, want_k = RoFormerSelfAttention.apply_rotary_position_embeddings(sinusoidal, query, key)  # pairs
     got_q, got_k = RotaryEmbedding(8, 10000.0, interleaved=True)(query.transpose(1, 2), key.transpose(1, 2), positions)
-    assert (got_q.transpose(1, 2) - want_q).abs().max() <= ATOL
-    assert (got_k.transpose(1, 2) - want_k).abs().max() <= ATOL
+    assert_close(got_q.transpose(1, 2), want_q)
+    assert_close(got_k.transpose(1, 2), want_k)
 
 
 def _manual_rope_layer(attention, hidden, positions, base, rotary_dim, interleaved, mask=None):
@@ -120,7 +119,7 @@ def test_rope_model_layer_equals_the_written_out_reference_with_user_position_id
         layer = model.encoder.layer[0]
         attended = _manual_rope_layer(layer.attention, out.hidden_states[0], position_ids, 500.0, 4, True)
         want = layer.output(layer.intermediate(attended), attended)
-    assert (out.hidden_states[1] - want).abs().max() <= ATOL
+    assert_close(out.hidden_states[1], want)
 
 
 def test_rope_scores_depend_on_position_differences_only():
@@ -130,7 +129,7 @@ def test_rope_scores_depend_on_position_differences_only():
         plain = model(ids).last_hidden_state
         shifted = model(ids, position_ids=torch.arange(9)[None] + 20).last_hidden_state
         spread = model(ids, position_ids=torch.arange(9)[None] * 3).last_hidden_state
-    assert (shifted - plain).abs().max() <= ATOL  # the user's positions arrive, and only differences count
+    assert_close(shifted, plain)  # the user's positions arrive, and only differences count
     assert (spread - plain).abs().max() > 1e-3
 
 
@@ -208,7 +207,7 @@ def test_rope_model_compiles_in_one_graph():
         got = torch.compile(model, fullgraph=True)(ids, attention_mask=mask).last_hidden_state
     finally:
         torch._dynamo.reset()
-    assert (got - want).abs().max() <= ATOL
+    assert_close(got, want)
 
 
 def test_rope_with_gradient_checkpointing_head_mask_and_attention_weights():
@@ -223,10 +222,10 @@ def test_rope_with_gradient_checkpointing_head_mask_and_attention_weights():
     model.gradient_checkpointing_enable()
     again = model(ids).last_hidden_state
     again.sum().backward()
-    assert torch.equal(again, plain)
+    assert torch.equal(again, plain)  # checkpointing reruns the same kernels on the same data
     for name, p in model.named_parameters():
         if name in grads:
-            assert (p.grad - grads[name]).abs().max() <= 1e-6, name
+            assert_grads_close(p.grad, grads[name], what=name)
     model.eval()
     head_mask = torch.ones(2, 4)
     head_mask[:, 1] = 0
@@ -234,7 +233,7 @@ def test_rope_with_gradient_checkpointing_head_mask_and_attention_weights():
         masked = model(ids, head_mask=head_mask, output_attentions=True)
         assert all(a.shape == (2, 4, 9, 9) for a in masked.attentions)
         model.prune_heads({0: [1], 1: [1]})
-        assert (model(ids).last_hidden_state - masked.last_hidden_state).abs().max() <= ATOL
+        assert_close(model(ids).last_hidden_state, masked.last_hidden_state)
 
 
 # ------------------------------------------------------------------------------------- relative_bucket
@@ -303,7 +302,7 @@ def test_relative_bucket_equals_transformers_mpnet_encoder_on_the_same_weights()
                 layer.attention.backend = EagerBackend() if backend == "eager" else layer.attention.backend
             got = ours.encoder(hidden, extended, Positions.contiguous(150, 0, hidden.device)).last_hidden_state
             real = mask.bool()
-            assert (got[real] - want[real]).abs().max() <= ATOL, backend
+            assert_close(got[real], want[real], what=backend)
 
 
 def test_relative_bucket_with_pruning_and_packing():
@@ -319,7 +318,7 @@ def test_relative_bucket_with_pruning_and_packing():
         model.prune_heads({0: [2]})
         pruned = model(ids, attention_mask=mask).last_hidden_state
     real = mask.bool()
-    assert (pruned[real] - masked[real]).abs().max() <= ATOL
+    assert_close(pruned[real], masked[real])
 
 
 def test_relative_bucket_table_size_sizes_the_table_and_must_hold_every_bucket():
@@ -362,11 +361,11 @@ def test_sliding_window_equals_an_explicit_band_mask_and_modernberts_rule():
             got, _ = SlidingWindowBackend(window, kernel)(
                 query, key, value, mask=mask, scale=8**-0.5, dropout_p=0.0, is_causal=False, need_weights=False
             )
-            assert (got - want).abs().max() <= ATOL, kernel
+            assert_close(got, want, what=kernel)
         _, weights = backend(
             query, key, value, mask=mask, scale=8**-0.5, dropout_p=0.0, is_causal=False, need_weights=True
         )
-        assert (weights - want_w).abs().max() <= ATOL
+        assert_close(weights, want_w)
         assert (weights[..., ~visible] == 0).all()
 
 
@@ -377,7 +376,7 @@ def test_sliding_window_wider_than_the_sequence_is_plain_attention():
     local = _model(cfg)
     ids = _ids()
     with torch.no_grad():
-        assert (local(ids).last_hidden_state - plain(ids).last_hidden_state).abs().max() <= ATOL
+        assert_close(local(ids).last_hidden_state, plain(ids).last_hidden_state)
 
 
 # ------------------------------------------------------------------------------------ attention options
@@ -398,7 +397,7 @@ def test_fused_qkv_equals_separate_projections_and_keeps_default_keys():
     fused.load_state_dict(state, strict=True)
     ids = _ids()
     with torch.no_grad():
-        assert (fused(ids).last_hidden_state - plain(ids).last_hidden_state).abs().max() <= ATOL
+        assert_close(fused(ids).last_hidden_state, plain(ids).last_hidden_state)
 
 
 @pytest.mark.parametrize("fused", [False, True])
@@ -414,7 +413,7 @@ def test_attention_without_biases_prunes_and_head_masks(fused):
     with torch.no_grad():
         masked = model(ids, head_mask=head_mask).last_hidden_state
         model.prune_heads({1: [3]})
-        assert (model(ids).last_hidden_state - masked).abs().max() <= ATOL
+        assert_close(model(ids).last_hidden_state, masked)
     assert model.encoder.layer[1].attention.output.dense.bias is None
 
 
@@ -476,7 +475,7 @@ def test_rope_fused_qkv_no_bias_and_sliding_window_equal_transformers_modernbert
         additive = (1.0 - padding[:, None, None, :].float()) * torch.finfo(torch.float32).min
         ours(hidden, mask=additive, positions=Positions.contiguous(11, 0, hidden.device))
     real = padding.bool()
-    assert (captured[0][real] - want[real]).abs().max() <= ATOL
+    assert_close(captured[0][real], want[real])
 
 
 # --------------------------------------------------------------------------------- a plugin's varlen backend
@@ -507,4 +506,4 @@ def test_varlen_backend_with_rope_and_shared_bias_equals_padded(position):
             got = varlen(ids, attention_mask=mask, **extra).last_hidden_state
         # rope runs per packed sequence (varlen); a shared bias needs the padded layout, so it falls back
         assert _PerSequenceBackend.calls == (2 if position == "rope" else 0)
-        assert (got[real] - want[real]).abs().max() <= ATOL
+        assert_close(got[real], want[real])

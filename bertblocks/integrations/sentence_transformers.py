@@ -8,9 +8,10 @@ built on the same weights encodes exactly as sentence-transformers' own.
 
 Saved with the pipeline (``SentenceTransformer.save``), it writes the checkpoint (``config.json``, weights,
 tokenizer) and ``bertblocks_module.json`` in the pipeline folder; ``modules.json`` names this class.
-sentence-transformers refuses to import a class that is not its own unless told ``trust_remote_code=True``;
-:func:`load_pipeline` first checks that ``modules.json`` names only sentence-transformers' classes and this
-one, then loads with that permission (nothing is downloaded or run besides the installed bertblocks).
+sentence-transformers imports a class that is not its own only with ``trust_remote_code=True``, which would
+also let its modules import the folder's ``*.py`` files (``auto_map``). :func:`load_pipeline` never passes
+it: it checks every ``modules.json`` type against an allow-list (:data:`ALLOWED_MODULE_TYPES`) and hands
+sentence-transformers the classes themselves, so no name read from the folder is ever imported.
 
 Example:
     >>> from sentence_transformers import SentenceTransformer
@@ -23,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ import torch
 from sentence_transformers.base.modules.input_module import InputModule
 from transformers import AutoTokenizer
 
+from ..errors import BertBlocksError
 from ..models.backbone import BertModel
 
 
@@ -60,7 +63,8 @@ class BertblocksModule(InputModule):
     ) -> None:
         super().__init__()
         self.auto_model = model if model is not None else BertModel.from_pretrained(model_name_or_path, overrides)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_name_or_path))
+        # never the folder's tokenization_*.py (tokenizer_config.json's auto_map): transformers' own classes only
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_name_or_path), trust_remote_code=False)
         limit = self.auto_model.config.max_position_embeddings
         self.max_seq_length = max_seq_length or min(self.tokenizer.model_max_length, limit)
 
@@ -131,36 +135,87 @@ class BertblocksModule(InputModule):
 #: the ``modules.json`` type of this module
 MODULE_TYPE = f"{BertblocksModule.__module__}.{BertblocksModule.__qualname__}"
 
+#: sentence-transformers' modules a bertblocks pipeline may hold after :class:`BertblocksModule`: tensor
+#: code only (their files are JSON settings and safetensors or ``weights_only`` weights). Its
+#: ``Transformer`` is left out on purpose: it loads the folder with transformers' ``AutoModel``.
+_SENTENCE_TRANSFORMERS_MODULES = ("Pooling", "Normalize", "Dense", "LayerNorm", "Dropout", "WeightedLayerPooling")
+
+
+class UntrustedPipelineError(BertBlocksError, ValueError):
+    """A pipeline folder that names a module class bertblocks will not import."""
+
+
+def _allowed_module_types() -> dict[str, type]:
+    """``modules.json`` type → class: this module and the allow-listed sentence-transformers modules, each
+    under every name sentence-transformers writes for it (the defining module, the package it is exported
+    from, and the ``sentence_transformers.models`` name of versions before 6)."""
+    from sentence_transformers.sentence_transformer import modules
+
+    allowed: dict[str, type] = {MODULE_TYPE: BertblocksModule}
+    for name in _SENTENCE_TRANSFORMERS_MODULES:
+        cls = getattr(modules, name)
+        for spelling in (f"{cls.__module__}.{cls.__qualname__}", f"{modules.__name__}.{name}"):
+            allowed[spelling] = cls
+        allowed[f"sentence_transformers.models.{name}"] = cls
+    return allowed
+
+
+def _module_types(modules_file: Path) -> list[str]:
+    try:
+        entries = json.loads(modules_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UntrustedPipelineError(f"{modules_file}: not valid JSON ({e})") from None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise UntrustedPipelineError(f"{modules_file}: expected a list of module entries (objects)")
+    return [e.get("type") for e in entries]
+
 
 def load_pipeline(folder: str | Path, **kwargs: Any) -> Any:
-    """Load a ``SentenceTransformer`` saved with a :class:`BertblocksModule` in it.
+    """Load a ``SentenceTransformer`` saved with a :class:`BertblocksModule` in it, importing nothing from
+    the folder.
+
+    Every ``modules.json`` type must be in :data:`ALLOWED_MODULE_TYPES`; sentence-transformers receives
+    those classes instead of their names, and is never given ``trust_remote_code``, so neither a module
+    type nor a ``config.json`` / ``tokenizer_config.json`` ``auto_map`` can make it import a ``*.py``.
 
     Args:
         folder: the folder ``SentenceTransformer.save`` wrote.
-        kwargs: passed to ``SentenceTransformer`` (``device=``, …).
+        kwargs: passed to ``SentenceTransformer`` (``device=``, …); not ``trust_remote_code``.
 
     Raises:
-        ValueError: ``modules.json`` names a class that is neither sentence-transformers' nor this module
-            (such a pipeline would run code bertblocks cannot vouch for; load it yourself if you trust it).
+        UntrustedPipelineError: ``modules.json`` names a class outside the allow-list (a pipeline that
+            runs code bertblocks cannot vouch for: load it yourself if you trust it), or is malformed.
+        TypeError: ``trust_remote_code`` was passed.
         FileNotFoundError: no ``modules.json`` in ``folder``.
     """
-    import json
-
     from sentence_transformers import SentenceTransformer
 
+    if "trust_remote_code" in kwargs:
+        raise TypeError("load_pipeline() takes no trust_remote_code: it never imports code from the pipeline folder")
     modules_file = Path(folder) / "modules.json"
     if not modules_file.is_file():
         raise FileNotFoundError(f"{modules_file} not found: not a folder written by SentenceTransformer.save")
-    foreign = [
-        entry.get("type")
-        for entry in json.loads(modules_file.read_text(encoding="utf-8"))
-        if entry.get("type") != MODULE_TYPE and not str(entry.get("type")).startswith("sentence_transformers.")
-    ]
+    allowed = _allowed_module_types()
+    foreign = [t for t in _module_types(modules_file) if t not in allowed]
     if foreign:
-        raise ValueError(
-            f"{modules_file} names modules that are neither sentence-transformers' nor bertblocks': {foreign}"
+        raise UntrustedPipelineError(
+            f"{modules_file} names modules outside bertblocks' allow-list: {foreign} (allowed: "
+            f"{MODULE_TYPE} and sentence-transformers' {', '.join(_SENTENCE_TRANSFORMERS_MODULES)}); "
+            "bertblocks never imports a class a pipeline folder names"
         )
-    return SentenceTransformer(str(folder), trust_remote_code=True, **kwargs)
+    # sentence-transformers' hook that resolves modules.json types to given classes instead of importing
+    # them; without it (another version), loading would need trust_remote_code, which bertblocks never gives
+    load_with_classes = getattr(SentenceTransformer, "_load_with_module_classes", None)
+    if load_with_classes is None:
+        raise UntrustedPipelineError(
+            "this sentence-transformers version cannot be handed module classes (no "
+            "SentenceTransformer._load_with_module_classes); bertblocks will not load a pipeline with "
+            "trust_remote_code=True: install the version in constraints.txt"
+        )
+    return load_with_classes(str(folder), allowed, trust_remote_code=False, **kwargs)
 
 
-__all__ = ["MODULE_TYPE", "BertblocksModule", "load_pipeline"]
+#: every ``modules.json`` type :func:`load_pipeline` accepts (computed when sentence-transformers is importable)
+ALLOWED_MODULE_TYPES: tuple[str, ...] = tuple(_allowed_module_types())
+
+__all__ = ["ALLOWED_MODULE_TYPES", "MODULE_TYPE", "BertblocksModule", "UntrustedPipelineError", "load_pipeline"]

@@ -17,8 +17,7 @@ from bertblocks import BertForMaskedLM, BertForSequenceClassification, BertModel
 from bertblocks.core.outputs import ModelOutputWithPooling, SequenceClassifierOutput
 from bertblocks.models.export import export_onnx, export_program
 from tests.conftest import TINY, batch
-
-TOL = 1e-5
+from tests.tolerances import assert_close
 
 
 @pytest.fixture(autouse=True)
@@ -62,10 +61,10 @@ def test_torch_export_dynamic_batch_and_sequence(cls):
         assert type(got) is type(want)
         if cls is BertModel:
             mask = inputs["attention_mask"]
-            assert (_real(got.last_hidden_state, mask) - _real(want.last_hidden_state, mask)).abs().max() < TOL
-            assert (got.pooler_output - want.pooler_output).abs().max() < TOL
+            assert_close(_real(got.last_hidden_state, mask), _real(want.last_hidden_state, mask))
+            assert_close(got.pooler_output, want.pooler_output)
         else:
-            assert (got.logits - want.logits).abs().max() < TOL
+            assert_close(got.logits, want.logits)
 
 
 @pytest.mark.parametrize(
@@ -92,7 +91,7 @@ def test_onnx_runtime_equals_pytorch_on_padded_batches(tmp_path, cls, outputs):
             expected = want[name]
             if name == "last_hidden_state":
                 value, expected = _real(value, mask), _real(expected, mask)
-            assert (torch.as_tensor(value) - expected).abs().max() < TOL, name
+            assert_close(torch.as_tensor(value), expected, what=name)
 
 
 def test_export_refuses_models_it_cannot_export():
@@ -114,7 +113,7 @@ def test_export_command_writes_onnx_and_pt2(tmp_path, capsys):
     with torch.no_grad():
         got, want = program.module()(**inputs).logits, model(**inputs).logits
     mask = inputs["attention_mask"]
-    assert (_real(got, mask) - _real(want, mask)).abs().max() < TOL
+    assert_close(_real(got, mask), _real(want, mask))
 
     assert cli.main(["export", str(tmp_path / "ckpt"), str(tmp_path / "model.txt")]) == cli.EXIT_INVALID
     assert "the suffix must be one of .onnx, .pt2" in capsys.readouterr().err

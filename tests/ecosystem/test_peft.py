@@ -11,8 +11,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 
 from bertblocks import BertForSequenceClassification, BertModel
 from tests.conftest import TINY, batch, max_diff
-
-TOL = 1e-5
+from tests.tolerances import assert_close
 
 
 @pytest.fixture(autouse=True)
@@ -62,11 +61,11 @@ def test_lora_train_save_load_merge(tmp_path):
     fresh.load_state_dict(reference)
     loaded = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
     with torch.no_grad():
-        assert max_diff(loaded(**inputs).logits, trained) < TOL
+        assert_close(loaded(**inputs).logits, trained)
         merged = loaded.merge_and_unload()
         assert type(merged) is BertForSequenceClassification
         assert not any("lora" in name for name, _ in merged.named_parameters())
-        assert max_diff(merged(**inputs).logits, trained) < TOL
+        assert_close(merged(**inputs).logits, trained)
 
 
 def test_lora_applies_on_the_packed_path():
@@ -86,7 +85,7 @@ def test_lora_applies_on_the_packed_path():
     with torch.no_grad():
         packed = model(**inputs).last_hidden_state
         with model.disable_adapter():
-            assert max_diff(model(**inputs).last_hidden_state[mask], plain[mask]) < TOL
+            assert_close(model(**inputs).last_hidden_state[mask], plain[mask])
     # the adapter saw the packed real tokens only, not the padded [b, s] grid
     assert calls
     assert all(shape[:-1].numel() == int(mask.sum()) for shape in calls)
@@ -96,4 +95,4 @@ def test_lora_applies_on_the_packed_path():
     reference = get_peft_model(unpacked, _lora())
     reference.load_state_dict(model.state_dict())
     with torch.no_grad():
-        assert max_diff(reference.eval()(**inputs).last_hidden_state[mask], packed[mask]) < TOL
+        assert_close(reference.eval()(**inputs).last_hidden_state[mask], packed[mask])

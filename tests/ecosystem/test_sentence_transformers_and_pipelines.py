@@ -20,6 +20,7 @@ from bertblocks import (
 )
 from bertblocks.integrations.sentence_transformers import MODULE_TYPE, BertblocksModule, load_pipeline
 from bertblocks.sentence import minilm_path
+from tests.tolerances import assert_close
 
 TEXTS = [
     "A man is eating food.",
@@ -50,7 +51,7 @@ def _pipeline() -> SentenceTransformer:
 def test_sentence_transformer_with_a_bertblocks_module_equals_sentence_transformers(reference):
     pipeline = _pipeline()
     assert isinstance(pipeline[0].auto_model, BertModel)
-    assert np.abs(pipeline.encode(TEXTS, convert_to_numpy=True) - reference).max() <= 1e-6
+    assert_close(torch.from_numpy(pipeline.encode(TEXTS, convert_to_numpy=True)), torch.from_numpy(reference))
 
 
 def test_saved_pipeline_loads_back(tmp_path, reference):
@@ -59,12 +60,12 @@ def test_saved_pipeline_loads_back(tmp_path, reference):
     assert modules[0]["type"] == MODULE_TYPE
     loaded = load_pipeline(tmp_path, device="cpu")
     assert isinstance(loaded[0], BertblocksModule)
-    assert np.abs(loaded.encode(TEXTS, convert_to_numpy=True) - reference).max() <= 1e-6
+    assert_close(torch.from_numpy(loaded.encode(TEXTS, convert_to_numpy=True)), torch.from_numpy(reference))
 
 
 def test_load_pipeline_refuses_foreign_module_types(tmp_path):
     (tmp_path / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "", "type": "evil.Module"}]))
-    with pytest.raises(ValueError, match=r"neither sentence-transformers' nor bertblocks': \['evil.Module'\]"):
+    with pytest.raises(ValueError, match=r"outside bertblocks' allow-list: \['evil.Module'\]"):
         load_pipeline(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"modules\.json not found"):
         load_pipeline(tmp_path / "nowhere")
@@ -88,7 +89,7 @@ def test_feature_extraction_pipeline(tokenizer):
     got = transformers.pipeline("feature-extraction", model=ours, tokenizer=tokenizer)(TEXTS[:2])
     want = transformers.pipeline("feature-extraction", model=theirs, tokenizer=tokenizer)(TEXTS[:2])
     for a, b in zip(got, want, strict=True):
-        assert np.abs(np.array(a) - np.array(b)).max() < 1e-5
+        assert_close(torch.tensor(a), torch.tensor(b))
 
 
 def test_fill_mask_pipeline(tokenizer, tmp_path):
@@ -99,7 +100,7 @@ def test_fill_mask_pipeline(tokenizer, tmp_path):
     got = transformers.pipeline("fill-mask", model=ours, tokenizer=tokenizer)(text, top_k=3)
     want = transformers.pipeline("fill-mask", model=theirs, tokenizer=tokenizer)(text, top_k=3)
     assert [g["token"] for g in got] == [w["token"] for w in want]
-    assert np.allclose([g["score"] for g in got], [w["score"] for w in want], atol=1e-5)
+    assert_close(torch.tensor([g["score"] for g in got]), torch.tensor([w["score"] for w in want]))
 
 
 @pytest.mark.parametrize(
@@ -120,4 +121,4 @@ def test_classification_pipelines(tokenizer, tmp_path, task, cls, text):
     got = transformers.pipeline(task, model=ours, tokenizer=tokenizer)(text)
     want = transformers.pipeline(task, model=theirs, tokenizer=tokenizer)(text)
     assert [g.get("label", g.get("entity")) for g in got] == [w.get("label", w.get("entity")) for w in want]
-    assert np.allclose([float(g["score"]) for g in got], [float(w["score"]) for w in want], atol=1e-5)
+    assert_close(torch.tensor([float(g["score"]) for g in got]), torch.tensor([float(w["score"]) for w in want]))

@@ -15,9 +15,8 @@ from transformers import TrainingArguments
 
 from bertblocks import BertForMaskedLM, BertForSequenceClassification
 from bertblocks.integrations.trainer import Trainer
-from tests.conftest import TINY, batch, max_diff
-
-TOL = 1e-5
+from tests.conftest import TINY, batch
+from tests.tolerances import assert_close
 
 
 @pytest.fixture(autouse=True)
@@ -105,8 +104,8 @@ def test_save_model_loads_in_bertblocks_and_transformers_auto(tmp_path):
         want = model(**inputs).logits
         ours = BertForSequenceClassification.from_pretrained(tmp_path / "saved").eval()
         theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / "saved").eval()
-        assert max_diff(ours(**inputs).logits, want) < TOL
-        assert max_diff(theirs(**inputs).logits, want) < TOL
+        assert_close(ours(**inputs).logits, want)
+        assert_close(theirs(**inputs).logits, want)
 
 
 def test_tied_masked_lm_checkpoints_and_save_model(tmp_path):
@@ -126,8 +125,8 @@ def test_tied_masked_lm_checkpoints_and_save_model(tmp_path):
         ours = BertForMaskedLM.from_pretrained(tmp_path / "saved").eval()
         assert theirs.cls.predictions.decoder.weight is theirs.bert.embeddings.word_embeddings.weight
         assert ours.get_output_embeddings().weight is ours.get_input_embeddings().weight
-        assert max_diff(theirs(input_ids=ids).logits, model(input_ids=ids).logits) < TOL
-        assert max_diff(ours(input_ids=ids).logits, model(input_ids=ids).logits) < TOL
+        assert_close(theirs(input_ids=ids).logits, model(input_ids=ids).logits)
+        assert_close(ours(input_ids=ids).logits, model(input_ids=ids).logits)
 
 
 def test_gradient_checkpointing_flag_and_bf16(tmp_path):

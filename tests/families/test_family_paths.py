@@ -25,8 +25,8 @@ import bertblocks
 from bertblocks import BertTokenizer, cli, sentence
 from tests.families import test_tokenizers as toks
 from tests.families.reference import FAMILIES, save_hf
+from tests.tolerances import assert_close
 
-TOL = 1e-5
 TEXTS = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog", "save them again"]
 
 
@@ -122,9 +122,9 @@ def _reference(checkpoint: Checkpoint, batch: dict[str, torch.Tensor]) -> torch.
         return checkpoint.reference(**batch).last_hidden_state
 
 
-def _max_diff_on_real_tokens(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> float:
+def _assert_close_on_real_tokens(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> None:
     real = mask.bool()
-    return (a[real] - b[real]).abs().max().item()
+    assert_close(a[real], b[real])
 
 
 # --------------------------------------------------------------------------------------------------- packing
@@ -137,7 +137,7 @@ def test_packed_path_equals_transformers_on_a_padded_batch(checkpoints, name, pa
     model = bertblocks.from_pretrained(checkpoint.directory, [f"encoder.packing={packing}"]).eval()
     with torch.no_grad():
         got = model(**batch, output_hidden_states=True)
-    assert _max_diff_on_real_tokens(got.last_hidden_state, want, batch["attention_mask"]) <= TOL
+    _assert_close_on_real_tokens(got.last_hidden_state, want, batch["attention_mask"])
     # the run really was packed: padded positions hold zeros (documented), which the padded path never gives
     assert got.last_hidden_state[batch["attention_mask"] == 0].abs().max() == 0
     # the embeddings and every layer, through the packed path as well
@@ -160,7 +160,7 @@ def test_compiled_model_equals_transformers(checkpoints, name):
             got = compiled(**batch).last_hidden_state
     finally:
         torch._dynamo.reset()
-    assert _max_diff_on_real_tokens(got, want, batch["attention_mask"]) <= TOL
+    _assert_close_on_real_tokens(got, want, batch["attention_mask"])
 
 
 # -------------------------------------------------------------------------------------- sentence embeddings
@@ -178,16 +178,16 @@ def test_sentence_encode_embed_and_similarity_commands_on_the_family_checkpoint(
     model = bertblocks.from_pretrained(checkpoint.directory).eval()
     tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)  # the family's template from config.json
     got = sentence.encode(model, tokenizer, TEXTS, batch_size=3)
-    assert (got - want).abs().max().item() <= TOL
+    assert_close(got, want)
     out = tmp_path / "embeddings.npy"
     code = cli.main(["embed", "--model", str(checkpoint.directory), "--batch-size", "2", "-o", str(out), *TEXTS])
     _, err = capsys.readouterr()
     assert code == 0, err
     written = torch.from_numpy(np.load(out))
     assert written.shape == (len(TEXTS), 32)
-    assert (written - want).abs().max().item() <= TOL
+    assert_close(written, want)
     scores = _json(capsys, "similarity", "--model", str(checkpoint.directory), *TEXTS)["similarity"]
-    assert (torch.tensor(scores) - want @ want.T).abs().max().item() <= TOL
+    assert_close(torch.tensor(scores), want @ want.T)
 
 
 # ------------------------------------------------------------------------------------------------------ CLI

@@ -18,9 +18,8 @@ from safetensors.torch import load_file, save_file
 
 import bertblocks
 from bertblocks import CheckpointError
-from tests.conftest import TINY, V4, batch, max_diff
-
-TOL = 1e-5
+from tests.conftest import TINY, V4, batch
+from tests.tolerances import assert_close
 
 
 @pytest.fixture(autouse=True)
@@ -38,9 +37,9 @@ def _assert_parity(ours: bertblocks.BertModel, hf: torch.nn.Module, pooler: bool
     real = inputs["attention_mask"].bool()  # a packed forward pass (the default here) zeroes padded positions
     with torch.no_grad():
         mine, theirs = ours(**inputs), hf(**inputs)
-    assert max_diff(mine.last_hidden_state[real], theirs.last_hidden_state[real]) <= TOL
+    assert_close(mine.last_hidden_state[real], theirs.last_hidden_state[real])
     if pooler:
-        assert max_diff(mine.pooler_output, theirs.pooler_output) <= TOL
+        assert_close(mine.pooler_output, theirs.pooler_output)
 
 
 def _rewrite(directory: Path, change) -> None:

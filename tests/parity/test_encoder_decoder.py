@@ -9,7 +9,8 @@ import torch
 import transformers
 
 from bertblocks.models.encoder_decoder import BertEncoderDecoder, shift_tokens_right
-from tests.conftest import TINY, TINY_HF, max_diff
+from tests.conftest import TINY, TINY_HF
+from tests.tolerances import assert_close
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +48,11 @@ def test_forward_and_loss_match_transformers(hf_dir):
     with torch.no_grad():
         a = hf(input_ids=ids, attention_mask=mask, labels=labels, output_attentions=True)
         b = ours(input_ids=ids, attention_mask=mask, labels=labels, output_attentions=True)
-    assert max_diff(a.logits, b.logits) <= 1e-5
-    assert max_diff(a.loss, b.loss) <= 1e-5
+    assert_close(a.logits, b.logits)
+    assert_close(a.loss, b.loss)
     assert len(b.cross_attentions) == 2
     for x, y in zip(a.cross_attentions, b.cross_attentions, strict=True):
-        assert max_diff(x, y) <= 1e-5
+        assert_close(x, y)
 
 
 def test_generate_matches_transformers(hf_dir):
@@ -72,12 +73,9 @@ def test_saved_checkpoint_loads_in_transformers(hf_dir, tmp_path):
     assert not info["unexpected_keys"]
     ids, mask, labels = _inputs()
     with torch.no_grad():
-        assert (
-            max_diff(
-                hf.eval()(input_ids=ids, attention_mask=mask, labels=labels).logits,
-                ours(input_ids=ids, attention_mask=mask, labels=labels).logits,
-            )
-            <= 1e-5
+        assert_close(
+            ours(input_ids=ids, attention_mask=mask, labels=labels).logits,
+            hf.eval()(input_ids=ids, attention_mask=mask, labels=labels).logits,
         )
 
 

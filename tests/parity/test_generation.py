@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 
 import bertblocks
 from bertblocks.models.generation import generate, left_align
-from tests.conftest import TINY_HF, V4, max_diff
+from tests.conftest import TINY_HF, V4
+from tests.tolerances import assert_close
 
 
 @pytest.fixture(scope="module")
@@ -145,10 +146,10 @@ def test_lm_head_decoder_matches_transformers_4(case, backend):
     ids, mask = io["input_ids"], io["attention_mask"]
     with torch.no_grad():
         full = model(input_ids=ids, attention_mask=mask, labels=io["labels"], **enc)
-        assert max_diff(full.logits, io["logits"]) <= 1e-5
-        assert max_diff(full.loss, io["loss"]) <= 1e-5
+        assert_close(full.logits, io["logits"])
+        assert_close(full.loss, io["loss"])
         step = model(input_ids=ids[:, :3], attention_mask=mask[:, :3], use_cache=True, **enc)
-        assert max_diff(step.logits, io["step_logits_prefix"]) <= 1e-5
+        assert_close(step.logits, io["step_logits_prefix"])
         for j in range(3):
             step = model(
                 input_ids=ids[:, 3 + j : 4 + j],
@@ -157,7 +158,7 @@ def test_lm_head_decoder_matches_transformers_4(case, backend):
                 use_cache=True,
                 **enc,
             )
-            assert max_diff(step.logits, io[f"step_logits_{j}"]) <= 1e-5
+            assert_close(step.logits, io[f"step_logits_{j}"])
 
 
 def test_lm_head_decoder_saves_for_transformers(tmp_path, lm_dir):
@@ -169,5 +170,5 @@ def test_lm_head_decoder_saves_for_transformers(tmp_path, lm_dir):
     with torch.no_grad():
         labels = PROMPTS.clone()
         a, b = ours(input_ids=PROMPTS, labels=labels), hf.eval()(input_ids=PROMPTS, labels=labels)
-    assert max_diff(a.logits, b.logits) <= 1e-5
-    assert max_diff(a.loss, b.loss) <= 1e-5
+    assert_close(a.logits, b.logits)
+    assert_close(a.loss, b.loss)

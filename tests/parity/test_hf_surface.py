@@ -18,8 +18,7 @@ from bertblocks.models.encoder_decoder import BertEncoderDecoder
 from bertblocks.models.surface import parse_size, resolve_dtype
 from bertblocks.sentence import minilm_path
 from tests.conftest import TINY, batch, max_diff
-
-TOL = 1e-5
+from tests.tolerances import assert_close, assert_grads_close
 
 
 def _real(logits: torch.Tensor, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -130,7 +129,7 @@ def test_get_and_set_input_embeddings_retie_the_decoder(hf_checkpoint):
     assert ours.get_output_embeddings().weight is new.weight  # tied again
     inputs = batch()
     with torch.no_grad():
-        assert max_diff(_real(ours(**inputs).logits, inputs), _real(theirs(**inputs).logits, inputs)) < TOL
+        assert_close(_real(ours(**inputs).logits, inputs), _real(theirs(**inputs).logits, inputs))
 
 
 def test_tie_weights_reties_after_the_decoder_was_untied(hf_checkpoint):
@@ -198,7 +197,8 @@ def test_gradient_checkpointing_kwargs_give_the_same_gradients():
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         assert model.is_gradient_checkpointing
         assert model.bert.encoder.checkpoint_options == kwargs  # handed on to torch.utils.checkpoint
-        assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(plain, grads(), strict=True))
+        for got, want in zip(grads(), plain, strict=True):
+            assert_grads_close(got, want)
     model.gradient_checkpointing_disable()
     assert not model.is_gradient_checkpointing
     model.activation_checkpointing_enable(every_n_layers=2)
@@ -217,7 +217,7 @@ def test_save_pretrained_max_shard_size_strings_load_in_transformers(tmp_path, s
     theirs = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
     inputs = batch()
     with torch.no_grad():
-        assert max_diff(_real(model(**inputs).logits, inputs), _real(theirs(**inputs).logits, inputs)) < TOL
+        assert_close(_real(model(**inputs).logits, inputs), _real(theirs(**inputs).logits, inputs))
 
 
 def test_parse_size():
@@ -342,6 +342,7 @@ def test_unknown_config_attribute_is_an_error():
 def test_task_model_accepts_num_items_in_batch():
     model = BertForSequenceClassification.from_config(TINY).eval()
     inputs = {**batch(), "labels": torch.tensor([0, 1, 1])}
+    # accepted and unused (the mean over 3 items is the default): the same computation, bit-equal
     assert torch.equal(model(**inputs).loss, model(**inputs, num_items_in_batch=torch.tensor(3)).loss)
 
 
@@ -391,9 +392,6 @@ def test_encoder_decoder_surface(tmp_path):
     model.eval()
     ids = batch()["input_ids"]
     with torch.no_grad():
-        assert (
-            max_diff(
-                model(input_ids=ids, decoder_input_ids=ids).logits, theirs(input_ids=ids, decoder_input_ids=ids).logits
-            )
-            < TOL
+        assert_close(
+            model(input_ids=ids, decoder_input_ids=ids).logits, theirs(input_ids=ids, decoder_input_ids=ids).logits
         )

@@ -19,7 +19,8 @@ import transformers
 
 import bertblocks
 from bertblocks.hf.hub import PretrainedNotFoundError, is_offline, resolve_pretrained
-from tests.conftest import batch, max_diff
+from tests.conftest import batch
+from tests.tolerances import assert_close
 
 REPO = "acme/tiny-bert"
 
@@ -78,8 +79,8 @@ def test_a_cached_hub_id_loads_offline_and_matches_transformers(hf_checkpoint, t
     real = inputs["attention_mask"].bool()  # padded positions are not compared: bertblocks may skip them
     with torch.no_grad():
         mine, hf = ours(**inputs), theirs(**inputs)
-    assert max_diff(mine.last_hidden_state[real], hf.last_hidden_state[real]) <= 1e-5
-    assert max_diff(mine.pooler_output, hf.pooler_output) <= 1e-5
+    assert_close(mine.last_hidden_state[real], hf.last_hidden_state[real])
+    assert_close(mine.pooler_output, hf.pooler_output)
     assert {name for name, _ in spy} == {"config.json", "model.safetensors"}
     assert all(offline for _, offline in spy)
 
@@ -132,7 +133,7 @@ def test_a_bin_only_repository_falls_back_to_pytorch_model_bin(hf_checkpoint, tm
     ours = bertblocks.BertModel.from_pretrained(REPO, cache_dir=tmp_path / "cache", local_files_only=True).eval()
     inputs = {"input_ids": batch()["input_ids"]}
     with torch.no_grad():
-        assert max_diff(ours(**inputs).last_hidden_state, theirs(**inputs).last_hidden_state) <= 1e-5
+        assert_close(ours(**inputs).last_hidden_state, theirs(**inputs).last_hidden_state)
 
 
 def test_revision_picks_that_snapshot(hf_checkpoint, tmp_path):

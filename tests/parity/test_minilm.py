@@ -18,8 +18,8 @@ import bertblocks
 from bertblocks import sentence
 from bertblocks.sentence import encode, mean_pool, minilm_path, similarity
 from tests.conftest import max_diff
+from tests.tolerances import assert_close
 
-TOL = 1e-5
 ROOT = Path(__file__).parents[2]
 SENTENCES = [
     "A man is eating food.",
@@ -82,30 +82,30 @@ def test_hidden_states_match_transformers(hf_model, tokenizer, backend):
         theirs = hf_model(**inputs, output_hidden_states=True)
     assert len(mine.hidden_states) == len(theirs.hidden_states) == 7
     for a, b in zip(mine.hidden_states, theirs.hidden_states, strict=True):
-        assert max_diff(a[real], b[real]) <= TOL
-    assert max_diff(mine.last_hidden_state[real], theirs.last_hidden_state[real]) <= TOL
-    assert max_diff(mine.pooler_output, theirs.pooler_output) <= TOL
+        assert_close(a[real], b[real])
+    assert_close(mine.last_hidden_state[real], theirs.last_hidden_state[real])
+    assert_close(mine.pooler_output, theirs.pooler_output)
 
 
 def test_sentence_embeddings_match_transformers(hf_model, tokenizer, ours):
     mine = encode(ours, tokenizer, SENTENCES)
     theirs = _reference_embeddings(hf_model, SENTENCES)
     assert mine.shape == (len(SENTENCES), 384)
-    assert max_diff(mine, theirs) <= TOL
+    assert_close(mine, theirs)
     assert torch.allclose(mine.norm(dim=-1), torch.ones(len(SENTENCES)))
     # batching must not change an embedding (padding is masked out of the mean)
-    assert max_diff(encode(ours, tokenizer, SENTENCES, batch_size=2), mine) <= TOL
-    assert max_diff(encode(ours, tokenizer, SENTENCES[2]), mine[2:3]) <= TOL
+    assert_close(encode(ours, tokenizer, SENTENCES, batch_size=2), mine)
+    assert_close(encode(ours, tokenizer, SENTENCES[2]), mine[2:3])
     raw = encode(ours, tokenizer, SENTENCES, normalize=False)
-    assert max_diff(F.normalize(raw, dim=-1), mine) <= TOL
+    assert_close(F.normalize(raw, dim=-1), mine)
 
 
 def test_length_sorted_batches_return_rows_in_input_order(tokenizer, ours):
     """Batches are formed longest first; each row must still be its own text's embedding, alone or batched."""
     texts = [*SENTENCES, "short", "a much longer sentence than every other one in this small list of texts"]
     alone = torch.cat([encode(ours, tokenizer, [text]) for text in texts])  # no padding at all
-    assert max_diff(encode(ours, tokenizer, texts, batch_size=3), alone) <= TOL
-    assert max_diff(encode(ours, tokenizer, texts, batch_size=3, sort_by_length=False), alone) <= TOL
+    assert_close(encode(ours, tokenizer, texts, batch_size=3), alone)
+    assert_close(encode(ours, tokenizer, texts, batch_size=3, sort_by_length=False), alone)
 
 
 def test_similar_sentences_score_higher_than_unrelated_ones(tokenizer, ours):
@@ -121,6 +121,7 @@ def test_the_minilm_preset_with_pretrained_weights_is_the_same_model(tokenizer, 
     model = bertblocks.create_model("all-minilm-l6-v2", pretrained=minilm_path())
     for key, value in ours.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
+    # equal weights (above) in the same modules: the same kernels on the same data
     assert max_diff(encode(model, tokenizer, SENTENCES), encode(ours, tokenizer, SENTENCES)) == 0.0
 
 
@@ -190,4 +191,4 @@ def test_encode_without_token_types_matches_transformers_distilbert(tmp_path):
     )
     with torch.no_grad():
         expected = F.normalize(mean_pool(reference(**inputs).last_hidden_state, inputs["attention_mask"]), dim=-1)
-    assert max_diff(encode(model, tokenizer, texts, batch_size=2), expected) <= TOL
+    assert_close(encode(model, tokenizer, texts, batch_size=2), expected)

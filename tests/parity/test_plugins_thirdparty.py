@@ -21,8 +21,7 @@ from bertblocks.plugins.backends import EagerBackend, SdpaBackend
 from bertblocks.registry import DISABLE_AUTOLOAD_ENV, PluginInfo, Registry, set_registry
 from bertblocks.testing import ConformanceSuite
 from tests.conftest import TINY, V4, batch, max_diff
-
-TOL = 1e-5
+from tests.tolerances import assert_close
 
 
 @pytest.fixture
@@ -167,7 +166,7 @@ def test_local_backend_under_a_builtin_relative_scheme_matches_transformers_4(re
     with torch.no_grad():
         mine = ours.eval()(**inputs).last_hidden_state
     real = inputs["attention_mask"].bool()
-    assert max_diff(mine[real], io["last_hidden_state"][real]) <= TOL
+    assert_close(mine[real], io["last_hidden_state"][real])
 
 
 def test_usable_per_layer(registry, tmp_path):
@@ -184,13 +183,13 @@ def test_usable_per_layer(registry, tmp_path):
     inputs = batch()
     with torch.no_grad():
         plain = _model(_config(position="alibi"), registry)(**inputs).last_hidden_state
-        assert torch.allclose(_model(wide, registry)(**inputs).last_hidden_state, plain, atol=TOL, rtol=0)
+        assert_close(_model(wide, registry)(**inputs).last_hidden_state, plain)
         assert max_diff(model(**inputs).last_hidden_state, plain) > 1e-2
     # the per-layer choice survives an HF-format checkpoint
     model.save_pretrained(tmp_path)
     loaded = bertblocks.from_pretrained(tmp_path, registry=registry).eval()
     assert loaded.config.encoder.overrides == model.config.encoder.overrides
-    with torch.no_grad():
+    with torch.no_grad():  # a reload into the same modules: the same kernels on the same data
         assert torch.equal(loaded(**inputs).last_hidden_state, model(**inputs).last_hidden_state)
 
 
@@ -211,6 +210,7 @@ def _paper_slopes(n: int) -> list[float]:
 @pytest.mark.parametrize("heads", [1, 2, 4, 6, 8, 12, 16])
 def test_geometric_slopes_match_the_papers_code_and_bloom(heads):
     ours = torch.tensor(alibi_slopes(heads))
+    # closed formulas in float64, no GEMM: tighter than the fp32 policy
     assert torch.allclose(ours, torch.tensor(_paper_slopes(heads)), rtol=1e-12, atol=0)
     # transformers' BLOOM builds slope * position; position 1 gives the slopes
     bloom = build_alibi_tensor(torch.ones(1, 2), heads, torch.float64)[:, 0, 1]
@@ -257,7 +257,7 @@ def test_alibi_model_matches_a_reference_written_out(registry, backend, max_bias
         want = _reference_alibi_forward(model, inputs, slopes)
         got = model(**inputs).last_hidden_state
     real = inputs["attention_mask"].bool()
-    assert max_diff(got[real], want[real]) <= TOL
+    assert_close(got[real], want[real])
     # and the bias matters: without it the numbers are far off
     with torch.no_grad():
         flat = _reference_alibi_forward(model, inputs, torch.zeros(4))
@@ -273,7 +273,7 @@ def test_alibi_is_translation_invariant(registry):
     with torch.no_grad():
         plain = model(input_ids=ids).last_hidden_state
         padded = model(input_ids=shifted, attention_mask=mask, token_type_ids=torch.zeros_like(shifted))
-    assert max_diff(padded.last_hidden_state[:, 3:], plain) <= TOL
+    assert_close(padded.last_hidden_state[:, 3:], plain)
 
 
 def test_alibi_options_model_forbids_extra_keys():
@@ -305,7 +305,7 @@ def test_a_window_covering_the_sequence_equals_the_plain_kernel_exactly(kernel, 
     plain = SdpaBackend() if kernel == "sdpa" else EagerBackend()
     local = LocalAttentionBackend(window, kernel)
     query, key, value = _qkv()
-    for mask in (None, _padding()):
+    for mask in (None, _padding()):  # the window masks nothing: the plain kernel runs on the same inputs
         assert torch.equal(_call(local, query, key, value, mask)[0], _call(plain, query, key, value, mask)[0])
 
 
@@ -337,11 +337,11 @@ def test_a_narrow_window_equals_eager_with_an_explicit_band(kernel, window):
     band = _band_reference(9, 9, window)
     for mask in (None, _padding()):
         want = _call(EagerBackend(), query, key, value, band if mask is None else torch.minimum(band, mask))[0]
-        assert max_diff(_call(local, query, key, value, mask)[0], want) <= TOL
+        assert_close(_call(local, query, key, value, mask)[0], want)
     # fewer queries than keys (after a cache), causal: the band is aligned bottom-right
     tail = query[:, :, 6:]
     want = _call(EagerBackend(), tail, key, value, _band_reference(3, 9, window, causal=True))[0]
-    assert max_diff(_call(local, tail, key, value, is_causal=True)[0], want) <= TOL
+    assert_close(_call(local, tail, key, value, is_causal=True)[0], want)
 
 
 def test_a_narrow_window_blocks_far_tokens(registry):
@@ -355,6 +355,7 @@ def test_a_narrow_window_blocks_far_tokens(registry):
         far[0, 3:] = (far[0, 3:] % 98) + 1
         near = ids.clone()
         near[0, 2] = (near[0, 2] % 98) + 1
+        # tokens beyond the window get probability exactly 0, so they add exact zeros: bit-equal
         assert torch.equal(model(input_ids=far).last_hidden_state[0, 0], base[0, 0])
         assert max_diff(model(input_ids=near).last_hidden_state[0, 0], base[0, 0]) > 1e-3
     for weights in out.attentions:  # probabilities beyond the window are exactly zero

@@ -14,7 +14,8 @@ import bertblocks
 from bertblocks.core.component import Preset
 from bertblocks.plugins import presets as builtin_presets
 from bertblocks.registry import DuplicatePresetError, Registry, UnknownPresetError
-from tests.conftest import TINY_HF, V4, batch, max_diff
+from tests.conftest import TINY_HF, V4, batch
+from tests.tolerances import assert_close
 
 ALL = bertblocks.list_presets()
 # Google's BERT miniatures and the originals (Turc et al. 2019; Devlin et al. 2019): layers, hidden, heads.
@@ -202,8 +203,8 @@ def test_create_model_loads_pretrained_weights_into_the_preset_architecture(hf_c
     real = inputs["attention_mask"].bool()  # padded positions are not compared: bertblocks may skip them
     with torch.no_grad():
         mine, hf = ours(**inputs), theirs(**inputs)
-    assert max_diff(mine.last_hidden_state[real], hf.last_hidden_state[real]) <= 1e-5
-    assert max_diff(mine.pooler_output, hf.pooler_output) <= 1e-5
+    assert_close(mine.last_hidden_state[real], hf.last_hidden_state[real])
+    assert_close(mine.pooler_output, hf.pooler_output)
 
 
 def test_create_model_refuses_weights_of_another_architecture(hf_checkpoint):

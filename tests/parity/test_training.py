@@ -8,7 +8,8 @@ import torch
 import transformers
 
 import bertblocks
-from tests.conftest import TINY, TINY_HF, batch, max_diff
+from tests.conftest import TINY, TINY_HF, batch
+from tests.tolerances import assert_close, assert_grads_close
 
 NO_DROPOUT = {"hidden_dropout_prob": 0.0, "encoder": {**TINY["encoder"], "attention": {"num_heads": 4, "dropout": 0.0}}}
 MASK_ID = 3
@@ -102,7 +103,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(cls_name, labels):
     assert plain.keys() == checkpointed.keys()
     assert "bert.encoder.layer.0.attention.self.query.weight" in plain
     for name in plain:
-        assert max_diff(plain[name], checkpointed[name]) <= 1e-6, name
+        assert_grads_close(checkpointed[name], plain[name], what=name)
 
 
 @pytest.mark.parametrize("cls_name", ["BertForSequenceClassification", "BertForMaskedLM"])
@@ -164,11 +165,11 @@ def test_packed_training_step_gives_transformers_loss_and_gradients(hf_checkpoin
     loss = ours(**inputs).loss
     loss.backward()
     expected = _gradients(theirs, inputs)
-    assert abs(loss.item() - theirs(**inputs).loss.item()) <= 1e-5
+    assert_close(loss, theirs(**inputs).loss, what="loss")
     grads = {name: p.grad for name, p in ours.named_parameters() if p.grad is not None}
     assert "bert.encoder.layer.0.attention.self.query.weight" in grads
     for name, grad in grads.items():
-        assert max_diff(grad, expected[name]) <= 1e-5, name
+        assert_grads_close(grad, expected[name], what=name)
     # the dense layers saw the real tokens only: a hook on the feed-forward input counts them
     seen = []
     ours.bert.encoder.layer[0].intermediate.register_forward_hook(lambda _m, args, _o: seen.append(args[0].shape))
