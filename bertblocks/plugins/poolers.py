@@ -27,7 +27,8 @@ def token_mask(attention_mask: torch.Tensor, length: int) -> torch.Tensor:
         attention_mask = attention_mask.amax(dim=-1)  # [b, q]
     if attention_mask.dim() != 2:
         raise ValueError(
-            f"pooling needs an attention_mask [batch, seq] or [batch, seq, seq]; got shape {tuple(attention_mask.shape)}"
+            "pooling needs an attention_mask [batch, seq] or [batch, seq, seq]; "
+            f"got shape {tuple(attention_mask.shape)}"
         )
     return attention_mask[:, -length:]
 

@@ -9,9 +9,10 @@ config fields, as in HF (``num_labels``, ``problem_type``, ``classifier_dropout`
 
 from __future__ import annotations
 
+from functools import partial
+
 from torch import nn
 
-from bertblocks.core.component import Component
 from bertblocks.core.outputs import (
     BertForPreTrainingOutput,
     CausalLMOutputWithCrossAttentions,
@@ -24,7 +25,7 @@ from bertblocks.core.outputs import (
     TokenClassifierOutput,
 )
 
-from .composition import Branch, ComposedHead, HeadArguments, head_component
+from .composition import Branch, ComposedHead, HeadArguments
 from .losses import CrossEntropy, Loss, ProblemTypeLoss, SpanLoss, SumOfLosses
 from .pooling import Pooling
 from .projections import LMPrediction
@@ -86,16 +87,15 @@ def dropout_classifier(
     a: HeadArguments,
     *,
     pooling: Pooling,
-    outputs: int,
     loss: Loss,
     output: type[ModelOutput],
     transform: nn.Module | None = None,
     choices: bool = False,
 ) -> ComposedHead:
     """``classifier(dropout([transform](pool(h))))``: BERT's classification heads (and, with a transform,
-    ModernBERT's). ``outputs`` logits per pooled vector (1 for multiple choice: one score per choice)."""
+    ModernBERT's): ``num_labels`` logits per pooled vector, or with ``choices`` one score per choice."""
     modules: dict[str, nn.Module] = {"dropout": nn.Dropout(a.classifier_dropout)}
-    modules["classifier"] = nn.Linear(a.hidden_size, outputs)
+    modules["classifier"] = nn.Linear(a.hidden_size, 1 if choices else a.num_labels)
     steps: tuple[str, ...] = ("dropout", "classifier")
     if transform is not None:
         modules["transform"] = transform
@@ -136,7 +136,8 @@ def span_head(name: str, a: HeadArguments, transform: nn.Module | None = None) -
     )
 
 
-def _next_sentence(name: str, a: HeadArguments) -> ComposedHead:
+def next_sentence(name: str, a: HeadArguments) -> ComposedHead:
+    """The pooled output → ``cls.seq_relationship``: does sentence B follow A (two logits)."""
     return ComposedHead(
         name,
         modules={"cls": Steps(("seq_relationship", nn.Linear(a.hidden_size, 2)))},  # HF's BertOnlyNSPHead
@@ -146,7 +147,8 @@ def _next_sentence(name: str, a: HeadArguments) -> ComposedHead:
     )
 
 
-def _pretraining(name: str, a: HeadArguments) -> ComposedHead:
+def pretraining(name: str, a: HeadArguments) -> ComposedHead:
+    """Masked LM on every position plus next-sentence logits from the pooled output; the loss is their sum."""
     cls = nn.ModuleDict(  # HF's BertPreTrainingHeads
         {"predictions": lm_prediction(a, a.activation()), "seq_relationship": nn.Linear(a.hidden_size, 2)}
     )
@@ -162,54 +164,14 @@ def _pretraining(name: str, a: HeadArguments) -> ComposedHead:
     )
 
 
-def bertblocks_register_components() -> list[Component]:
-    return [
-        head_component(
-            "masked_lm",
-            lambda name, a: language_model(name, a, causal=False),
-            "masked-LM logits (BertForMaskedLM)",
-            architecture="BertForMaskedLM",
-        ),
-        head_component(
-            "next_sentence", _next_sentence, "BertForNextSentencePrediction", architecture="BertForNextSentencePrediction"
-        ),
-        head_component(
-            "pretraining", _pretraining, "masked LM + NSP (BertForPreTraining)", architecture="BertForPreTraining"
-        ),
-        head_component(
-            "causal_lm",
-            lambda name, a: language_model(name, a, causal=True),
-            "next-token logits (BertLMHeadModel)",
-            architecture="BertLMHeadModel",
-        ),
-        head_component(
-            "sequence_classification",
-            lambda name, a: dropout_classifier(
-                name, a, pooling="pooler", outputs=a.num_labels, loss=ProblemTypeLoss(), output=SequenceClassifierOutput
-            ),
-            "classification / regression on the pooled output (BertForSequenceClassification)",
-            architecture="BertForSequenceClassification",
-        ),
-        head_component(
-            "token_classification",
-            lambda name, a: dropout_classifier(
-                name, a, pooling="none", outputs=a.num_labels, loss=TOKEN_LOSS, output=TokenClassifierOutput
-            ),
-            "per-token classes (BertForTokenClassification)",
-            architecture="BertForTokenClassification",
-        ),
-        head_component(
-            "question_answering",
-            span_head,
-            "start/end span logits (BertForQuestionAnswering)",
-            architecture="BertForQuestionAnswering",
-        ),
-        head_component(
-            "multiple_choice",
-            lambda name, a: dropout_classifier(
-                name, a, pooling="pooler", outputs=1, loss=CHOICE_LOSS, output=MultipleChoiceModelOutput, choices=True
-            ),
-            "one score per choice (BertForMultipleChoice)",
-            architecture="BertForMultipleChoice",
-        ),
-    ]
+# ------------------------------------------------------------ the registered compositions (see .catalog)
+masked_lm = partial(language_model, causal=False)
+causal_lm = partial(language_model, causal=True)
+sequence_classification = partial(
+    dropout_classifier, pooling="pooler", loss=ProblemTypeLoss(), output=SequenceClassifierOutput
+)
+token_classification = partial(dropout_classifier, pooling="none", loss=TOKEN_LOSS, output=TokenClassifierOutput)
+multiple_choice = partial(
+    dropout_classifier, pooling="pooler", loss=CHOICE_LOSS, output=MultipleChoiceModelOutput, choices=True
+)
+question_answering = span_head

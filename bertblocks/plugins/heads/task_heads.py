@@ -13,18 +13,18 @@ bertblocks' canonical ones; each family's key map renames them to its own checkp
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
-from bertblocks.core.component import Component
 from bertblocks.core.outputs import ModelOutput, MultipleChoiceModelOutput, SequenceClassifierOutput
 from bertblocks.plugins.feedforward import ACTIVATIONS
 
 from .bert import CHOICE_LOSS, language_model, lm_prediction
-from .composition import Branch, ComposedHead, HeadArguments, head_component
+from .composition import Branch, ComposedHead, HeadArguments
 from .losses import CrossEntropy, Loss, MaskedBinaryLoss, ProblemTypeLoss, SumOfLosses
 from .transforms import Steps, dense_act, dropout_dense_act
 
@@ -99,7 +99,7 @@ def _gelu_lm(name: str, a: HeadArguments, *, causal: bool) -> ComposedHead:
     return language_model(name, a, causal=causal, activation=_lm_activation(a), width=a.options.embedding_size)
 
 
-def _sentence_order_pretraining(name: str, a: HeadArguments) -> ComposedHead:
+def _sentence_order(name: str, a: HeadArguments) -> ComposedHead:
     sop_classifier = Steps(("dropout", nn.Dropout(a.classifier_dropout)), ("classifier", nn.Linear(a.hidden_size, 2)))
     return ComposedHead(
         name,
@@ -117,13 +117,13 @@ def _sentence_order_pretraining(name: str, a: HeadArguments) -> ComposedHead:
 
 
 def _dense_classifier(
-    name: str, a: HeadArguments, *, outputs: int, loss: Loss, output: type[ModelOutput], choices: bool = False
+    name: str, a: HeadArguments, *, loss: Loss, output: type[ModelOutput], choices: bool = False
 ) -> ComposedHead:
     """First token → ``classifier`` (RoBERTa's ``RobertaClassificationHead``: dropout, dense, activation,
-    dropout, ``out_proj``)."""
+    dropout, ``out_proj``): ``num_labels`` logits, or with ``choices`` one score per choice."""
     options: DenseClassificationOptions = a.options
     steps = dropout_dense_act(a.hidden_size, _activation(options.activation), a.classifier_dropout)
-    classifier = Steps(*steps, ("out_proj", nn.Linear(a.hidden_size, outputs)))
+    classifier = Steps(*steps, ("out_proj", nn.Linear(a.hidden_size, 1 if choices else a.num_labels)))
     return ComposedHead(
         name,
         modules={"classifier": classifier},
@@ -134,7 +134,7 @@ def _dense_classifier(
     )
 
 
-def _replaced_token_detection(name: str, a: HeadArguments) -> ComposedHead:
+def _discriminator(name: str, a: HeadArguments) -> ComposedHead:
     predictions = Steps(*dense_act(a.hidden_size, a.activation()), ("dense_prediction", nn.Linear(a.hidden_size, 1)))
     return ComposedHead(
         name,
@@ -145,45 +145,10 @@ def _replaced_token_detection(name: str, a: HeadArguments) -> ComposedHead:
     )
 
 
-def bertblocks_register_components() -> list[Component]:
-    return [
-        head_component(
-            "masked_lm_gelu",
-            lambda name, a: _gelu_lm(name, a, causal=False),
-            "masked LM with a gelu transform (RoBERTa lm_head, ELECTRA generator)",
-            GeluLMOptions,
-        ),
-        head_component(
-            "causal_lm_gelu",
-            lambda name, a: _gelu_lm(name, a, causal=True),
-            "causal LM with a gelu transform (RobertaForCausalLM, ElectraForCausalLM)",
-            GeluLMOptions,
-        ),
-        head_component(
-            "sentence_order_pretraining",
-            _sentence_order_pretraining,
-            "masked LM + sentence-order prediction (AlbertForPreTraining)",
-            GeluLMOptions,
-        ),
-        head_component(
-            "dense_classification",
-            lambda name, a: _dense_classifier(
-                name, a, outputs=a.num_labels, loss=ProblemTypeLoss(), output=SequenceClassifierOutput
-            ),
-            "first token → dense → act → out_proj (RoBERTa, ELECTRA, DistilBERT classifiers)",
-            DenseClassificationOptions,
-        ),
-        head_component(
-            "dense_multiple_choice",
-            lambda name, a: _dense_classifier(
-                name, a, outputs=1, loss=CHOICE_LOSS, output=MultipleChoiceModelOutput, choices=True
-            ),
-            "one score per choice through dense → act → out_proj (DistilBERT, ELECTRA)",
-            DenseClassificationOptions,
-        ),
-        head_component(
-            "replaced_token_detection",
-            _replaced_token_detection,
-            "ELECTRA discriminator: one logit per token (ElectraForPreTraining)",
-        ),
-    ]
+# ------------------------------------------------------------ the registered compositions (see .catalog)
+masked_lm_gelu = partial(_gelu_lm, causal=False)
+causal_lm_gelu = partial(_gelu_lm, causal=True)
+sentence_order_pretraining = _sentence_order
+dense_classification = partial(_dense_classifier, loss=ProblemTypeLoss(), output=SequenceClassifierOutput)
+dense_multiple_choice = partial(_dense_classifier, loss=CHOICE_LOSS, output=MultipleChoiceModelOutput, choices=True)
+replaced_token_detection = _discriminator

@@ -16,12 +16,11 @@ for QA, as BERT's span head); a family's key map renames them (ModernBERT: ``hea
 
 from __future__ import annotations
 
-from typing import Literal
+from functools import partial
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from torch import nn
 
-from bertblocks.core.component import Component
 from bertblocks.core.outputs import (
     MaskedLMOutput,
     MultipleChoiceModelOutput,
@@ -31,8 +30,9 @@ from bertblocks.core.outputs import (
 from bertblocks.plugins.feedforward import ACTIVATIONS
 
 from .bert import CHOICE_LOSS, TOKEN_LOSS, dropout_classifier, span_head
-from .composition import Branch, ComposedHead, HeadArguments, head_component
+from .composition import Branch, ComposedHead, HeadArguments
 from .losses import CrossEntropy, ProblemTypeLoss
+from .pooling import Pooling
 from .projections import TiedLinear
 from .transforms import MODERNBERT_TRANSFORM, Steps, dense_act_norm
 
@@ -111,66 +111,19 @@ def _masked_lm(name: str, a: HeadArguments) -> ComposedHead:
     )
 
 
-def _pooled(a: HeadArguments) -> Literal["first", "first_real", "mean"]:
-    options: TransformPoolingOptions = a.options
-    return options.pooling
+def _classifier(name: str, a: HeadArguments, *, pooling: Pooling | None = None, **kwargs: Any) -> ComposedHead:
+    """BERT's classifier with the transform before it; ``pooling`` (default) from the options."""
+    chosen: Pooling = pooling or a.options.pooling
+    return dropout_classifier(name, a, pooling=chosen, transform=_transform(a), **kwargs)
 
 
-def bertblocks_register_components() -> list[Component]:
-    return [
-        head_component(
-            "transform_masked_lm",
-            _masked_lm,
-            "masked LM through a dense → act → norm transform, decoder bias optional (ModernBertForMaskedLM)",
-            TransformLMOptions,
-        ),
-        head_component(
-            "transform_classification",
-            lambda name, a: dropout_classifier(
-                name,
-                a,
-                pooling=_pooled(a),
-                outputs=a.num_labels,
-                loss=ProblemTypeLoss(),
-                output=SequenceClassifierOutput,
-                transform=_transform(a),
-            ),
-            "pool (first / first real / mean) → transform → classifier (ModernBertForSequenceClassification)",
-            TransformPoolingOptions,
-        ),
-        head_component(
-            "transform_token_classification",
-            lambda name, a: dropout_classifier(
-                name,
-                a,
-                pooling="none",
-                outputs=a.num_labels,
-                loss=TOKEN_LOSS,
-                output=TokenClassifierOutput,
-                transform=_transform(a),
-            ),
-            "transform → per-token classifier (ModernBertForTokenClassification)",
-            TransformOptions,
-        ),
-        head_component(
-            "transform_question_answering",
-            lambda name, a: span_head(name, a, transform=_transform(a)),
-            "transform → start/end span logits (ModernBertForQuestionAnswering)",
-            TransformOptions,
-        ),
-        head_component(
-            "transform_multiple_choice",
-            lambda name, a: dropout_classifier(
-                name,
-                a,
-                pooling=_pooled(a),
-                outputs=1,
-                loss=CHOICE_LOSS,
-                output=MultipleChoiceModelOutput,
-                transform=_transform(a),
-                choices=True,
-            ),
-            "each choice pooled → transform → one score (ModernBertForMultipleChoice)",
-            TransformPoolingOptions,
-        ),
-    ]
+def _span(name: str, a: HeadArguments) -> ComposedHead:
+    return span_head(name, a, transform=_transform(a))
+
+
+# ------------------------------------------------------------ the registered compositions (see .catalog)
+transform_masked_lm = _masked_lm
+transform_classification = partial(_classifier, loss=ProblemTypeLoss(), output=SequenceClassifierOutput)
+transform_token_classification = partial(_classifier, pooling="none", loss=TOKEN_LOSS, output=TokenClassifierOutput)
+transform_question_answering = _span
+transform_multiple_choice = partial(_classifier, loss=CHOICE_LOSS, output=MultipleChoiceModelOutput, choices=True)
