@@ -4,6 +4,9 @@ serves the poolers, the heads and sentence embeddings."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -212,3 +215,42 @@ def test_a_plugin_head_receives_the_attention_mask():
         model(input_ids=inputs["input_ids"])
     assert torch.equal(model.head.seen[0], inputs["attention_mask"])
     assert model.head.seen[1] is None
+
+
+# ----------------------------------------------------------------------------- the how-to's plugin heads
+HOW_TO = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "task-heads.md"
+
+
+def _how_to_heads() -> list[dict]:
+    """The namespaces of the Python examples of the how-to's "Write your own head" section, run."""
+    section = HOW_TO.read_text(encoding="utf-8").split("## Write your own head", 1)[1]
+    namespaces = []
+    for code in re.findall(r"^```python\n(.*?)^```", section, re.S | re.M):
+        namespace: dict = {"__name__": "how_to_head"}
+        exec(compile(code, str(HOW_TO), "exec"), namespace)
+        namespaces.append(namespace)
+    return namespaces
+
+
+def test_the_how_to_heads_build_train_and_agree():
+    composed, written = _how_to_heads()
+    models = []
+    for i, namespace in enumerate((composed, written)):
+        plugin = type(
+            "Plugin", (), {"bertblocks_register_components": staticmethod(namespace["bertblocks_register_components"])}
+        )
+        registry = Registry(load_entry_points=False)
+        registry.register(plugin(), name=f"how-to-{i}")
+        set_registry(registry)
+        torch.manual_seed(0)
+        models.append(bertblocks.BertTaskModel.from_config({**TINY, "head": "mean_regression"}).eval())
+    ours, theirs = models
+    assert [k for k in ours.state_dict() if not k.startswith("bert.")] == ["regressor.weight", "regressor.bias"]
+    theirs.load_state_dict(ours.state_dict())
+    inputs = _batch(4, 3, 9, choices=False)
+    target = torch.tensor([0.1, -0.2, 0.3])
+    a, b = ours(**inputs, labels=target), theirs(**inputs, labels=target)
+    assert torch.allclose(a.logits, b.logits, atol=1e-6)  # the composition is the hand-written head
+    assert torch.allclose(a.loss, b.loss, atol=1e-6)
+    a.loss.backward()
+    assert ours.regressor.weight.grad is not None
