@@ -14,7 +14,7 @@ Data flow of one call::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -200,7 +200,7 @@ class HeadArguments:
     classifier_dropout: float  # already resolved: classifier_dropout, else hidden_dropout_prob
     tie_word_embeddings: bool
     is_decoder: bool
-    options: Any = field(default_factory=NoOptions)
+    options: Any  # the head's options model (NoOptions for a head that takes none)
 
 
 def head_component(

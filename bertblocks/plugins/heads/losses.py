@@ -15,6 +15,8 @@ from typing import ClassVar, Literal, Protocol
 import torch
 import torch.nn.functional as F
 
+from bertblocks.plugins.poolers import token_mask
+
 IGNORE_INDEX = -100  # transformers' (and PyTorch's) default ignore index for cross-entropy
 
 
@@ -202,7 +204,7 @@ class MaskedBinaryLoss:
         check_class_labels("labels", target, (tuple(logits.shape),), 2, "1 = replaced token, 0 = original")
         if context.attention_mask is None:
             return F.binary_cross_entropy_with_logits(logits, target.float())
-        active = context.attention_mask.view(-1, logits.shape[1]) == 1
+        active = token_mask(context.attention_mask, logits.shape[1]) == 1  # [b, q]
         return F.binary_cross_entropy_with_logits(logits[active], target[active].float())
 
 
