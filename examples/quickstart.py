@@ -22,7 +22,8 @@ import torch
 
 import bertblocks
 from bertblocks.introspect import layer_groups
-from bertblocks.sentence import encode, mean_pool, minilm_path, similarity
+from bertblocks.plugins.poolers import masked_mean
+from bertblocks.sentence import encode, minilm_path, similarity
 
 HERE = Path(__file__).resolve().parent
 VARIANT = HERE / "configs" / "minilm-ablation.yaml"
@@ -80,7 +81,7 @@ def main() -> int:
         verdict = "equal" if diff <= TOLERANCE else "DIFFERENT"
         print(f"   max |bertblocks - transformers| on last_hidden_state: {diff:.2e} ({verdict}, tolerance {TOLERANCE})")
         with torch.no_grad():
-            pooled = mean_pool(model(**batch).last_hidden_state, batch["attention_mask"])
+            pooled = masked_mean(model(**batch).last_hidden_state, batch["attention_mask"])
         same = torch.allclose(torch.nn.functional.normalize(pooled, dim=-1), embeddings, atol=1e-6)
         print(f"   sentence embeddings recomputed from those hidden states: {'same' if same else 'DIFFERENT'}")
 

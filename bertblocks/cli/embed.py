@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..hf.tokenizer import BertTokenizer
-from ..sentence import mean_pool
+from ..plugins.poolers import masked_mean
 from . import EXIT_OK, CLIError, add_set_argument, emit
 from .commands import _clip, _load_tokenizer
 
@@ -92,7 +92,7 @@ def embed_corpus(
         batch = tokenizer([texts[i] for i in index], padding=True, truncation=True, max_length=max_length)
         batch = {k: v.to(device) for k, v in batch.items()}
         hidden = model(**batch).last_hidden_state
-        out[torch.tensor(index)] = F.normalize(mean_pool(hidden, batch["attention_mask"]), p=2, dim=-1).float().cpu()
+        out[torch.tensor(index)] = F.normalize(masked_mean(hidden, batch["attention_mask"]), p=2, dim=-1).float().cpu()
         bar.update(len(index))
     bar.close()
     return out

@@ -443,9 +443,13 @@ class Head(nn.Module, ABC):
     state-dict keys are then HF's without any renaming table (the same precedent as :class:`FeedForward`).
     A head should therefore hold no parameters or buffers of its own, only in children.
 
+    A head keeps no per-call state: everything a call needs (the backbone output, the attention mask, the
+    labels) comes as arguments, so one head serves interleaved batches.
+
     Shapes::
 
         output.last_hidden_state [b, q, H]   output.pooler_output [b, H] (only when needs_pooler)
+        attention_mask [b, q] as the backbone got it (after prepare_inputs: [b·c, q] for multiple choice), or None
         batch_shape: leading shape of the caller's input_ids, (b,) — or (b, c) for multiple choice
 
     Attributes:
@@ -458,16 +462,22 @@ class Head(nn.Module, ABC):
         reads_padded_positions: the head's outputs or loss depend on hidden states at padded positions (QA's
             softmax runs over every position, as HF's does), so the backbone must not pack padded batches
             automatically (packing leaves zeros there).
+        reshapes_inputs: :meth:`prepare_inputs` changes the inputs' shape (multiple choice: ``[b, c, q]`` →
+            ``[b·c, q]``); the conformance suite then gives the head such inputs.
     """
 
-    needs_pooler: ClassVar[bool] = False
-    reads_padded_positions: ClassVar[bool] = False
-    label_names: ClassVar[tuple[str, ...]] = ("labels",)
-    config_fields: ClassVar[tuple[str, ...]] = ()
+    # class-level defaults; a head may set any of them per instance (a composed head derives them from its parts)
+    needs_pooler: bool = False
+    reads_padded_positions: bool = False
+    reshapes_inputs: bool = False
+    label_names: tuple[str, ...] = ("labels",)
+    config_fields: tuple[str, ...] = ()
 
     def prepare_inputs(self, inputs: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
         """Reshape the backbone inputs (``input_ids``, ``attention_mask``, ``token_type_ids``, ``position_ids``,
-        ``inputs_embeds``) before the backbone runs; identity unless the head reads inputs of another rank."""
+        ``inputs_embeds``) before the backbone runs; identity unless the head reads inputs of another rank
+        (then set :attr:`reshapes_inputs`). Must not keep anything for :meth:`forward`: the mask reaches
+        :meth:`forward` as an argument."""
         return inputs
 
     @abstractmethod
@@ -476,6 +486,8 @@ class Head(nn.Module, ABC):
         output: ModelOutputWithPooling,
         labels: Mapping[str, torch.Tensor],
         batch_shape: tuple[int, ...],
+        *,
+        attention_mask: torch.Tensor | None,
     ) -> ModelOutput:
         """Logits (and, when ``labels`` holds every label the loss needs, the loss) from the backbone output.
 
@@ -483,6 +495,8 @@ class Head(nn.Module, ABC):
             output: what the backbone returned.
             labels: the label tensors given, by keyword (only names from :attr:`label_names`).
             batch_shape: leading shape of the caller's inputs, before :meth:`prepare_inputs`.
+            attention_mask: the attention mask the backbone was given (after :meth:`prepare_inputs`), or
+                ``None``: every position is real. Pooling and masked losses read it.
 
         Returns:
             An output with transformers' field names; the task model fills in ``hidden_states``,

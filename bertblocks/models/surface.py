@@ -339,9 +339,6 @@ class PretrainedSurface:
         new.weight = _resized_rows(old.weight, size, mean_resizing, std)
         _replace_module(module, old, new)
         self.config.vocab_size = size
-        head = getattr(self, "head", None)
-        if head is not None and hasattr(head, "vocab_size"):
-            head.vocab_size = size  # the head's loss reshapes logits by it
         if tied:
             self.tie_weights()
         return new

@@ -376,7 +376,7 @@ class _MeanRegressionHead(Head):
         super().__init__()
         self.regressor = torch.nn.Linear(hidden_size, 1)
 
-    def forward(self, output, labels, batch_shape):
+    def forward(self, output, labels, batch_shape, *, attention_mask):
         logits = self.regressor(output.last_hidden_state.mean(dim=1))
         loss = torch.nn.functional.mse_loss(logits.squeeze(-1), labels["labels"]) if labels else None
         return SequenceClassifierOutput(loss=loss, logits=logits)

@@ -16,7 +16,8 @@ import transformers
 
 import bertblocks
 from bertblocks import sentence
-from bertblocks.sentence import encode, mean_pool, minilm_path, similarity
+from bertblocks.plugins.poolers import masked_mean
+from bertblocks.sentence import encode, minilm_path, similarity
 from tests.conftest import max_diff
 from tests.tolerances import assert_close
 
@@ -127,7 +128,7 @@ def test_the_minilm_preset_with_pretrained_weights_is_the_same_model(tokenizer, 
 
 def test_mean_pool_ignores_padding():
     hidden = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
-    assert torch.equal(mean_pool(hidden, torch.tensor([[1, 1, 0]])), torch.tensor([[2.0, 3.0]]))
+    assert torch.equal(masked_mean(hidden, torch.tensor([[1, 1, 0]])), torch.tensor([[2.0, 3.0]]))
 
 
 def test_similarity_of_rows_and_single_vectors():
@@ -190,5 +191,5 @@ def test_encode_without_token_types_matches_transformers_distilbert(tmp_path):
         texts, padding=True, truncation=True, return_tensors="pt", return_token_type_ids=False
     )
     with torch.no_grad():
-        expected = F.normalize(mean_pool(reference(**inputs).last_hidden_state, inputs["attention_mask"]), dim=-1)
+        expected = F.normalize(masked_mean(reference(**inputs).last_hidden_state, inputs["attention_mask"]), dim=-1)
     assert_close(encode(model, tokenizer, texts, batch_size=2), expected)

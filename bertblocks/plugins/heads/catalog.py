@@ -1,0 +1,53 @@
+"""The built-in heads: every registered name, its options, what it outputs, and transformers' class for it.
+
+The composition a name builds is the module attribute of the same name: :mod:`.bert` (BERT's heads, each with
+transformers' class name, which a checkpoint's ``architectures`` lists), :mod:`.task_heads` (RoBERTa's,
+ELECTRA's, ALBERT's, DistilBERT's) and :mod:`.transform_heads` (ModernBERT's). They register through the same
+hook a third-party plugin uses.
+"""
+
+from __future__ import annotations
+
+from bertblocks.core.component import Component, NoOptions
+
+from . import bert, task_heads, transform_heads
+from .composition import head_component
+from .task_heads import DenseClassificationOptions, GeluLMOptions
+from .transform_heads import TransformLMOptions, TransformOptions, TransformPoolingOptions
+
+#: BERT's heads (no options): name → (what it outputs, transformers' class)
+BERT_HEADS = {
+    "masked_lm": ("masked-LM logits", "BertForMaskedLM"),
+    "next_sentence": ("is B the sentence after A: two logits", "BertForNextSentencePrediction"),
+    "pretraining": ("masked LM + NSP", "BertForPreTraining"),
+    "causal_lm": ("next-token logits", "BertLMHeadModel"),
+    "sequence_classification": ("classification / regression on the pooled output", "BertForSequenceClassification"),
+    "token_classification": ("per-token classes", "BertForTokenClassification"),
+    "question_answering": ("start/end span logits", "BertForQuestionAnswering"),
+    "multiple_choice": ("one score per choice", "BertForMultipleChoice"),
+}
+
+#: the other families' heads: name → (module of the composition, options, description)
+FAMILY_HEADS = {
+    "masked_lm_gelu": (task_heads, GeluLMOptions, "masked LM, gelu transform (RoBERTa, ELECTRA generator)"),
+    "causal_lm_gelu": (task_heads, GeluLMOptions, "causal LM, gelu transform (RoBERTa, ELECTRA)"),
+    "sentence_order_pretraining": (task_heads, GeluLMOptions, "masked LM + sentence order (AlbertForPreTraining)"),
+    "dense_classification": (task_heads, DenseClassificationOptions, "first token → dense → act → out_proj"),
+    "dense_multiple_choice": (task_heads, DenseClassificationOptions, "one score per choice through out_proj"),
+    "replaced_token_detection": (task_heads, NoOptions, "ELECTRA's discriminator: one logit per token"),
+    "transform_masked_lm": (transform_heads, TransformLMOptions, "transform → vocabulary (ModernBertForMaskedLM)"),
+    "transform_classification": (transform_heads, TransformPoolingOptions, "pool → transform → classifier"),
+    "transform_token_classification": (transform_heads, TransformOptions, "transform → per-token classifier"),
+    "transform_question_answering": (transform_heads, TransformOptions, "transform → start/end span logits"),
+    "transform_multiple_choice": (transform_heads, TransformPoolingOptions, "each choice pooled → transform → a score"),
+}
+
+
+def bertblocks_register_components() -> list[Component]:
+    return [
+        *(
+            head_component(n, getattr(bert, n), f"{what} ({cls})", architecture=cls)
+            for n, (what, cls) in BERT_HEADS.items()
+        ),
+        *(head_component(n, getattr(module, n), text, options) for n, (module, options, text) in FAMILY_HEADS.items()),
+    ]
