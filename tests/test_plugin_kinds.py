@@ -214,7 +214,7 @@ def test_a_backend_with_a_transposed_output_fails_at_build_naming_it():
         BertModel.from_config(_config(backend="transposing"), registry=registry)
 
 
-def test_an_attention_without_a_norm_argument_is_refused_for_pre_ln():
+def test_an_attention_without_the_documented_arguments_fails_at_build_naming_it():
     def legacy(*, hidden_size, num_heads, dropout, hidden_dropout, layer_norm_eps, backend, position, options):  # type: ignore[no-untyped-def]
         return build_bert_attention(
             hidden_size=hidden_size, num_heads=num_heads, dropout=dropout, hidden_dropout=hidden_dropout,
@@ -223,11 +223,9 @@ def test_an_attention_without_a_norm_argument_is_refused_for_pre_ln():
 
     plugin = SimpleNamespace(bertblocks_register_components=lambda: [Component("attention", "legacy", legacy)])
     registry = _registry(plugin)
-    BertModel.from_config(_config(name="legacy"), registry=registry)  # post-LN, default norm: as before
-    cfg = _config(name="legacy")
-    cfg["encoder"]["layer"] = "pre_ln"
-    with pytest.raises(BuildError, match="attention 'legacy' from plugin0 takes no `norm` argument"):
-        BertModel.from_config(cfg, registry=registry)
+    # every factory gets the whole documented contract (`norm`, `layer_index`): no signature probing
+    with pytest.raises(BuildError, match="attention 'legacy' from plugin0 failed to build: TypeError.*unexpected keyword"):
+        BertModel.from_config(_config(name="legacy"), registry=registry)
 
 
 def test_components_lists_a_plugin_kind(capsys):

@@ -117,20 +117,6 @@ def map_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(str(e)) from e
 
 
-def normalize_keys(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    """Legacy ``gamma``/``beta`` names → ``weight``/``bias``; strip ``prefix`` (``"bert."``) where present."""
-    out: dict[str, torch.Tensor] = {}
-    has_prefix = prefix and any(k.startswith(prefix) for k in state)
-    for key, tensor in state.items():
-        for old, new in LEGACY_SUFFIXES.items():
-            if key.endswith(old):
-                key = key[: -len(old)] + new
-        if has_prefix and key.startswith(prefix):
-            key = key[len(prefix) :]
-        out[key] = tensor
-    return out
-
-
 def tied_parameters(model: torch.nn.Module) -> dict[str, str]:
     """Names under which a parameter appears a second time (tied weights) → its first name.
 

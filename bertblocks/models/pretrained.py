@@ -49,7 +49,7 @@ from ..hf.weights import (
     write_checkpoint,
 )
 from .meta_device import deferred_init, load_into, materialize
-from .surface import LOAD_OPTIONS, ParameterCount, apply_load_options, config_keywords, parse_size, split_load_kwargs
+from .surface import LOAD_OPTIONS, apply_load_options, config_keywords, parse_size, split_load_kwargs
 
 if TYPE_CHECKING:
     from ..core.encoder import EncoderModel
@@ -288,11 +288,6 @@ class PretrainedModel(nn.Module):
         if push_to_hub:
             repo_id = hub_kwargs.pop("repo_id", directory.name)
             self._upload(directory, repo_id, **hub_kwargs)  # type: ignore[attr-defined]
-
-    @property
-    def num_parameters(self) -> ParameterCount:
-        """Unique parameters (a tied weight counts once); also callable as transformers' ``num_parameters()``."""
-        return ParameterCount(self)
 
 
 __all__ = ["PretrainedModel", "map_checkpoint_keys", "report_loading"]

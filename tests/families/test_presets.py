@@ -50,13 +50,13 @@ def test_family_preset_builds_what_transformers_builds(name):
     # the keys transformers writes: its save_pretrained reverts a family's conversion mapping (NomicBERT's Wqkv, …)
     expected = {k: tuple(v.shape) for k, v in revert_weight_conversion(theirs, theirs.state_dict()).items()}
     assert mine == expected
-    assert ours.num_parameters == sum(p.numel() for p in theirs.parameters())  # ALBERT's shared layer counts once
+    assert ours.num_parameters() == sum(p.numel() for p in theirs.parameters())  # ALBERT's shared layer counts once
     if cfg.head is not None:  # a preset with its head (ELECTRA's generators): the whole task model
         full_hf = config_to_hf(cfg)
         with torch.device("meta"):
             task = bertblocks.BertTaskModel.from_config(cfg)
             reference = getattr(transformers, full_hf["architectures"][0])(transformers.AutoConfig.for_model(**full_hf))
-        assert task.num_parameters == sum(p.numel() for p in reference.parameters())
+        assert task.num_parameters() == sum(p.numel() for p in reference.parameters())
 
 
 def test_cli_lists_presets_by_pattern(capsys):

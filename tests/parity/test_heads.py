@@ -202,7 +202,7 @@ def test_tied_decoder_is_the_embedding_table_and_is_not_saved(tmp_path, hf_check
     params = list(model.parameters())
     assert len(params) == len({id(p) for p in params})
     hf = transformers.BertForMaskedLM(transformers.BertConfig(**TINY_HF))
-    assert model.num_parameters == sum(p.numel() for p in hf.parameters())
+    assert model.num_parameters() == sum(p.numel() for p in hf.parameters())
     model.save_pretrained(tmp_path / "ours")
     hf.save_pretrained(tmp_path / "hf")
     ours_keys = set(load_file(tmp_path / "ours" / "model.safetensors"))

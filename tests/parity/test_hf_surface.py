@@ -53,7 +53,7 @@ def test_device_dtype_and_num_parameters_as_transformers(hf_checkpoint, cls):
     for p in theirs.bert.parameters() if cls != "BertModel" else theirs.encoder.parameters():
         p.requires_grad_(False)
     assert ours.num_parameters(only_trainable=True) == theirs.num_parameters(only_trainable=True)
-    assert ours.num_parameters == sum(p.numel() for p in ours.parameters())  # still a number, as before
+    assert ours.num_parameters() == sum(p.numel() for p in ours.parameters())
 
 
 def test_bf16_model_reports_its_dtype():

@@ -137,7 +137,7 @@ def test_parameters_are_backbone_plus_head_once_each(cls_name):
     backbone = sum(p.numel() for p in model.bert.parameters())
     head_only = {id(p) for p in params} - {id(p) for p in model.bert.parameters()}
     head = sum(p.numel() for p in params if id(p) in head_only)
-    assert model.num_parameters == backbone + head
+    assert model.num_parameters() == backbone + head
     # train()/eval() reach the head's modules and the head object alike
     model.eval()
     assert not model.head.training
