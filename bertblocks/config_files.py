@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .config import BertConfig, ConfigError, ConfigIssue
+from .config import BertConfig, ConfigError, ConfigFileNotFoundError, ConfigIssue
 from .config.bounded_yaml import YAMLLimitError, load_yaml
 from .hf.families import config_from_hf, config_to_hf
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
@@ -83,7 +83,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"config file not found: {path}")
+        raise ConfigFileNotFoundError(f"config file not found: {path}")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

@@ -46,7 +46,6 @@ from typing import Any
 
 from ..core.component import Command
 from ..errors import BertBlocksError
-from ..registry.errors import RegistryError
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -283,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = next((a for a in arguments if not a.startswith("-")), None)
     try:
         parser = build_parser(configure={chosen} if chosen else set())
-    except RegistryError as e:  # e.g. two plugins registering one command name: say which, exit 1
+    except BertBlocksError as e:  # e.g. two plugins registering one command name: say which, exit 1
         print(f"bertblocks: error: {e}", file=sys.stderr)
         return EXIT_INVALID
     try:
@@ -306,18 +305,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _exit_code(error: Exception) -> int:
-    from ..config import ConfigError
-    from ..hf.weights import CheckpointError
-    from ..registry import RegistryError
-
+    """1 for what bertblocks refused (every such error is a :class:`BertBlocksError`), 3 for a missing part, 4 for
+    anything else: an exception no one raised on purpose is a bug, and is reported as one."""
     if isinstance(error, CLIError):
         return error.code
-    if isinstance(error, ConfigError | RegistryError | CheckpointError | FileNotFoundError | NotADirectoryError):
+    if isinstance(error, BertBlocksError):
         return EXIT_INVALID
     if isinstance(error, ImportError):
         return EXIT_UNAVAILABLE
-    if isinstance(error, OSError | ValueError):  # unreadable files, inputs the model rejects
-        return EXIT_INVALID
     return EXIT_INTERNAL
 
 

@@ -41,6 +41,7 @@ from torch import nn
 
 from ..core.component import KINDS, Component
 from ..core.interfaces import AttentionBackend, Head, Positions, PositionScheme
+from ..errors import BertBlocksError
 from ..hf.weights import LoadingInfo
 from ..models.backbone import BertModel
 from ..registry import BuildError, Registry, get_registry, validate_config
@@ -60,7 +61,7 @@ TINY_CONFIG: dict[str, Any] = {
 }
 
 
-class ConformanceError(AssertionError):
+class ConformanceError(BertBlocksError, AssertionError):
     """A component does not do what its interface promises."""
 
 
