@@ -85,7 +85,7 @@ def main() -> int:
         print(f"   sentence embeddings recomputed from those hidden states: {'same' if same else 'DIFFERENT'}")
 
     print(f"\n3. a variant assembled from {VARIANT.relative_to(HERE.parent)}")
-    variant = bertblocks.BertModel.from_config(VARIANT)
+    variant = bertblocks.create_model(VARIANT)
     variant.load_checkpoint(directory)  # same shapes as MiniLM, so the real weights fit
     variant.eval()
     for first, last, label in layer_groups(variant.config):

@@ -47,7 +47,7 @@ def test_every_error_class_of_the_package_derives_from_bertblocks_error():
     "error",
     [
         type("SomeNewError", (BertBlocksError, ValueError), {})("what was refused, and where"),
-        bertblocks.ConfigError([], "x.yaml"),
+        bertblocks.config.ConfigError([], "x.yaml"),
     ],
 )
 def test_the_cli_reports_any_bertblocks_error_as_invalid_input_in_one_line(error, capsys, monkeypatch):

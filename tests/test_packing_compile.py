@@ -13,7 +13,7 @@ from tests.conftest import TINY, max_diff
 
 def _model(**overrides):
     torch.manual_seed(0)
-    return bertblocks.build_model({**TINY, "initializer_range": 0.2}, overrides).eval()
+    return bertblocks.create_model({**TINY, "initializer_range": 0.2}, overrides).eval()
 
 
 def _padded_batch(batch: int, length: int, seed: int) -> dict[str, torch.Tensor]:
@@ -102,7 +102,7 @@ def test_fast_path_equals_eager_on_real_tokens_and_keeps_module_names():
         assert [name for name, _ in model.named_modules()] == names
         assert not torch._dynamo.config.capture_dynamic_output_shape_ops  # scoped to the model's calls
     finally:
-        bertblocks.restore_eager(model)
+        bertblocks.models.inference.restore_eager(model)
         torch._dynamo.reset()
     assert max_diff(model(**inputs).last_hidden_state[real], expected.last_hidden_state[real]) <= 1e-5
 
@@ -126,7 +126,7 @@ def test_fast_path_compiles_with_its_own_inductor_settings_and_leaves_the_proces
         assert inductor.cpp.weight_prepack is prepack
         assert torch._dynamo.config.capture_dynamic_output_shape_ops
     assert (inductor.freezing, inductor.cpp.weight_prepack) == before
-    bertblocks.restore_eager(model)
+    bertblocks.models.inference.restore_eager(model)
 
 
 @pytest.mark.compile
@@ -149,5 +149,5 @@ def test_fast_path_gives_eager_zeros_for_a_batch_without_a_real_token():
         assert torch.equal(out.last_hidden_state, expected.last_hidden_state)
         assert max_diff(out.pooler_output, expected.pooler_output) <= 1e-5
     finally:
-        bertblocks.restore_eager(model)
+        bertblocks.models.inference.restore_eager(model)
         torch._dynamo.reset()

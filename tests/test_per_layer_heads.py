@@ -28,7 +28,7 @@ def _config(is_decoder: bool = False) -> dict:
 
 def _model(is_decoder: bool = False) -> bertblocks.BertModel:
     torch.manual_seed(0)
-    return bertblocks.build_model(_config(is_decoder)).eval()
+    return bertblocks.create_model(_config(is_decoder)).eval()
 
 
 def test_the_layers_have_the_heads_their_overrides_give():

@@ -15,10 +15,9 @@ import torch
 from safetensors.torch import save_file
 
 import bertblocks
-from bertblocks import CheckpointError
 from bertblocks.cli import main
 from bertblocks.hf.weight_files import WeightFileError, read_safetensors, read_torch_bin
-from bertblocks.hf.weights import map_safetensors
+from bertblocks.hf.weights import CheckpointError, map_safetensors
 
 
 def raw_safetensors(path: Path, header: Any, data: bytes, header_size: int | None = None) -> Path:

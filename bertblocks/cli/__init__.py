@@ -196,8 +196,8 @@ def load_config_source(source: str, overrides: Sequence[str] = ()) -> Any:
 
     Raises:
         FileNotFoundError: a path that does not exist.
-        bertblocks.UnknownPresetError: a bare name that is no preset (the message names the closest).
-        bertblocks.ConfigError: the config is malformed or invalid (every problem, with dotted paths).
+        bertblocks.registry.UnknownPresetError: a bare name that is no preset (the message names the closest).
+        bertblocks.config.ConfigError: the config is malformed or invalid (every problem, with dotted paths).
     """
     import bertblocks
 

@@ -45,6 +45,7 @@ from ..errors import BertBlocksError
 from ..hf.weights import LoadingInfo
 from ..models.backbone import BertModel
 from ..registry import BuildError, Registry, get_registry, validate_config
+from ..zoo import create_model
 
 #: float32 tolerance, as for HF parity
 ATOL = 1e-5
@@ -135,10 +136,8 @@ class Subject:
         torch.manual_seed(seed)
         cfg = dict(config) if config is not None else self.config(**changes)
         if self.kind == "head":
-            from ..models.task_models import BertTaskModel
-
-            return BertTaskModel.from_config(cfg, head=self.name, registry=self.registry).eval()
-        return BertModel.from_config(cfg, registry=self.registry).eval()
+            return create_model(cfg, head=self.name, registry=self.registry).eval()
+        return create_model(cfg, registry=self.registry).eval()
 
     def reload(self, directory: str) -> tuple[nn.Module, LoadingInfo]:
         """The model :meth:`model` saved to ``directory``, loaded back with its loading report."""
@@ -367,7 +366,7 @@ def check_family_round_trip(subject: Subject) -> None:
     reg = subject.registry
     back = validate_config(config_from_hf(config_to_hf(config, reg), reg), reg)
     _expect(back == config, "the config changed going through the family's config.json")
-    model = BertModel.from_config(config, registry=subject.registry)
+    model = create_model(config, registry=subject.registry)
     if any(isinstance(rule, Shared) for rule in get_family(subject.name, reg, source=None).key_map.rules):
         # the format stores one layer for all (ALBERT): give the model layers that agree, as a shared one would
         for layer in model.encoder.layer[1:]:
@@ -663,7 +662,7 @@ def check_attention_module(subject: Subject) -> None:
     cfg = subject.config()
     cfg["encoder"]["attention"]["backend"] = "eager"
     torch.manual_seed(0)
-    model = BertModel.from_config(cfg, registry=subject.registry).eval()
+    model = create_model(cfg, registry=subject.registry).eval()
     inputs = _batch()
     head_mask = torch.ones(2, 4)
     head_mask[:, 0] = 0.0
@@ -694,7 +693,7 @@ def check_feedforward_position_wise(subject: Subject) -> None:
     cfg = subject.config()
     cfg["encoder"]["chunk_size_feed_forward"] = 2
     torch.manual_seed(0)
-    chunked = BertModel.from_config(cfg, registry=subject.registry).eval()
+    chunked = create_model(cfg, registry=subject.registry).eval()
     chunked.load_state_dict(model.state_dict())
     inputs = _batch()
     _close(
