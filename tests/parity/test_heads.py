@@ -353,7 +353,7 @@ def test_config_architectures_name_the_head_and_the_backbone_ignores_it(tmp_path
     assert config.head.name == "token_classification"
     assert config.to_hf()["architectures"] == ["BertForTokenClassification"]
     assert "bertblocks" not in config.to_hf()  # the head travels in `architectures`
-    backbone = bertblocks.create_model(config)
+    backbone = bertblocks.create_model(config, {"head": None})  # the backbone alone
     assert not hasattr(backbone, "classifier")
     backbone.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertModel"]
