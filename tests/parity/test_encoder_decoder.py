@@ -104,7 +104,7 @@ def test_bad_input():
     ids, mask, _ = _inputs()
     with pytest.raises(ValueError, match="decoder_input_ids, or labels"):
         ours(input_ids=ids, attention_mask=mask)
-    with pytest.raises(FileNotFoundError, match="no/such/file.yaml is not a directory"):
+    with pytest.raises(FileNotFoundError, match=r"no/such/file\.yaml is not a directory"):
         BertEncoderDecoder.from_pretrained("no/such/file.yaml", local_files_only=True)
     with pytest.raises(ValueError, match="decoder_start_token_id"):
         create_model({"encoder": TINY, "decoder": TINY})
