@@ -2,10 +2,14 @@
 
 Each command runs ``--runs`` times in a new Python interpreter (the three interleaved, so that a busy spell of
 the machine hits all of them alike); the wall time of the whole process is measured from here, interpreter
-start-up included. Bytecode is cached (in a temporary ``PYTHONPYCACHEPREFIX``, written by an untimed first
+start-up included, and so is its CPU time (user + system, from ``wait4``), which a busy machine inflates
+less than the wall time. Bytecode is cached (in a temporary ``PYTHONPYCACHEPREFIX``, written by an untimed first
 run), as for an installed package: a setting of ``PYTHONDONTWRITEBYTECODE`` would otherwise recompile every
 bertblocks module on every start. Prints the median of each and the difference to ``import torch``: bertblocks
 needs torch, so what it adds on top is the figure it controls.
+
+Run it from the checkout being measured: ``python -c`` puts the current directory first on ``sys.path``, so
+the children import the ``bertblocks`` found there.
 
 Usage:
     python benchmarks/bench_startup.py [--runs 7]
@@ -34,10 +38,16 @@ COMMANDS: dict[str, list[str]] = {
 }
 
 
-def _time(command: list[str], env: dict[str, str]) -> float:
+def _time(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall time and CPU time (user + system) of one run of ``command``."""
     start = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
-    return time.perf_counter() - start
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, env=env)
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, command)
+    return wall, usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -49,16 +59,21 @@ def main() -> None:
         env["PYTHONPYCACHEPREFIX"] = cache
         for command in COMMANDS.values():  # once untimed: bytecode written, the modules in the file-system cache
             _time(command, env)
-        times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+        walls: dict[str, list[float]] = {name: [] for name in COMMANDS}
+        cpus: dict[str, list[float]] = {name: [] for name in COMMANDS}
         for _ in range(args.runs):
             for name, command in COMMANDS.items():
-                times[name].append(_time(command, env))
-    torch_median = statistics.median(times["import torch"])
-    print(f"{'command':<20} {'median s':>9} {'min s':>7} {'vs import torch':>16}   ({args.runs} runs each)")
-    for name, runs in times.items():
-        median = statistics.median(runs)
-        extra = "" if name == "import torch" else f"{median - torch_median:+.2f} s"
-        print(f"{name:<20} {median:>9.2f} {min(runs):>7.2f} {extra:>16}")
+                wall, cpu = _time(command, env)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
+    wall_torch, cpu_torch = statistics.median(walls["import torch"]), statistics.median(cpus["import torch"])
+    print(f"{args.runs} runs each; medians in seconds, and the difference to `import torch`")
+    print(f"{'command':<20} {'wall':>6} {'vs torch':>9} {'cpu':>6} {'vs torch':>9}")
+    for name in COMMANDS:
+        wall, cpu = statistics.median(walls[name]), statistics.median(cpus[name])
+        extra_wall = "" if name == "import torch" else f"{wall - wall_torch:+.2f}"
+        extra_cpu = "" if name == "import torch" else f"{cpu - cpu_torch:+.2f}"
+        print(f"{name:<20} {wall:>6.2f} {extra_wall:>9} {cpu:>6.2f} {extra_cpu:>9}")
 
 
 if __name__ == "__main__":
