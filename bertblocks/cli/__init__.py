@@ -7,11 +7,12 @@ Exit codes (scripts may rely on them):
 
 ====  ================================================================================================
 0     success
-1     invalid input: a missing file, malformed YAML/JSON, an invalid config (every error is printed), an
-      unknown preset or component, weights that do not fit, a plugin that failed to load (``plugins``)
+1     invalid input, i.e. any :class:`~bertblocks.errors.BertBlocksError`: a missing file, malformed YAML/JSON,
+      an invalid config (every error is printed), an unknown preset or component, weights that do not fit, a
+      plugin that failed to load (``plugins``)
 2     usage error (argparse: unknown command or option, missing argument)
 3     a feature this installation lacks (a part of bertblocks or an optional dependency is missing)
-4     an unexpected internal error (a bug: please report it with the output of ``--debug``)
+4     any other exception: an unexpected internal error (a bug: please report it with the output of ``--debug``)
 ====  ================================================================================================
 
 Errors are one clear message on stderr; ``--debug`` adds the traceback. ``--json`` (before or after the
