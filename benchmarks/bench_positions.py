@@ -73,7 +73,7 @@ def schemes(hidden: int, layers: int, heads: int, batch: int, length: int, repea
     models = {}
     for name, (position, backend) in variants.items():
         torch.manual_seed(0)
-        models[name] = bertblocks.build_model(_config(hidden, layers, heads, position, backend)).eval()
+        models[name] = bertblocks.create_model(_config(hidden, layers, heads, position, backend)).eval()
     with torch.inference_mode():
         times = _time({name: (lambda m=m: m(ids)) for name, m in models.items()}, repeats)
     print(f"\n1. position schemes, {layers} x {hidden}, batch {batch} x {length} (ms, ratio to absolute)")
@@ -93,7 +93,7 @@ def mpnet(hidden: int, layers: int, heads: int, batch: int, length: int, repeats
     hf_config._attn_implementation = "eager"
     torch.manual_seed(0)
     theirs = MPNetEncoder(hf_config).eval()
-    ours = bertblocks.build_model(_config(hidden, layers, heads, "relative_bucket")).eval()
+    ours = bertblocks.create_model(_config(hidden, layers, heads, "relative_bucket")).eval()
     rename = {
         "attention.attn.q.": "attention.self.query.",
         "attention.attn.k.": "attention.self.key.",
@@ -137,7 +137,7 @@ def modernbert_attention(hidden: int, heads: int, batch: int, length: int, repea
     rotary = ModernBertRotaryEmbedding(hf_config)
     cfg = _config(hidden, 1, heads, {"name": "rope", "base": 160000.0})
     cfg["encoder"]["attention"].update({"fused_qkv": True, "qkv_bias": False, "output_bias": False})
-    ours = bertblocks.build_model(cfg).eval().encoder.layer[0].attention
+    ours = bertblocks.create_model(cfg).eval().encoder.layer[0].attention
     with torch.no_grad():
         ours.self.Wqkv.weight.copy_(theirs.Wqkv.weight)
         ours.output.dense.weight.copy_(theirs.Wo.weight)

@@ -2,30 +2,31 @@
 
 Numerically identical to Hugging Face's BERT on the same weights; loads and saves HF checkpoints unchanged.
 
+The public API is short: :func:`create_model` builds a model (from a preset, a YAML/JSON file, a dict or a
+:class:`BertConfig`), :func:`from_pretrained` loads a checkpoint, :func:`load_config` / :func:`save_config` read
+and write configs, and every error bertblocks raises on purpose is a :class:`BertBlocksError`. The rest lives in
+its module: the registry and plugin hooks in :mod:`bertblocks.registry`, the specific errors beside what raises
+them (:class:`bertblocks.config.ConfigError`, …), presets in :mod:`bertblocks.zoo`, sentence embeddings in
+:mod:`bertblocks.sentence`.
+
 Example:
     >>> import bertblocks
-    >>> model = bertblocks.build_model("examples/configs/bert-mini-relative.yaml")
+    >>> model = bertblocks.create_model("examples/configs/bert-mini-relative.yaml")
+    >>> model = bertblocks.create_model("bert-tiny-uncased", {"encoder.attention.backend": "eager"})
     >>> model = bertblocks.from_pretrained("path/to/hf-bert-checkpoint")
     >>> bertblocks.list_presets("bert-*-uncased")
-    >>> model = bertblocks.create_model("bert-tiny-uncased", overrides={"encoder.attention.backend": "eager"})
 """
 
 from __future__ import annotations
 
-from . import sentence
-from .config import BertConfig, ConfigError, ConfigIssue
-from .config.limits import LimitError
-from .config_files import apply_overrides, dump_yaml, load_config, save_config
-from .core.component import Preset
-from .core.outputs import ModelOutput, ModelOutputWithPooling
+from . import sentence as sentence  # a submodule users reach as bertblocks.sentence
+from .config import BertConfig
+from .config_files import load_config, save_config
 from .errors import BertBlocksError
-from .hf.hub import PretrainedNotFoundError, resolve_pretrained
-from .hf.tokenizer import BertTokenizer, TokenizerFilesNotFoundError
-from .hf.weight_files import WeightFileError
-from .hf.weights import CheckpointError, LoadingInfo
+from .hf.tokenizer import BertTokenizer
 from .models.auto import from_pretrained
-from .models.backbone import BertModel, build_model
-from .models.inference import optimize_for_inference, restore_eager
+from .models.backbone import BertModel
+from .models.inference import optimize_for_inference
 from .models.task_models import (
     BertForMaskedLM,
     BertForMultipleChoice,
@@ -37,15 +38,7 @@ from .models.task_models import (
     BertLMHeadModel,
     BertTaskModel,
 )
-from .registry import (
-    BuildError,
-    Registry,
-    UnknownComponentError,
-    UnknownPresetError,
-    get_registry,
-    hookimpl,
-)
-from .zoo import create_model, get_preset, list_presets
+from .zoo import create_model, list_presets
 
 __version__ = "0.1.0"
 
@@ -64,35 +57,11 @@ __all__ = [
     "BertModel",
     "BertTaskModel",
     "BertTokenizer",
-    "BuildError",
-    "CheckpointError",
-    "ConfigError",
-    "ConfigIssue",
-    "LimitError",
-    "LoadingInfo",
-    "ModelOutput",
-    "ModelOutputWithPooling",
-    "Preset",
-    "PretrainedNotFoundError",
-    "Registry",
-    "TokenizerFilesNotFoundError",
-    "UnknownComponentError",
-    "UnknownPresetError",
-    "WeightFileError",
     "__version__",
-    "apply_overrides",
-    "build_model",
     "create_model",
-    "dump_yaml",
     "from_pretrained",
-    "get_preset",
-    "get_registry",
-    "hookimpl",
     "list_presets",
     "load_config",
     "optimize_for_inference",
-    "resolve_pretrained",
-    "restore_eager",
     "save_config",
-    "sentence",
 ]

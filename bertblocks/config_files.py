@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .config import BertConfig, ConfigError, ConfigIssue
+from .config import BertConfig, ConfigError, ConfigFileNotFoundError, ConfigIssue
 from .config.bounded_yaml import YAMLLimitError, load_yaml
 from .hf.families import config_from_hf, config_to_hf
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
@@ -43,9 +43,22 @@ def load_config(
             nor a preset; the message lists the closest presets.
         ConfigError: malformed YAML/JSON (with the line) or an invalid config (every problem, with paths).
     """
-    data, where = _read(source, registry)
-    data = apply_overrides(_labels_follow_count(data, overrides), overrides)
+    data, where = config_data(source, overrides, registry=registry)
     return validate_config(data, registry, source=where)
+
+
+def config_data(
+    source: ConfigSource, *overrides: Sequence[str] | Mapping[str, Any], registry: Registry | None = None
+) -> tuple[dict[str, Any], str | None]:
+    """The raw (not yet validated) config of ``source`` with each set of ``overrides`` applied in turn, and where
+    it came from (a path, ``preset NAME``, or ``None`` for a dict or config), for error messages.
+
+    What :func:`load_config` validates; :func:`bertblocks.create_model` adds its head before validating.
+    """
+    data, where = _read(source, registry)
+    for layer in overrides:
+        data = apply_overrides(_labels_follow_count(data, layer), layer)
+    return data, where
 
 
 def _labels_follow_count(data: dict[str, Any], overrides: Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
@@ -83,7 +96,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
-        raise FileNotFoundError(f"config file not found: {path}")
+        raise ConfigFileNotFoundError(f"config file not found: {path}")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

@@ -4,7 +4,7 @@ flow through one forward pass, and a Mermaid diagram.
 These back the ``bertblocks build``, ``trace`` and ``diagram`` commands and are usable on their own.
 
 Example:
-    >>> model = bertblocks.build_model("examples/configs/minilm-relative-ablation.yaml")
+    >>> model = bertblocks.create_model("examples/configs/minilm-relative-ablation.yaml")
     >>> print(format_tree(module_tree(model), count_parameters(model)))
 """
 

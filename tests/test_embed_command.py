@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertblocks import BertModel, BertTokenizer, cli, sentence
+from bertblocks import BertModel, BertTokenizer, cli, create_model, sentence
 from bertblocks.cli.embed import embed_corpus
 from tests.conftest import TINY
 from tests.tolerances import assert_close
@@ -35,7 +35,7 @@ def checkpoint(tmp_path_factory):
     tokenizer = BertTokenizer.from_vocab(vocab, model_max_length=64)
     tokenizer.save_pretrained(directory)
     torch.manual_seed(0)
-    BertModel.from_config(TINY).save_pretrained(directory)
+    create_model(TINY).save_pretrained(directory)
     return directory
 
 

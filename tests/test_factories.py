@@ -7,6 +7,7 @@ import inspect
 
 import pytest
 
+from bertblocks import create_model
 from bertblocks.core.component import KINDS, NoOptions
 from bertblocks.core.factories import FACTORIES
 from bertblocks.core.interfaces import PositionScheme
@@ -45,7 +46,6 @@ def test_builtin_position_schemes_declare_what_they_contribute(name, declared):
 
 @pytest.mark.parametrize("declared", [True, None])
 def test_the_builder_reads_the_declaration_without_building_a_bias(declared):
-    import bertblocks
     from bertblocks.core.component import Component
     from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities
 
@@ -85,7 +85,7 @@ def test_the_builder_reads_the_declaration_without_building_a_bias(declared):
     config = {"vocab_size": 99, "hidden_size": 32, "position": "declared"}
     config["encoder"] = {"num_layers": 1, "attention": {"num_heads": 4, "backend": "nomask"}}
     with pytest.raises(BuildError, match="cannot take an additive score bias"):
-        bertblocks.build_model(config, registry=registry)
+        create_model(config, registry=registry)
     if declared:
         assert built == []  # the declaration decided; no bias was built to find out
     else:

@@ -89,7 +89,7 @@ def test_a_factory_exception_is_a_build_error_naming_layer_component_and_distrib
     data = {**TINY, "encoder": {**TINY["encoder"], "overrides": [{"layers": 1, "feedforward": {"name": "broken"}}]}}
     config = bertblocks.load_config(data, registry=reg)
     with pytest.raises(BuildError) as info:
-        bertblocks.build_model(config, registry=reg)
+        bertblocks.create_model(config, registry=reg)
     assert str(info.value) == (
         "encoder layer 1 feedforward: feedforward 'broken' from broken-ff (bertblocks-broken) failed to build: "
         "RuntimeError: boom: the plugin's own bug"
@@ -102,7 +102,7 @@ def test_a_factory_exception_is_a_build_error_naming_layer_component_and_distrib
 def decoder() -> BertModel:
     torch.manual_seed(0)
     cfg = bertblocks.load_config({**TINY, "is_decoder": True})
-    return BertModel.from_config(cfg).eval()
+    return bertblocks.create_model(cfg).eval()
 
 
 def test_a_cache_whose_keys_and_values_disagree_in_length_is_rejected(decoder):

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 import bertblocks
-from bertblocks import ConfigError
+from bertblocks.config import ConfigError
 from bertblocks.config.bounded_yaml import load_yaml
 from bertblocks.config.limits import LimitError, check_size
 from bertblocks.hf.weight_files import SAFETENSORS_DTYPES, WeightFileError, read_safetensors
@@ -262,7 +262,7 @@ def test_any_bytes_as_a_weight_file_are_read_or_refused(tmp_path_factory, blob):
 @pytest.fixture(scope="module")
 def tiny_model() -> Any:
     torch.manual_seed(0)
-    return bertblocks.BertModel.from_config(bertblocks.load_config(TINY)).eval()
+    return bertblocks.create_model(bertblocks.load_config(TINY)).eval()
 
 
 mask_values = st.one_of(st.sampled_from([0.0, 1.0]), st.floats(allow_nan=True, allow_infinity=True, width=32))

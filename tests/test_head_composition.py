@@ -84,7 +84,7 @@ def _tensors(out) -> dict[str, torch.Tensor]:
 def test_every_builtin_head_is_a_composition():
     assert len(BUILTIN_HEADS) == 19
     for name in BUILTIN_HEADS:
-        model = bertblocks.BertTaskModel.from_config(_config({"name": name}))
+        model = bertblocks.create_model(_config({"name": name}))
         assert isinstance(model.head, ComposedHead), name
         assert model.head.branches, name
         for branch in model.head.branches:
@@ -98,7 +98,7 @@ def test_interleaved_batches_give_what_each_gives_alone(head):
     """Batch B runs whole (prepare_inputs, backbone, head) while batch A is between its prepare_inputs and its
     head: a head that kept per-call state (the mask) would hand A's head B's state, or none."""
     torch.manual_seed(0)
-    model = bertblocks.BertTaskModel.from_config(_config(head)).eval()
+    model = bertblocks.create_model(_config(head)).eval()
     choices = "multiple_choice" in head["name"]
     a, b = _batch(1, 3, 9, choices), _batch(2, 4, 7, choices)
     a, b = {**a, **_labels(head["name"], a)}, {**b, **_labels(head["name"], b)}
@@ -136,7 +136,7 @@ def test_an_all_padding_row_pools_to_zeros_not_nan():
     for pooling in ("mean", "first", "first_real", "last"):
         assert torch.isfinite(pool(output, mask, pooling)).all(), pooling
     # a head pooling by the mean: finite logits and loss for the empty row too
-    model = bertblocks.BertTaskModel.from_config(_config({"name": "transform_classification", "pooling": "mean"}))
+    model = bertblocks.create_model(_config({"name": "transform_classification", "pooling": "mean"}))
     out = model.head(output.__class__(last_hidden_state=torch.randn(2, 5, 32)), {}, (2,), attention_mask=mask)
     assert torch.isfinite(out.logits).all()
 
@@ -208,7 +208,7 @@ def test_a_plugin_head_receives_the_attention_mask():
     registry = Registry(load_entry_points=False)
     registry.register(_Plugin(), name="mask-head")
     set_registry(registry)
-    model = bertblocks.BertTaskModel.from_config({**TINY, "head": "mask_recording"}).eval()
+    model = bertblocks.create_model({**TINY, "head": "mask_recording"}).eval()
     inputs = _batch(3, 3, 9, choices=False)
     with torch.no_grad():
         model(**inputs)
@@ -243,7 +243,7 @@ def test_the_how_to_heads_build_train_and_agree():
         registry.register(plugin(), name=f"how-to-{i}")
         set_registry(registry)
         torch.manual_seed(0)
-        models.append(bertblocks.BertTaskModel.from_config({**TINY, "head": "mean_regression"}).eval())
+        models.append(bertblocks.create_model({**TINY, "head": "mean_regression"}).eval())
     ours, theirs = models
     assert [k for k in ours.state_dict() if not k.startswith("bert.")] == ["regressor.weight", "regressor.bias"]
     theirs.load_state_dict(ours.state_dict())

@@ -14,13 +14,13 @@ from tests.conftest import TINY, batch
 @pytest.fixture(scope="module")
 def model() -> bertblocks.BertModel:
     torch.manual_seed(0)
-    return bertblocks.build_model(TINY).eval()
+    return bertblocks.create_model(TINY).eval()
 
 
 @pytest.fixture(scope="module")
 def relative() -> bertblocks.BertModel:
     torch.manual_seed(0)
-    return bertblocks.build_model(TINY, ["position=relative_key"]).eval()
+    return bertblocks.create_model(TINY, ["position=relative_key"]).eval()
 
 
 IDS = batch()["input_ids"]  # [3, 9]

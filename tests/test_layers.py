@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertblocks import BertModel, load_config
+from bertblocks import BertModel, create_model, load_config
 from bertblocks.config import ConfigError
 from tests.conftest import TINY
 from tests.tolerances import OUTPUT_ATOL, assert_close
@@ -27,7 +27,7 @@ def _config(**encoder: Any) -> dict[str, Any]:
 
 def _model(seed: int = 0, **encoder: Any) -> BertModel:
     torch.manual_seed(seed)
-    return BertModel.from_config(_config(**encoder)).eval()
+    return create_model(_config(**encoder)).eval()
 
 
 def _batch(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -338,7 +338,7 @@ def test_pre_ln_decoder_cache_equals_one_pass():
     cfg = _config(layer="pre_ln", norm="rmsnorm", feedforward={"name": "glu", "activation": "swiglu"})
     cfg.update({"is_decoder": True, "add_cross_attention": True})
     torch.manual_seed(0)
-    model = BertModel.from_config(cfg).eval()
+    model = create_model(cfg).eval()
     ids = torch.randint(1, 99, (2, 7))
     encoder_states = torch.randn(2, 4, 32)
     with torch.no_grad():
@@ -393,7 +393,7 @@ def test_overrides_cover_every_kind_and_refuse_unknown_keys():
     assert config.encoder.layer_spec(1, "layer").name == "pre_ln"
     assert config.encoder.layer_spec(1, "norm").name == "rmsnorm"
     assert config.encoder.layer_spec(0, "layer").name == "post_ln"
-    model = BertModel.from_config(config)
+    model = create_model(config)
     assert type(model.encoder.layer[0]).__name__ == "TransformerLayer"
     assert type(model.encoder.layer[1]).__name__ == "PreLNLayer"
     unknown = _issues({"overrides": [{"layers": 1, "layer": "pre_lm"}]})
@@ -447,7 +447,7 @@ def test_analytic_flops_of_glu_and_pre_ln_match_the_flop_counter():
     config = load_config(
         _config(layer="pre_ln", num_layer_groups=1, feedforward={"name": "glu", "intermediate_size": 24})
     )
-    model = BertModel.from_config(config)
+    model = create_model(config)
     counted = counted_flops(model, 2, 16, config.vocab_size) / 32
     analytic = analytic_flops_per_token(config, 16)
     assert analytic.note == ""
@@ -469,7 +469,7 @@ def test_the_modern_encoder_study_validates_at_equal_parameters():
         "pre_ln-swiglu-rmsnorm",
         "pre_ln-swiglu-rmsnorm-rope",
     ]
-    counts = [BertModel.from_config(v.config).num_parameters() for v in study.variants]
+    counts = [create_model(v.config).num_parameters() for v in study.variants]
     assert max(counts) / min(counts) < 1.002  # equal parameter count, within 0.2 %
 
 
@@ -482,10 +482,9 @@ def test_a_per_layer_position_override_acts_in_that_layers_attention():
 
 
 def test_a_task_head_on_a_swiglu_model_uses_the_gate_activation():
-    from bertblocks import BertTaskModel
 
     cfg = _config(layer="pre_ln", feedforward={"name": "glu", "activation": "swiglu", "intermediate_size": 24})
-    model = BertTaskModel.from_config(cfg, head="masked_lm").eval()
+    model = create_model(cfg, head="masked_lm").eval()
     assert any(isinstance(m, torch.nn.SiLU) for m in model.cls.modules())
     batch = _batch()
     out = model(**batch, labels=batch["input_ids"])

@@ -16,9 +16,9 @@ import yaml
 from conftest import TINY
 
 import bertblocks
-from bertblocks import ConfigError
 from bertblocks.ablation import StudyError, load_study
 from bertblocks.cli import main
+from bertblocks.config import ConfigError
 from bertblocks.config.bounded_yaml import MAX_ALIAS_NODES_ENV, YAMLLimitError, load_yaml
 from bertblocks.config.limits import MAX_LAYERS_ENV, MAX_PARAMETERS_ENV, LimitError, check_size, estimate_size
 
@@ -143,7 +143,7 @@ def test_small_ranges_outside_the_stack_still_list_the_layers():
 # ----------------------------------------------------------------------------------------- model size
 def test_a_million_layers_are_refused_before_anything_is_built():
     cfg = bertblocks.load_config({**TINY, "encoder": {**TINY["encoder"], "num_layers": 1_000_000}})
-    error, seconds, peak = bounded(lambda: bertblocks.build_model(cfg))
+    error, seconds, peak = bounded(lambda: bertblocks.create_model(cfg))
     assert isinstance(error, LimitError)
     assert str(error).startswith("encoder.num_layers: 1000000 layers exceed the limit of 1024")
     assert f"{MAX_LAYERS_ENV}=1000000" in str(error)
@@ -155,7 +155,7 @@ def test_a_huge_hidden_size_is_refused_with_the_size_it_would_have():
     cfg = bertblocks.load_config({**TINY, "hidden_size": 1_000_000})
     estimate = estimate_size(cfg)
     with torch.device("meta"), pytest.raises(LimitError) as info:
-        bertblocks.build_model(cfg)  # refused even on the meta device: the estimate comes first
+        bertblocks.create_model(cfg)  # refused even on the meta device: the estimate comes first
     message = str(info.value)
     assert f"about {estimate.parameters:,} parameters" in message
     assert "TiB" in message
@@ -167,12 +167,12 @@ def test_the_parameter_limit_is_read_from_the_environment(monkeypatch):
     cfg = bertblocks.load_config(TINY)
     monkeypatch.setenv(MAX_PARAMETERS_ENV, "1e3")
     with pytest.raises(LimitError, match="above the limit of 1,000 parameters"):
-        bertblocks.build_model(cfg)
+        bertblocks.create_model(cfg)
     monkeypatch.setenv(MAX_PARAMETERS_ENV, "0")  # no limit
     assert check_size(bertblocks.load_config({**TINY, "hidden_size": 10**6})).parameters > 10**10
     monkeypatch.setenv(MAX_PARAMETERS_ENV, "lots")
     with pytest.raises(LimitError, match="is not a number"):
-        bertblocks.build_model(cfg)
+        bertblocks.create_model(cfg)
 
 
 @pytest.mark.parametrize(
@@ -186,7 +186,7 @@ def test_the_parameter_limit_is_read_from_the_environment(monkeypatch):
 )
 def test_the_size_estimate_is_exact_for_the_standard_layout(changes):
     cfg = bertblocks.load_config({**TINY, **changes})
-    model = bertblocks.build_model(cfg)
+    model = bertblocks.create_model(cfg)
     estimate = estimate_size(cfg)
     assert estimate.parameters == sum(p.numel() for p in model.parameters())
     assert estimate.bytes == 4 * estimate.parameters

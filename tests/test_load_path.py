@@ -42,7 +42,7 @@ def init_calls(monkeypatch):
 @pytest.fixture
 def bert2bert_dir(tmp_path):
     torch.manual_seed(0)
-    model = BertEncoderDecoder.from_config(BERT2BERT).eval()
+    model = bertblocks.create_model(BERT2BERT).eval()
     model.save_pretrained(tmp_path / "b2b")
     return model, tmp_path / "b2b"
 
@@ -126,7 +126,7 @@ def test_encoder_decoder_missing_backbone_weights_are_an_error_unless_not_strict
 )
 def test_unused_and_new_weights_are_reported_in_one_wording(tmp_path, caplog, load):
     torch.manual_seed(0)
-    bertblocks.BertForPreTraining.from_config(TINY).save_pretrained(tmp_path)
+    bertblocks.create_model(TINY, head="pretraining").save_pretrained(tmp_path)
     with caplog.at_level(logging.WARNING, logger="bertblocks"):
         load(tmp_path)
     assert "were not used when initializing" in caplog.text
@@ -174,7 +174,7 @@ def test_a_models_key_map_is_used_both_ways(tmp_path, monkeypatch):
     monkeypatch.setattr(bertblocks.BertModel, "checkpoint_key_map", lambda self: _Renamed())
     assert isinstance(_Renamed(), KeyMap)
     torch.manual_seed(0)
-    model = bertblocks.BertModel.from_config(TINY).eval()
+    model = bertblocks.create_model(TINY).eval()
     model.save_pretrained(tmp_path)
     stored = read_state_dict([tmp_path / "model.safetensors"])
     assert "encoder.layer.0.ffn_out.weight" in stored
@@ -187,7 +187,7 @@ def test_a_models_key_map_is_used_both_ways(tmp_path, monkeypatch):
 def test_the_save_path_round_trips_every_class(tmp_path: Path):
     torch.manual_seed(0)
     for cls in (bertblocks.BertModel, bertblocks.BertForMaskedLM):
-        model = cls.from_config(TINY).eval()
+        model = bertblocks.create_model(TINY, head=getattr(cls, "head_name", None)).eval()
         model.save_pretrained(tmp_path / cls.__name__)
         loaded, info = cls.from_pretrained(tmp_path / cls.__name__, output_loading_info=True)
         assert info.missing_keys == info.unexpected_keys == []
@@ -211,7 +211,7 @@ def test_create_model_with_pretrained_weights_loads_on_the_meta_device(tmp_path,
 def test_an_mlm_head_missing_from_the_checkpoint_starts_as_transformers_does(tmp_path):
     # a sentence encoder's checkpoint has no MLM head: its weights start on the meta device and must all be
     # initialised (the prediction bias, a parameter of the head module itself, was left as raw memory)
-    bertblocks.BertModel.from_config(TINY).save_pretrained(tmp_path)
+    bertblocks.create_model(TINY).save_pretrained(tmp_path)
     model = bertblocks.BertForMaskedLM.from_pretrained(tmp_path)
     assert torch.equal(model.cls.predictions.bias, torch.zeros_like(model.cls.predictions.bias))
     assert torch.isfinite(model(**batch(vocab=model.config.vocab_size)).logits).all()

@@ -75,7 +75,7 @@ def checkpoint(tmp_path: Path, marker: Path) -> Path:
     vocab += [f"[unused{i}]" for i in range(TINY["vocab_size"] - len(vocab))]
     BertTokenizer.from_vocab(vocab, model_max_length=64).save_pretrained(directory)
     torch.manual_seed(0)
-    BertModel.from_config(TINY).save_pretrained(directory)
+    bertblocks.create_model(TINY).save_pretrained(directory)
     return plant(directory, marker)
 
 

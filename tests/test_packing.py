@@ -19,7 +19,7 @@ from tests.tolerances import assert_close
 
 def _model(position, backend, packing):
     torch.manual_seed(0)
-    model = bertblocks.build_model(
+    model = bertblocks.create_model(
         {**TINY, "position": position, "initializer_range": 0.2},
         [f"encoder.attention.backend={backend}", f"encoder.packing={packing}"],
     ).eval()
@@ -113,8 +113,8 @@ def test_packing_round_trip():
 
 
 def test_packing_option_is_validated():
-    with pytest.raises(bertblocks.ConfigError, match=r"encoder\.packing"):
-        bertblocks.build_model({**TINY, "encoder": {**TINY["encoder"], "packing": "sometimes"}})
+    with pytest.raises(bertblocks.config.ConfigError, match=r"encoder\.packing"):
+        bertblocks.create_model({**TINY, "encoder": {**TINY["encoder"], "packing": "sometimes"}})
 
 
 class _PerSequenceBackend(SdpaBackend):
@@ -146,8 +146,8 @@ def test_varlen_backend_gets_packed_sequences_and_matches_padded():
     registry.register(_VarlenPlugin(), name="varlen-test")
     torch.manual_seed(0)
     config = {**TINY, "initializer_range": 0.2}
-    padded = bertblocks.build_model(config, ["encoder.packing=never"], registry=registry).eval()
-    varlen = bertblocks.build_model(
+    padded = bertblocks.create_model(config, ["encoder.packing=never"], registry=registry).eval()
+    varlen = bertblocks.create_model(
         config, ["encoder.packing=always", "encoder.attention.backend=per_sequence"], registry=registry
     ).eval()
     varlen.load_state_dict(padded.state_dict())

@@ -14,7 +14,7 @@ from tests.tolerances import assert_close
 
 def _model(**overrides):
     torch.manual_seed(0)
-    return bertblocks.build_model({**TINY, "initializer_range": 0.2}, overrides).eval()
+    return bertblocks.create_model({**TINY, "initializer_range": 0.2}, overrides).eval()
 
 
 def _padded_batch(batch: int, length: int, seed: int) -> dict[str, torch.Tensor]:
@@ -103,7 +103,7 @@ def test_fast_path_equals_eager_on_real_tokens_and_keeps_module_names():
         assert [name for name, _ in model.named_modules()] == names
         assert not torch._dynamo.config.capture_dynamic_output_shape_ops  # scoped to the model's calls
     finally:
-        bertblocks.restore_eager(model)
+        bertblocks.models.inference.restore_eager(model)
         torch._dynamo.reset()
     assert_close(model(**inputs).last_hidden_state[real], expected.last_hidden_state[real])
 
@@ -127,7 +127,7 @@ def test_fast_path_compiles_with_its_own_inductor_settings_and_leaves_the_proces
         assert inductor.cpp.weight_prepack is prepack
         assert torch._dynamo.config.capture_dynamic_output_shape_ops
     assert (inductor.freezing, inductor.cpp.weight_prepack) == before
-    bertblocks.restore_eager(model)
+    bertblocks.models.inference.restore_eager(model)
 
 
 @pytest.mark.compile
@@ -151,5 +151,5 @@ def test_fast_path_gives_eager_zeros_for_a_batch_without_a_real_token():
         assert torch.equal(out.last_hidden_state, expected.last_hidden_state)
         assert_close(out.pooler_output, expected.pooler_output)
     finally:
-        bertblocks.restore_eager(model)
+        bertblocks.models.inference.restore_eager(model)
         torch._dynamo.reset()

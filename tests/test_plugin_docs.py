@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
+from bertblocks import create_model
 from bertblocks.core.component import KINDS, Component
 from bertblocks.hf.families import get_family
-from bertblocks.models.backbone import BertModel
-from bertblocks.models.task_models import BertTaskModel
 from bertblocks.registry import Registry
 from bertblocks.registry.hookspecs import PROJECT, BertBlocksHooks
 from tests.conftest import TINY
@@ -90,8 +89,8 @@ def _recorded_arguments() -> dict[str, set[str]]:
     registry.register(Spies(), name="spies")
     config = copy.deepcopy(TINY)
     config.update({"is_decoder": True, "add_cross_attention": True})  # cross-attention: a second attention call
-    BertModel.from_config(config, registry=registry)
-    BertTaskModel.from_config(TINY, head="sequence_classification", registry=registry)
+    create_model(config, registry=registry)
+    create_model(TINY, head="sequence_classification", registry=registry)
     get_family("bert", registry)  # what loading and saving a config.json or checkpoint of `bert` calls
     return seen
 

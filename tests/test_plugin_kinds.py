@@ -13,7 +13,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from bertblocks import BertModel, load_config
+from bertblocks import create_model, load_config
 from bertblocks.config import ComponentSpec, ConfigError
 from bertblocks.core.component import Component, ComponentKind, subcomponent
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities, FeedForward
@@ -83,7 +83,7 @@ def _config(**attention: Any) -> dict[str, Any]:
 def test_a_plugin_kind_is_built_through_the_registry():
     registry = _registry(GatedPlugin())
     assert "gate" in registry.kinds()
-    model = BertModel.from_config(_config(name="gated", gate={"name": "constant", "scale": 0.5}), registry=registry)
+    model = create_model(_config(name="gated", gate={"name": "constant", "scale": 0.5}), registry=registry)
     gate = model.encoder.layer[0].attention.gate
     assert isinstance(gate, Gate)
     assert torch.equal(gate.weight, torch.full((32,), 0.5))
@@ -175,7 +175,7 @@ def test_a_plugin_option_named_like_a_typed_field_gets_the_configs_value():
     registry = _registry(plugin)
     cfg = copy.deepcopy(TINY)
     cfg["encoder"]["feedforward"] = {"name": "wide", "intermediate_size": 21}
-    model = BertModel.from_config(cfg, registry=registry)
+    model = create_model(cfg, registry=registry)
     assert seen["option"] == 21
     assert model.encoder.layer[0].intermediate.dense.out_features == 21
 
@@ -211,10 +211,10 @@ def test_a_backend_with_a_transposed_output_fails_at_build_naming_it():
     )
     registry = _registry(plugin)
     with pytest.raises(BuildError, match=r"backend 'transposing' from plugin0 returned \(1, 5, 4, 8\).*transposed"):
-        BertModel.from_config(_config(backend="transposing"), registry=registry)
+        create_model(_config(backend="transposing"), registry=registry)
 
 
-def test_an_attention_without_a_norm_argument_is_refused_for_pre_ln():
+def test_an_attention_without_the_documented_arguments_fails_at_build_naming_it():
     def legacy(*, hidden_size, num_heads, dropout, hidden_dropout, layer_norm_eps, backend, position, options):  # type: ignore[no-untyped-def]
         return build_bert_attention(
             hidden_size=hidden_size, num_heads=num_heads, dropout=dropout, hidden_dropout=hidden_dropout,
@@ -223,11 +223,9 @@ def test_an_attention_without_a_norm_argument_is_refused_for_pre_ln():
 
     plugin = SimpleNamespace(bertblocks_register_components=lambda: [Component("attention", "legacy", legacy)])
     registry = _registry(plugin)
-    BertModel.from_config(_config(name="legacy"), registry=registry)  # post-LN, default norm: as before
-    cfg = _config(name="legacy")
-    cfg["encoder"]["layer"] = "pre_ln"
-    with pytest.raises(BuildError, match="attention 'legacy' from plugin0 takes no `norm` argument"):
-        BertModel.from_config(cfg, registry=registry)
+    # every factory gets the whole documented contract (`norm`, `layer_index`): no signature probing
+    with pytest.raises(BuildError, match=r"attention 'legacy' from plugin0 failed to build: TypeError.*unexpected"):
+        create_model(_config(name="legacy"), registry=registry)
 
 
 def test_components_lists_a_plugin_kind(capsys):

@@ -174,7 +174,7 @@ def test_two_distributions_claiming_one_entry_point_name_are_both_named(plugin_d
 def test_other_plugins_keep_working_next_to_broken_ones(broken_site):
     reg = Registry()
     assert {p.name for p in reg.plugins()} >= {"alibi", "raising", "garbage"}  # "broken" never imported
-    model = bertblocks.build_model(_alibi_local_config(), registry=reg).eval()
+    model = bertblocks.create_model(_alibi_local_config(), registry=reg).eval()
     with torch.no_grad():
         assert model(**batch()).last_hidden_state.shape == (3, 9, 32)
 
@@ -183,7 +183,7 @@ def test_a_config_needing_a_component_of_a_broken_plugin_fails_with_its_report(b
     reg = Registry()
     config = {**TINY, "position": "rotary"}
     config["encoder"] = {**TINY["encoder"], "attention": {"num_heads": 4, "backend": "flash"}}
-    with pytest.raises(bertblocks.ConfigError) as info:
+    with pytest.raises(bertblocks.config.ConfigError) as info:
         bertblocks.load_config(config, registry=reg)
     issues = {issue.loc: issue.msg for issue in info.value.issues}
     assert set(issues) == {"position", "encoder.attention.backend"}
@@ -264,7 +264,7 @@ def test_an_in_process_plugin_needs_no_packaging(plugin_dir):
 
     reg.register(InProcess(), name="in-process")
     config = {**TINY, "encoder": {**TINY["encoder"], "attention": {"num_heads": 4, "backend": "narrow"}}}
-    model = bertblocks.build_model(config, registry=reg)
+    model = bertblocks.create_model(config, registry=reg)
     assert len(made) == TINY["encoder"]["num_layers"]
     assert model.encoder.layer[0].attention.backend.window == 1
     assert any(p.name == "in-process" and p.distribution == "(in-process)" for p in reg.plugins())

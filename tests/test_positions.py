@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from bertblocks import BertModel, load_config
+from bertblocks import create_model, load_config
 from bertblocks.config import ConfigError
 from bertblocks.core.interfaces import Positions
 from bertblocks.plugins.backends import EagerBackend, SlidingWindowBackend
@@ -28,7 +28,7 @@ def _config(**changes):
 
 def _model(cfg, seed=0):
     torch.manual_seed(seed)
-    return BertModel.from_config(cfg).eval()
+    return create_model(cfg).eval()
 
 
 def _ids(b=2, length=9, seed=0):
@@ -488,8 +488,8 @@ def test_varlen_backend_with_rope_and_shared_bias_equals_padded(position):
     registry.register(_VarlenPlugin(), name="varlen-test")
     cfg = _config(position=position)
     torch.manual_seed(0)
-    padded = BertModel.from_config(cfg, ["encoder.packing=never"], registry=registry).eval()
-    varlen = BertModel.from_config(
+    padded = create_model(cfg, ["encoder.packing=never"], registry=registry).eval()
+    varlen = create_model(
         cfg, ["encoder.packing=always", "encoder.attention.backend=per_sequence"], registry=registry
     ).eval()
     varlen.load_state_dict(padded.state_dict())

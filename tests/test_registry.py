@@ -12,15 +12,19 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
 import bertblocks
-from bertblocks import BuildError, ConfigError, Registry, UnknownComponentError, load_config
+from bertblocks import load_config
+from bertblocks.config import ConfigError
 from bertblocks.core.component import KINDS, Component
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities
 from bertblocks.registry import (
     DISABLE_AUTOLOAD_ENV,
     ENTRY_POINT_GROUP,
+    BuildError,
     DuplicateComponentError,
     PluginLoadError,
+    Registry,
     RegistryError,
+    UnknownComponentError,
     get_registry,
     hookimpl,
     set_registry,
@@ -283,7 +287,7 @@ def test_a_hook_that_raises_is_recorded_with_its_traceback():
 def test_backend_without_additive_mask_is_refused_with_relative_positions():
     reg = _registry(ThirdPartyPlugin())
     with pytest.raises(BuildError) as info:
-        bertblocks.build_model(_tiny("no_mask", "relative_key"), registry=reg)
+        bertblocks.create_model(_tiny("no_mask", "relative_key"), registry=reg)
     assert str(info.value).startswith(
         "encoder layer 0: backend 'no_mask' cannot take an additive score bias, which the 'relative_key' position "
         "scheme needs"
@@ -292,9 +296,9 @@ def test_backend_without_additive_mask_is_refused_with_relative_positions():
     data = _tiny("sdpa", "relative_key_query")
     data["encoder"]["overrides"] = [{"layers": 1, "attention": {"backend": "no_mask"}}]
     with pytest.raises(BuildError, match=r"^encoder layer 1: backend 'no_mask'"):
-        bertblocks.build_model(data, registry=reg)
+        bertblocks.create_model(data, registry=reg)
     # absolute positions need no score bias: the same backend is accepted
-    model = bertblocks.build_model(_tiny("no_mask"), registry=reg).eval()
+    model = bertblocks.create_model(_tiny("no_mask"), registry=reg).eval()
     assert isinstance(model.encoder.layer[0].attention.backend, NoMaskBackend)
     with torch.no_grad():
         assert model(input_ids=batch()["input_ids"]).last_hidden_state.shape == (3, 9, 32)
@@ -306,7 +310,7 @@ def test_backend_without_additive_mask_is_refused_with_relative_positions():
 def test_factory_returning_the_wrong_type_is_a_build_error():
     reg = _registry(ThirdPartyPlugin())
     with pytest.raises(BuildError) as info:
-        bertblocks.build_model(_tiny("not_a_backend"), registry=reg)
+        bertblocks.create_model(_tiny("not_a_backend"), registry=reg)
     assert str(info.value) == (
         "encoder layer 0 backend: backend 'not_a_backend' from test-plugin-0 returned str, not a AttentionBackend"
     )
@@ -385,7 +389,7 @@ def test_every_builtin_component_builds_and_runs(kind: str, name: str):
         "activation": {"encoder.feedforward.activation": name},
         "pooler": {"pooler": name},
     }[kind]
-    model = bertblocks.build_model(TINY, overrides, registry=BUILTIN).eval()
+    model = bertblocks.create_model(TINY, overrides, registry=BUILTIN).eval()
     with torch.no_grad():
         out = model(**batch())
     assert out.last_hidden_state.shape == (3, 9, 32)

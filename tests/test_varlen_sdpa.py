@@ -20,8 +20,8 @@ def _pair(overrides: list[str] | None = None):
     """The same weights twice: padded (``packing: never``) and packed (``packing: always``)."""
     torch.manual_seed(0)
     base = {**TINY, "initializer_range": 0.2}
-    padded = bertblocks.build_model(base, ["encoder.packing=never", *(overrides or [])])
-    packed = bertblocks.build_model(base, ["encoder.packing=always", *(overrides or [])])
+    padded = bertblocks.create_model(base, ["encoder.packing=never", *(overrides or [])])
+    packed = bertblocks.create_model(base, ["encoder.packing=always", *(overrides or [])])
     packed.load_state_dict(padded.state_dict())
     return padded, packed
 

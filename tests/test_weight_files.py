@@ -15,10 +15,9 @@ import torch
 from safetensors.torch import save_file
 
 import bertblocks
-from bertblocks import CheckpointError
 from bertblocks.cli import main
 from bertblocks.hf.weight_files import WeightFileError, read_safetensors, read_torch_bin
-from bertblocks.hf.weights import map_safetensors
+from bertblocks.hf.weights import CheckpointError, map_safetensors
 from tests.tolerances import assert_close
 
 

@@ -49,14 +49,14 @@ class RunTask:
 def execute(task: RunTask) -> dict[str, Any]:
     """Build the variant, measure its costs, train and evaluate when asked; return the run's record."""
     from bertblocks.config_files import load_config
-    from bertblocks.models.backbone import BertModel
+    from bertblocks.zoo import create_model
 
     torch.set_num_threads(task.threads)
     config = load_config(task.config)
     measure = MeasureSpec.model_validate(task.measure)
     started = time.time()
     torch.manual_seed(task.seed)
-    backbone = BertModel.from_config(config)
+    backbone = create_model(config)
     metrics: dict[str, Any] = measure_costs(backbone, config, measure)
     del backbone
     if task.train is not None:

@@ -37,9 +37,8 @@ def task_model(task: str, config: BertConfig) -> nn.Module:
     """A randomly initialised model with the task's head (uses the current torch seed): the head the config's
     family gives that task (ELECTRA's masked LM projects to its embedding size, RoBERTa classifies with
     ``dense → tanh → out_proj``), so a study on a family trains the family's own model."""
-    from bertblocks.config_files import load_config
     from bertblocks.hf.families import config_from_hf, config_to_hf, get_family
-    from bertblocks.models.task_models import BertTaskModel
+    from bertblocks.zoo import create_model
 
     suffix = {"mlm": "ForMaskedLM", "classification": "ForSequenceClassification"}[task]
     family = get_family(config.family, source=None)
@@ -49,7 +48,7 @@ def task_model(task: str, config: BertConfig) -> nn.Module:
     # the head as a checkpoint of that class would be read: the family fills in options that follow from the
     # config (ELECTRA's generator head narrows to embedding_size)
     head = config_from_hf({**config_to_hf(config), "architectures": [architecture]})["head"]
-    return BertTaskModel.from_config(load_config(config, {"head": head}))
+    return create_model(config, head=head)
 
 
 def mask_tokens(

@@ -7,11 +7,12 @@ Exit codes (scripts may rely on them):
 
 ====  ================================================================================================
 0     success
-1     invalid input: a missing file, malformed YAML/JSON, an invalid config (every error is printed), an
-      unknown preset or component, weights that do not fit, a plugin that failed to load (``plugins``)
+1     invalid input, i.e. any :class:`~bertblocks.errors.BertBlocksError`: a missing file, malformed YAML/JSON,
+      an invalid config (every error is printed), an unknown preset or component, weights that do not fit, a
+      plugin that failed to load (``plugins``)
 2     usage error (argparse: unknown command or option, missing argument)
 3     a feature this installation lacks (a part of bertblocks or an optional dependency is missing)
-4     an unexpected internal error (a bug: please report it with the output of ``--debug``)
+4     any other exception: an unexpected internal error (a bug: please report it with the output of ``--debug``)
 ====  ================================================================================================
 
 Errors are one clear message on stderr; ``--debug`` adds the traceback. ``--json`` (before or after the
@@ -46,7 +47,6 @@ from typing import Any
 
 from ..core.component import Command
 from ..errors import BertBlocksError
-from ..registry.errors import RegistryError
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -197,8 +197,8 @@ def load_config_source(source: str, overrides: Sequence[str] = ()) -> Any:
 
     Raises:
         FileNotFoundError: a path that does not exist.
-        bertblocks.UnknownPresetError: a bare name that is no preset (the message names the closest).
-        bertblocks.ConfigError: the config is malformed or invalid (every problem, with dotted paths).
+        bertblocks.registry.UnknownPresetError: a bare name that is no preset (the message names the closest).
+        bertblocks.config.ConfigError: the config is malformed or invalid (every problem, with dotted paths).
     """
     import bertblocks
 
@@ -283,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = next((a for a in arguments if not a.startswith("-")), None)
     try:
         parser = build_parser(configure={chosen} if chosen else set())
-    except RegistryError as e:  # e.g. two plugins registering one command name: say which, exit 1
+    except BertBlocksError as e:  # e.g. two plugins registering one command name: say which, exit 1
         print(f"bertblocks: error: {e}", file=sys.stderr)
         return EXIT_INVALID
     try:
@@ -306,18 +306,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _exit_code(error: Exception) -> int:
-    from ..config import ConfigError
-    from ..hf.weights import CheckpointError
-    from ..registry import RegistryError
-
+    """1 for what bertblocks refused (every such error is a :class:`BertBlocksError`), 3 for a missing part, 4 for
+    anything else: an exception no one raised on purpose is a bug, and is reported as one."""
     if isinstance(error, CLIError):
         return error.code
-    if isinstance(error, ConfigError | RegistryError | CheckpointError | FileNotFoundError | NotADirectoryError):
+    if isinstance(error, BertBlocksError):
         return EXIT_INVALID
     if isinstance(error, ImportError):
         return EXIT_UNAVAILABLE
-    if isinstance(error, OSError | ValueError):  # unreadable files, inputs the model rejects
-        return EXIT_INVALID
     return EXIT_INTERNAL
 
 

@@ -42,7 +42,7 @@ def _run_validate(args: argparse.Namespace) -> int:
 
     try:
         cfg = config_from_args(args)
-    except bertblocks.ConfigError as e:
+    except bertblocks.config.ConfigError as e:
         issues = [{"loc": i.loc, "msg": i.msg} for i in e.issues]
         if args.json:
             emit(args, "", {"valid": False, "source": e.source or args.config, "errors": issues})
@@ -51,7 +51,7 @@ def _run_validate(args: argparse.Namespace) -> int:
     summary = _summary(cfg)
     text = f"ok: {args.config} is a valid config ({summary})"
     if args.show:
-        text += "\n" + bertblocks.dump_yaml(cfg).rstrip()
+        text += "\n" + bertblocks.config_files.dump_yaml(cfg).rstrip()
     emit(args, text, {"valid": True, "source": args.config, "summary": summary, "config": cfg.model_dump(mode="json")})
     return EXIT_OK
 
@@ -90,28 +90,24 @@ def _configure_build(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _build_model(cfg: Any, head: str | None, device: str = "meta") -> Any:
+def _create_model(cfg: Any, head: str | None, device: str = "meta") -> Any:
     """Assemble ``cfg`` (with ``head``) without weights; on the meta device only shapes are made (no memory).
 
     A head (``--head`` or the config's ``head``) gives a task model (``BertForMaskedLM``, …), else a backbone.
     """
     import torch
 
-    import bertblocks
-
-    from ..models.task_models import BertTaskModel
+    from ..zoo import create_model
 
     with torch.device(device):
-        if head is None and cfg.head is None:
-            return bertblocks.build_model(cfg)
-        return BertTaskModel.from_config(cfg, head=head)
+        return create_model(cfg, head=head)
 
 
 def _run_build(args: argparse.Namespace) -> int:
     from .. import introspect
 
     cfg = config_from_args(args)
-    model = _build_model(cfg, args.head)
+    model = _create_model(cfg, args.head)
     depth = args.depth if args.depth is not None else introspect.default_trace_depth(model) - 1
     rows = introspect.module_tree(model, max_depth=depth)
     counts = introspect.count_parameters(model)
@@ -148,7 +144,7 @@ def _configure_plugins(parser: argparse.ArgumentParser) -> None:
 def _run_plugins(args: argparse.Namespace) -> int:
     import bertblocks
 
-    registry = bertblocks.get_registry()
+    registry = bertblocks.registry.get_registry()
     registry.components()  # calls every plugin's hook, so that broken ones are known
     if hasattr(registry, "presets"):
         registry.presets()
@@ -211,7 +207,7 @@ def _options_of(component: Any) -> list[dict[str, Any]]:
 def _run_components(args: argparse.Namespace) -> int:
     import bertblocks
 
-    registry = bertblocks.get_registry()
+    registry = bertblocks.registry.get_registry()
     if args.kind is not None and args.kind not in registry.kinds():  # plugins may declare kinds: checked here
         raise CLIError(
             f"argument KIND: invalid choice: {args.kind!r} (choose from {', '.join(registry.kinds())})", EXIT_USAGE
@@ -261,7 +257,7 @@ def _configure_presets(parser: argparse.ArgumentParser) -> None:
 def _run_presets(args: argparse.Namespace) -> int:
     import bertblocks
 
-    registry = bertblocks.get_registry()
+    registry = bertblocks.registry.get_registry()
     if not hasattr(registry, "presets"):
         raise UnavailableError("this installation has no presets")
     presets = [p for p in registry.presets() if fnmatchcase(p.name, args.pattern)]
@@ -320,7 +316,7 @@ def _run_trace(args: argparse.Namespace) -> int:
     else:
         cfg = config_from_args(args)
         torch.manual_seed(0)
-        model = _build_model(cfg, args.head, device="cpu")
+        model = _create_model(cfg, args.head, device="cpu")
         tok_dir = args.tokenizer or _default_tokenizer_dir()
     model.eval()
     tokenizer = _load_tokenizer(tok_dir)
@@ -380,7 +376,7 @@ def _run_diagram(args: argparse.Namespace) -> int:
     from .. import introspect
 
     cfg = config_from_args(args)
-    model = _build_model(cfg, args.head)  # assembled, so the diagram shows what builds, not just what parses
+    model = _create_model(cfg, args.head)  # assembled, so the diagram shows what builds, not just what parses
     text = introspect.mermaid(model.config, introspect.count_parameters(model))
     if args.markdown:
         text = f"```mermaid\n{text}\n```"

@@ -6,7 +6,15 @@ checkpoint format.
 
 from __future__ import annotations
 
-from .errors import ConfigError, ConfigIssue, FieldError, closest, issues_from_validation_error, join_loc
+from .errors import (
+    ConfigError,
+    ConfigFileNotFoundError,
+    ConfigIssue,
+    FieldError,
+    closest,
+    issues_from_validation_error,
+    join_loc,
+)
 from .overrides import OVERRIDABLE, EncoderConfig, LayerOverride, deep_merge, merge_spec
 from .schema import BertConfig
 from .specs import (
@@ -32,6 +40,7 @@ __all__ = [
     "BertConfig",
     "ComponentSpec",
     "ConfigError",
+    "ConfigFileNotFoundError",
     "ConfigIssue",
     "EmbeddingSpec",
     "EncoderConfig",

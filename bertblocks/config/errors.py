@@ -36,7 +36,11 @@ class ConfigError(BertBlocksError, ValueError):
         super().__init__(f"invalid config{where} ({n} error{'s' if n != 1 else ''}):\n{lines}")
 
 
-class FieldError(ValueError):
+class ConfigFileNotFoundError(BertBlocksError, FileNotFoundError):
+    """A config path (file, or checkpoint directory without ``config.json``) that does not exist."""
+
+
+class FieldError(BertBlocksError, ValueError):
     """Raised by a cross-field validator to blame one field: pydantic gives such errors no location."""
 
     def __init__(self, loc: str, msg: str) -> None:

@@ -111,14 +111,20 @@ class KVCache:
                 if entry is not None:
                     entry.length = keep
 
-    def check_compatible(self, batch_size: int, heads: Sequence[int], head_dim: int) -> None:
-        """Raise a clear ``ValueError`` if this cache was made by a model of another shape or batch."""
-        if self.num_layers != len(heads):
+    def check_compatible(self, batch_size: int, shapes: Sequence[tuple[int, int]]) -> None:
+        """Raise a clear ``ValueError`` if this cache was made by a model of another shape or batch.
+
+        Args:
+            batch_size: the input's rows.
+            shapes: ``(heads, head_dim)`` of each layer of the model (layers may differ: per-layer overrides,
+                pruning).
+        """
+        if self.num_layers != len(shapes):
             raise ValueError(
-                f"past_key_values hold {self.num_layers} layers but this model has {len(heads)}; "
+                f"past_key_values hold {self.num_layers} layers but this model has {len(shapes)}; "
                 "the cache comes from a model of another shape"
             )
-        for i, n in enumerate(heads):
+        for i, (n, head_dim) in enumerate(shapes):
             entry = self.layer(i)
             if entry is None:
                 continue

@@ -150,6 +150,9 @@ class LayerContext:
 
 _NO_DECODER = LayerContext()
 
+#: ``[layers, h]`` (every layer has ``h`` heads), or one ``[h_i]`` mask (or ``None``) per layer
+HeadMask = torch.Tensor | Sequence[torch.Tensor | None]
+
 
 class Encoder(nn.Module):
     """The layer stack. ``gradient_checkpointing`` recomputes each layer in backward while training.
@@ -207,7 +210,7 @@ class Encoder(nn.Module):
         hidden_states: torch.Tensor,
         mask: torch.Tensor | None,
         positions: Positions,
-        head_mask: torch.Tensor | None = None,  # [layers, h_original]
+        head_mask: HeadMask | None = None,  # [layers, h_original], or one [h_i original] per layer
         output_attentions: bool = False,
         output_hidden_states: bool = False,
         context: LayerContext | None = None,
@@ -297,7 +300,7 @@ class EncoderModel(nn.Module):
         self.position_scheme = position
         #: whether ``encoder.packing: auto`` may pack; a task head that reads padded positions turns it off
         self.auto_packing = True
-        self._cache_shape_memo: tuple[int, ...] | None = None
+        self._cache_shape_memo: tuple[tuple[int, int], ...] | None = None
         self.embeddings = embeddings
         self.encoder = encoder
         self.pooler = pooler
@@ -309,7 +312,7 @@ class EncoderModel(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        head_mask: torch.Tensor | None = None,
+        head_mask: HeadMask | None = None,
         inputs_embeds: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
@@ -326,7 +329,8 @@ class EncoderModel(nn.Module):
             attention_mask: ``[b, k]`` or ``[b, q, k]``, 1 = attend, 0 = padding; ``k`` counts cached tokens.
             token_type_ids: ``[b, q]`` segment ids; zeros when omitted.
             position_ids: ``[b|1, q]``; ``past + arange(q)`` when omitted.
-            head_mask: ``[h]`` or ``[layers, h]`` multipliers of each head's attention probabilities.
+            head_mask: ``[h]`` or ``[layers, h]`` multipliers of each head's attention probabilities; or a
+                sequence of one ``[h_i]`` mask (or ``None``) per layer, for layers with different head counts.
             encoder_hidden_states: ``[b, s, H]`` for decoders with cross-attention.
             encoder_attention_mask: ``[b, s]`` (or ``[b, q, s]``) padding mask of the encoder states.
             past_key_values: a :class:`~bertblocks.core.cache.KVCache` from an earlier call (or transformers 4.x
@@ -349,7 +353,7 @@ class EncoderModel(nn.Module):
             # only needs its batch size confirmed.
             signature = (batch, *self._cache_shape())
             if cache.signature != signature:
-                cache.check_compatible(batch, signature[2:], signature[1])
+                cache.check_compatible(batch, signature[1:])
                 cache.signature = signature
         if encoder_hidden_states is not None and not cfg.add_cross_attention:
             raise ValueError(
@@ -467,15 +471,13 @@ class EncoderModel(nn.Module):
             return past_key_values
         return KVCache.from_legacy(past_key_values)
 
-    def _cache_shape(self) -> tuple[int, ...]:
-        """``(head_dim, heads of layer 0, heads of layer 1, …)``: what a cache must match; kept until pruning."""
+    def _cache_shape(self) -> tuple[tuple[int, int], ...]:
+        """``(heads, head_dim)`` of each layer, as its attention module has them (per-layer overrides and pruning
+        included): what a cache must match; kept until pruning."""
         if self._cache_shape_memo is None:
-            heads = (self.encoder.layer_at(i).attention.num_heads for i in range(self.encoder.num_layers))
-            self._cache_shape_memo = (self._head_dim(), *heads)
+            attentions = [self.encoder.layer_at(i).attention for i in range(self.encoder.num_layers)]
+            self._cache_shape_memo = tuple((a.num_heads, a.head_dim) for a in attentions)
         return self._cache_shape_memo
-
-    def _head_dim(self) -> int:
-        return self.config.hidden_size // self.config.encoder.attention.num_heads
 
     # --------------------------------------------------------------------------------------- input checks
     def _check_inputs(
@@ -543,19 +545,36 @@ class EncoderModel(nn.Module):
                 )
         return batch, length
 
-    def _expand_head_mask(self, head_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-        """``[h]`` or ``[layers, h]`` → ``[layers, h]`` in the model's dtype (HF's ``get_head_mask``)."""
+    def _expand_head_mask(self, head_mask: HeadMask | None, dtype: torch.dtype) -> HeadMask | None:
+        """``[h]`` or ``[layers, h]`` → ``[layers, h]`` in the model's dtype (HF's ``get_head_mask``); or a
+        sequence of one ``[h_i]`` mask (or ``None``) per layer, the form that fits layers of different head counts.
+
+        ``h`` is each layer's head count as built (its config's ``num_heads``, per-layer overrides included); a
+        pruned layer keeps indexing its heads by their original numbers.
+        """
         if head_mask is None:
             return None
-        layers, heads = self.config.encoder.num_layers, self.config.encoder.attention.num_heads
-        if tuple(head_mask.shape) not in ((heads,), (layers, heads)):  # checked before expanding: report what was given
-            raise ValueError(
-                f"head_mask must be [num_heads] = [{heads}] or [num_layers, num_heads] = [{layers}, {heads}]; "
-                f"got shape {tuple(head_mask.shape)}"
-            )
-        if head_mask.dim() == 1:
-            head_mask = head_mask.unsqueeze(0).expand(layers, -1)
-        return head_mask.to(dtype)
+        enc = self.config.encoder
+        layers = enc.num_layers
+        heads = [enc.layer_specs(i)[0].num_heads for i in range(layers)]
+        if isinstance(head_mask, torch.Tensor):
+            uniform = heads[0] if len(set(heads)) == 1 else None
+            if uniform is None or tuple(head_mask.shape) not in ((uniform,), (layers, uniform)):
+                # checked before expanding: report what was given
+                raise ValueError(f"head_mask must be {_head_mask_shapes(heads)}; got shape {tuple(head_mask.shape)}")
+            if head_mask.dim() == 1:
+                head_mask = head_mask.unsqueeze(0).expand(layers, -1)
+            return head_mask.to(dtype)
+        masks = list(head_mask)
+        if len(masks) != layers:
+            raise ValueError(f"head_mask must be {_head_mask_shapes(heads)}; got {len(masks)} masks")
+        for i, (mask, n) in enumerate(zip(masks, heads, strict=True)):
+            if mask is not None and tuple(mask.shape) != (n,):
+                raise ValueError(
+                    f"head_mask[{i}] has shape {tuple(mask.shape)} but layer {i} has {n} heads; head_mask must be "
+                    f"{_head_mask_shapes(heads)}"
+                )
+        return [None if mask is None else mask.to(dtype) for mask in masks]
 
     # ------------------------------------------------------------------------------------------- utilities
     def get_input_embeddings(self) -> nn.Embedding:
@@ -581,6 +600,15 @@ class EncoderModel(nn.Module):
 
     def gradient_checkpointing_disable(self) -> None:
         self.encoder.gradient_checkpointing = False
+
+
+def _head_mask_shapes(heads: Sequence[int]) -> str:
+    """The head-mask shapes a model with ``heads[i]`` heads in layer ``i`` takes, for messages."""
+    layers = len(heads)
+    if len(set(heads)) == 1:
+        return f"[num_heads] = [{heads[0]}] or [num_layers, num_heads] = [{layers}, {heads[0]}]"
+    differing = ", ".join(f"layer {i} has {n} heads" for i, n in enumerate(heads) if n != heads[0])
+    return f"one mask per layer, [{', '.join(map(str, heads))}] heads ({differing})"
 
 
 def _check_integer(name: str, tensor: torch.Tensor) -> None:

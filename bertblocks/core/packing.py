@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch._dynamo
 import torch.nn.functional as F
 
 
@@ -93,4 +92,8 @@ def packing_traceable() -> bool:
     """Whether ``torch.compile`` can trace packing in one graph: ``nonzero`` (whose output size depends on the
     data) is captured only when ``torch._dynamo.config.capture_dynamic_output_shape_ops`` is set; otherwise it
     would break the graph, so a compiled model then runs the padded path. Outside compilation: ``True``."""
-    return not torch.compiler.is_compiling() or bool(torch._dynamo.config.capture_dynamic_output_shape_ops)
+    if not torch.compiler.is_compiling():
+        return True
+    # Compiling, so the compiler is loaded: `torch._dynamo` (a lazy attribute of torch) costs nothing here, where
+    # importing it with this module would add about a second to every `import bertblocks`.
+    return bool(torch._dynamo.config.capture_dynamic_output_shape_ops)

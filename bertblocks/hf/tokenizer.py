@@ -54,7 +54,11 @@ Truncation = bool | Literal["longest_first", "only_first", "only_second", "do_no
 
 
 class TokenizerFilesNotFoundError(BertBlocksError, FileNotFoundError):
-    """A tokenizer directory with neither ``tokenizer.json`` nor ``vocab.txt``."""
+    """A tokenizer directory with neither ``tokenizer.json`` nor ``vocab.txt`` (or a vocabulary file missing)."""
+
+
+class TokenizerFileError(BertBlocksError, ValueError):
+    """A tokenizer file that cannot be used: not valid JSON, or special tokens missing from its vocabulary."""
 
 
 class BertTokenizer:
@@ -89,7 +93,7 @@ class BertTokenizer:
         for key, token in self.special_tokens.items():
             token_id = tokenizer.token_to_id(token)
             if token_id is None:
-                raise ValueError(f"special token {key}={token!r} is not in the vocabulary")
+                raise TokenizerFileError(f"special token {key}={token!r} is not in the vocabulary")
             ids[key] = token_id
         self.unk_token_id = ids["unk_token"]
         self.sep_token_id = ids["sep_token"]
@@ -144,7 +148,7 @@ class BertTokenizer:
             try:
                 backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
             except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file
-                raise ValueError(f"{directory / TOKENIZER_JSON} is not a valid tokenizer file ({e})") from None
+                raise TokenizerFileError(f"{directory / TOKENIZER_JSON} is not a valid tokenizer file ({e})") from None
             if backend.post_processor is None:  # the framing is the tokenizer class's: the family's template
                 backend.post_processor = family_template(backend, convention, special)
         elif (directory / VOCAB_TXT).is_file():
@@ -365,7 +369,7 @@ def build_wordpiece(
     """
     missing = [t for t in special_tokens.values() if t not in vocab]
     if missing:
-        raise ValueError(f"special tokens {missing} are not in the vocabulary")
+        raise TokenizerFileError(f"special tokens {missing} are not in the vocabulary")
     unk, cls, sep = special_tokens["unk_token"], special_tokens["cls_token"], special_tokens["sep_token"]
     tokenizer = Tokenizer(models.WordPiece(dict(vocab), unk_token=unk, max_input_chars_per_word=100))
     tokenizer.normalizer = normalizers.BertNormalizer(
@@ -390,7 +394,7 @@ def read_vocab(path: Path) -> dict[str, int]:
         FileNotFoundError: no such file.
     """
     if not path.is_file():
-        raise FileNotFoundError(f"vocabulary file not found: {path}")
+        raise TokenizerFilesNotFoundError(f"vocabulary file not found: {path}")
     with path.open(encoding="utf-8") as f:
         return dict(_enumerate(line.rstrip("\n") for line in f))
 
@@ -406,7 +410,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON (line {e.lineno}: {e.msg})") from None
+        raise TokenizerFileError(f"{path} is not valid JSON (line {e.lineno}: {e.msg})") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -444,7 +448,7 @@ def family_template(
     tokens = [(special[name], backend.token_to_id(special[name])) for name in sorted(names)]
     missing = [text for text, token_id in tokens if token_id is None]
     if missing:
-        raise ValueError(f"special tokens {missing} of the tokenizer's family are not in its vocabulary")
+        raise TokenizerFileError(f"special tokens {missing} of the tokenizer's family are not in its vocabulary")
     return processors.TemplateProcessing(
         single=_with_specials(convention.single, convention.special_tokens, special),
         pair=_with_specials(convention.pair, convention.special_tokens, special),

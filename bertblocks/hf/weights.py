@@ -63,6 +63,10 @@ class LoadingInfo:
     ignored_keys: list[str] = field(default_factory=list)
 
 
+class WeightsNotFoundError(BertBlocksError, FileNotFoundError):
+    """A checkpoint directory without weight files, or whose shard index names shards that are missing."""
+
+
 def find_weights(directory: Path) -> list[Path]:
     """The weight files of a checkpoint directory, safetensors preferred; shards in index order."""
     for name, index in ((SAFE_WEIGHTS, SAFE_INDEX), (BIN_WEIGHTS, BIN_INDEX)):
@@ -81,9 +85,9 @@ def find_weights(directory: Path) -> list[Path]:
             shards = list(dict.fromkeys(weight_map.values()))
             missing = [s for s in shards if not (directory / s).is_file()]
             if missing:
-                raise FileNotFoundError(f"{directory / index} names shards that are missing: {missing}")
+                raise WeightsNotFoundError(f"{directory / index} names shards that are missing: {missing}")
             return [directory / s for s in shards]
-    raise FileNotFoundError(
+    raise WeightsNotFoundError(
         f"no weights in {directory}: expected {SAFE_WEIGHTS}, {SAFE_INDEX}, {BIN_WEIGHTS} or {BIN_INDEX}"
     )
 
@@ -115,20 +119,6 @@ def map_safetensors(path: Path) -> dict[str, torch.Tensor]:
         return read_safetensors(path)
     except WeightFileError as e:
         raise CheckpointError(str(e)) from e
-
-
-def normalize_keys(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    """Legacy ``gamma``/``beta`` names → ``weight``/``bias``; strip ``prefix`` (``"bert."``) where present."""
-    out: dict[str, torch.Tensor] = {}
-    has_prefix = prefix and any(k.startswith(prefix) for k in state)
-    for key, tensor in state.items():
-        for old, new in LEGACY_SUFFIXES.items():
-            if key.endswith(old):
-                key = key[: -len(old)] + new
-        if has_prefix and key.startswith(prefix):
-            key = key[len(prefix) :]
-        out[key] = tensor
-    return out
 
 
 def tied_parameters(model: torch.nn.Module) -> dict[str, str]:

@@ -9,10 +9,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import BertConfig
 from ..config_files import load_config
 from ..hf.hub import resolve_pretrained
-from .backbone import BertModel, build_model
+from .backbone import BertModel
 from .task_models import task_model_class
 
 
@@ -45,4 +44,4 @@ def from_pretrained(
     return task_model_class(head).from_pretrained(path, overrides, head=head, **kwargs)
 
 
-__all__ = ["BertConfig", "BertModel", "build_model", "from_pretrained"]
+__all__ = ["from_pretrained"]

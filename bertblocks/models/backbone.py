@@ -17,6 +17,8 @@ from .surface import PretrainedSurface
 class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):
     """A BERT backbone assembled from a config; a drop-in for transformers' ``BertModel``.
 
+    Built by :func:`bertblocks.create_model` (a preset, a config file or dict) or loaded by ``from_pretrained``.
+
     Example:
         >>> model = BertModel.from_pretrained("path/to/bert")          # HF checkpoint directory
         >>> out = model(input_ids, attention_mask=mask)
@@ -31,7 +33,7 @@ class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):
     # loading and saving: PretrainedModel.from_pretrained / load_checkpoint / save_pretrained (one path for all)
 
     @classmethod
-    def from_config(
+    def _from_config(
         cls,
         config: ConfigSource,
         overrides: Sequence[str] | Mapping[str, Any] = (),
@@ -39,7 +41,11 @@ class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):
         registry: Registry | None = None,
         add_pooling_layer: bool = True,
     ) -> BertModel:
-        """Build a randomly initialised model (HF's initialisation) from a config, a file or a dict."""
+        """Build a randomly initialised model (HF's initialisation) from a config, a file or a dict.
+
+        Private, as transformers' ``PreTrainedModel._from_config``: :func:`bertblocks.create_model` is the way to
+        build a model, and ``from_pretrained`` builds through this before loading weights.
+        """
         cfg = load_config(config, overrides, registry)
         if not add_pooling_layer and cfg.pooler is not None:
             cfg = cfg.model_copy(update={"pooler": None})
@@ -69,14 +75,4 @@ class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):
         return FamilyKeyMap(self, self.config.model_copy(update={"head": None}), backbone=True, registry=self.registry)
 
 
-def build_model(
-    config: ConfigSource,
-    overrides: Sequence[str] | Mapping[str, Any] = (),
-    *,
-    registry: Registry | None = None,
-) -> BertModel:
-    """Build a model from a config (YAML/JSON path, dict or :class:`BertConfig`) without weights."""
-    return BertModel.from_config(config, overrides, registry=registry)
-
-
-__all__ = ["BertConfig", "BertModel", "build_model"]
+__all__ = ["BertConfig", "BertModel"]

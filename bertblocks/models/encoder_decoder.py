@@ -116,7 +116,7 @@ class BertEncoderDecoder(PretrainedSurface, PretrainedModel):
 
     # ------------------------------------------------------------------------------------------- building
     @classmethod
-    def from_config(
+    def _from_config(
         cls,
         config: EncoderDecoderConfig | Mapping[str, Any] | str | Path,
         overrides: Sequence[str] | Mapping[str, Any] = (),
@@ -138,8 +138,8 @@ class BertEncoderDecoder(PretrainedSurface, PretrainedModel):
         decoder_cfg = load_config(
             {**cfg.decoder, "is_decoder": True, "add_cross_attention": True}, sides["decoder"], registry=registry
         )
-        encoder = BertModel.from_config(encoder_cfg, registry=registry)
-        decoder = BertLMHeadModel.from_config(decoder_cfg, registry=registry)
+        encoder = BertModel._from_config(encoder_cfg, registry=registry)
+        decoder = BertLMHeadModel._from_config(decoder_cfg, registry=registry)
         return cls(cfg, encoder, decoder)
 
     # ---------------------------------------------------------------------------------------- checkpoints

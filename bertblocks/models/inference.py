@@ -26,8 +26,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import torch
-import torch._dynamo
-import torch._inductor.config
 from torch import nn
 
 M = TypeVar("M", bound=nn.Module)
@@ -48,6 +46,10 @@ class FastCall:
 
     @contextlib.contextmanager
     def _settings(self) -> Iterator[None]:
+        # imported where used: the compiler's modules cost about a second, which `import bertblocks` must not pay
+        import torch._dynamo
+        import torch._inductor.config
+
         # nonzero (packing) gives a data-dependent size: captured symbolically instead of breaking the graph
         with (
             torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True),

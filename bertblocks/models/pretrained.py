@@ -3,7 +3,7 @@
 Loading (:meth:`PretrainedModel.from_pretrained`), in order:
 
 1. **resolve** — a local directory as is, a hub id through the hub cache (:func:`bertblocks.hf.hub.resolve_pretrained`);
-2. **config** — the class's ``from_config`` reads the directory's ``config.json`` (overrides applied);
+2. **config** — the class's ``_from_config`` reads the directory's ``config.json`` (overrides applied);
 3. **build on the meta device** — inside :func:`~bertblocks.models.meta_device.deferred_init`: shapes only, no
    memory, no random initialisation of weights about to be overwritten;
 4. **map keys** — :func:`map_checkpoint_keys`: the model's :class:`~bertblocks.hf.key_maps.KeyMap` (the one place
@@ -49,7 +49,7 @@ from ..hf.weights import (
     write_checkpoint,
 )
 from .meta_device import deferred_init, load_into, materialize
-from .surface import LOAD_OPTIONS, ParameterCount, apply_load_options, config_keywords, parse_size, split_load_kwargs
+from .surface import LOAD_OPTIONS, apply_load_options, config_keywords, parse_size, split_load_kwargs
 
 if TYPE_CHECKING:
     from ..core.encoder import EncoderModel
@@ -113,7 +113,7 @@ def report_loading(model_name: str, source: str | Path, info: LoadingInfo) -> No
 class PretrainedModel(nn.Module):
     """Loading and saving HF checkpoints, once, for every model class (see the module docstring for the steps).
 
-    Subclasses implement ``from_config(config, overrides, *, registry, **build_options)`` and the three
+    Subclasses implement ``_from_config(config, overrides, *, registry, **build_options)`` and the three
     ``checkpoint_*`` methods; they may override :meth:`checkpoint_key_map` (a model family with another layout)
     and :meth:`backend_overrides` (where ``attn_implementation`` goes in their config).
     """
@@ -123,7 +123,7 @@ class PretrainedModel(nn.Module):
 
     # ------------------------------------------------------------------------------------- what a class says
     @classmethod
-    def from_config(
+    def _from_config(
         cls: type[P], config: Any, overrides: Sequence[str] | Mapping[str, Any] = (), **kwargs: Any
     ) -> P:  # pragma: no cover - every model class defines it
         raise NotImplementedError
@@ -193,7 +193,7 @@ class PretrainedModel(nn.Module):
             cache_dir: hub cache directory (default: ``huggingface_hub``'s).
             local_files_only: use the hub cache only (``HF_HUB_OFFLINE=1`` does the same).
             token: hub token for private repositories.
-            build_options: passed to the class's ``from_config`` (``add_pooling_layer=False`` for
+            build_options: passed to the class's ``_from_config`` (``add_pooling_layer=False`` for
                 :class:`~bertblocks.BertModel`, ``head=…`` for :class:`~bertblocks.BertTaskModel`); and
                 transformers' keywords: ``dtype``/``torch_dtype`` (a dtype, its name, or ``"auto"``: the
                 checkpoint's), ``device_map`` (one device), and config fields (``num_labels=3``,
@@ -218,7 +218,7 @@ class PretrainedModel(nn.Module):
         # Parameters start on the meta device: the checkpoint's tensors become the parameters, and only
         # what it lacks is initialised (no random init of weights about to be overwritten, no second copy).
         with deferred_init():
-            model = cls.from_config(directory, extra, registry=registry, **build_options)
+            model = cls._from_config(directory, extra, registry=registry, **build_options)
         info = model.load_checkpoint(directory, strict=strict)
         materialize(model, model.initializer_std())
         hf_extra = getattr(model.config, "hf", None) or {}  # type: ignore[attr-defined]
@@ -288,11 +288,6 @@ class PretrainedModel(nn.Module):
         if push_to_hub:
             repo_id = hub_kwargs.pop("repo_id", directory.name)
             self._upload(directory, repo_id, **hub_kwargs)  # type: ignore[attr-defined]
-
-    @property
-    def num_parameters(self) -> ParameterCount:
-        """Unique parameters (a tied weight counts once); also callable as transformers' ``num_parameters()``."""
-        return ParameterCount(self)
 
 
 __all__ = ["PretrainedModel", "map_checkpoint_keys", "report_loading"]

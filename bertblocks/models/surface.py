@@ -135,34 +135,6 @@ def apply_load_options(model: nn.Module, options: Mapping[str, Any], checkpoint_
             model.to(torch.device(device_map) if isinstance(device_map, str | int) else device_map)
 
 
-class ParameterCount(int):
-    """A parameter count that is also transformers' ``num_parameters(only_trainable=…, exclude_embeddings=…)``.
-
-    Why an ``int`` that can be called: ``model.num_parameters`` has always been a number in bertblocks, and
-    the ecosystem calls ``model.num_parameters()``; both keep working.
-    """
-
-    _model: nn.Module
-
-    def __new__(cls, model: nn.Module) -> ParameterCount:
-        count = super().__new__(cls, sum(p.numel() for p in model.parameters()))
-        count._model = model
-        return count
-
-    def __call__(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
-        """Unique parameters (a tied weight counts once); optionally only trainable ones, or without embeddings."""
-        excluded = set()
-        if exclude_embeddings:
-            excluded = {
-                id(m.weight) for m in self._model.modules() if isinstance(m, nn.Embedding)
-            }  # token, position and type tables, as transformers counts them
-        return sum(
-            p.numel()
-            for p in self._model.parameters()
-            if (p.requires_grad or not only_trainable) and id(p) not in excluded
-        )
-
-
 class PretrainedSurface:
     """Mixin: transformers' ``PreTrainedModel`` surface for a bertblocks model (see the module docstring)."""
 
@@ -191,6 +163,22 @@ class PretrainedSurface:
             if p.is_floating_point():
                 return p.dtype
         return torch.get_default_dtype()
+
+    def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
+        """Unique parameters (a tied weight counts once), as transformers' ``num_parameters``.
+
+        Args:
+            only_trainable: count only parameters with ``requires_grad``.
+            exclude_embeddings: leave out every ``nn.Embedding`` table (token, position and type), as
+                transformers counts them.
+        """
+        model = self._module()
+        excluded = (
+            {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)} if exclude_embeddings else set()
+        )
+        return sum(
+            p.numel() for p in model.parameters() if (p.requires_grad or not only_trainable) and id(p) not in excluded
+        )
 
     def floating_point_ops(self, inputs: Mapping[str, Any], exclude_embeddings: bool = True) -> int:
         """transformers' estimate for the Trainer's ``total_flos``: 6 × tokens × (non-embedding) parameters."""
@@ -441,7 +429,6 @@ def _replace_module(root: nn.Module, old: nn.Module, new: nn.Module) -> None:
 
 __all__ = [
     "LOAD_OPTIONS",
-    "ParameterCount",
     "PretrainedSurface",
     "apply_load_options",
     "config_keywords",

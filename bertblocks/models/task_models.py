@@ -75,7 +75,7 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
 
     # ------------------------------------------------------------------------------------------- building
     @classmethod
-    def from_config(
+    def _from_config(
         cls: type[T],
         config: ConfigSource,
         overrides: Sequence[str] | Mapping[str, Any] = (),
@@ -115,7 +115,7 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         head_module = build_head(cfg, reg)
         if head_module.needs_pooler and cfg.pooler is None:
             raise BuildError(f"the {name!r} head reads the pooled output, but the config has pooler: null")
-        backbone = BertModel.from_config(cfg, registry=reg, add_pooling_layer=head_module.needs_pooler)
+        backbone = BertModel._from_config(cfg, registry=reg, add_pooling_layer=head_module.needs_pooler)
         # One config object for the model and its backbone, as in transformers; the backbone's structure was
         # fixed when it was built (it ignores `head`, and `pooler` only chose whether it has one).
         backbone.config = cfg

@@ -147,13 +147,9 @@ def _build_layer(
             "(is_decoder: true) needs; choose a backend that can (eager, sdpa)"
         )
     norm = _norm_factory(reg, config, norm_spec, f"{where} norm")
-    attention_component = reg.get("attention", attention_spec.name)
 
     def make_attention(what: str, scheme: PositionScheme) -> Callable[[Callable[[], nn.Module] | None], Attention]:
         def make(sublayer_norm: Callable[[], nn.Module] | None) -> Attention:
-            extra = _norm_argument(attention_component, sublayer_norm, norm_spec, f"{where} {what}", layer_spec.name)
-            if accepts(attention_component.factory, "layer_index"):  # factories written before it was passed
-                extra["layer_index"] = index
             return _make(  # type: ignore[no-any-return]
                 reg,
                 "attention",
@@ -167,16 +163,15 @@ def _build_layer(
                 layer_norm_eps=config.layer_norm_eps,
                 backend=backend,
                 position=scheme,
-                **extra,
+                layer_index=index,
+                norm=sublayer_norm,
             )
 
         return make
 
     activation = reg.get("activation", ff_spec.activation)
-    ff_component = reg.get("feedforward", ff_spec.name)
 
     def make_feedforward(sublayer_norm: Callable[[], nn.Module] | None) -> FeedForward:
-        extra = _norm_argument(ff_component, sublayer_norm, norm_spec, f"{where} feedforward", layer_spec.name)
         return _make(  # type: ignore[no-any-return]
             reg,
             "feedforward",
@@ -188,7 +183,7 @@ def _build_layer(
             activation=partial(_call, activation, nn.Module, f"{where} activation", options=_options(activation, {})),
             dropout=config.hidden_dropout_prob,
             layer_norm_eps=config.layer_norm_eps,
-            **extra,
+            norm=sublayer_norm,
         )
 
     return _make(  # type: ignore[no-any-return]
@@ -251,37 +246,13 @@ def _norm_factory(reg: Registry, config: BertConfig, spec: ComponentSpec, where:
     )
 
 
-def _norm_argument(
-    component: Component,
-    norm: Callable[[], nn.Module] | None,
-    norm_spec: ComponentSpec,
-    where: str,
-    layer: str,
-) -> dict[str, Any]:
-    """The ``norm`` keyword for an attention or feed-forward factory.
-
-    A factory written before norms were a component takes no ``norm``: it builds BERT's LayerNorm itself, which
-    is right for a post-LN layer with the default norm only.
-    """
-    if accepts(component.factory, "norm"):
-        return {"norm": norm}
-    if norm is not None and norm_spec.name == "layernorm" and norm_spec.options().get("bias", True):
-        return {}
-    need = f"norm {norm_spec.name!r}" if norm is not None else f"layer {layer!r} (which normalises itself)"
-    raise BuildError(
-        f"{where}: {component.kind} {component.name!r} from {component.provider} takes no `norm` argument, so it "
-        f"cannot be built for {need}; its factory must accept `norm` (see the writing-a-plugin guide)"
-    )
-
-
-def accepts(factory: Callable[..., Any], name: str, by_name_only: bool = False) -> bool:
-    """Whether ``factory`` takes a keyword argument ``name`` (by name, or through ``**kwargs`` unless
-    ``by_name_only``)."""
+def _takes_build(factory: Callable[..., Any]) -> bool:
+    """Whether ``factory`` names a ``build`` parameter: only factories with sub-components ask for one (a
+    ``**kwargs`` does not count: such a factory would not know what to do with it)."""
     try:
-        parameters = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):  # a builtin without a signature: assume the documented arguments only
+        return "build" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin without a signature takes the documented arguments only
         return False
-    return any(p.name == name or (p.kind is inspect.Parameter.VAR_KEYWORD and not by_name_only) for p in parameters)
 
 
 def _probe_backend(component: Component, backend: AttentionBackend, heads: int, head_dim: int, where: str) -> None:
@@ -328,7 +299,7 @@ def _options(component: Component, given: dict[str, Any]) -> BaseModel:
 
 def _make(reg: Registry, kind: str, spec: ComponentSpec, expected: type, where: str, **kwargs: Any) -> Any:
     component = reg.get(kind, spec.name)
-    if accepts(component.factory, "build", by_name_only=True) and "build" not in kwargs:
+    if "build" not in kwargs and _takes_build(component.factory):
         kwargs["build"] = partial(_build_sub, reg, where)
     return _call(component, expected, where, options=_options(component, plugin_options(component, spec)), **kwargs)
 

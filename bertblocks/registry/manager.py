@@ -24,10 +24,11 @@ import difflib
 import importlib.metadata as metadata
 import os
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import pluggy
 from pydantic import BaseModel
@@ -48,6 +49,8 @@ from .hookspecs import PROJECT, BertBlocksHooks
 
 ENTRY_POINT_GROUP = "bertblocks"
 DISABLE_AUTOLOAD_ENV = "BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD"
+
+T = TypeVar("T")
 
 
 class _PluginManager(pluggy.PluginManager):
@@ -205,24 +208,36 @@ class Registry:
             raise error
         self._hook_errors[(plugin_name, hook)] = error
 
+    def _collect(self, hook: str, check: Callable[[Any], list[T]]) -> list[tuple[str, list[T]]]:
+        """Call every plugin's implementation of ``hook`` (``pm.hook.<hook>``'s, in registration order), each on
+        its own: ``[(provider, checked items)]`` for those that worked.
+
+        pluggy's own ``pm.hook.<hook>()`` would stop at the first implementation that raises, without saying
+        whose it was; here a hook that raises, or returns what ``check`` refuses, is recorded against its
+        plugin and distribution (strict: raised) and the other plugins' results are kept. A hook that works
+        again (after a re-registration) clears its old error.
+        """
+        collected: list[tuple[str, list[T]]] = []
+        for impl in getattr(self._pm.hook, hook).get_hookimpls():
+            name = impl.plugin_name
+            dist, _ = self._origin.get(name, ("?", ""))
+            provider = name if dist in ("?", "(in-process)") else f"{name} ({dist})"
+            try:
+                items = check(impl.function())
+            except Exception:
+                self._record(name, hook)
+                continue
+            self._hook_errors.pop((name, hook), None)
+            collected.append((provider, items))
+        return collected
+
     # -------------------------------------------------------------------------------------------- look-up
     def _kinds(self) -> dict[str, ComponentKind]:
         """Kinds plugins declare (``bertblocks_register_kinds``), by name."""
         if self._kind_index is not None:
             return self._kind_index
         index: dict[str, ComponentKind] = {}
-        for plugin_name, plugin in self._pm.list_name_plugin():
-            hook = getattr(plugin, "bertblocks_register_kinds", None)
-            if hook is None:
-                continue
-            dist, _ = self._origin.get(plugin_name, ("?", ""))
-            provider = plugin_name if dist in ("?", "(in-process)") else f"{plugin_name} ({dist})"
-            try:
-                kinds = _check_kinds(hook())
-            except Exception:
-                self._record(plugin_name, "bertblocks_register_kinds")
-                continue
-            self._hook_errors.pop((plugin_name, "bertblocks_register_kinds"), None)
+        for provider, kinds in self._collect("bertblocks_register_kinds", _check_kinds):
             for kind in kinds:
                 if kind.name in KINDS:
                     raise KindCollisionError(kind.name, "bertblocks (built in)", provider)
@@ -251,19 +266,9 @@ class Registry:
         kinds = set(self.kinds())
         index: dict[tuple[str, str], Component] = {}
         self._clashes = {}
-        for plugin_name, plugin in self._pm.list_name_plugin():
-            hook = getattr(plugin, "bertblocks_register_components", None)
-            if hook is None:
-                continue
-            dist, _ = self._origin.get(plugin_name, ("?", ""))
-            provider = plugin_name if dist in ("?", "(in-process)") else f"{plugin_name} ({dist})"
-            try:
-                returned = hook()
-                components = _check_components(returned, kinds)
-            except Exception:
-                self._record(plugin_name, "bertblocks_register_components")
-                continue
-            self._hook_errors.pop((plugin_name, "bertblocks_register_components"), None)
+        for provider, components in self._collect(
+            "bertblocks_register_components", partial(_check_components, kinds=kinds)
+        ):
             for component in components:
                 key = (component.kind, component.name)
                 if key in index:
@@ -336,18 +341,7 @@ class Registry:
             return self._preset_index
         index: dict[str, Preset] = {}
         self._preset_clashes = {}
-        for plugin_name, plugin in self._pm.list_name_plugin():
-            hook = getattr(plugin, "bertblocks_register_presets", None)
-            if hook is None:
-                continue
-            dist, _ = self._origin.get(plugin_name, ("?", ""))
-            provider = plugin_name if dist in ("?", "(in-process)") else f"{plugin_name} ({dist})"
-            try:
-                presets = _check_presets(hook())
-            except Exception:
-                self._record(plugin_name, "bertblocks_register_presets")
-                continue
-            self._hook_errors.pop((plugin_name, "bertblocks_register_presets"), None)
+        for provider, presets in self._collect("bertblocks_register_presets", _check_presets):
             for preset in presets:
                 if preset.name in index:  # an error only where the name is used (get_preset)
                     self._preset_clashes.setdefault(preset.name, [index[preset.name]]).append(
@@ -383,18 +377,7 @@ class Registry:
         if self._command_index is not None:
             return self._command_index
         index: dict[str, Command] = {}
-        for plugin_name, plugin in self._pm.list_name_plugin():
-            hook = getattr(plugin, "bertblocks_register_commands", None)
-            if hook is None:
-                continue
-            dist, _ = self._origin.get(plugin_name, ("?", ""))
-            provider = plugin_name if dist in ("?", "(in-process)") else f"{plugin_name} ({dist})"
-            try:
-                commands = _check_commands(hook())
-            except Exception:
-                self._record(plugin_name, "bertblocks_register_commands")
-                continue
-            self._hook_errors.pop((plugin_name, "bertblocks_register_commands"), None)
+        for provider, commands in self._collect("bertblocks_register_commands", _check_commands):
             for command in commands:
                 if command.name in index:
                     raise DuplicateCommandError(command.name, index[command.name].provider, provider)

@@ -13,9 +13,11 @@ from torch import nn
 
 from ..config import ConfigError
 from ..core.component import Component
+from ..errors import BertBlocksError
 from ..hf.weights import LoadingInfo
 from ..models.backbone import BertModel
 from ..registry import BuildError, Registry, validate_config
+from ..zoo import create_model
 
 #: float32 tolerance, as for HF parity
 ATOL = 1e-5
@@ -32,7 +34,7 @@ TINY_CONFIG: dict[str, Any] = {
 }
 
 
-class ConformanceError(AssertionError):
+class ConformanceError(BertBlocksError, AssertionError):
     """A component does not do what its interface promises."""
 
 
@@ -105,10 +107,8 @@ class Subject:
         torch.manual_seed(seed)
         cfg = dict(config) if config is not None else self.config(**changes)
         if self.kind == "head":
-            from ..models.task_models import BertTaskModel
-
-            return BertTaskModel.from_config(cfg, head=self.name, registry=self.registry).eval()
-        return BertModel.from_config(cfg, registry=self.registry).eval()
+            return create_model(cfg, head=self.name, registry=self.registry).eval()
+        return create_model(cfg, registry=self.registry).eval()
 
     def reload(self, directory: str) -> tuple[nn.Module, LoadingInfo]:
         """The model :meth:`model` saved to ``directory``, loaded back with its loading report."""

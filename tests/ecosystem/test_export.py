@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.utils._pytree as pytree
 
-from bertblocks import BertForMaskedLM, BertForSequenceClassification, BertModel, cli
+from bertblocks import BertForSequenceClassification, BertModel, cli, create_model
 from bertblocks.core.outputs import ModelOutputWithPooling, SequenceClassifierOutput
 from bertblocks.models.export import export_onnx, export_program
 from tests.conftest import TINY, batch
@@ -51,7 +51,7 @@ def test_outputs_are_pytree_nodes():
 @pytest.mark.parametrize("cls", [BertModel, BertForSequenceClassification])
 def test_torch_export_dynamic_batch_and_sequence(cls):
     torch.manual_seed(0)
-    model = cls.from_config(TINY).eval()
+    model = create_model(TINY, head=getattr(cls, "head_name", None)).eval()
     program = export_program(model, _unpadded_example())
     for b, length in ((3, 9), (5, 13), (2, 4)):
         inputs = batch(seed=b, b=b, length=length)
@@ -73,7 +73,7 @@ def test_torch_export_dynamic_batch_and_sequence(cls):
 )
 def test_onnx_runtime_equals_pytorch_on_padded_batches(tmp_path, cls, outputs):
     torch.manual_seed(0)
-    model = cls.from_config(TINY).eval()
+    model = create_model(TINY, head=getattr(cls, "head_name", None)).eval()
     path = export_onnx(model, tmp_path / "model.onnx", example=_unpadded_example())
     graph = onnx.load(str(path)).graph
     assert [i.name for i in graph.input] == ["input_ids", "attention_mask", "token_type_ids"]
@@ -95,14 +95,14 @@ def test_onnx_runtime_equals_pytorch_on_padded_batches(tmp_path, cls, outputs):
 
 
 def test_export_refuses_models_it_cannot_export():
-    decoder = BertModel.from_config({**TINY, "is_decoder": True})
+    decoder = create_model({**TINY, "is_decoder": True})
     with pytest.raises(ValueError, match="exporting a decoder"):
         export_program(decoder)
 
 
 def test_export_command_writes_onnx_and_pt2(tmp_path, capsys):
     torch.manual_seed(0)
-    model = BertForMaskedLM.from_config(TINY).eval()
+    model = create_model(TINY, head="masked_lm").eval()
     model.save_pretrained(tmp_path / "ckpt")
     code = cli.main(["export", str(tmp_path / "ckpt"), str(tmp_path / "model.pt2")])
     out = capsys.readouterr().out

@@ -9,7 +9,7 @@ import pytest
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
-from bertblocks import BertForSequenceClassification, BertModel
+from bertblocks import BertForSequenceClassification, create_model
 from tests.conftest import TINY, batch, max_diff
 from tests.tolerances import assert_close
 
@@ -26,7 +26,7 @@ def _lora(**kwargs: object) -> LoraConfig:
 
 def test_lora_train_save_load_merge(tmp_path):
     torch.manual_seed(0)
-    base = BertForSequenceClassification.from_config(TINY, ["num_labels=3"])
+    base = create_model(TINY, ["num_labels=3"], head="sequence_classification")
     reference = {k: v.clone() for k, v in base.state_dict().items()}
     model = get_peft_model(base, _lora(modules_to_save=["classifier"]))
     trainable = [name for name, p in model.named_parameters() if p.requires_grad]
@@ -57,7 +57,7 @@ def test_lora_train_save_load_merge(tmp_path):
     model.save_pretrained(tmp_path / "adapter")
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
 
-    fresh = BertForSequenceClassification.from_config(TINY, ["num_labels=3"])
+    fresh = create_model(TINY, ["num_labels=3"], head="sequence_classification")
     fresh.load_state_dict(reference)
     loaded = PeftModel.from_pretrained(fresh, tmp_path / "adapter").eval()
     with torch.no_grad():
@@ -71,7 +71,7 @@ def test_lora_train_save_load_merge(tmp_path):
 def test_lora_applies_on_the_packed_path():
     """A padded batch in inference packs real tokens (encoder.packing: always); LoRA layers still run."""
     torch.manual_seed(0)
-    base = BertModel.from_config(TINY, ["encoder.packing=always"]).eval()
+    base = create_model(TINY, ["encoder.packing=always"]).eval()
     inputs = batch()
     mask = inputs["attention_mask"].bool()
     with torch.no_grad():
@@ -90,7 +90,7 @@ def test_lora_applies_on_the_packed_path():
     assert calls
     assert all(shape[:-1].numel() == int(mask.sum()) for shape in calls)
     assert max_diff(packed[mask], plain[mask]) > 1e-3  # the adapters changed the outputs
-    unpacked = BertModel.from_config(TINY, ["encoder.packing=never"]).eval()
+    unpacked = create_model(TINY, ["encoder.packing=never"]).eval()
     unpacked.load_state_dict(base_state)
     reference = get_peft_model(unpacked, _lora())
     reference.load_state_dict(model.state_dict())

@@ -13,7 +13,7 @@ import torch
 import transformers
 from transformers import TrainingArguments
 
-from bertblocks import BertForMaskedLM, BertForSequenceClassification
+from bertblocks import BertForMaskedLM, BertForSequenceClassification, create_model
 from bertblocks.integrations.trainer import Trainer
 from tests.conftest import TINY, batch
 from tests.tolerances import assert_close
@@ -63,7 +63,7 @@ def test_fine_tune_and_evaluate_with_metrics(tmp_path, trainer_class):
     """transformers' own Trainer trains and evaluates a bertblocks model as it is (num_items_in_batch,
     num_parameters(), outputs it can gather)."""
     torch.manual_seed(0)
-    model = BertForSequenceClassification.from_config(TINY, ["num_labels=3"])
+    model = create_model(TINY, ["num_labels=3"], head="sequence_classification")
     rows = _rows()
     trainer = trainer_class(
         model=model, args=_args(tmp_path), train_dataset=rows, eval_dataset=rows, compute_metrics=_accuracy
@@ -80,7 +80,7 @@ def test_fine_tune_and_evaluate_with_metrics(tmp_path, trainer_class):
 
 def test_gradient_accumulation_with_a_model_that_ignores_num_items(tmp_path):
     torch.manual_seed(0)
-    model = BertForSequenceClassification.from_config(TINY, ["num_labels=3"])
+    model = create_model(TINY, ["num_labels=3"], head="sequence_classification")
     trainer = transformers.Trainer(
         model=model, args=_args(tmp_path, gradient_accumulation_steps=2, num_train_epochs=1), train_dataset=_rows()
     )
@@ -91,7 +91,7 @@ def test_gradient_accumulation_with_a_model_that_ignores_num_items(tmp_path):
 def test_save_model_loads_in_bertblocks_and_transformers_auto(tmp_path):
     """With a `datasets.Dataset`: the Trainer drops the columns forward does not take (read from its signature)."""
     torch.manual_seed(0)
-    model = BertForSequenceClassification.from_config(TINY, ["num_labels=3"])
+    model = create_model(TINY, ["num_labels=3"], head="sequence_classification")
     rows = [{"input_ids": r["input_ids"].tolist(), "labels": int(r["labels"]), "text": "unused"} for r in _rows()]
     dataset = datasets.Dataset.from_list(rows)
     trainer = Trainer(model=model, args=_args(tmp_path, num_train_epochs=1), train_dataset=dataset)
@@ -111,7 +111,7 @@ def test_save_model_loads_in_bertblocks_and_transformers_auto(tmp_path):
 def test_tied_masked_lm_checkpoints_and_save_model(tmp_path):
     """A tied masked LM: checkpoints during training and the final save write the shared tensor once."""
     torch.manual_seed(0)
-    model = BertForMaskedLM.from_config(TINY)
+    model = create_model(TINY, head="masked_lm")
     rows = [{"input_ids": r["input_ids"], "labels": r["input_ids"].clone()} for r in _rows(16)]
     args = _args(tmp_path, num_train_epochs=1, save_strategy="steps", save_steps=1, save_total_limit=1)
     trainer = Trainer(model=model, args=args, train_dataset=rows)
@@ -131,7 +131,7 @@ def test_tied_masked_lm_checkpoints_and_save_model(tmp_path):
 
 def test_gradient_checkpointing_flag_and_bf16(tmp_path):
     torch.manual_seed(0)
-    model = BertForSequenceClassification.from_config(TINY, ["num_labels=3"])
+    model = create_model(TINY, ["num_labels=3"], head="sequence_classification")
     args = _args(tmp_path, activation_checkpointing=True, bf16=True, num_train_epochs=2)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=_rows())
     seen = []

@@ -39,7 +39,7 @@ def test_parameter_count_equals_transformers_no_copies(tmp_path, groups):
     ours = bertblocks.from_pretrained(tmp_path / "hf", head="auto")
     assert ours.config.encoder.num_layer_groups == groups
     assert len(ours.bert.encoder.layer) == groups  # one module per group, used by num_layers // groups layers
-    assert ours.num_parameters == sum(p.numel() for p in reference.parameters())
+    assert ours.num_parameters() == sum(p.numel() for p in reference.parameters())
 
 
 def test_two_groups_load_compute_and_save_as_transformers(tmp_path):

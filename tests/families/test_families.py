@@ -18,11 +18,8 @@ from bertblocks.core.family import Family
 from bertblocks.core.keymap import Drop, KeyMap, Rename, Split
 from bertblocks.hf.weights import CheckpointError
 from bertblocks.registry import Registry, set_registry
-<<<<<<< HEAD
 from tests.families.reference import FAMILIES, save_hf
-=======
 from tests.tolerances import assert_close
->>>>>>> tolerance
 
 TINY = {
     "vocab_size": 99,
@@ -103,7 +100,7 @@ def toy_checkpoint(directory, model: bertblocks.BertModel, qkv_rows: int | None 
 def test_third_party_family_loads_its_own_checkpoint_format(tmp_path):
     toy_registry()
     torch.manual_seed(0)
-    reference = bertblocks.BertModel.from_config({**TINY, "pooler": None}).eval()
+    reference = bertblocks.create_model({**TINY, "pooler": None}).eval()
     toy_checkpoint(tmp_path / "toy", reference)
     loaded, info = bertblocks.from_pretrained(tmp_path / "toy", output_loading_info=True)
     assert loaded.config.family == "toybert"
@@ -130,7 +127,7 @@ def test_third_party_family_loads_its_own_checkpoint_format(tmp_path):
 def test_third_party_family_through_a_registry_argument_alone(tmp_path):
     registry = toy_registry()
     set_registry(None)  # the process-wide registry knows no toybert: the argument must be used throughout
-    reference = bertblocks.BertModel.from_config({**TINY, "pooler": None})
+    reference = bertblocks.create_model({**TINY, "pooler": None})
     toy_checkpoint(tmp_path / "toy", reference)
     loaded = bertblocks.BertModel.from_pretrained(tmp_path / "toy", registry=registry)
     loaded.save_pretrained(tmp_path / "again")
@@ -141,7 +138,7 @@ def test_third_party_family_through_a_registry_argument_alone(tmp_path):
 
 def test_fused_tensor_of_the_wrong_size_is_a_clear_error(tmp_path):
     toy_registry()
-    reference = bertblocks.BertModel.from_config({**TINY, "pooler": None})
+    reference = bertblocks.create_model({**TINY, "pooler": None})
     toy_checkpoint(tmp_path / "toy", reference, qkv_rows=90)
     with pytest.raises(CheckpointError) as info:
         bertblocks.from_pretrained(tmp_path / "toy")
@@ -216,7 +213,7 @@ def test_hybrid_builds_trains_saves_and_reloads_as_a_bertblocks_hybrid(tmp_path)
         "pad_token_id": 1,
         "head": {"name": "dense_classification", "activation": "gelu"},
     }
-    model = bertblocks.BertTaskModel.from_config(hybrid)
+    model = bertblocks.create_model(hybrid)
     ids = torch.randint(2, 99, (2, 6))
     loss = model(ids, labels=torch.tensor([0, 1])).loss
     loss.backward()

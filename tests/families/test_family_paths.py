@@ -210,7 +210,7 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
     assert validated["config"]["family"] == json.loads(Path(config_json).read_text())["model_type"]
 
     built = _json(capsys, "build", config_json)
-    assert built["parameters"]["unique"] == model.num_parameters
+    assert built["parameters"]["unique"] == model.num_parameters()
     # ALBERT's shared layer counts once, as in transformers
     assert built["parameters"]["unique"] == sum(p.numel() for p in checkpoint.reference.parameters())
 

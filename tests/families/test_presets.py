@@ -43,20 +43,20 @@ def test_family_preset_builds_what_transformers_builds(name):
     hf = config_to_hf(backbone_cfg)
     prefix = get_family(cfg.family).key_map.prefix
     with torch.device("meta"):
-        ours = bertblocks.BertModel.from_config(backbone_cfg)
+        ours = bertblocks.create_model(backbone_cfg)
         theirs = transformers.AutoModel.from_config(transformers.AutoConfig.for_model(**hf))
     mapped = strip_prefix(model_to_checkpoint(add_prefix(ours.state_dict(), "bert"), backbone_cfg), prefix)
     mine = {k: tuple(v.shape) for k, v in mapped.items()}
     # the keys transformers writes: its save_pretrained reverts a family's conversion mapping (NomicBERT's Wqkv, …)
     expected = {k: tuple(v.shape) for k, v in revert_weight_conversion(theirs, theirs.state_dict()).items()}
     assert mine == expected
-    assert ours.num_parameters == sum(p.numel() for p in theirs.parameters())  # ALBERT's shared layer counts once
+    assert ours.num_parameters() == sum(p.numel() for p in theirs.parameters())  # ALBERT's shared layer counts once
     if cfg.head is not None:  # a preset with its head (ELECTRA's generators): the whole task model
         full_hf = config_to_hf(cfg)
         with torch.device("meta"):
-            task = bertblocks.BertTaskModel.from_config(cfg)
+            task = bertblocks.create_model(cfg)
             reference = getattr(transformers, full_hf["architectures"][0])(transformers.AutoConfig.for_model(**full_hf))
-        assert task.num_parameters == sum(p.numel() for p in reference.parameters())
+        assert task.num_parameters() == sum(p.numel() for p in reference.parameters())
 
 
 def test_cli_lists_presets_by_pattern(capsys):

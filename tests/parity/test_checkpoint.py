@@ -17,7 +17,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 import bertblocks
-from bertblocks import CheckpointError
+from bertblocks.hf.weights import CheckpointError
 from tests.conftest import TINY, V4, batch
 from tests.tolerances import assert_close
 
@@ -129,7 +129,7 @@ def test_transformers_sharded_checkpoint_loads(hf_checkpoint, tmp_path: Path):
 @pytest.mark.parametrize("safe", [True, False])
 def test_our_sharded_checkpoint_loads_in_transformers_and_back(tmp_path: Path, safe: bool):
     torch.manual_seed(1)
-    ours = bertblocks.build_model({**TINY, "initializer_range": 0.2}).eval()
+    ours = bertblocks.create_model({**TINY, "initializer_range": 0.2}).eval()
     directory = tmp_path / "ours"
     ours.save_pretrained(directory, max_shard_size=20_000, safe_serialization=safe)
     suffix = "safetensors" if safe else "bin"
@@ -158,7 +158,7 @@ def test_our_sharded_checkpoint_loads_in_transformers_and_back(tmp_path: Path, s
 
 
 def test_single_file_save_writes_hf_names_and_config(tmp_path: Path):
-    ours = bertblocks.build_model(TINY)
+    ours = bertblocks.create_model(TINY)
     ours.save_pretrained(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
     saved = load_file(tmp_path / "model.safetensors")
@@ -241,7 +241,7 @@ def test_missing_weights_file_is_file_not_found(hf_checkpoint):
 
 
 def test_index_naming_a_missing_shard_is_file_not_found(tmp_path: Path):
-    bertblocks.build_model(TINY).save_pretrained(tmp_path, max_shard_size=20_000)
+    bertblocks.create_model(TINY).save_pretrained(tmp_path, max_shard_size=20_000)
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     lost = sorted(set(index["weight_map"].values()))[1]
     (tmp_path / lost).unlink()

@@ -12,7 +12,9 @@ import transformers
 from torch import nn
 
 import bertblocks
-from bertblocks import BertConfig, ConfigError, dump_yaml, load_config, save_config
+from bertblocks import BertConfig, load_config, save_config
+from bertblocks.config import ConfigError
+from bertblocks.config_files import dump_yaml
 from bertblocks.core.interfaces import Positions
 from bertblocks.plugins.backends import EagerBackend, SdpaBackend
 from tests.conftest import TINY, V4, batch, max_diff

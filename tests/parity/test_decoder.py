@@ -90,7 +90,7 @@ def test_cached_steps_match_transformers(hf_decoder_dir):
 def _random_decoder(position, backend, cross=True, seed=0):
     torch.manual_seed(seed)
     config = {**DECODER, "add_cross_attention": cross, "position": position}
-    model = bertblocks.build_model(config, [f"encoder.attention.backend={backend}"]).eval()
+    model = bertblocks.create_model(config, [f"encoder.attention.backend={backend}"]).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "distance_embedding" in name:
@@ -225,7 +225,7 @@ def test_legacy_tuple_cache_round_trip():
 
 def test_use_cache_defaults():
     decoder = _random_decoder("absolute", "sdpa", cross=False)
-    encoder = bertblocks.build_model(TINY).eval()
+    encoder = bertblocks.create_model(TINY).eval()
     ids = _inputs(7)["input_ids"]
     with torch.no_grad():
         assert isinstance(decoder(input_ids=ids).past_key_values, KVCache)  # config.use_cache
@@ -238,8 +238,8 @@ def test_use_cache_defaults():
 
 # ------------------------------------------------------------------------------------------- bad input
 def test_cross_attention_without_decoder_is_a_config_error():
-    with pytest.raises(bertblocks.ConfigError, match="add_cross_attention: cross-attention needs is_decoder"):
-        bertblocks.build_model({**TINY, "add_cross_attention": True})
+    with pytest.raises(bertblocks.config.ConfigError, match="add_cross_attention: cross-attention needs is_decoder"):
+        bertblocks.create_model({**TINY, "add_cross_attention": True})
 
 
 def test_encoder_states_for_a_model_without_cross_attention():
@@ -256,7 +256,7 @@ def test_cross_attention_model_needs_encoder_states():
 
 def test_cache_from_a_model_of_another_shape():
     small = _random_decoder("absolute", "sdpa", cross=False)
-    other = bertblocks.build_model(
+    other = bertblocks.create_model(
         {**DECODER, "add_cross_attention": False, "encoder": {**TINY["encoder"], "attention": {"num_heads": 2}}}
     ).eval()
     ids = _inputs()["input_ids"]
@@ -264,7 +264,7 @@ def test_cache_from_a_model_of_another_shape():
         cache = other(input_ids=ids, use_cache=True).past_key_values
         with pytest.raises(ValueError, match="another shape"):
             small(input_ids=ids[:, :1], past_key_values=cache)
-        three = bertblocks.build_model(
+        three = bertblocks.create_model(
             {**DECODER, "add_cross_attention": False, "encoder": {**TINY["encoder"], "num_layers": 3}}
         ).eval()
         with pytest.raises(ValueError, match="3 layers but this model has 2"):
@@ -290,6 +290,6 @@ def test_mask_shorter_than_cache_plus_input():
 
 
 def test_cache_for_an_encoder_is_refused():
-    encoder = bertblocks.build_model(TINY).eval()
+    encoder = bertblocks.create_model(TINY).eval()
     with pytest.raises(ValueError, match="not a decoder"):
         encoder(input_ids=_inputs()["input_ids"], past_key_values=KVCache(2))

@@ -8,6 +8,7 @@ import pytest
 import torch
 import transformers
 
+from bertblocks import create_model
 from bertblocks.models.encoder_decoder import BertEncoderDecoder, shift_tokens_right
 from tests.conftest import TINY, TINY_HF
 from tests.tolerances import assert_close
@@ -80,9 +81,7 @@ def test_saved_checkpoint_loads_in_transformers(hf_dir, tmp_path):
 
 
 def test_built_from_one_config_and_trains():
-    ours = BertEncoderDecoder.from_config(
-        {"encoder": TINY, "decoder": TINY, "decoder_start_token_id": 1, "pad_token_id": 0}
-    )
+    ours = create_model({"encoder": TINY, "decoder": TINY, "decoder_start_token_id": 1, "pad_token_id": 0})
     assert ours.decoder.config.is_decoder
     assert ours.decoder.config.add_cross_attention
     assert not ours.projects
@@ -99,13 +98,11 @@ def test_shift_tokens_right():
 
 
 def test_bad_input():
-    ours = BertEncoderDecoder.from_config(
-        {"encoder": TINY, "decoder": TINY, "decoder_start_token_id": 1, "pad_token_id": 0}
-    )
+    ours = create_model({"encoder": TINY, "decoder": TINY, "decoder_start_token_id": 1, "pad_token_id": 0})
     ids, mask, _ = _inputs()
     with pytest.raises(ValueError, match="decoder_input_ids, or labels"):
         ours(input_ids=ids, attention_mask=mask)
-    with pytest.raises(FileNotFoundError, match="encoder-decoder config not found"):
-        BertEncoderDecoder.from_config("no/such/file.yaml")
+    with pytest.raises(FileNotFoundError, match=r"no/such/file\.yaml is not a directory"):
+        BertEncoderDecoder.from_pretrained("no/such/file.yaml", local_files_only=True)
     with pytest.raises(ValueError, match="decoder_start_token_id"):
-        BertEncoderDecoder.from_config({"encoder": TINY, "decoder": TINY})
+        create_model({"encoder": TINY, "decoder": TINY})

@@ -180,7 +180,7 @@ def test_saved_by_bertblocks_loads_in_transformers_auto_class(tmp_path, case):
     cls_name, overrides, _, fields = CASES[case]
     torch.manual_seed(5)
     config = {**TINY, "initializer_range": 0.2, **overrides}
-    ours = getattr(bertblocks, cls_name).from_config(config, NEVER_PACK).eval()
+    ours = bertblocks.create_model(config, NEVER_PACK, head=getattr(bertblocks, cls_name).head_name).eval()
     ours.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [cls_name]
     hf, info = getattr(transformers, AUTO[cls_name]).from_pretrained(tmp_path, output_loading_info=True)
@@ -195,14 +195,14 @@ def test_saved_by_bertblocks_loads_in_transformers_auto_class(tmp_path, case):
 
 
 def test_tied_decoder_is_the_embedding_table_and_is_not_saved(tmp_path, hf_checkpoint):
-    model = bertblocks.BertForMaskedLM.from_config({**TINY})
+    model = bertblocks.create_model({**TINY}, head="masked_lm")
     decoder = model.cls.predictions.decoder
     assert decoder.weight is model.bert.embeddings.word_embeddings.weight
     assert decoder.bias is model.cls.predictions.bias
     params = list(model.parameters())
     assert len(params) == len({id(p) for p in params})
     hf = transformers.BertForMaskedLM(transformers.BertConfig(**TINY_HF))
-    assert model.num_parameters == sum(p.numel() for p in hf.parameters())
+    assert model.num_parameters() == sum(p.numel() for p in hf.parameters())
     model.save_pretrained(tmp_path / "ours")
     hf.save_pretrained(tmp_path / "hf")
     ours_keys = set(load_file(tmp_path / "ours" / "model.safetensors"))
@@ -216,7 +216,7 @@ def test_tied_decoder_is_the_embedding_table_and_is_not_saved(tmp_path, hf_check
 
 def test_untied_decoder_has_its_own_weights_and_round_trips(tmp_path):
     torch.manual_seed(6)
-    ours = bertblocks.BertForMaskedLM.from_config({**TINY, "tie_word_embeddings": False}, NEVER_PACK).eval()
+    ours = bertblocks.create_model({**TINY, "tie_word_embeddings": False}, NEVER_PACK, head="masked_lm").eval()
     decoder = ours.cls.predictions.decoder
     assert decoder.weight is not ours.bert.embeddings.word_embeddings.weight
     assert decoder.bias is not ours.cls.predictions.bias  # as transformers 5 unties both
@@ -322,7 +322,7 @@ def test_from_pretrained_head_argument(hf_checkpoint):
 
 def test_labels_metadata_round_trips(tmp_path):
     id2label = {0: "negative", 1: "neutral", 2: "positive"}
-    ours = bertblocks.BertForSequenceClassification.from_config({**TINY, "id2label": id2label})
+    ours = bertblocks.create_model({**TINY, "id2label": id2label}, head="sequence_classification")
     assert ours.config.num_labels == 3
     assert ours.classifier.out_features == 3
     ours.save_pretrained(tmp_path)
@@ -335,7 +335,7 @@ def test_labels_metadata_round_trips(tmp_path):
 
 
 def test_inferred_problem_type_is_saved(tmp_path):
-    model = bertblocks.BertForSequenceClassification.from_config({**TINY, "num_labels": 3})
+    model = bertblocks.create_model({**TINY, "num_labels": 3}, head="sequence_classification")
     assert model.config.problem_type is None
     model(**batch(14), labels=torch.tensor([[1.0, 0.0, 0.0]] * 3))
     assert model.config.problem_type == "multi_label_classification"
@@ -353,15 +353,15 @@ def test_config_architectures_name_the_head_and_the_backbone_ignores_it(tmp_path
     assert config.head.name == "token_classification"
     assert config.to_hf()["architectures"] == ["BertForTokenClassification"]
     assert "bertblocks" not in config.to_hf()  # the head travels in `architectures`
-    backbone = bertblocks.BertModel.from_config(config)
+    backbone = bertblocks.create_model(config, {"head": None})  # the backbone alone
     assert not hasattr(backbone, "classifier")
     backbone.save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertModel"]
 
 
 def test_dropout_uses_classifier_dropout_or_else_hidden_dropout():
-    explicit = bertblocks.BertForSequenceClassification.from_config({**TINY, "classifier_dropout": 0.3})
-    fallback = bertblocks.BertForTokenClassification.from_config({**TINY, "hidden_dropout_prob": 0.2})
+    explicit = bertblocks.create_model({**TINY, "classifier_dropout": 0.3}, head="sequence_classification")
+    fallback = bertblocks.create_model({**TINY, "hidden_dropout_prob": 0.2}, head="token_classification")
     assert explicit.dropout.p == 0.3
     assert fallback.dropout.p == 0.2
 
@@ -395,7 +395,7 @@ def test_third_party_head_builds_saves_and_reloads(tmp_path):
     registry.register(_Plugin(), name="mean-head")
     set_registry(registry)
     torch.manual_seed(7)
-    model = bertblocks.BertTaskModel.from_config({**TINY, "head": "mean_regression"}).eval()
+    model = bertblocks.create_model({**TINY, "head": "mean_regression"}).eval()
     assert type(model) is bertblocks.BertTaskModel
     assert model.bert.pooler is None  # the head does not read the pooled output
     assert [k for k in model.state_dict() if not k.startswith("bert.")] == ["regressor.weight", "regressor.bias"]
@@ -413,7 +413,7 @@ def test_third_party_head_builds_saves_and_reloads(tmp_path):
 
 # ----------------------------------------------------------------------------------------- bad input
 def _model(cls_name, **config):
-    return getattr(bertblocks, cls_name).from_config({**TINY, **config}).eval()
+    return bertblocks.create_model({**TINY, **config}, head=getattr(bertblocks, cls_name).head_name).eval()
 
 
 @pytest.mark.parametrize(
@@ -512,17 +512,18 @@ def test_multiple_choice_needs_three_d_inputs():
 
 def test_config_errors_name_the_field():
     with pytest.raises(ConfigError, match=r"num_labels: is 3 but id2label names 2 labels"):
-        bertblocks.BertForSequenceClassification.from_config({**TINY, "num_labels": 3, "id2label": {0: "a", 1: "b"}})
+        bertblocks.create_model({**TINY, "num_labels": 3, "id2label": {0: "a", 1: "b"}}, head="sequence_classification")
     with pytest.raises(ConfigError, match=r"head: unknown head 'masked_ml'.*did you mean 'masked_lm'"):
-        bertblocks.BertTaskModel.from_config({**TINY, "head": "masked_ml"})
+        bertblocks.create_model({**TINY, "head": "masked_ml"})
     with pytest.raises(ConfigError, match=r"head.tie: unknown field"):
-        bertblocks.BertTaskModel.from_config({**TINY, "head": {"name": "masked_lm", "tie": False}})
+        bertblocks.create_model({**TINY, "head": {"name": "masked_lm", "tie": False}})
 
 
-def test_build_errors_are_clear():
+def test_build_errors_are_clear(tmp_path):
     with pytest.raises(BuildError, match=r"question_answering head needs num_labels = 2.*num_labels = 3"):
-        bertblocks.BertForQuestionAnswering.from_config({**TINY, "num_labels": 3})
+        bertblocks.create_model({**TINY, "num_labels": 3}, head="question_answering")
     with pytest.raises(BuildError, match=r"'sequence_classification' head reads the pooled output.*pooler: null"):
-        bertblocks.BertForSequenceClassification.from_config({**TINY, "pooler": None})
+        bertblocks.create_model({**TINY, "pooler": None}, head="sequence_classification")
+    bertblocks.create_model(TINY).save_pretrained(tmp_path)
     with pytest.raises(BuildError, match="BertForMaskedLM always has the 'masked_lm' head"):
-        bertblocks.BertForMaskedLM.from_config(TINY, head="sequence_classification")
+        bertblocks.BertForMaskedLM.from_pretrained(tmp_path, head="sequence_classification")

@@ -14,7 +14,6 @@ from pydantic import ValidationError
 
 import bertblocks
 from bertblocks import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertModel
-from bertblocks.models.encoder_decoder import BertEncoderDecoder
 from bertblocks.models.surface import parse_size, resolve_dtype
 from bertblocks.sentence import minilm_path
 from tests.conftest import TINY, batch, max_diff
@@ -52,11 +51,11 @@ def test_device_dtype_and_num_parameters_as_transformers(hf_checkpoint, cls):
     for p in theirs.bert.parameters() if cls != "BertModel" else theirs.encoder.parameters():
         p.requires_grad_(False)
     assert ours.num_parameters(only_trainable=True) == theirs.num_parameters(only_trainable=True)
-    assert ours.num_parameters == sum(p.numel() for p in ours.parameters())  # still a number, as before
+    assert ours.num_parameters() == sum(p.numel() for p in ours.parameters())
 
 
 def test_bf16_model_reports_its_dtype():
-    model = BertModel.from_config(TINY).to(torch.bfloat16)
+    model = bertblocks.create_model(TINY).to(torch.bfloat16)
     assert model.dtype == torch.bfloat16
 
 
@@ -112,7 +111,7 @@ def test_num_labels_override_on_minilm_without_label_names():
 
 def test_num_labels_override_contradicting_real_label_names_is_still_an_error(hf_checkpoint):
     directory = hf_checkpoint("BertForSequenceClassification", id2label={0: "neg", 1: "pos"})
-    with pytest.raises(bertblocks.ConfigError, match="num_labels: is 3 but id2label names 2 labels"):
+    with pytest.raises(bertblocks.config.ConfigError, match="num_labels: is 3 but id2label names 2 labels"):
         BertForSequenceClassification.from_pretrained(directory, ["num_labels=3"])
 
 
@@ -141,7 +140,7 @@ def test_tie_weights_reties_after_the_decoder_was_untied(hf_checkpoint):
 
 
 def test_backbone_has_no_output_embeddings():
-    model = BertModel.from_config(TINY)
+    model = bertblocks.create_model(TINY)
     assert model.get_output_embeddings() is None
     with pytest.raises(AttributeError, match="BertModel has no output embeddings"):
         model.set_output_embeddings(torch.nn.Linear(32, 99))
@@ -173,7 +172,7 @@ def test_resize_token_embeddings_as_transformers(hf_checkpoint, cls, size, multi
 
 
 def test_resize_token_embeddings_rejects_bad_sizes():
-    model = BertModel.from_config(TINY)
+    model = bertblocks.create_model(TINY)
     with pytest.raises(ValueError, match="new_num_tokens must be at least 1"):
         model.resize_token_embeddings(0)
     with pytest.raises(ValueError, match="pad_to_multiple_of must be a positive integer"):
@@ -183,7 +182,8 @@ def test_resize_token_embeddings_rejects_bad_sizes():
 # ----------------------------------------------------------------------------------- checkpointing
 def test_gradient_checkpointing_kwargs_give_the_same_gradients():
     torch.manual_seed(0)
-    model = BertForSequenceClassification.from_config(TINY).train()  # checkpointing works in training only
+    # checkpointing works in training only
+    model = bertblocks.create_model(TINY, head="sequence_classification").train()
     inputs = {**batch(), "labels": torch.tensor([0, 1, 1])}
 
     def grads() -> list[torch.Tensor]:
@@ -210,7 +210,7 @@ def test_gradient_checkpointing_kwargs_give_the_same_gradients():
 # ----------------------------------------------------------------------------------------------- saving
 @pytest.mark.parametrize("size", ["20KB", 20_000, "0.02MB"])
 def test_save_pretrained_max_shard_size_strings_load_in_transformers(tmp_path, size):
-    model = BertForMaskedLM.from_config(TINY).eval()
+    model = bertblocks.create_model(TINY, head="masked_lm").eval()
     model.save_pretrained(tmp_path, max_shard_size=size)
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) > 1
@@ -231,7 +231,7 @@ def test_parse_size():
 
 def test_save_pretrained_with_a_given_state_dict_drops_tied_names(tmp_path):
     """What Trainer, PEFT and accelerate pass: the full state dict, tied names included."""
-    model = BertForMaskedLM.from_config(TINY).eval()
+    model = bertblocks.create_model(TINY, head="masked_lm").eval()
     state = {k: v * 0 + 1 if k.endswith("LayerNorm.bias") else v for k, v in model.state_dict().items()}
     model.save_pretrained(tmp_path, state_dict=state)
     theirs = transformers.BertForMaskedLM.from_pretrained(tmp_path)
@@ -240,7 +240,7 @@ def test_save_pretrained_with_a_given_state_dict_drops_tied_names(tmp_path):
 
 
 def test_save_pretrained_off_the_main_process_writes_nothing(tmp_path):
-    BertModel.from_config(TINY).save_pretrained(tmp_path / "x", is_main_process=False)
+    bertblocks.create_model(TINY).save_pretrained(tmp_path / "x", is_main_process=False)
     assert not (tmp_path / "x").exists()
 
 
@@ -249,14 +249,14 @@ def test_push_to_hub_offline_fails_clearly(monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    model = BertModel.from_config(TINY)
+    model = bertblocks.create_model(TINY)
     with pytest.raises(Exception, match=r"(?i)offline"):
         model.push_to_hub("someone/tiny-bert")
 
 
 def test_push_to_hub_uploads_what_save_pretrained_writes(monkeypatch, tmp_path):
     """The upload itself needs the hub; what is handed to it (bertblocks' own step) is checked here."""
-    model = BertForMaskedLM.from_config(TINY)
+    model = bertblocks.create_model(TINY, head="masked_lm")
     uploaded = {}
 
     def upload(folder, repo_id, **options):
@@ -340,7 +340,7 @@ def test_unknown_config_attribute_is_an_error():
 
 # --------------------------------------------------------------------------------------- forward extras
 def test_task_model_accepts_num_items_in_batch():
-    model = BertForSequenceClassification.from_config(TINY).eval()
+    model = bertblocks.create_model(TINY, head="sequence_classification").eval()
     inputs = {**batch(), "labels": torch.tensor([0, 1, 1])}
     # accepted and unused (the mean over 3 items is the default): the same computation, bit-equal
     assert torch.equal(model(**inputs).loss, model(**inputs, num_items_in_batch=torch.tensor(3)).loss)
@@ -361,7 +361,7 @@ def test_label_arguments_in_the_signature_are_transformers(hf_checkpoint):
 
 
 def test_output_takes_extra_keys_as_transformers_outputs_do():
-    model = BertForMaskedLM.from_config(TINY).eval()
+    model = bertblocks.create_model(TINY, head="masked_lm").eval()
     out = model(**batch())
     out["input_ids"] = batch()["input_ids"]
     assert torch.equal(out["input_ids"], batch()["input_ids"])
@@ -373,7 +373,7 @@ def test_output_takes_extra_keys_as_transformers_outputs_do():
 # ----------------------------------------------------------------------------------------- encoder-decoder
 def test_encoder_decoder_surface(tmp_path):
     tiny = {**TINY}
-    model = BertEncoderDecoder.from_config({"encoder": tiny, "decoder": tiny, "decoder_start_token_id": 2})
+    model = bertblocks.create_model({"encoder": tiny, "decoder": tiny, "decoder_start_token_id": 2})
     assert model.config.model_type == "encoder-decoder"
     assert model.config.is_encoder_decoder
     assert model.config.to_dict()["decoder"]["is_decoder"] is True

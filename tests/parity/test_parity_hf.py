@@ -74,7 +74,7 @@ def test_fused_path_matches_transformers_sdpa(hf_checkpoint, backend):
 
 def test_saved_by_bertblocks_loads_in_transformers(tmp_path):
     torch.manual_seed(3)
-    ours = bertblocks.build_model(
+    ours = bertblocks.create_model(
         {
             "vocab_size": 99,
             "hidden_size": 32,

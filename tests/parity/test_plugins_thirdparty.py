@@ -42,7 +42,7 @@ def _config(position: object = "absolute", backend: object = "sdpa", **encoder: 
 
 def _model(config: dict, registry: Registry, seed: int = 0) -> bertblocks.BertModel:
     torch.manual_seed(seed)
-    return bertblocks.build_model(config, registry=registry).eval()
+    return bertblocks.create_model(config, registry=registry).eval()
 
 
 # -------------------------------------------------------------------------------------------- discovery
@@ -58,7 +58,9 @@ def test_discovered_through_its_entry_point(registry):
 
 def test_not_discovered_with_autoload_disabled(monkeypatch):
     monkeypatch.setenv(DISABLE_AUTOLOAD_ENV, "1")
-    with pytest.raises(bertblocks.UnknownComponentError, match=r"^unknown backend 'local'; available: eager, sdpa"):
+    with pytest.raises(
+        bertblocks.registry.UnknownComponentError, match=r"^unknown backend 'local'; available: eager, sdpa"
+    ):
         Registry().get("backend", "local")
 
 
@@ -77,10 +79,10 @@ def test_listed_with_distribution_and_version(registry, monkeypatch, capsys):
 def test_a_wrong_option_gets_the_same_error_as_a_builtins(registry):
     """Options of plugin components are checked by the plugin's pydantic model, reported like the built-ins'."""
     builtin = _config(backend={"name": "sdpa", "windw": 3})
-    with pytest.raises(bertblocks.ConfigError) as theirs:
+    with pytest.raises(bertblocks.config.ConfigError) as theirs:
         bertblocks.load_config(builtin, registry=registry)
     plugin = _config(position={"name": "alibi", "max_bais": 4}, backend={"name": "local", "windw": 3})
-    with pytest.raises(bertblocks.ConfigError) as ours:
+    with pytest.raises(bertblocks.config.ConfigError) as ours:
         bertblocks.load_config(plugin, registry=registry)
     assert [str(i) for i in theirs.value.issues] == [
         "encoder.attention.backend.windw: unknown field; allowed fields: name"
@@ -97,7 +99,7 @@ def test_wrong_values_are_reported_with_their_paths_all_at_once(registry):
         backend={"name": "local", "window": -2, "kernel": "flash"},
         overrides=[{"layers": 1, "attention": {"backend": {"name": "local", "window": "wide"}}}],
     )
-    with pytest.raises(bertblocks.ConfigError) as info:
+    with pytest.raises(bertblocks.config.ConfigError) as info:
         bertblocks.load_config(config, registry=registry)
     where = {issue.loc for issue in info.value.issues}
     assert where == {
@@ -117,7 +119,7 @@ def test_wrong_values_are_reported_with_their_paths_all_at_once(registry):
 
 
 def test_a_misspelt_plugin_component_name_gets_a_hint(registry):
-    with pytest.raises(bertblocks.ConfigError) as info:
+    with pytest.raises(bertblocks.config.ConfigError) as info:
         bertblocks.load_config(_config(position="alibii", backend="locl"), registry=registry)
     messages = [str(issue) for issue in info.value.issues]
     assert messages[0].startswith("position: unknown position 'alibii'; available: absolute, alibi,")

@@ -103,7 +103,7 @@ def test_every_preset_file_starts_with_what_it_builds_and_how_to_run_and_overrid
     assert len(header[0]) > len(f"# {name}: ") + 20  # a real description, not a stub
     assert any(f"bertblocks build {name}" in line for line in header)
     assert any("--set encoder.attention.backend=eager" in line for line in header)
-    assert bertblocks.get_preset(name).description == header[0].removeprefix(f"# {name}: ")
+    assert bertblocks.zoo.get_preset(name).description == header[0].removeprefix(f"# {name}: ")
 
 
 def test_minilm_preset_is_the_shape_of_the_packaged_checkpoint():
@@ -143,11 +143,11 @@ def test_create_model_applies_fields_and_dotted_overrides():
     listed = bertblocks.create_model("bert-tiny-uncased", overrides=["encoder.num_layers=1"])
     assert len(listed.encoder.layer) == 1
     # the registered preset is not changed by overrides
-    assert bertblocks.get_preset("bert-mini-uncased-relative-key").config["encoder"]["num_layers"] == 4
+    assert bertblocks.zoo.get_preset("bert-mini-uncased-relative-key").config["encoder"]["num_layers"] == 4
 
 
 def test_create_model_with_a_bad_override_names_the_preset_and_the_field():
-    with pytest.raises(bertblocks.ConfigError) as err:
+    with pytest.raises(bertblocks.config.ConfigError) as err:
         bertblocks.create_model("bert-tiny-uncased", overrides={"encoder.attention.num_heads": 3})
     assert "preset bert-tiny-uncased" in str(err.value)
     assert "encoder.attention.num_heads: must divide hidden_size 128" in str(err.value)
@@ -168,7 +168,7 @@ def test_a_file_wins_over_a_preset_of_the_same_name(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "call",
     [
-        lambda: bertblocks.get_preset("bert-tiny"),
+        lambda: bertblocks.zoo.get_preset("bert-tiny"),
         lambda: bertblocks.create_model("bert-tiny"),
         lambda: bertblocks.load_config("bert-tiny"),
     ],
@@ -209,7 +209,7 @@ def test_create_model_loads_pretrained_weights_into_the_preset_architecture(hf_c
 
 def test_create_model_refuses_weights_of_another_architecture(hf_checkpoint):
     directory = hf_checkpoint()  # absolute positions, hidden 32
-    with pytest.raises(bertblocks.CheckpointError, match="shape mismatch"):
+    with pytest.raises(bertblocks.hf.weights.CheckpointError, match="shape mismatch"):
         bertblocks.create_model("bert-tiny-uncased", pretrained=directory)
 
 
@@ -236,7 +236,7 @@ def test_a_plugin_adds_a_preset_that_create_model_builds():
     reg = Registry(load_entry_points=False)
     reg.register(_ZooPlugin(Preset("micro-bert", MICRO, "one layer")), name="zoo-plugin")
     assert bertblocks.list_presets("micro-*", registry=reg) == ["micro-bert"]
-    preset = bertblocks.get_preset("micro-bert", registry=reg)
+    preset = bertblocks.zoo.get_preset("micro-bert", registry=reg)
     assert preset.provider == "zoo-plugin"
     model = bertblocks.create_model("micro-bert", registry=reg)
     assert model.config.hidden_size == 32
@@ -274,7 +274,7 @@ def test_a_preset_with_an_invalid_config_fails_when_used_with_its_name():
     reg = Registry(load_entry_points=False)
     reg.register(_ZooPlugin(Preset("bad-bert", {"hidden_size": 30, "encoder": {"attention": {"num_heads": 4}}})))
     assert "bad-bert" in bertblocks.list_presets(registry=reg)
-    with pytest.raises(bertblocks.ConfigError, match="preset bad-bert"):
+    with pytest.raises(bertblocks.config.ConfigError, match="preset bad-bert"):
         bertblocks.create_model("bad-bert", registry=reg)
 
 
@@ -307,7 +307,7 @@ def test_create_model_with_a_head_loads_a_backbone_checkpoint_and_leaves_the_hea
 
 
 def test_an_unknown_head_names_the_closest():
-    with pytest.raises(bertblocks.ConfigError) as err:
+    with pytest.raises(bertblocks.config.ConfigError) as err:
         bertblocks.create_model("bert-tiny-uncased", head="masked_ml")
     assert "preset bert-tiny-uncased" in str(err.value)
     assert "head: unknown head 'masked_ml'" in str(err.value)

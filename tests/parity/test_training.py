@@ -52,7 +52,7 @@ def _train(model: torch.nn.Module, inputs: torch.Tensor, labels: torch.Tensor, s
 
 def test_sequence_classifier_learns_a_toy_task():
     torch.manual_seed(0)
-    model = bertblocks.BertForSequenceClassification.from_config({**TINY, **NO_DROPOUT})
+    model = bertblocks.create_model({**TINY, **NO_DROPOUT}, head="sequence_classification")
     ids, labels = _classification_data()
     losses = _train(model, ids, labels, steps=30)
     assert losses[0] > 0.5  # about ln 2 at the start
@@ -65,7 +65,7 @@ def test_sequence_classifier_learns_a_toy_task():
 
 def test_masked_lm_learns_a_toy_task():
     torch.manual_seed(0)
-    model = bertblocks.BertForMaskedLM.from_config({**TINY, **NO_DROPOUT})
+    model = bertblocks.create_model({**TINY, **NO_DROPOUT}, head="masked_lm")
     ids, labels = _mlm_data()
     losses = _train(model, ids, labels, steps=30)
     assert losses[0] > 3.5  # about ln 99 at the start
@@ -90,7 +90,7 @@ def _gradients(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[
 )
 def test_gradient_checkpointing_gives_the_same_gradients(cls_name, labels):
     torch.manual_seed(1)
-    model = getattr(bertblocks, cls_name).from_config({**TINY, **NO_DROPOUT}).train()
+    model = bertblocks.create_model({**TINY, **NO_DROPOUT}, head=getattr(bertblocks, cls_name).head_name).train()
     inputs = batch(1)
     if labels is None:
         inputs.update(start_positions=torch.tensor([1, 2, 3]), end_positions=torch.tensor([4, 5, 3]))
@@ -109,7 +109,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(cls_name, labels):
 @pytest.mark.parametrize("cls_name", ["BertForSequenceClassification", "BertForMaskedLM"])
 def test_bf16_autocast_on_cpu_trains(cls_name):
     torch.manual_seed(2)
-    model = getattr(bertblocks, cls_name).from_config({**TINY, **NO_DROPOUT}).train()
+    model = bertblocks.create_model({**TINY, **NO_DROPOUT}, head=getattr(bertblocks, cls_name).head_name).train()
     inputs = batch(2)
     inputs["labels"] = (
         torch.tensor([0, 1, 0])
@@ -130,7 +130,7 @@ def test_bf16_autocast_on_cpu_trains(cls_name):
     "cls_name", ["BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification", "BertForQuestionAnswering"]
 )
 def test_parameters_are_backbone_plus_head_once_each(cls_name):
-    model = getattr(bertblocks, cls_name).from_config(TINY)
+    model = bertblocks.create_model(TINY, head=getattr(bertblocks, cls_name).head_name)
     params = list(model.parameters())
     assert len(params) == len({id(p) for p in params})  # tying adds no duplicate
     hf = getattr(transformers, cls_name)(transformers.BertConfig(**TINY_HF))
@@ -138,7 +138,7 @@ def test_parameters_are_backbone_plus_head_once_each(cls_name):
     backbone = sum(p.numel() for p in model.bert.parameters())
     head_only = {id(p) for p in params} - {id(p) for p in model.bert.parameters()}
     head = sum(p.numel() for p in params if id(p) in head_only)
-    assert model.num_parameters == backbone + head
+    assert model.num_parameters() == backbone + head
     # train()/eval() reach the head's modules and the head object alike
     model.eval()
     assert not model.head.training

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ...models.backbone import BertModel
+from ...zoo import create_model
 from ..assertions import close, expect
 from ..inputs import infer, padded_batch
 from ..subject import Subject
@@ -16,7 +16,7 @@ def check_attention_module(subject: Subject) -> None:
     cfg = subject.config()
     cfg["encoder"]["attention"]["backend"] = "eager"
     torch.manual_seed(0)
-    model = BertModel.from_config(cfg, registry=subject.registry).eval()
+    model = create_model(cfg, registry=subject.registry).eval()
     inputs = padded_batch()
     head_mask = torch.ones(2, 4)
     head_mask[:, 0] = 0.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ...models.backbone import BertModel
 from ...registry import validate_config
+from ...zoo import create_model
 from ..assertions import expect
 from ..subject import Subject
 
@@ -27,7 +27,7 @@ def check_family_round_trip(subject: Subject) -> None:
     reg = subject.registry
     back = validate_config(config_from_hf(config_to_hf(config, reg), reg), reg)
     expect(back == config, "the config changed going through the family's config.json")
-    model = BertModel.from_config(config, registry=subject.registry)
+    model = create_model(config, registry=subject.registry)
     if any(isinstance(rule, Shared) for rule in get_family(subject.name, reg, source=None).key_map.rules):
         # the format stores one layer for all (ALBERT): give the model layers that agree, as a shared one would
         for layer in model.encoder.layer[1:]:

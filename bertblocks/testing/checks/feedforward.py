@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ...models.backbone import BertModel
+from ...zoo import create_model
 from ..assertions import close, expect
 from ..inputs import infer, padded_batch
 from ..subject import Subject
@@ -26,7 +26,7 @@ def check_feedforward_position_wise(subject: Subject) -> None:
     cfg = subject.config()
     cfg["encoder"]["chunk_size_feed_forward"] = 2
     torch.manual_seed(0)
-    chunked = BertModel.from_config(cfg, registry=subject.registry).eval()
+    chunked = create_model(cfg, registry=subject.registry).eval()
     chunked.load_state_dict(model.state_dict())
     inputs = padded_batch()
     close(
