@@ -23,6 +23,7 @@ import yaml
 
 import bertblocks
 from bertblocks import BertModel, BertTokenizer, cli
+from bertblocks.config import ConfigError
 from tests.conftest import TINY
 
 PLANTED = ("configuration_evil", "modeling_evil", "tokenization_evil", "evil_activation")
@@ -93,7 +94,7 @@ def test_load_config_of_a_planted_config_json(checkpoint):
 def test_unknown_model_type_with_auto_map_is_a_clear_error(checkpoint):
     config = json.loads((checkpoint / "config.json").read_text())
     (checkpoint / "config.json").write_text(json.dumps({**config, "model_type": "evil", "architectures": ["Evil"]}))
-    with pytest.raises(bertblocks.ConfigError, match="no model family handles 'evil'"):
+    with pytest.raises(ConfigError, match="no model family handles 'evil'"):
         bertblocks.from_pretrained(checkpoint, head="auto")
 
 
