@@ -229,15 +229,16 @@ def load_study(
             raise StudyError([ConfigIssue("", f"malformed YAML: {e}")], where) from None
     if not isinstance(raw, dict):
         raise StudyError([ConfigIssue("", f"expected a mapping at the top, got {type(raw).__name__}")], where)
-    if overrides:
+    for index, text in enumerate(overrides or []):
         try:
-            raw = apply_overrides(raw, overrides)
+            raw = apply_overrides(raw, [text])
         except ConfigError as e:
-            raise StudyError(e.issues, where) from None
+            raise StudyError([_from_set(issue, index, text) for issue in e.issues], where) from None
     try:
         spec = StudySpec.model_validate(raw)
     except ValidationError as e:
-        raise StudyError(issues_from_validation_error(e, model=StudySpec), where) from None
+        issues = issues_from_validation_error(e, model=StudySpec)
+        raise StudyError([_blame_set(issue, overrides or []) for issue in issues], where) from None
 
     if not spec.vary and not spec.variants:
         raise StudyError(
@@ -257,6 +258,20 @@ def load_study(
     study = Study(spec=spec, source=path, base_config=_load_base(spec, path, where))
     study.variants = expand_variants(study, config_overrides)
     return study
+
+
+def _from_set(issue: ConfigIssue, index: int, text: str) -> ConfigIssue:
+    """``issue`` said of the ``index``-th ``--set`` (counting from 1, as they were given)."""
+    return ConfigIssue(issue.loc, f"{issue.msg} (from --set #{index + 1} {text!r})")
+
+
+def _blame_set(issue: ConfigIssue, overrides: list[str]) -> ConfigIssue:
+    """``issue`` with the ``--set`` that wrote its location named, when one did (the last one wins)."""
+    for index in reversed(range(len(overrides))):
+        key = overrides[index].partition("=")[0].strip()
+        if key and (issue.loc == key or issue.loc.startswith(key + ".") or key.startswith(issue.loc + ".")):
+            return _from_set(issue, index, overrides[index])
+    return issue
 
 
 def base_file(base: str, study_file: Path | None) -> Path | None:
