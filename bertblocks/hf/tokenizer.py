@@ -57,6 +57,13 @@ class TokenizerFilesNotFoundError(BertBlocksError, FileNotFoundError):
     """A tokenizer directory with neither ``tokenizer.json`` nor ``vocab.txt``."""
 
 
+def _token_count(name: str, value: Any) -> int:
+    """``value`` as a length in tokens (an integer of at least 1), or a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive number of tokens; got {value!r}")
+    return value
+
+
 class BertTokenizer:
     """Encode texts and text pairs into the tensors a BERT takes (``model(**tokenizer(texts))``).
 
@@ -82,7 +89,7 @@ class BertTokenizer:
         self.backend = tokenizer
         self.backend.no_padding()
         self.backend.no_truncation()
-        self.model_max_length = model_max_length
+        self.model_max_length = _token_count("model_max_length", model_max_length)
         self.model_input_names = tuple(model_input_names)
         self.special_tokens = {**DEFAULT_SPECIAL_TOKENS, **(special_tokens or {})}
         ids = {}
@@ -140,6 +147,11 @@ class BertTokenizer:
         max_length = config.get("model_max_length") or 512
         if not isinstance(max_length, int) or max_length >= _NO_LIMIT:
             max_length = 512
+        if isinstance(max_length, bool) or max_length < 1:  # a negative length would fail in the backend, unnamed
+            raise ValueError(
+                f"{directory / TOKENIZER_CONFIG}: model_max_length is {max_length!r}; it must be a positive number "
+                "of tokens (fix the file, or remove the field for the default 512)"
+            )
         if (directory / TOKENIZER_JSON).is_file():
             try:
                 backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
@@ -258,7 +270,7 @@ class BertTokenizer:
                 raise ValueError(f"text_pair must match text: {len(texts)} text(s) but {len(pairs)} pair(s)")
         if return_tensors not in ("pt", None):
             raise ValueError(f"return_tensors must be 'pt' or None, got {return_tensors!r}")
-        limit = self.model_max_length if max_length is None else max_length
+        limit = self.model_max_length if max_length is None else _token_count("max_length", max_length)
         encodings = self._encode(texts, pairs, padding, truncation, limit, add_special_tokens)
         out = {
             "input_ids": [e.ids for e in encodings],

@@ -37,19 +37,37 @@ def deferred_init() -> Iterator[None]:
         nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
-def load_into(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
+def load_into(model: nn.Module, tensors: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> None:
     """Load matched checkpoint tensors into ``model``.
 
-    Parameters still on ``meta`` take the checkpoint tensor itself (cast to the parameter's dtype if needed)
-    instead of a copy; tied parameters (a masked-LM decoder and the token embeddings) are tied again after.
+    Parameters still on ``meta`` take the checkpoint tensor itself instead of a copy, cast once: floating-point
+    tensors to ``dtype`` when given (the dtype the model is loaded in: a float64 checkpoint loaded in float64
+    never passes through float32), else to the parameter's dtype. Tied parameters (a masked-LM decoder and the
+    token embeddings) are tied again after.
     """
     tied = tied_parameters(model)  # second name → first name, recorded before parameters are replaced
     deferred = any(p.is_meta for p in model.parameters())
     if deferred:
         current = model.state_dict(keep_vars=True)
-        tensors = {k: v.to(current[k].dtype) if k in current else v for k, v in tensors.items()}
+
+        def target(key: str, tensor: torch.Tensor) -> torch.dtype:
+            own = current[key].dtype
+            return dtype if dtype is not None and own.is_floating_point and tensor.is_floating_point() else own
+
+        tensors = {k: v.to(target(k, v)) if k in current else v for k, v in tensors.items()}
     model.load_state_dict(tensors, strict=False, assign=deferred)
     _tie_again(model, tied)
+
+
+def non_finite(tensors: Mapping[str, torch.Tensor]) -> dict[str, int]:
+    """Tensor name → how many of its values are NaN or infinite, for the floating-point tensors that hold any."""
+    found = {}
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not tensor.is_meta and tensor.numel():
+            bad = tensor.numel() - int(torch.isfinite(tensor).sum())
+            if bad:
+                found[name] = bad
+    return found
 
 
 def materialize(model: nn.Module, std: float) -> list[str]:
