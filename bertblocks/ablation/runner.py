@@ -251,15 +251,18 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     if not isinstance(record, dict):
         return _unreadable(path, f"holds a JSON {type(record).__name__}, not a run record (an object)")
     problems = [
-        f"{key!r} ({kind.__name__})" for key, kind in RECORD_FIELDS.items() if not isinstance(record.get(key), kind)
+        f"{key!r} ({_KINDS[kind]})"
+        for key, kind in RECORD_FIELDS.items()
+        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool)
     ]
-    if problems or isinstance(record.get("seed"), bool):
-        return _unreadable(path, f"is not a complete run record: it lacks {', '.join(problems) or repr('seed')}")
+    if problems:
+        return _unreadable(path, f"is not a complete run record (missing or mistyped: {', '.join(problems)})")
     return record
 
 
 #: the fields every run record holds, and their types (what the summaries read)
 RECORD_FIELDS: dict[str, type] = {"fingerprint": str, "variant": str, "seed": int, "metrics": dict}
+_KINDS = {str: "a string", int: "an integer", dict: "an object"}
 
 
 def _unreadable(path: Path, reason: str) -> None:
