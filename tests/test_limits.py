@@ -350,3 +350,24 @@ def test_a_head_is_counted_in_the_estimate():
     estimate = estimate_size(cfg).parameters
     assert estimate > estimate_size(bertblocks.load_config(TINY)).parameters
     assert built <= estimate <= 1.1 * built  # an upper bound of the head's few weights, never far off
+
+
+def test_a_study_grid_of_ten_billion_variants_is_refused_before_it_is_spelt_out(tmp_path, monkeypatch):
+    path = tmp_path / "study.yaml"
+    vary = {f"encoder.overrides.{i}.attention.dropout": [j / 100 for j in range(10)] for i in range(10)}
+    path.write_text(yaml.safe_dump({"base": "bert-tiny-uncased", "vary": vary}))
+    error, seconds, peak = bounded(lambda: load_study(path))
+    assert isinstance(error, StudyError)
+    assert "vary: the study would make 10,000,000,000 variants and 10,000,000,000 runs" in str(error)
+    assert "above the limit of 10,000 runs; if you mean it, raise the limit with BERTBLOCKS_MAX_STUDY_RUNS=" in str(
+        error
+    )
+    assert seconds < CPU_SECONDS
+    assert peak < 20 * 2**20
+    two = {"base": "bert-tiny-uncased", "vary": {"hidden_dropout_prob": [0.0, 0.1]}, "train": {"seeds": [0, 1]}}
+    path.write_text(yaml.safe_dump(two))
+    monkeypatch.setenv("BERTBLOCKS_MAX_STUDY_RUNS", "3")  # 2 variants x 2 seeds
+    with pytest.raises(StudyError, match="2 variants and 4 runs, above the limit of 3 runs"):
+        load_study(path)
+    monkeypatch.setenv("BERTBLOCKS_MAX_STUDY_RUNS", "4")
+    assert len(load_study(path).variants) == 2

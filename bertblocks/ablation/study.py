@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from bertblocks.config import BertConfig, ConfigError, ConfigIssue, closest, issues_from_validation_error
 from bertblocks.config.bounded_yaml import load_yaml
+from bertblocks.config.limits import MAX_STUDY_RUNS_ENV, max_study_runs
 from bertblocks.config_files import apply_overrides, load_config
 from bertblocks.registry import RegistryError
 
@@ -311,6 +313,7 @@ def expand_variants(study: Study, config_overrides: Mapping[str, Any] | None = N
     extra = dict(config_overrides or {})
     where = str(study.source) if study.source else None
     grid_keys = list(spec.vary)
+    _check_run_count(study)  # before the grid is spelt out: ten keys of ten values are 10^10 variants
     grid = [dict(zip(grid_keys, values, strict=True)) for values in itertools.product(*spec.vary.values())]
     short = _short_names(grid_keys)
     named: list[tuple[str, str, dict[str, Any]]] = []  # (variant name, study location, overrides)
@@ -348,6 +351,21 @@ def expand_variants(study: Study, config_overrides: Mapping[str, Any] | None = N
     if issues:
         raise StudyError(_unique(issues), where)
     return variants
+
+
+def _check_run_count(study: Study) -> None:
+    """Refuse a study of more runs (variants × seeds) than the limit, before any variant is made."""
+    spec = study.spec
+    variants = math.prod(len(values) for values in spec.vary.values()) * max(1, len(spec.variants))
+    runs = variants * len(study.seeds)
+    limit = max_study_runs()
+    if limit is not None and runs > limit:
+        raise StudyError.single(
+            "vary" if spec.vary else "variants",
+            f"the study would make {variants:,} variants and {runs:,} runs, above the limit of {limit:,} runs; "
+            f"if you mean it, raise the limit with {MAX_STUDY_RUNS_ENV}={runs}",
+            study,
+        )
 
 
 def _locate(

@@ -10,6 +10,7 @@ limit                       default              raise it with
 layers in the stack         1024                 ``BERTBLOCKS_MAX_LAYERS=4096``
 parameters (estimated)      4,000,000,000        ``BERTBLOCKS_MAX_PARAMETERS=12e9`` (16 GB in float32)
 labels (``num_labels``)     1,000,000            ``BERTBLOCKS_MAX_LABELS=5e6``
+runs of an ablation study   10,000               ``BERTBLOCKS_MAX_STUDY_RUNS=1e5``
 ==========================  ===================  ==============================================================
 
 The defaults are far above every BERT-family checkpoint published (XLM-R XL has 3.5 B parameters; extreme
@@ -43,9 +44,11 @@ if TYPE_CHECKING:
 MAX_LAYERS_ENV = "BERTBLOCKS_MAX_LAYERS"
 MAX_PARAMETERS_ENV = "BERTBLOCKS_MAX_PARAMETERS"
 MAX_LABELS_ENV = "BERTBLOCKS_MAX_LABELS"
+MAX_STUDY_RUNS_ENV = "BERTBLOCKS_MAX_STUDY_RUNS"
 DEFAULT_MAX_LAYERS = 1024
 DEFAULT_MAX_PARAMETERS = 4_000_000_000
 DEFAULT_MAX_LABELS = 1_000_000
+DEFAULT_MAX_STUDY_RUNS = 10_000
 
 
 class LimitError(BertBlocksError, ValueError):
@@ -97,6 +100,11 @@ def max_parameters() -> int | None:
 def max_labels() -> int | None:
     """The label limit now in force (``None``: no limit)."""
     return _read_limit(MAX_LABELS_ENV, DEFAULT_MAX_LABELS)
+
+
+def max_study_runs() -> int | None:
+    """The limit on the runs of one ablation study (variants × seeds) now in force (``None``: no limit)."""
+    return _read_limit(MAX_STUDY_RUNS_ENV, DEFAULT_MAX_STUDY_RUNS)
 
 
 def check_layer_count(num_layers: object, field: str = "num_hidden_layers") -> None:
