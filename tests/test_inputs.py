@@ -416,6 +416,17 @@ def test_non_finite_weights_are_named_at_load(checkpoint, tmp_path, caplog):
     assert "encoder.layer.0.attention.self.query.weight (2 values)" in caplog.text
 
 
+def test_the_non_finite_count_is_exact_and_ignores_sums_that_merely_overflow():
+    from bertblocks.models.meta_device import non_finite
+
+    tensors = {
+        "overflows": torch.full((10,), 6e4, dtype=torch.float16),  # sums to inf in float16, every value finite
+        "damaged": torch.tensor([1.0, float("nan"), float("-inf"), 2.0, float("inf")]),
+        "ids": torch.arange(3),
+    }
+    assert non_finite(tensors) == non_finite(tensors, chunk=2) == {"damaged": 3}
+
+
 def test_embed_refuses_to_write_nan_vectors(checkpoint, tmp_path, capsys):
     damaged = _with_nan(checkpoint, tmp_path / "damaged")
     output = tmp_path / "out.npy"

@@ -59,14 +59,22 @@ def load_into(model: nn.Module, tensors: Mapping[str, torch.Tensor], dtype: torc
     _tie_again(model, tied)
 
 
-def non_finite(tensors: Mapping[str, torch.Tensor]) -> dict[str, int]:
-    """Tensor name → how many of its values are NaN or infinite, for the floating-point tensors that hold any."""
+def non_finite(tensors: Mapping[str, torch.Tensor], chunk: int = 1 << 24) -> dict[str, int]:
+    """Tensor name → how many of its values are NaN or infinite, for the floating-point tensors that hold any.
+
+    One sum per tensor screens them (a NaN or inf makes the sum non-finite; one pass, no scratch memory);
+    only a tensor whose sum is not finite is counted, in chunks of ``chunk`` values (a sum that merely
+    overflows counts zero and is not reported).
+    """
     found = {}
     for name, tensor in tensors.items():
-        if tensor.is_floating_point() and not tensor.is_meta and tensor.numel():
-            bad = tensor.numel() - int(torch.isfinite(tensor).sum())
-            if bad:
-                found[name] = bad
+        if not tensor.is_floating_point() or tensor.is_meta or not tensor.numel():
+            continue
+        if bool(torch.isfinite(tensor.sum())):
+            continue
+        bad = sum(int(part.numel() - torch.isfinite(part).sum()) for part in tensor.reshape(-1).split(chunk))
+        if bad:
+            found[name] = bad
     return found
 
 

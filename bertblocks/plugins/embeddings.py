@@ -159,7 +159,7 @@ class BertEmbeddings(Embedding):
         # RoBERTa's create_position_ids_from_input_ids: real tokens count from pad + 1, padding stays at pad
         real = input_ids.ne(pad).int()
         positions = ((torch.cumsum(real, dim=1).type_as(real) + past_length) * real).long() + pad
-        if pad + past_length + q >= self.position_ids.shape[1] and not torch.compiler.is_compiling():
+        if not torch.compiler.is_compiling() and pad + past_length + q >= self.position_ids.shape[1]:
             # only padding-free rows reach the last positions: the real maximum decides (one host sync,
             # paid only by inputs this long)
             self._check_offset_positions(int(positions.max()), q, past_length)
