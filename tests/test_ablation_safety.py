@@ -307,3 +307,24 @@ def test_set_errors_name_which_set(tmp_path, capsys, sets, message):
     err = capsys.readouterr().err
     assert message in err
     assert "bug" not in err
+
+
+def test_a_corpus_line_that_is_not_utf8_is_named_with_its_file_and_line(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"the cat sat\n\nthe dog \xff sat\n")
+    study = small_study(tmp_path, corpus={"kind": "file", "path": "corpus.txt"})
+    assert main(["ablate", str(study), "--out", str(tmp_path / "out"), "--workers", "0", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert f"corpus.path: {corpus}, line 3: not UTF-8 text (byte 0xff at column 9)" in err
+    assert "bug" not in err
+
+
+def test_labelled_corpus_line_numbers_count_blank_lines(tmp_path):
+    from bertblocks.ablation.corpus import read_labelled
+
+    corpus = tmp_path / "labelled.txt"
+    corpus.write_bytes(b"1\tgood film\n\n0\tbad film\nno label here\n")
+    with pytest.raises(ValueError, match=r"labelled\.txt, line 4: expected LABEL<TAB>TEXT"):
+        read_labelled(corpus)
+    corpus.write_bytes(b"1\tgood film\n\n0\tbad film\n")
+    assert read_labelled(corpus) == [("good film", 1), ("bad film", 0)]
