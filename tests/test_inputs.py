@@ -511,3 +511,15 @@ def test_auto_follows_config_json_before_the_weights(float64_checkpoint, tmp_pat
     assert bertblocks.BertModel.from_pretrained(tmp_path / "c", dtype="auto").dtype == torch.bfloat16
     # without dtype=, a model loads in float32 whatever the checkpoint holds (transformers 4's default)
     assert bertblocks.BertModel.from_pretrained(directory).dtype == torch.float32
+
+
+def test_tokenizer_files_that_are_not_utf8_name_the_file_and_line(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes(b"[PAD]\n[UNK]\nca\xeff\n")
+    with pytest.raises(ValueError, match=re.escape(f"{vocab}, line 3: not UTF-8 text (byte 0xef at column 3)")):
+        bertblocks.BertTokenizer.from_vocab(vocab)
+    bertblocks.BertTokenizer.from_vocab(VOCAB).save_pretrained(tmp_path / "saved")
+    config = tmp_path / "saved" / "tokenizer_config.json"
+    config.write_bytes(b'{"model_max_length": 5\xff}')
+    with pytest.raises(ValueError, match=re.escape(f"{config} is not UTF-8 text (byte 0xff at offset 22)")):
+        bertblocks.BertTokenizer.from_pretrained(tmp_path / "saved")

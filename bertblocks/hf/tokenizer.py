@@ -400,11 +400,21 @@ def read_vocab(path: Path) -> dict[str, int]:
 
     Raises:
         FileNotFoundError: no such file.
+        ValueError: a line that is not UTF-8, naming the file, the line and the byte.
     """
     if not path.is_file():
         raise FileNotFoundError(f"vocabulary file not found: {path}")
-    with path.open(encoding="utf-8") as f:
-        return dict(_enumerate(line.rstrip("\n") for line in f))
+    with path.open("rb") as f:
+        return dict(_enumerate(_utf8(line, path, number).rstrip("\n") for number, line in enumerate(f, start=1)))
+
+
+def _utf8(line: bytes, path: Path, number: int) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{path}, line {number}: not UTF-8 text (byte 0x{line[e.start]:02x} at column {e.start + 1})"
+        ) from None
 
 
 def _enumerate(tokens: Iterable[str]) -> Iterable[tuple[str, int]]:
@@ -419,6 +429,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
     return data if isinstance(data, dict) else {}
 
 
