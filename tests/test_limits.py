@@ -4,6 +4,7 @@ billion-laughs file took 42 s and 3.7 GB, the layer range 1.1 GB."""
 
 from __future__ import annotations
 
+import random
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -18,9 +19,17 @@ from conftest import TINY
 import bertblocks
 from bertblocks.ablation import StudyError, load_study
 from bertblocks.cli import main
-from bertblocks.config import ConfigError
+from bertblocks.config import BertConfig, ConfigError
 from bertblocks.config.bounded_yaml import MAX_ALIAS_NODES_ENV, YAMLLimitError, load_yaml
-from bertblocks.config.limits import MAX_LAYERS_ENV, MAX_PARAMETERS_ENV, LimitError, check_size, estimate_size
+from bertblocks.config.limits import (
+    MAX_LABELS_ENV,
+    MAX_LAYERS_ENV,
+    MAX_PARAMETERS_ENV,
+    LimitError,
+    check_size,
+    estimate_size,
+)
+from bertblocks.config.overrides import OVERRIDABLE
 
 CPU_SECONDS = 2.0
 PEAK_BYTES = 200 * 2**20
@@ -234,3 +243,130 @@ def test_cli_unreadable_set_value_exits_1_with_the_key(value, capsys):
     err = capsys.readouterr().err
     assert f"encoder.attention.backend: cannot read the value {value!r} as YAML" in err
     assert "bug" not in err
+
+
+# ------------------------------------------------------------------ sizes read before the work they allocate
+def test_a_billion_labels_are_refused_before_a_label_is_named(monkeypatch):
+    error, seconds, peak = bounded(lambda: bertblocks.load_config({**TINY, "num_labels": 10**9}))
+    assert isinstance(error, ConfigError)
+    assert "num_labels: 1000000000 labels exceed the limit of 1,000,000" in str(error)
+    assert f"{MAX_LABELS_ENV}=1000000000" in str(error)
+    assert seconds < CPU_SECONDS
+    assert peak < 20 * 2**20
+    monkeypatch.setenv(MAX_LABELS_ENV, "3")
+    with pytest.raises(ConfigError, match="num_labels: 4 labels exceed the limit of 3"):
+        bertblocks.load_config({**TINY, "num_labels": 4})
+    assert bertblocks.load_config({**TINY, "num_labels": 3}).id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
+    monkeypatch.setenv(MAX_LABELS_ENV, "0")  # no limit
+    assert bertblocks.load_config({**TINY, "num_labels": 4}).num_labels == 4
+
+
+def test_a_billion_modernbert_layers_are_refused_before_layer_types_are_spelt_out():
+    hf = {"model_type": "modernbert", "vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 10**9}
+    error, seconds, peak = bounded(lambda: bertblocks.load_config(hf))
+    assert isinstance(error, ConfigError)
+    assert "num_hidden_layers: 1000000000 layers exceed the limit of 1024" in str(error)
+    assert f"{MAX_LAYERS_ENV}=1000000000" in str(error)
+    assert seconds < CPU_SECONDS
+    assert peak < 20 * 2**20
+
+
+def test_a_billion_albert_layers_validate_at_once_and_are_refused_at_build():
+    hf = {"model_type": "albert", "vocab_size": 99, "hidden_size": 32, "num_attention_heads": 4,
+          "intermediate_size": 37, "num_hidden_layers": 10**9, "num_hidden_groups": 2}  # fmt: skip
+    config = None
+
+    def load() -> None:
+        nonlocal config
+        config = bertblocks.load_config(hf)
+
+    error, seconds, peak = bounded(load)
+    assert error is None  # the sharing check no longer walks a billion layers
+    assert seconds < CPU_SECONDS
+    assert peak < 20 * 2**20
+    with pytest.raises(LimitError, match=r"encoder\.num_layers: 1000000000 layers exceed the limit of 1024"):
+        bertblocks.build_model(config)
+    # a difference inside a group is still found among a billion layers
+    changed = {**hf, "bertblocks": {"encoder": {"overrides": [{"layers": 700_000_000, "attention": {"dropout": 0.3}}]}}}
+    error, seconds, _ = bounded(lambda: bertblocks.load_config(changed))
+    assert isinstance(error, ConfigError)
+    assert "changes attention of layer 700000000 but not of layer 500000000" in str(error)
+    assert seconds < CPU_SECONDS
+
+
+def _first_difference_by_walking_every_layer(config: Any) -> tuple[int, int, str] | None:
+    """The check as it was (every layer against the first of its group): the reference for the fast one."""
+    enc = config.encoder
+    first_of: dict[int, int] = {}
+    for index in range(enc.num_layers):
+        first = first_of.setdefault(enc.layer_group(index), index)
+        if first == index:
+            continue
+        for key in OVERRIDABLE:
+            base = config.position if key == "position" else None
+            if enc.layer_spec(index, key, base) != enc.layer_spec(first, key, base):
+                return index, first, key
+    return None
+
+
+def test_the_sharing_check_finds_the_difference_a_walk_over_every_layer_finds():
+    rng = random.Random(0)
+    changes = [{"attention": {"dropout": 0.3}}, {"feedforward": {"intermediate_size": 48}}, {"position": "rotary"}]
+    for _ in range(300):
+        num_layers = rng.randint(1, 9)
+        overrides = [
+            {"layers": sorted(rng.sample(range(num_layers), rng.randint(1, num_layers))), **rng.choice(changes)}
+            for _ in range(rng.randint(0, 3))
+        ]
+        encoder = {**TINY["encoder"], "num_layers": num_layers, "overrides": overrides}
+        encoder["num_layer_groups"] = rng.randint(1, num_layers)
+        config = BertConfig.model_validate({**TINY, "encoder": encoder})
+        want = _first_difference_by_walking_every_layer(config)
+        got = config._sharing_issues()
+        if want is None:
+            assert got == [], (encoder, got)
+        else:
+            index, first, key = want
+            assert len(got) == 1
+            assert f"changes {key} of layer {index} but not of layer {first}," in got[0].msg, (encoder, got)
+
+
+def test_a_factorized_embedding_is_counted_exactly_and_a_huge_one_refused():
+    cfg = bertblocks.load_config({**TINY, "embedding": {"name": "bert", "embedding_size": 16}})
+    assert estimate_size(cfg).parameters == sum(p.numel() for p in bertblocks.build_model(cfg).parameters())
+    electra = bertblocks.load_config({"model_type": "electra", "embedding_size": 10**7})
+    error, seconds, peak = bounded(lambda: bertblocks.build_model(electra))  # was a 26 GB allocation
+    assert isinstance(error, LimitError)
+    assert "embedding_size 10000000" in str(error)
+    assert seconds < CPU_SECONDS
+    assert peak < 20 * 2**20
+
+
+def test_a_head_is_counted_in_the_estimate():
+    cfg = bertblocks.load_config({**TINY, "head": "sequence_classification", "num_labels": 5})
+    model = bertblocks.BertTaskModel.from_config(cfg)
+    built = sum(p.numel() for p in model.parameters())
+    estimate = estimate_size(cfg).parameters
+    assert estimate > estimate_size(bertblocks.load_config(TINY)).parameters
+    assert built <= estimate <= 1.1 * built  # an upper bound of the head's few weights, never far off
+
+
+def test_a_study_grid_of_ten_billion_variants_is_refused_before_it_is_spelt_out(tmp_path, monkeypatch):
+    path = tmp_path / "study.yaml"
+    vary = {f"encoder.overrides.{i}.attention.dropout": [j / 100 for j in range(10)] for i in range(10)}
+    path.write_text(yaml.safe_dump({"base": "bert-tiny-uncased", "vary": vary}))
+    error, seconds, peak = bounded(lambda: load_study(path))
+    assert isinstance(error, StudyError)
+    assert "vary: the study would make 10,000,000,000 variants and 10,000,000,000 runs" in str(error)
+    assert "above the limit of 10,000 runs; if you mean it, raise the limit with BERTBLOCKS_MAX_STUDY_RUNS=" in str(
+        error
+    )
+    assert seconds < CPU_SECONDS
+    assert peak < 20 * 2**20
+    two = {"base": "bert-tiny-uncased", "vary": {"hidden_dropout_prob": [0.0, 0.1]}, "train": {"seeds": [0, 1]}}
+    path.write_text(yaml.safe_dump(two))
+    monkeypatch.setenv("BERTBLOCKS_MAX_STUDY_RUNS", "3")  # 2 variants x 2 seeds
+    with pytest.raises(StudyError, match="2 variants and 4 runs, above the limit of 3 runs"):
+        load_study(path)
+    monkeypatch.setenv("BERTBLOCKS_MAX_STUDY_RUNS", "4")
+    assert len(load_study(path).variants) == 2

@@ -98,28 +98,46 @@ def generate_labelled(n: int, seed: int = 0) -> list[tuple[str, int]]:
     return out
 
 
+def _numbered_lines(path: Path) -> list[tuple[int, str]]:
+    """The non-empty lines of a UTF-8 text file, stripped, with their line numbers (from 1).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a line that is not UTF-8 (with the file, the line and the byte), or no text at all.
+    """
+    lines = []
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{path}, line {number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
+            ) from None
+        # str.splitlines also breaks at the separators bytes.splitlines keeps (\x0b, \x1c, \u2028, …)
+        lines.extend((number, part.strip()) for part in text.splitlines() if part.strip())
+    if not lines:
+        raise ValueError(f"corpus file {path} holds no text")
+    return lines
+
+
 def read_sentences(path: Path) -> list[str]:
     """Non-empty lines of a UTF-8 text file.
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: the file holds no text.
+        ValueError: the file holds no text, or a line that is not UTF-8 (with its number).
     """
-    lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
-    lines = [line for line in lines if line]
-    if not lines:
-        raise ValueError(f"corpus file {path} holds no text")
-    return lines
+    return [line for _, line in _numbered_lines(path)]
 
 
 def read_labelled(path: Path) -> list[tuple[str, int]]:
     """``LABEL<TAB>TEXT`` lines (LABEL an integer from 0).
 
     Raises:
-        ValueError: a line that is not of that form, with its number.
+        ValueError: a line that is not of that form, or not UTF-8, with its number in the file.
     """
     out = []
-    for number, line in enumerate(read_sentences(path), start=1):
+    for number, line in _numbered_lines(path):
         label, sep, text = line.partition("\t")
         if not sep or not label.strip().isdigit() or not text.strip():
             raise ValueError(f"{path}, line {number}: expected LABEL<TAB>TEXT with an integer label")

@@ -11,6 +11,7 @@ Masked-LM sequences pack consecutive sentences (``[CLS] s1 [SEP] s2 [SEP] …``)
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,8 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from .corpus import generate_labelled, generate_sentences, read_labelled, read_sentences
 from .study import Study, StudyError, fingerprint
+
+logger = logging.getLogger("bertblocks")
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -150,20 +153,33 @@ def get_tokenizer(study: Study, texts: list[str], saved: Path | None = None) -> 
         path = study.resolve(spec.path)
         if not path.is_file():
             raise StudyError.single("tokenizer.path", f"file not found: {path}", study)
-        return Tokenizer.from_file(str(path))
+        try:
+            return Tokenizer.from_file(str(path))
+        except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file
+            raise StudyError.single("tokenizer.path", f"{path} is not a tokenizer.json file ({e})", study) from None
     key_file = saved.with_suffix(".key") if saved is not None else None
     if (
         saved is not None
         and key_file is not None
         and saved.is_file()
-        and key_file.is_file()
-        and key_file.read_text(encoding="utf-8").strip() == tokenizer_key(study, texts)
+        and _read_key(key_file) == tokenizer_key(study, texts)
     ):
-        return Tokenizer.from_file(str(saved))
+        try:
+            return Tokenizer.from_file(str(saved))
+        except Exception as e:  # a damaged file in the output folder: train again (the runs follow its fingerprint)
+            logger.warning("%s is not a readable tokenizer (%s); training a new one", saved, e)
     try:
         return train_tokenizer(texts, spec.vocab_size, spec.lowercase, spec.trainer)
     except ValueError as e:
         raise StudyError.single("tokenizer.vocab_size", str(e), study) from None
+
+
+def _read_key(path: Path) -> str | None:
+    """The key saved beside a tokenizer; ``None`` (no match: train again) when it is not readable text."""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def prepare(study: Study, tokenizer: Tokenizer, texts: list[str], labels: list[int] | None) -> PreparedData:

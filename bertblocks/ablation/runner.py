@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -50,6 +51,8 @@ from .lock import FolderLock
 from .provenance import code_version, data_fingerprint, plugin_versions
 from .run import RunTask
 from .study import Study, StudyError, expand_variants, fingerprint, load_study
+
+logger = logging.getLogger("bertblocks")
 
 
 class StudyRunError(BertBlocksError, RuntimeError):
@@ -142,7 +145,7 @@ def run_study(
         todo: list[RunTask] = []
         for task in tasks:
             previous = _read_record(runs_dir / f"{task.run_id}.json")
-            if previous is not None and previous.get("fingerprint") == task.fingerprint:
+            if previous is not None and previous["fingerprint"] == task.fingerprint:
                 records[task.run_id] = previous
             else:
                 todo.append(task)
@@ -229,10 +232,42 @@ def _tasks(study: Study, data: PreparedData | None, tokenizer_json: str | None) 
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:
+    """The run record at ``path``, or ``None`` when the run must be done (again).
+
+    A record that cannot be what :func:`~bertblocks.ablation.run.execute` wrote (not UTF-8, not JSON, not
+    an object, or without its fields) is named in a warning and run again: it is replaced when the run
+    finishes, so the summaries never read it.
+    """
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None  # absent, or cut short by a crash of an older version: run it again
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError as e:
+        return _unreadable(path, f"is not UTF-8 text (byte {e.start})")
+    except json.JSONDecodeError as e:  # cut short by a crash of an older version, or edited by hand
+        return _unreadable(path, f"is not JSON ({e.msg}, line {e.lineno})")
+    except OSError as e:
+        return _unreadable(path, f"cannot be read ({e.strerror or e})")
+    if not isinstance(record, dict):
+        return _unreadable(path, f"holds a JSON {type(record).__name__}, not a run record (an object)")
+    problems = [
+        f"{key!r} ({_KINDS[kind]})"
+        for key, kind in RECORD_FIELDS.items()
+        if not isinstance(record.get(key), kind) or isinstance(record.get(key), bool)
+    ]
+    if problems:
+        return _unreadable(path, f"is not a complete run record (missing or mistyped: {', '.join(problems)})")
+    return record
+
+
+#: the fields every run record holds, and their types (what the summaries read)
+RECORD_FIELDS: dict[str, type] = {"fingerprint": str, "variant": str, "seed": int, "metrics": dict}
+_KINDS = {str: "a string", int: "an integer", dict: "an object"}
+
+
+def _unreadable(path: Path, reason: str) -> None:
+    logger.warning("run record %s %s; running it again (the record is replaced when it finishes)", path, reason)
+    return None
 
 
 def _write_atomic(path: Path, text: str) -> None:

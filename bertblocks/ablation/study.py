@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, 
 
 from bertblocks.config import BertConfig, ConfigError, ConfigIssue, closest, issues_from_validation_error
 from bertblocks.config.bounded_yaml import load_yaml
+from bertblocks.config.limits import MAX_STUDY_RUNS_ENV, max_study_runs
 from bertblocks.config_files import apply_overrides, load_config
 from bertblocks.registry import RegistryError
 
@@ -229,15 +231,16 @@ def load_study(
             raise StudyError([ConfigIssue("", f"malformed YAML: {e}")], where) from None
     if not isinstance(raw, dict):
         raise StudyError([ConfigIssue("", f"expected a mapping at the top, got {type(raw).__name__}")], where)
-    if overrides:
+    for index, text in enumerate(overrides or []):
         try:
-            raw = apply_overrides(raw, overrides)
+            raw = apply_overrides(raw, [text])
         except ConfigError as e:
-            raise StudyError(e.issues, where) from None
+            raise StudyError([_from_set(issue, index, text) for issue in e.issues], where) from None
     try:
         spec = StudySpec.model_validate(raw)
     except ValidationError as e:
-        raise StudyError(issues_from_validation_error(e, model=StudySpec), where) from None
+        issues = issues_from_validation_error(e, model=StudySpec)
+        raise StudyError([_blame_set(issue, overrides or []) for issue in issues], where) from None
 
     if not spec.vary and not spec.variants:
         raise StudyError(
@@ -257,6 +260,20 @@ def load_study(
     study = Study(spec=spec, source=path, base_config=_load_base(spec, path, where))
     study.variants = expand_variants(study, config_overrides)
     return study
+
+
+def _from_set(issue: ConfigIssue, index: int, text: str) -> ConfigIssue:
+    """``issue`` said of the ``index``-th ``--set`` (counting from 1, as they were given)."""
+    return ConfigIssue(issue.loc, f"{issue.msg} (from --set #{index + 1} {text!r})")
+
+
+def _blame_set(issue: ConfigIssue, overrides: list[str]) -> ConfigIssue:
+    """``issue`` with the ``--set`` that wrote its location named, when one did (the last one wins)."""
+    for index in reversed(range(len(overrides))):
+        key = overrides[index].partition("=")[0].strip()
+        if key and (issue.loc == key or issue.loc.startswith(key + ".") or key.startswith(issue.loc + ".")):
+            return _from_set(issue, index, overrides[index])
+    return issue
 
 
 def base_file(base: str, study_file: Path | None) -> Path | None:
@@ -296,6 +313,7 @@ def expand_variants(study: Study, config_overrides: Mapping[str, Any] | None = N
     extra = dict(config_overrides or {})
     where = str(study.source) if study.source else None
     grid_keys = list(spec.vary)
+    _check_run_count(study)  # before the grid is spelt out: ten keys of ten values are 10^10 variants
     grid = [dict(zip(grid_keys, values, strict=True)) for values in itertools.product(*spec.vary.values())]
     short = _short_names(grid_keys)
     named: list[tuple[str, str, dict[str, Any]]] = []  # (variant name, study location, overrides)
@@ -333,6 +351,21 @@ def expand_variants(study: Study, config_overrides: Mapping[str, Any] | None = N
     if issues:
         raise StudyError(_unique(issues), where)
     return variants
+
+
+def _check_run_count(study: Study) -> None:
+    """Refuse a study of more runs (variants × seeds) than the limit, before any variant is made."""
+    spec = study.spec
+    variants = math.prod(len(values) for values in spec.vary.values()) * max(1, len(spec.variants))
+    runs = variants * len(study.seeds)
+    limit = max_study_runs()
+    if limit is not None and runs > limit:
+        raise StudyError.single(
+            "vary" if spec.vary else "variants",
+            f"the study would make {variants:,} variants and {runs:,} runs, above the limit of {limit:,} runs; "
+            f"if you mean it, raise the limit with {MAX_STUDY_RUNS_ENV}={runs}",
+            study,
+        )
 
 
 def _locate(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,7 +32,7 @@ OUTPUT_FORMATS = (".npy", ".jsonl")
 
 
 # ------------------------------------------------------------------------------------------------- reading
-def read_texts(stream: IO[str], fmt: str, field: str, where: str) -> list[str]:
+def read_texts(stream: Iterable[str], fmt: str, field: str, where: str) -> list[str]:
     """One text per line (``lines``; empty lines skipped) or one JSON object per line (``jsonl``, text in ``field``).
 
     Raises:
@@ -54,6 +54,22 @@ def read_texts(stream: IO[str], fmt: str, field: str, where: str) -> list[str]:
             raise CLIError(f"{where}, line {number}: expected an object with a string {field!r} field")
         texts.append(record[field])
     return texts
+
+
+def decoded_lines(raw: IO[bytes], where: str) -> Iterator[str]:
+    """The lines of a byte stream as UTF-8 text.
+
+    Raises:
+        CLIError: a line that is not UTF-8, with the file, the line number and the byte.
+    """
+    for number, line in enumerate(raw, start=1):
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise CLIError(
+                f"{where}, line {number}: not UTF-8 text (byte 0x{line[e.start]:02x} at column {e.start + 1}); "
+                "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            ) from None
 
 
 def _input_format(path: str, given: str | None) -> str:
@@ -156,13 +172,16 @@ def _texts(args: argparse.Namespace) -> list[str]:
     if args.input and args.texts:
         raise CLIError("give texts as arguments or --input, not both")
     if args.input == "-" or (not args.input and not args.texts and not sys.stdin.isatty()):
-        return read_texts(sys.stdin, args.input_format or "lines", args.text_field, "stdin")
+        raw = getattr(sys.stdin, "buffer", None)  # bytes, so a bad line is reported with its number
+        lines = sys.stdin if raw is None else decoded_lines(raw, "stdin")
+        return read_texts(lines, args.input_format or "lines", args.text_field, "stdin")
     if args.input:
         path = Path(args.input)
         if not path.is_file():
             raise CLIError(f"input file not found: {path}")
-        with path.open(encoding="utf-8") as f:
-            return read_texts(f, _input_format(args.input, args.input_format), args.text_field, str(path))
+        with path.open("rb") as f:
+            fmt = _input_format(args.input, args.input_format)
+            return read_texts(decoded_lines(f, str(path)), fmt, args.text_field, str(path))
     if not args.texts:
         raise CLIError("no texts: give them as arguments, with --input FILE, or on stdin")
     return list(args.texts)
@@ -175,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise CLIError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.max_length is not None and args.max_length < 1:
+        raise CLIError(f"--max-length must be at least 1 token, got {args.max_length} (leave it out for the model's)")
     output = Path(args.output) if args.output else None
     if output is not None and output.suffix not in OUTPUT_FORMATS:
         raise CLIError(f"--output {output}: the suffix must be one of {', '.join(OUTPUT_FORMATS)}")
@@ -185,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
     embeddings = embed_corpus(
         model, tokenizer, texts, args.batch_size, args.max_length, progress=sys.stderr.isatty() and len(texts) > 1
     )
+    _check_finite(texts, embeddings)
     n, dim = embeddings.shape
     summary = f"{n} embedding{'s' if n != 1 else ''} of dimension {dim} (mean-pooled, L2-normalised)"
     if output is not None:
@@ -194,6 +216,19 @@ def run(args: argparse.Namespace) -> int:
     lines = [summary, *(_line(text, row) for text, row in zip(texts, embeddings, strict=True))]
     emit(args, "\n".join(lines), {"shape": [n, dim], "embeddings": list(_records(texts, embeddings))})
     return EXIT_OK
+
+
+def _check_finite(texts: Sequence[str], embeddings: torch.Tensor) -> None:
+    """Refuse to write NaN or infinite vectors (a damaged checkpoint, float16 overflow): they would poison
+    every search or clustering run over them."""
+    bad = (~torch.isfinite(embeddings).all(dim=-1)).nonzero().flatten().tolist()
+    if bad:
+        first = bad[0]
+        raise CLIError(
+            f"the model gave non-finite embeddings (NaN or inf) for {len(bad)} of {len(texts)} texts (first: text "
+            f"{first + 1}, {_clip(texts[first])!r}); nothing was written. Check the checkpoint's weights (loading "
+            "warns about non-finite tensors) and the dtype (float16 overflows)"
+        )
 
 
 def _line(text: str, row: torch.Tensor) -> str:

@@ -9,11 +9,19 @@ limit                       default              raise it with
 ==========================  ===================  ==============================================================
 layers in the stack         1024                 ``BERTBLOCKS_MAX_LAYERS=4096``
 parameters (estimated)      4,000,000,000        ``BERTBLOCKS_MAX_PARAMETERS=12e9`` (16 GB in float32)
+labels (``num_labels``)     1,000,000            ``BERTBLOCKS_MAX_LABELS=5e6``
+runs of an ablation study   10,000               ``BERTBLOCKS_MAX_STUDY_RUNS=1e5``
 ==========================  ===================  ==============================================================
 
-The defaults are far above every BERT-family checkpoint published (XLM-R XL has 3.5 B parameters); a value of
-``0`` or ``none`` switches a limit off. The environment is read at every check, so a test or a long-lived
-process can change it.
+The defaults are far above every BERT-family checkpoint published (XLM-R XL has 3.5 B parameters; extreme
+multi-label classifiers have a few hundred thousand labels); a value of ``0`` or ``none`` switches a limit off.
+The environment is read at every check, so a test or a long-lived process can change it.
+
+The layer limit is checked wherever a per-layer list would be made before the builder runs: a family reading
+``config.json`` calls :func:`check_layer_count` before it spells out one entry per layer (ModernBERT's
+``layer_types``), and the label limit is checked before the default label names are made (``num_labels``
+builds ``id2label``). Checks that compare layers (weight sharing) work on the layers that overrides name, never
+on every layer.
 
 The parameter count is an *estimate* of the standard layout (embeddings, per layer the attention projections,
 the feed-forward block and two norms, the pooler): a plugin component may hold somewhat more or less, which
@@ -35,8 +43,12 @@ if TYPE_CHECKING:
 
 MAX_LAYERS_ENV = "BERTBLOCKS_MAX_LAYERS"
 MAX_PARAMETERS_ENV = "BERTBLOCKS_MAX_PARAMETERS"
+MAX_LABELS_ENV = "BERTBLOCKS_MAX_LABELS"
+MAX_STUDY_RUNS_ENV = "BERTBLOCKS_MAX_STUDY_RUNS"
 DEFAULT_MAX_LAYERS = 1024
 DEFAULT_MAX_PARAMETERS = 4_000_000_000
+DEFAULT_MAX_LABELS = 1_000_000
+DEFAULT_MAX_STUDY_RUNS = 10_000
 
 
 class LimitError(BertBlocksError, ValueError):
@@ -85,13 +97,66 @@ def max_parameters() -> int | None:
     return _read_limit(MAX_PARAMETERS_ENV, DEFAULT_MAX_PARAMETERS)
 
 
-def estimate_size(config: BertConfig) -> SizeEstimate:
-    """Estimate the size of the backbone built from ``config`` without building it (no per-layer work).
+def max_labels() -> int | None:
+    """The label limit now in force (``None``: no limit)."""
+    return _read_limit(MAX_LABELS_ENV, DEFAULT_MAX_LABELS)
 
-    Per-layer overrides of ``intermediate_size`` are counted for the layers they name.
+
+def max_study_runs() -> int | None:
+    """The limit on the runs of one ablation study (variants × seeds) now in force (``None``: no limit)."""
+    return _read_limit(MAX_STUDY_RUNS_ENV, DEFAULT_MAX_STUDY_RUNS)
+
+
+def check_layer_count(num_layers: object, field: str = "num_hidden_layers") -> None:
+    """Raise :class:`LimitError` when ``num_layers`` exceeds the layer limit; call it before making anything
+    per layer (a family's ``config.json`` reader spelling out one entry per layer).
+
+    A value that is not an integer is left to the config's own validation.
+
+    Raises:
+        LimitError: naming ``field``, the limit and the environment variable that raises it.
+    """
+    limit = max_layers()
+    if limit is not None and isinstance(num_layers, int) and num_layers > limit:
+        raise LimitError(
+            f"{field}: {num_layers} layers exceed the limit of {limit}; if you mean it, raise the limit with "
+            f"{MAX_LAYERS_ENV}={num_layers}"
+        )
+
+
+def label_limit_issue(num_labels: int) -> str | None:
+    """Why ``num_labels`` is refused (above the label limit), or ``None``; checked before labels are named."""
+    limit = max_labels()
+    if limit is None or num_labels <= limit:
+        return None
+    return (
+        f"{num_labels} labels exceed the limit of {limit:,}; if you mean it, raise the limit with "
+        f"{MAX_LABELS_ENV}={num_labels}"
+    )
+
+
+def _int_option(options: dict[str, object], key: str) -> int | None:
+    value = options.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def estimate_size(config: BertConfig) -> SizeEstimate:
+    """Estimate the size of the model built from ``config`` without building it (no per-layer work).
+
+    Per-layer overrides of ``intermediate_size`` are counted for the layers they name; a factorized embedding
+    (``embedding.embedding_size``: tables at that width, then a projection), further type tables and a head
+    (its classifier, and a masked LM narrowed to its own ``embedding_size``) are counted too.
     """
     hidden, enc = config.hidden_size, config.encoder
-    embeddings = (config.vocab_size + config.max_position_embeddings + config.type_vocab_size) * hidden + 2 * hidden
+    embedding = config.embedding.options()
+    width = _int_option(embedding, "embedding_size") or hidden
+    rows = config.vocab_size + config.max_position_embeddings + config.type_vocab_size
+    extra = embedding.get("extra_type_tables")
+    if isinstance(extra, dict):
+        rows += sum(size for size in extra.values() if isinstance(size, int))
+    embeddings = rows * width + 2 * width
+    if _int_option(embedding, "embedding_size"):
+        embeddings += width * hidden + hidden  # the projection to the hidden size
     attention = 4 * hidden * hidden + 4 * hidden + 2 * hidden  # q, k, v, output projections; norm
 
     def feedforward(intermediate: int) -> int:
@@ -108,6 +173,11 @@ def estimate_size(config: BertConfig) -> SizeEstimate:
             total += inside * (feedforward(size) - feedforward(enc.feedforward.intermediate_size))
     if config.pooler is not None:
         total += hidden * hidden + hidden
+    if config.head is not None:
+        narrow = _int_option(config.head.options(), "embedding_size")
+        total += hidden * hidden + config.num_labels * hidden  # a transform (or dense) and the classifier
+        if narrow is not None:
+            total += hidden * narrow + narrow * config.vocab_size  # a masked LM at its own width
     element = torch.empty((), dtype=torch.get_default_dtype()).element_size()
     return SizeEstimate(parameters=total, bytes=total * element, layers=enc.num_layers)
 
@@ -132,10 +202,16 @@ def check_size(config: BertConfig) -> SizeEstimate:
         raise LimitError(
             f"the model would be too big: {estimate.describe()}, above the limit of {parameters_limit:,} "
             f"parameters (hidden_size {config.hidden_size}, vocab_size {config.vocab_size}, intermediate_size "
-            f"{config.encoder.feedforward.intermediate_size}); if you mean it, raise the limit with "
+            f"{config.encoder.feedforward.intermediate_size}{_embedding_size(config)}); if you mean it, raise "
+            "the limit with "
             f"{MAX_PARAMETERS_ENV}={estimate.parameters:.3g}"
         )
     return estimate
+
+
+def _embedding_size(config: BertConfig) -> str:
+    size = _int_option(config.embedding.options(), "embedding_size")
+    return f", embedding_size {size}" if size is not None else ""
 
 
 def _human_bytes(n: int) -> str:

@@ -22,6 +22,7 @@ from pydantic import (
 
 from .errors import ConfigIssue, FieldError
 from .flat_view import FlatConfigView
+from .limits import label_limit_issue
 from .overrides import OVERRIDABLE, EncoderConfig
 from .specs import DEFAULT_COMPONENTS, EmbeddingSpec, HeadSpec, PoolerSpec, PositionSpec, Probability
 
@@ -89,6 +90,9 @@ class BertConfig(FlatConfigView, BaseModel):
     def _labels(self) -> BertConfig:
         # HF derives num_labels from id2label; both given and disagreeing is an error, not a silent pick.
         if self.id2label is None:
+            too_many = label_limit_issue(self.num_labels)  # before a name is made for each label
+            if too_many:
+                raise FieldError("num_labels", too_many)
             object.__setattr__(self, "id2label", {i: f"LABEL_{i}" for i in range(self.num_labels)})
         elif "num_labels" in self.model_fields_set and len(self.id2label) != self.num_labels:
             raise FieldError("num_labels", f"is {self.num_labels} but id2label names {len(self.id2label)} labels")
@@ -163,10 +167,19 @@ class BertConfig(FlatConfigView, BaseModel):
             return []
         if groups > enc.num_layers:
             return [ConfigIssue("encoder.num_layer_groups", f"is {groups}, more than num_layers {enc.num_layers}")]
-        first_of: dict[int, int] = {}
-        for index in range(enc.num_layers):
+        # Only a layer an override names can differ from the layers of its group; comparing those (and, for a
+        # group whose first layer is named, its first layer no override names) finds the first difference a
+        # walk over every layer would, in time that does not grow with num_layers (10^9 layers would hang).
+        named = {i for o in enc.overrides for i in o.layers if 0 <= i < enc.num_layers}
+        candidates = set(named)
+        for group in {enc.layer_group(i) for i in named}:
+            start, stop = _group_bounds(group, groups, enc.num_layers)
+            plain = next((i for i in range(start + 1, stop) if i not in named), None)  # at most len(named) steps
+            if plain is not None:
+                candidates.add(plain)
+        for index in sorted(candidates):
             group = enc.layer_group(index)
-            first = first_of.setdefault(group, index)
+            first = _group_bounds(group, groups, enc.num_layers)[0]
             if first == index:
                 continue
             for key in OVERRIDABLE:
@@ -203,6 +216,11 @@ class BertConfig(FlatConfigView, BaseModel):
     def to_hf(self) -> dict[str, Any]:
         """This config as a checkpoint's ``config.json`` dict (see :func:`bertblocks.hf.config_json.config_to_hf`)."""
         return _checkpoint_format().to_hf(self)
+
+
+def _group_bounds(group: int, groups: int, num_layers: int) -> tuple[int, int]:
+    """The layers ``[start, stop)`` of weight group ``group``: those with ``i · groups // num_layers == group``."""
+    return -(-group * num_layers // groups), -(-(group + 1) * num_layers // groups)
 
 
 class CheckpointConfigFormat(Protocol):

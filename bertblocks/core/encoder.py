@@ -495,8 +495,7 @@ class EncoderModel(nn.Module):
         if input_ids is not None:
             if input_ids.dim() != 2:
                 raise ValueError(f"input_ids must be [batch, seq]; got shape {tuple(input_ids.shape)}")
-            if input_ids.is_floating_point() or input_ids.dtype == torch.bool:
-                raise ValueError(f"input_ids must be an integer tensor; got {input_ids.dtype}")
+            _check_integer("input_ids", input_ids)
             if checking and input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= cfg.vocab_size):
                 bad = input_ids[(input_ids < 0) | (input_ids >= cfg.vocab_size)]
                 raise ValueError(
@@ -510,9 +509,11 @@ class EncoderModel(nn.Module):
                     f"inputs_embeds must be [batch, seq, {cfg.hidden_size}]; got {tuple(inputs_embeds.shape)}"
                 )
             batch, length = inputs_embeds.shape[:2]
+        given = "input_ids" if input_ids is not None else "inputs_embeds"
         if length == 0:  # nothing to encode; it would fail later with an IndexError naming no input
-            given = "input_ids" if input_ids is not None else "inputs_embeds"
             raise ValueError(f"{given} is empty (sequence length 0); give at least one token per sequence")
+        if batch == 0:  # the outputs would be empty and a loss over them NaN, silently
+            raise ValueError(f"{given} is an empty batch (batch size 0); give at least one sequence, or skip the call")
         if past_length + length > cfg.max_position_embeddings:
             cached = f" after {past_length} cached tokens" if past_length else ""
             raise ValueError(
@@ -612,9 +613,10 @@ def _head_mask_shapes(heads: Sequence[int]) -> str:
 
 
 def _check_integer(name: str, tensor: torch.Tensor) -> None:
-    # an embedding look-up with floats fails deep inside torch with a message that names no argument
-    if tensor.is_floating_point() or tensor.dtype == torch.bool:
-        raise ValueError(f"{name} must be an integer tensor; got {tensor.dtype}")
+    # an embedding look-up with floats (or uint8, int16) fails deep inside torch naming no argument
+    if tensor.dtype not in (torch.long, torch.int):
+        kind = "an integer tensor" if tensor.is_floating_point() or tensor.dtype == torch.bool else "torch.long or int"
+        raise ValueError(f"{name} must be {kind}; got {tensor.dtype} (convert with {name}.long())")
 
 
 def init_weights(module: nn.Module, std: float) -> None:

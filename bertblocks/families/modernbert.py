@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from bertblocks.config import BertConfig
+from bertblocks.config.limits import check_layer_count
 from bertblocks.core.component import Component
 from bertblocks.core.family import BERT_TOKENIZER, Family
 from bertblocks.core.keymap import KeyMap, Rename
@@ -161,6 +162,7 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     src = {k: v for k, v in hf.items() if k != "model_type"}
     architectures = src.pop("architectures", None)
     f = {key: src.pop(key, default) for key, default in DEFAULTS.items()}
+    check_layer_count(f["num_hidden_layers"])  # before one layer type is spelt out per layer
     types = _layer_types(src, f["num_hidden_layers"])
     bases = _rope_bases(src)
     sliding = [i for i, t in enumerate(types) if t == SLIDING]

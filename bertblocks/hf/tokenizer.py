@@ -61,6 +61,13 @@ class TokenizerFileError(BertBlocksError, ValueError):
     """A tokenizer file that cannot be used: not valid JSON, or special tokens missing from its vocabulary."""
 
 
+def _token_count(name: str, value: Any) -> int:
+    """``value`` as a length in tokens (an integer of at least 1), or a ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive number of tokens; got {value!r}")
+    return value
+
+
 class BertTokenizer:
     """Encode texts and text pairs into the tensors a BERT takes (``model(**tokenizer(texts))``).
 
@@ -86,7 +93,7 @@ class BertTokenizer:
         self.backend = tokenizer
         self.backend.no_padding()
         self.backend.no_truncation()
-        self.model_max_length = model_max_length
+        self.model_max_length = _token_count("model_max_length", model_max_length)
         self.model_input_names = tuple(model_input_names)
         self.special_tokens = {**DEFAULT_SPECIAL_TOKENS, **(special_tokens or {})}
         ids = {}
@@ -144,6 +151,11 @@ class BertTokenizer:
         max_length = config.get("model_max_length") or 512
         if not isinstance(max_length, int) or max_length >= _NO_LIMIT:
             max_length = 512
+        if isinstance(max_length, bool) or max_length < 1:  # a negative length would fail in the backend, unnamed
+            raise ValueError(
+                f"{directory / TOKENIZER_CONFIG}: model_max_length is {max_length!r}; it must be a positive number "
+                "of tokens (fix the file, or remove the field for the default 512)"
+            )
         if (directory / TOKENIZER_JSON).is_file():
             try:
                 backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
@@ -262,7 +274,7 @@ class BertTokenizer:
                 raise ValueError(f"text_pair must match text: {len(texts)} text(s) but {len(pairs)} pair(s)")
         if return_tensors not in ("pt", None):
             raise ValueError(f"return_tensors must be 'pt' or None, got {return_tensors!r}")
-        limit = self.model_max_length if max_length is None else max_length
+        limit = self.model_max_length if max_length is None else _token_count("max_length", max_length)
         encodings = self._encode(texts, pairs, padding, truncation, limit, add_special_tokens)
         out = {
             "input_ids": [e.ids for e in encodings],
@@ -392,11 +404,21 @@ def read_vocab(path: Path) -> dict[str, int]:
 
     Raises:
         FileNotFoundError: no such file.
+        ValueError: a line that is not UTF-8, naming the file, the line and the byte.
     """
     if not path.is_file():
         raise TokenizerFilesNotFoundError(f"vocabulary file not found: {path}")
-    with path.open(encoding="utf-8") as f:
-        return dict(_enumerate(line.rstrip("\n") for line in f))
+    with path.open("rb") as f:
+        return dict(_enumerate(_utf8(line, path, number).rstrip("\n") for number, line in enumerate(f, start=1)))
+
+
+def _utf8(line: bytes, path: Path, number: int) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenizerFileError(
+            f"{path}, line {number}: not UTF-8 text (byte 0x{line[e.start]:02x} at column {e.start + 1})"
+        ) from None
 
 
 def _enumerate(tokens: Iterable[str]) -> Iterable[tuple[str, int]]:
@@ -411,6 +433,10 @@ def _read_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise TokenizerFileError(f"{path} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except UnicodeDecodeError as e:
+        raise TokenizerFileError(
+            f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
+        ) from None
     return data if isinstance(data, dict) else {}
 
 

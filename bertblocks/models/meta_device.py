@@ -37,19 +37,45 @@ def deferred_init() -> Iterator[None]:
         nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
-def load_into(model: nn.Module, tensors: Mapping[str, torch.Tensor]) -> None:
+def load_into(model: nn.Module, tensors: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> None:
     """Load matched checkpoint tensors into ``model``.
 
-    Parameters still on ``meta`` take the checkpoint tensor itself (cast to the parameter's dtype if needed)
-    instead of a copy; tied parameters (a masked-LM decoder and the token embeddings) are tied again after.
+    Parameters still on ``meta`` take the checkpoint tensor itself instead of a copy, cast once: floating-point
+    tensors to ``dtype`` when given (the dtype the model is loaded in: a float64 checkpoint loaded in float64
+    never passes through float32), else to the parameter's dtype. Tied parameters (a masked-LM decoder and the
+    token embeddings) are tied again after.
     """
     tied = tied_parameters(model)  # second name → first name, recorded before parameters are replaced
     deferred = any(p.is_meta for p in model.parameters())
     if deferred:
         current = model.state_dict(keep_vars=True)
-        tensors = {k: v.to(current[k].dtype) if k in current else v for k, v in tensors.items()}
+
+        def target(key: str, tensor: torch.Tensor) -> torch.dtype:
+            own = current[key].dtype
+            return dtype if dtype is not None and own.is_floating_point and tensor.is_floating_point() else own
+
+        tensors = {k: v.to(target(k, v)) if k in current else v for k, v in tensors.items()}
     model.load_state_dict(tensors, strict=False, assign=deferred)
     _tie_again(model, tied)
+
+
+def non_finite(tensors: Mapping[str, torch.Tensor], chunk: int = 1 << 24) -> dict[str, int]:
+    """Tensor name → how many of its values are NaN or infinite, for the floating-point tensors that hold any.
+
+    One sum per tensor screens them (a NaN or inf makes the sum non-finite; one pass, no scratch memory);
+    only a tensor whose sum is not finite is counted, in chunks of ``chunk`` values (a sum that merely
+    overflows counts zero and is not reported).
+    """
+    found = {}
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point() or tensor.is_meta or not tensor.numel():
+            continue
+        if bool(torch.isfinite(tensor.sum())):
+            continue
+        bad = sum(int(part.numel() - torch.isfinite(part).sum()) for part in tensor.reshape(-1).split(chunk))
+        if bad:
+            found[name] = bad
+    return found
 
 
 def materialize(model: nn.Module, std: float) -> list[str]:

@@ -48,8 +48,16 @@ from ..hf.weights import (
     tied_parameters,
     write_checkpoint,
 )
-from .meta_device import deferred_init, load_into, materialize
-from .surface import LOAD_OPTIONS, apply_load_options, config_keywords, parse_size, split_load_kwargs
+from .meta_device import deferred_init, load_into, materialize, non_finite
+from .surface import (
+    LOAD_OPTIONS,
+    apply_load_options,
+    config_keywords,
+    parse_size,
+    requested_dtype,
+    resolve_dtype,
+    split_load_kwargs,
+)
 
 if TYPE_CHECKING:
     from ..core.encoder import EncoderModel
@@ -107,6 +115,18 @@ def report_loading(model_name: str, source: str | Path, info: LoadingInfo) -> No
             source,
             model_name,
             ", ".join(info.unexpected_keys),
+        )
+
+
+def _warn_non_finite(source: str | Path, state: Mapping[str, torch.Tensor]) -> None:
+    """Warn, naming each tensor, when checkpoint weights hold NaN or inf: every output would be NaN."""
+    found = non_finite(state)
+    if found:
+        logger.warning(
+            "The checkpoint at %s holds non-finite weights (NaN or inf), so the model's outputs will be NaN: %s. "
+            "The file is damaged, or was saved after training diverged",
+            source,
+            ", ".join(f"{name} ({count:,} values)" for name, count in found.items()),
         )
 
 
@@ -219,10 +239,13 @@ class PretrainedModel(nn.Module):
         # what it lacks is initialised (no random init of weights about to be overwritten, no second copy).
         with deferred_init():
             model = cls._from_config(directory, extra, registry=registry, **build_options)
-        info = model.load_checkpoint(directory, strict=strict)
-        materialize(model, model.initializer_std())
         hf_extra = getattr(model.config, "hf", None) or {}  # type: ignore[attr-defined]
-        apply_load_options(model, options, hf_extra.get("dtype", hf_extra.get("torch_dtype")))
+        config_dtype = hf_extra.get("dtype", hf_extra.get("torch_dtype"))
+        # The dtype is settled before the weights are assigned, so each tensor is cast once, straight into it
+        # ("auto" without a dtype in config.json follows the weights, read in _load).
+        info, weights_dtype = model._load(directory, strict, requested_dtype(options), config_dtype)
+        materialize(model, model.initializer_std())
+        apply_load_options(model, options, config_dtype, weights_dtype)
         model.name_or_path = str(path)
         return (model, info) if output_loading_info else model
 
@@ -233,7 +256,22 @@ class PretrainedModel(nn.Module):
             CheckpointError: shape mismatches, backbone weights the model has no place for, and (``strict``)
                 backbone weights missing from the checkpoint.
         """
+        return self._load(directory, strict)[0]
+
+    def _load(
+        self,
+        directory: str | Path,
+        strict: bool = True,
+        dtype: torch.dtype | str | None = None,
+        config_dtype: str | None = None,
+    ) -> tuple[LoadingInfo, torch.dtype | None]:
+        """:meth:`load_checkpoint`, casting floating-point weights straight to the dtype ``dtype`` resolves to
+        (see :func:`~bertblocks.models.surface.resolve_dtype`); also returns the weights' own dtype."""
         state = read_state_dict(find_weights(Path(directory)))
+        _warn_non_finite(directory, state)
+        # transformers' rule for "auto" without a dtype in config.json: the first floating-point tensor's dtype
+        weights_dtype = next((t.dtype for t in state.values() if t.is_floating_point()), None)
+        target = resolve_dtype(dtype, config_dtype, weights_dtype)
         prefix, model_has_prefix = self.checkpoint_prefix()
         state = map_checkpoint_keys(state, self.checkpoint_key_map(), prefix=prefix, model_has_prefix=model_has_prefix)
         backbones = self.checkpoint_backbones()
@@ -244,9 +282,9 @@ class PretrainedModel(nn.Module):
         ]
         required = tuple(where + module for where in backbones for module in BACKBONE_PREFIXES)
         loadable, info = match_state_dict(self, state, ignorable=ignorable, required_prefixes=required, strict=strict)
-        load_into(self, loadable)
+        load_into(self, loadable, target)
         report_loading(type(self).__name__, directory, info)
-        return info
+        return info, weights_dtype
 
     # ------------------------------------------------------------------------------------------ saving
     def save_pretrained(

@@ -55,9 +55,15 @@ def parse_size(value: int | str | None) -> int | None:
     return size
 
 
-def resolve_dtype(value: torch.dtype | str | None, checkpoint_dtype: str | None = None) -> torch.dtype | None:
+def resolve_dtype(
+    value: torch.dtype | str | None,
+    checkpoint_dtype: str | None = None,
+    weights_dtype: torch.dtype | None = None,
+) -> torch.dtype | None:
     """A ``torch.dtype`` from ``dtype=``/``torch_dtype=``: a dtype, its name (``"bfloat16"``, ``"torch.float16"``),
-    or ``"auto"`` (the dtype the checkpoint's ``config.json`` names, else none: keep float32).
+    or ``"auto"``: the dtype the checkpoint's ``config.json`` names (``dtype``, or the older ``torch_dtype``),
+    else the dtype of its weights (``weights_dtype``: the first floating-point tensor's, transformers' rule),
+    else none (keep float32).
 
     Raises:
         ValueError: a name that is not a floating-point torch dtype.
@@ -65,7 +71,7 @@ def resolve_dtype(value: torch.dtype | str | None, checkpoint_dtype: str | None 
     if value is None or isinstance(value, torch.dtype):
         return value
     if value == "auto":
-        return resolve_dtype(checkpoint_dtype) if checkpoint_dtype else None
+        return resolve_dtype(checkpoint_dtype) if checkpoint_dtype else weights_dtype
     dtype = getattr(torch, str(value).removeprefix("torch."), None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype {value!r} is not a floating-point torch dtype (float32, bfloat16, float16, …)")
@@ -111,17 +117,34 @@ def config_keywords(model_fields: Iterator[str] | Sequence[str]) -> list[str]:
     return [*model_fields, *FLAT_ALIASES]
 
 
-def apply_load_options(model: nn.Module, options: Mapping[str, Any], checkpoint_dtype: str | None = None) -> None:
+def requested_dtype(options: Mapping[str, Any]) -> torch.dtype | str | None:
+    """The dtype asked for with ``dtype=`` or ``torch_dtype=`` (as given: a dtype, a name or ``"auto"``).
+
+    Raises:
+        ValueError: both given and different.
+    """
+    dtypes = {options.get("dtype"), options.get("torch_dtype")} - {None}
+    if len(dtypes) > 1:
+        raise ValueError(f"dtype and torch_dtype disagree: {options.get('dtype')} vs {options.get('torch_dtype')}")
+    return dtypes.pop() if dtypes else None
+
+
+def apply_load_options(
+    model: nn.Module,
+    options: Mapping[str, Any],
+    checkpoint_dtype: str | None = None,
+    weights_dtype: torch.dtype | None = None,
+) -> None:
     """Apply ``dtype``/``torch_dtype`` and ``device_map`` (a single device) to a loaded model.
+
+    ``checkpoint_dtype`` (the dtype ``config.json`` names) and ``weights_dtype`` (the weights' own) are what
+    ``"auto"`` follows, in that order (see :func:`resolve_dtype`).
 
     Raises:
         ValueError: both ``dtype`` and ``torch_dtype`` given and different, or a ``device_map`` that spreads
             the model over several devices (bertblocks loads onto one).
     """
-    dtypes = {options.get("dtype"), options.get("torch_dtype")} - {None}
-    if len(dtypes) > 1:
-        raise ValueError(f"dtype and torch_dtype disagree: {options.get('dtype')} vs {options.get('torch_dtype')}")
-    dtype = resolve_dtype(dtypes.pop() if dtypes else None, checkpoint_dtype)
+    dtype = resolve_dtype(requested_dtype(options), checkpoint_dtype, weights_dtype)
     if dtype is not None:
         model.to(dtype)
     device_map = options.get("device_map")
@@ -433,6 +456,7 @@ __all__ = [
     "apply_load_options",
     "config_keywords",
     "parse_size",
+    "requested_dtype",
     "resolve_dtype",
     "split_load_kwargs",
 ]

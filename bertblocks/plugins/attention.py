@@ -173,6 +173,14 @@ class BertAttention(Attention):
         is_causal: bool = False,
         packing: Packing | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if output_attentions and not self.backend.capabilities.attention_weights:
+            # the backend would return None and output_attentions an empty tuple, silently
+            raise ValueError(
+                f"output_attentions=True, but attention backend {self.backend.name!r} cannot return attention "
+                "weights (its capabilities say attention_weights: false): load the model with "
+                "attn_implementation='eager' (or set encoder.attention.backend: eager or sdpa) to get them, "
+                "or drop output_attentions"
+            )
         if packing is not None:
             return self._packed(hidden_states, mask, positions, head_mask, output_attentions, packing)
         b, q, _ = hidden_states.shape

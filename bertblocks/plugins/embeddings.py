@@ -111,6 +111,8 @@ class BertEmbeddings(Embedding):
         if inputs_embeds is None:
             assert input_ids is not None
             inputs_embeds = self.word_embeddings(input_ids)  # [b, q, E]
+        else:
+            self._check_embeds(inputs_embeds)
         b, q = inputs_embeds.shape[:2]
         embeddings = inputs_embeds
         if self.has_token_types:
@@ -129,6 +131,19 @@ class BertEmbeddings(Embedding):
         embeddings = self.dropout(self.LayerNorm(embeddings))
         return self.projection(embeddings) if self.has_projection else embeddings  # [b, q, H]
 
+    def _check_embeds(self, inputs_embeds: torch.Tensor) -> None:
+        """``inputs_embeds`` must be floating point in the tables' dtype (autocast decides dtypes itself)."""
+        table = self.word_embeddings.weight.dtype
+        if inputs_embeds.dtype == table or (inputs_embeds.is_floating_point() and torch.is_autocast_enabled()):
+            return
+        # a float64 input into a float32 model fails later inside LayerNorm ("mixed dtype"), naming nothing
+        raise ValueError(
+            f"inputs_embeds are {inputs_embeds.dtype} but this model computes in {table}: pass "
+            f"inputs_embeds.to({table}) (or convert the model with model.to({inputs_embeds.dtype}))"
+            if inputs_embeds.is_floating_point()
+            else f"inputs_embeds must be a floating-point tensor in {table}; got {inputs_embeds.dtype}"
+        )
+
     def _default_positions(
         self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor, past_length: int
     ) -> torch.Tensor:
@@ -139,10 +154,30 @@ class BertEmbeddings(Embedding):
         assert pad is not None
         if input_ids is None:
             # nothing says which embeddings are padding: sequential after the padding index (as RoBERTa)
+            self._check_offset_positions(pad + q, q, past_length)
             return torch.arange(pad + 1, q + pad + 1, device=inputs_embeds.device)[None]
         # RoBERTa's create_position_ids_from_input_ids: real tokens count from pad + 1, padding stays at pad
         real = input_ids.ne(pad).int()
-        return ((torch.cumsum(real, dim=1).type_as(real) + past_length) * real).long() + pad
+        positions = ((torch.cumsum(real, dim=1).type_as(real) + past_length) * real).long() + pad
+        if not torch.compiler.is_compiling() and pad + past_length + q >= self.position_ids.shape[1]:
+            # only padding-free rows reach the last positions: the real maximum decides (one host sync,
+            # paid only by inputs this long)
+            self._check_offset_positions(int(positions.max()), q, past_length)
+        return positions
+
+    def _check_offset_positions(self, highest: int, q: int, past_length: int) -> None:
+        """RoBERTa-style positions past the table raise an error saying how many tokens the model takes."""
+        table = self.position_ids.shape[1]
+        if highest < table:
+            return
+        pad = self.padding_idx
+        assert pad is not None
+        cached = f" after {past_length} cached tokens" if past_length else ""
+        raise ValueError(
+            f"sequence length {q}{cached} needs position {highest}, past the {table} positions of this model "
+            f"(max_position_embeddings={table}); its positions start after pad_token_id={pad}, so it takes at "
+            f"most {table - pad - 1} tokens: truncate the input (e.g. tokenizer max_length={table - pad - 1})"
+        )
 
 
 def build_bert_embeddings(
