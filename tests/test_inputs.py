@@ -285,7 +285,7 @@ def roberta() -> bertblocks.BertModel:
             "pad_token_id": 1,
         }
     )
-    return bertblocks.build_model(config).eval()
+    return bertblocks.create_model(config).eval()
 
 
 def test_roberta_positions_past_the_table_name_the_longest_input(roberta):
@@ -345,7 +345,7 @@ def test_output_attentions_on_a_backend_without_weights_is_refused():
             return super().__call__(query, key, value, **{**kwargs, "need_weights": False})
 
     torch.manual_seed(0)
-    subject = bertblocks.build_model(TINY).eval()
+    subject = bertblocks.create_model(TINY).eval()
     for module in subject.modules():
         if hasattr(module, "backend"):
             module.backend = NoWeights()
@@ -394,7 +394,7 @@ def checkpoint(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("tiny")
     bertblocks.BertTokenizer.from_vocab(VOCAB, model_max_length=64).save_pretrained(directory)
     torch.manual_seed(0)
-    bertblocks.BertModel.from_config(TINY).save_pretrained(directory)
+    bertblocks.create_model(TINY).save_pretrained(directory)
     return directory
 
 

@@ -285,7 +285,7 @@ def test_a_billion_albert_layers_validate_at_once_and_are_refused_at_build():
     assert seconds < CPU_SECONDS
     assert peak < 20 * 2**20
     with pytest.raises(LimitError, match=r"encoder\.num_layers: 1000000000 layers exceed the limit of 1024"):
-        bertblocks.build_model(config)
+        bertblocks.create_model(config)
     # a difference inside a group is still found among a billion layers
     changed = {**hf, "bertblocks": {"encoder": {"overrides": [{"layers": 700_000_000, "attention": {"dropout": 0.3}}]}}}
     error, seconds, _ = bounded(lambda: bertblocks.load_config(changed))
@@ -333,9 +333,9 @@ def test_the_sharing_check_finds_the_difference_a_walk_over_every_layer_finds():
 
 def test_a_factorized_embedding_is_counted_exactly_and_a_huge_one_refused():
     cfg = bertblocks.load_config({**TINY, "embedding": {"name": "bert", "embedding_size": 16}})
-    assert estimate_size(cfg).parameters == sum(p.numel() for p in bertblocks.build_model(cfg).parameters())
+    assert estimate_size(cfg).parameters == sum(p.numel() for p in bertblocks.create_model(cfg).parameters())
     electra = bertblocks.load_config({"model_type": "electra", "embedding_size": 10**7})
-    error, seconds, peak = bounded(lambda: bertblocks.build_model(electra))  # was a 26 GB allocation
+    error, seconds, peak = bounded(lambda: bertblocks.create_model(electra))  # was a 26 GB allocation
     assert isinstance(error, LimitError)
     assert "embedding_size 10000000" in str(error)
     assert seconds < CPU_SECONDS
@@ -344,7 +344,7 @@ def test_a_factorized_embedding_is_counted_exactly_and_a_huge_one_refused():
 
 def test_a_head_is_counted_in_the_estimate():
     cfg = bertblocks.load_config({**TINY, "head": "sequence_classification", "num_labels": 5})
-    model = bertblocks.BertTaskModel.from_config(cfg)
+    model = bertblocks.create_model(cfg)
     built = sum(p.numel() for p in model.parameters())
     estimate = estimate_size(cfg).parameters
     assert estimate > estimate_size(bertblocks.load_config(TINY)).parameters
