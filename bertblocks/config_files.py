@@ -16,7 +16,7 @@ import yaml
 
 from .config import BertConfig, ConfigError, ConfigIssue
 from .config.bounded_yaml import YAMLLimitError, load_yaml
-from .hf.families import config_from_hf, config_to_hf
+from .hf.config_json import config_from_hf, config_to_hf
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
 
 ConfigSource = str | Path | Mapping[str, Any] | BertConfig

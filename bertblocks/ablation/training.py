@@ -38,7 +38,8 @@ def task_model(task: str, config: BertConfig) -> nn.Module:
     family gives that task (ELECTRA's masked LM projects to its embedding size, RoBERTa classifies with
     ``dense → tanh → out_proj``), so a study on a family trains the family's own model."""
     from bertblocks.config_files import load_config
-    from bertblocks.hf.families import config_from_hf, config_to_hf, get_family
+    from bertblocks.hf.config_json import config_from_hf, config_to_hf
+    from bertblocks.hf.families import get_family
     from bertblocks.models.task_models import BertTaskModel
 
     suffix = {"mlm": "ForMaskedLM", "classification": "ForSequenceClassification"}[task]

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from bertblocks.core.component import Component
-from bertblocks.core.family import Family
-from bertblocks.core.keymap import KeyMap
+from bertblocks.families.family import Family
+from bertblocks.families.keymap import KeyMap
 
 HYBRID = Family(
     model_type="bertblocks-hybrid",

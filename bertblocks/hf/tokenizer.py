@@ -30,7 +30,7 @@ from typing import Any, Literal
 import torch
 from tokenizers import Encoding, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from ..core.family import BERT_TOKENIZER, TokenizerConvention
+from ..families.family import BERT_TOKENIZER, TokenizerConvention
 from ..errors import BertBlocksError
 from .hub import resolve_tokenizer_files
 

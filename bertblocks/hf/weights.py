@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import save_file
 
 from ..errors import BertBlocksError
+from ..families.keymap import LEGACY_SUFFIXES
 from .weight_files import WeightFileError, read_safetensors, read_weight_file
 
 logger = logging.getLogger("bertblocks")
@@ -37,7 +38,6 @@ BIN_WEIGHTS = "pytorch_model.bin"
 BIN_INDEX = "pytorch_model.bin.index.json"
 #: buffers older transformers wrote to checkpoints; never weights
 STALE_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
-LEGACY_SUFFIXES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
 #: module prefixes of the backbone: a checkpoint key here that the model lacks means the architectures differ
 BACKBONE_PREFIXES = ("embeddings.", "encoder.")
 

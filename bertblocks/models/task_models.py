@@ -26,7 +26,8 @@ from ..config_files import ConfigSource, load_config
 from ..core.encoder import EncoderModel, init_weights
 from ..core.interfaces import Head
 from ..core.outputs import ModelOutput
-from ..hf.families import FamilyKeyMap, config_to_hf
+from ..hf.config_json import config_to_hf
+from ..hf.families import FamilyKeyMap
 from ..registry import BuildError, Registry, build_head, get_registry, validate_config
 from .backbone import BertModel
 from .pretrained import PretrainedModel

@@ -17,7 +17,7 @@ import transformers
 import bertblocks
 from bertblocks import BertTokenizer
 from bertblocks.config import ConfigError
-from bertblocks.hf.families import config_from_hf, config_to_hf
+from bertblocks.hf.config_json import config_from_hf, config_to_hf
 
 from .test_nomic_bert import max_diff
 from .test_presets import FAMILY_PRESETS

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 import bertblocks
 from bertblocks import BertTokenizer
 from bertblocks.config import ConfigError
-from bertblocks.hf.families import config_from_hf, config_to_hf
+from bertblocks.hf.config_json import config_from_hf, config_to_hf
 
 TOL = 1e-5
 B, L, C = 2, 14, 3  # batch, sequence (> local window 4), choices

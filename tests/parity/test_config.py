@@ -14,6 +14,7 @@ from torch import nn
 import bertblocks
 from bertblocks import BertConfig, ConfigError, dump_yaml, load_config, save_config
 from bertblocks.core.interfaces import Positions
+from bertblocks.hf.config_json import config_to_hf
 from bertblocks.plugins.backends import EagerBackend, SdpaBackend
 from tests.conftest import TINY, V4, batch, max_diff
 
@@ -164,35 +165,35 @@ def test_transformers_5_config_round_trip():
         tie_word_embeddings=False,
         architectures=["BertForSequenceClassification"],
     ).to_dict()
-    config = BertConfig.from_hf(hf)
+    config = load_config(hf)
     assert config.encoder.num_layers == 3
     assert config.encoder.attention.num_heads == 8
     assert config.encoder.attention.dropout == 0.15
     assert config.encoder.feedforward.activation == "gelu_new"
     assert config.num_labels == 3
     assert config.label2id == {"neg": 0, "pos": 1, "neutral": 2}
-    written = config.to_hf()
+    written = config_to_hf(config)
     _assert_same_hf(hf, written)
-    assert BertConfig.from_hf(json.loads(json.dumps(written))) == config
+    assert load_config(json.loads(json.dumps(written))) == config
 
 
 @pytest.mark.parametrize("case", sorted(p.name for p in V4.iterdir() if (p / "config.json").is_file()))
 def test_transformers_4_config_round_trip(case: str):
     hf = json.loads((V4 / case / "config.json").read_text())
-    config = BertConfig.from_hf(hf)
+    config = load_config(hf)
     assert config.position.name == hf["position_embedding_type"]
-    written = config.to_hf()
+    written = config_to_hf(config)
     _assert_same_hf(hf, written)
     assert written["position_embedding_type"] == hf["position_embedding_type"]
-    assert BertConfig.from_hf(json.loads(json.dumps(written))) == config
+    assert load_config(json.loads(json.dumps(written))) == config
 
 
 def test_pruned_heads_keys_are_ints_ours_and_strings_in_json():
     hf = json.loads((V4 / "pruned" / "config.json").read_text())
     assert hf["pruned_heads"] == {"0": [0, 2], "1": [3]}
-    config = BertConfig.from_hf(hf)
+    config = load_config(hf)
     assert config.pruned_heads == {0: [0, 2], 1: [3]}
-    assert config.to_hf()["pruned_heads"] == hf["pruned_heads"]
+    assert config_to_hf(config)["pruned_heads"] == hf["pruned_heads"]
 
 
 def test_non_hf_choices_travel_under_the_bertblocks_key(tmp_path: Path):
@@ -201,7 +202,7 @@ def test_non_hf_choices_travel_under_the_bertblocks_key(tmp_path: Path):
     data["pooler"] = "mean"
     data["encoder"]["overrides"] = [{"layers": "1", "attention": {"backend": "sdpa"}, "feedforward": "bert"}]
     config = load_config(data, ["encoder.attention.backend=eager", "encoder.feedforward.activation=silu"])
-    written = config.to_hf()
+    written = config_to_hf(config)
     assert "bertblocks" in written
     assert written["position_embedding_type"] == "relative_key"  # HF-expressible: a plain HF field
     assert written["hidden_act"] == "silu"
@@ -217,7 +218,7 @@ def test_non_hf_choices_travel_under_the_bertblocks_key(tmp_path: Path):
 
 
 def test_default_config_writes_no_bertblocks_key():
-    assert "bertblocks" not in load_config(TINY).to_hf()
+    assert "bertblocks" not in config_to_hf(load_config(TINY))
 
 
 def test_model_type_no_family_handles_is_refused_listing_the_families():
