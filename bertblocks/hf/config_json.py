@@ -162,12 +162,12 @@ def contradictions(
             continue
         fields = [key for key in src if key not in ("model_type", BLOCK) and _changes(family, src, key, path, mine)]
         if fields:
-            said = " and ".join(f"{key}: {src[key]!r}" for key in fields)
+            said = " and ".join(f"{key} is {src[key]!r}" for key in fields)
             issues.append(
                 ConfigIssue(
                     f"{BLOCK}.{path}",
-                    f"is {theirs!r}, but config.json's {said} says {mine!r}; the bertblocks block may add what HF "
-                    "fields cannot say, never contradict them (transformers would build another model)",
+                    f"is {theirs!r}, but config.json's {said}; the bertblocks block may add what HF fields cannot "
+                    "say, never contradict them (transformers would build another model)",
                 )
             )
     return issues

@@ -24,8 +24,6 @@ class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):
         >>> out.last_hidden_state.shape
     """
 
-    #: key prefix of the backbone in task checkpoints (``bert.encoder...``); a bare backbone has none
-    base_model_prefix = "bert"
     #: the registry the model was built from (``None``: the process-wide one); its family is looked up there
     registry: Registry | None = None
 
