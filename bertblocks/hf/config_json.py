@@ -114,10 +114,15 @@ def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[s
     # difference
     back = validate_config({**translated, "family": family.model_type}, registry).model_dump()
     extra = _diff(config.model_dump(), back)  # a head the family has no class for travels here too
-    if extra:
+    if extra is not _MISSING:
         issues = contradictions(family, out, translated, extra)
         if issues:
-            raise ConfigError(issues, f"saving a {family.model_type} config.json")
+            hint = ConfigIssue(
+                "family",
+                f"the {family.model_type} family's config.json cannot describe this model; a model no transformers "
+                "family describes is saved with family: bertblocks-hybrid",
+            )
+            raise ConfigError([*issues, hint], f"saving a {family.model_type} config.json")
         out[BLOCK] = extra
     return out
 
@@ -174,12 +179,31 @@ def contradictions(
 
 
 def _changes(family: Family, src: Mapping[str, Any], key: str, path: str, value: Any) -> bool:
-    """Whether leaving ``key`` out of ``src`` changes what the translation puts at ``path``."""
-    try:
-        without = _translate(family, {k: v for k, v in src.items() if k != key})
-    except ConfigError:
-        return False  # the family cannot do without it; another field decides
-    return not _same(_get(without, path), value)
+    """Whether ``key`` decides what the translation puts at ``path``: leaving it out, or giving it another
+    value (a field holding its default changes nothing by leaving), changes it."""
+    variants = [{k: v for k, v in src.items() if k != key}]
+    other = _another(src[key])
+    if other is not _MISSING:
+        variants.append({**src, key: other})
+    for variant in variants:
+        try:
+            translated = _translate(family, variant)
+        except ConfigError:
+            continue  # the family cannot do without it (or with that value); other variants or fields decide
+        if not _same(_get(translated, path), value):
+            return True
+    return False
+
+
+def _another(value: Any) -> Any:
+    """A value of the same JSON type that differs from ``value`` (``_MISSING`` for lists, mappings, null)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value * 2 + 1
+    if isinstance(value, str):
+        return value + "_"
+    return _MISSING
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -215,7 +239,8 @@ def _get(data: Any, path: str) -> Any:
 
 
 def _diff(full: Any, base: Any) -> Any:
-    """The parts of ``full`` that differ from ``base`` (nested dicts), or ``None`` if none do."""
+    """The parts of ``full`` that differ from ``base`` (nested dicts), or ``_MISSING`` if none do (a value that
+    differs may be ``None``: a config without a pooler where the family's has one)."""
     if isinstance(full, dict) and isinstance(base, dict):
         if "name" in full and full.get("name") != base.get("name"):
             # another component: reading it back starts its spec afresh (its plugin's options are not the
@@ -229,13 +254,13 @@ def _diff(full: Any, base: Any) -> Any:
                 out[key] = value
                 continue
             sub = _diff(value, base[key])
-            if sub is not None:
+            if sub is not _MISSING:
                 out[key] = sub
         # a component's name must travel with its options, or from_hf would not know whose they are
         if out and "name" in full and "name" not in out:
             out["name"] = full["name"]
-        return out or None
-    return None if full == base else full
+        return out or _MISSING
+    return _MISSING if full == base else full
 
 
 __all__ = ["BLOCK", "DEFAULT_FAMILY", "config_from_hf", "config_to_hf", "contradictions"]
