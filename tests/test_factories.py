@@ -9,8 +9,8 @@ import pytest
 
 from bertblocks.core.component import KINDS, NoOptions
 from bertblocks.core.factories import FACTORIES
-from bertblocks.families.family import FAMILY_FACTORY
 from bertblocks.core.interfaces import PositionScheme
+from bertblocks.families.family import FAMILY_FACTORY
 from bertblocks.registry import BuildError, Registry
 from tests.test_plugin_docs import RECORDED
 

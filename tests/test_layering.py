@@ -205,7 +205,8 @@ def test_config_and_core_work_with_nothing_above_them():
                 importlib.import_module(info.name)
         from bertblocks.config import BertConfig
 
-        config = BertConfig(family="roberta", hidden_size=32, encoder={{"num_layers": 2, "attention": {{"num_heads": 4}}}})
+        encoder = {{"num_layers": 2, "attention": {{"num_heads": 4}}}}
+        config = BertConfig(family="roberta", hidden_size=32, encoder=encoder)
         config.num_attention_heads = 8
         flat = config.to_dict()
         assert config.model_type == flat["model_type"] == "roberta", flat

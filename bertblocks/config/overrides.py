@@ -160,9 +160,7 @@ class EncoderConfig(BaseModel):
         description="run dense layers on real tokens only (padded batches): auto = in inference when the "
         "padding share reaches packing_threshold; outputs then hold zeros at padded positions",
     )
-    packing_threshold: Probability = Field(
-        0.2, description="share of padding from which `auto` packs"
-    )
+    packing_threshold: Probability = Field(0.2, description="share of padding from which `auto` packs")
 
     @model_validator(mode="before")
     @classmethod

@@ -61,8 +61,12 @@ class BertConfig(FlatConfigView, BaseModel):
     tie_word_embeddings: Flag = Field(True, description="LM decoder weight is the token embedding table")
     head: HeadSpec | None = Field(None, description="task head by name (null: a bare backbone)")
     num_labels: Count = Field(2, description="classifier outputs; derived from id2label when that is given")
-    id2label: dict[int, Annotated[str, Strict()]] | None = Field(None, description="label names; default LABEL_0..LABEL_{n-1}")
-    label2id: dict[str, Annotated[int, Strict()]] | None = Field(None, description="inverse of id2label; derived when omitted")
+    id2label: dict[int, Annotated[str, Strict()]] | None = Field(
+        None, description="label names; default LABEL_0..LABEL_{n-1}"
+    )
+    label2id: dict[str, Annotated[int, Strict()]] | None = Field(
+        None, description="inverse of id2label; derived when omitted"
+    )
     problem_type: Literal["regression", "single_label_classification", "multi_label_classification"] | None = Field(
         None, description="sequence-classification loss; inferred from labels when unset, as HF does"
     )
@@ -84,7 +88,7 @@ class BertConfig(FlatConfigView, BaseModel):
 
     @property
     def model_type(self) -> str:
-        """transformers' ``model_type``: the family's (a RoBERTa model answers its family's name), as ``config.json`` has it."""
+        """transformers' ``model_type``: the family's (a RoBERTa model answers its family's), as config.json has it."""
         return self.family
 
     @field_validator("hf")

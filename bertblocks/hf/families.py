@@ -173,4 +173,3 @@ class FamilyKeyMap:
         stored = model_to_checkpoint(add_prefix(state, BACKBONE_PREFIX), self.config, registry=self.registry)
         family = get_family(self.config.family, self.registry, source=None)
         return strip_prefix(stored, family.key_map.prefix)
-

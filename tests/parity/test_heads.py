@@ -12,7 +12,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 import bertblocks
-from bertblocks.config import BertConfig, ConfigError
+from bertblocks.config import ConfigError
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Head
 from bertblocks.core.outputs import SequenceClassifierOutput
