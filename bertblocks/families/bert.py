@@ -58,6 +58,7 @@ BERT = Family(
     model_type="bert",
     config_from_hf=config_from_hf,
     config_to_hf=config_to_hf,
+    # bertblocks' keys are BERT's (a task model keeps its backbone under `bert.`, as BertFor… do): the identity
     key_map=KeyMap(prefix=BACKBONE_PREFIX, head_prefixes=("cls.", "classifier.", "qa_outputs.")),
     architectures=BERT_ARCHITECTURES,
     base_architecture=BASE_ARCHITECTURE,
