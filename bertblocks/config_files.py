@@ -124,7 +124,7 @@ def is_hf_config(data: Mapping[str, Any]) -> bool:
 def _from_mapping(data: dict[str, Any], registry: Registry | None = None, where: str | None = None) -> dict[str, Any]:
     # a config is what JSON can hold: a YAML date or set, or a Python object, is refused here rather than when
     # the config is first written to a config.json
-    problem = json_value_problem(data)
+    problem = json_value_problem(data, finite=False)
     if problem is not None:
         raise ConfigError([ConfigIssue("", problem)], where)
     if is_hf_config(data):

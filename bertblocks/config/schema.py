@@ -213,20 +213,21 @@ class BertConfig(FlatConfigView, BaseModel):
         return []
 
 
-def json_value_problem(value: Any, path: str = "") -> str | None:
+def json_value_problem(value: Any, path: str = "", finite: bool = True) -> str | None:
     """Why ``value`` is not a JSON value (``"datetime.date(2020, 1, 1) at a.b is a date, …"``), or ``None``.
 
     JSON values: strings, ints, finite floats, booleans, null, lists, and mappings with string keys (or int
-    keys, as YAML and the label tables write them). Dates, sets, bytes and other objects are not.
+    keys, as YAML and the label tables write them). Dates, sets, bytes and other objects are not. With
+    ``finite=False`` an infinite or NaN float passes (the schema refuses it where a field is typed, saying so).
     """
     where = f" at {path}" if path else ""
     if value is None or isinstance(value, str | bool | int):
         return None
     if isinstance(value, float):
-        return None if math.isfinite(value) else f"{value!r}{where} is not a JSON number"
+        return None if math.isfinite(value) or not finite else f"{value!r}{where} is not a JSON number"
     if isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            problem = json_value_problem(item, f"{path}.{i}" if path else str(i))
+            problem = json_value_problem(item, f"{path}.{i}" if path else str(i), finite)
             if problem is not None:
                 return problem
         return None
@@ -234,7 +235,7 @@ def json_value_problem(value: Any, path: str = "") -> str | None:
         for key, item in value.items():
             if not isinstance(key, str | int) or isinstance(key, bool):
                 return f"the key {key!r}{where} is a {type(key).__name__}, not a string"
-            problem = json_value_problem(item, f"{path}.{key}" if path else str(key))
+            problem = json_value_problem(item, f"{path}.{key}" if path else str(key), finite)
             if problem is not None:
                 return problem
         return None

@@ -57,7 +57,7 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> d
             an HF field (naming both), a field the family cannot represent, or a value that contradicts what the
             family requires (:attr:`Family.fixed`).
     """
-    problem = json_value_problem(dict(hf))
+    problem = json_value_problem(dict(hf), finite=False)
     if problem is not None:
         raise ConfigError([ConfigIssue("", problem)], _SOURCE)
     src = {k: v for k, v in hf.items() if k not in DROPPED}
