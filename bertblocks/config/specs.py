@@ -35,7 +35,7 @@ class ComponentSpec(BaseModel):
 
     name: str
     #: the plugin's option defaults, recorded when the registry fills them in (``validate``), so that
-    #: :func:`bertblocks.hf.config_json.config_to_hf` writes only options that differ from them
+    #: diagrams (:mod:`bertblocks.introspect`) show only options that differ from them
     _option_defaults: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def __eq__(self, other: object) -> bool:
