@@ -16,7 +16,8 @@ import yaml
 
 from .config import BertConfig, ConfigError, ConfigFileNotFoundError, ConfigIssue
 from .config.bounded_yaml import YAMLLimitError, load_yaml
-from .hf.families import config_from_hf, config_to_hf
+from .config.schema import json_value_problem
+from .hf.config_json import config_from_hf, config_to_hf
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
 
 ConfigSource = str | Path | Mapping[str, Any] | BertConfig
@@ -84,7 +85,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
         return source.model_dump(), None
     if isinstance(source, Mapping):
         # a deep copy: overrides are set in place and must never change the caller's nested dicts
-        return _from_mapping(copy.deepcopy(dict(source)), registry), None
+        return _from_mapping(copy.deepcopy(dict(source)), registry, None), None
     path = Path(source)
     if isinstance(source, str) and not path.exists() and _looks_like_a_name(source):
         reg = registry or get_registry()
@@ -92,7 +93,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
             preset = reg.get_preset(source)
         except UnknownPresetError as e:
             raise UnknownPresetError(e.name, e.available, context=" (and no file of that name)") from None
-        return _from_mapping(copy.deepcopy(dict(preset.config)), registry), f"preset {source}"
+        return _from_mapping(copy.deepcopy(dict(preset.config)), registry, f"preset {source}"), f"preset {source}"
     if path.is_dir():
         path = path / "config.json"
     if not path.is_file():
@@ -120,7 +121,7 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([ConfigIssue("", f"expected a mapping at the top, got {type(data).__name__}")], str(path))
-    return _from_mapping(data, registry), str(path)
+    return _from_mapping(data, registry, str(path)), str(path)
 
 
 def _looks_like_a_name(source: str) -> bool:
@@ -133,7 +134,12 @@ def is_hf_config(data: Mapping[str, Any]) -> bool:
     return "encoder" not in data and ("model_type" in data or "num_hidden_layers" in data)
 
 
-def _from_mapping(data: dict[str, Any], registry: Registry | None = None) -> dict[str, Any]:
+def _from_mapping(data: dict[str, Any], registry: Registry | None = None, where: str | None = None) -> dict[str, Any]:
+    # a config is what JSON can hold: a YAML date or set, or a Python object, is refused here rather than when
+    # the config is first written to a config.json
+    problem = json_value_problem(data, finite=False)
+    if problem is not None:
+        raise ConfigError([ConfigIssue("", problem)], where)
     if is_hf_config(data):
         # through the family its model_type names (bert when none): the one place config.json is read
         return config_from_hf(data, registry)

@@ -11,20 +11,21 @@ from bertblocks import create_model
 from bertblocks.core.component import KINDS, NoOptions
 from bertblocks.core.factories import FACTORIES
 from bertblocks.core.interfaces import PositionScheme
+from bertblocks.families.family import FAMILY_FACTORY
 from bertblocks.registry import BuildError, Registry
 from tests.test_plugin_docs import RECORDED
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_kinds_protocol_names_exactly_the_arguments_the_builder_passes(kind):
-    protocol, _ = FACTORIES[kind]
+    protocol, _ = {**FACTORIES, "family": FAMILY_FACTORY}[kind]
     parameters = inspect.signature(protocol.__call__).parameters
     assert {name for name in parameters if name != "self"} == RECORDED[kind]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for name, p in parameters.items() if name != "self")
 
 
 def test_every_kind_has_a_protocol():
-    assert set(FACTORIES) == set(KINDS)
+    assert {*FACTORIES, "family"} == set(KINDS)
 
 
 def test_heads_without_options_share_no_options():

@@ -306,9 +306,12 @@ def test_the_fuzz_suite_is_registered_in_the_test_extra():
 # ------------------------------------------------------------------------------- config.json of every family
 def _family_configs() -> dict[str, dict[str, Any]]:
     """Each family's default ``config.json`` (its own fields, as its translator writes them)."""
+    from bertblocks.hf.config_json import config_to_hf
     from bertblocks.hf.families import known_families
 
-    return {f.model_type: bertblocks.load_config({"model_type": f.model_type}).to_hf() for f in known_families()}
+    return {
+        f.model_type: config_to_hf(bertblocks.load_config({"model_type": f.model_type})) for f in known_families()
+    }
 
 
 FAMILY_CONFIGS = _family_configs()

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from bertblocks import BertModel, create_model, load_config
 from bertblocks.config import ConfigError
+from bertblocks.hf.config_json import config_to_hf
 from tests.conftest import TINY
 from tests.tolerances import OUTPUT_ATOL, assert_close
 
@@ -126,7 +127,7 @@ def test_post_ln_and_layernorm_spelled_out_are_bit_for_bit_the_default():
     with torch.no_grad():
         # the defaults spelled out build the same modules: same kernels, same data
         assert torch.equal(default(**batch).last_hidden_state, spelled(**batch).last_hidden_state)
-    assert "bertblocks" not in spelled.config.to_hf()  # the defaults say nothing in config.json
+    assert "bertblocks" not in config_to_hf(spelled.config)  # the defaults say nothing in config.json
 
 
 def test_post_ln_equals_the_written_out_reference():

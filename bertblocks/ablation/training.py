@@ -37,7 +37,8 @@ def task_model(task: str, config: BertConfig) -> nn.Module:
     """A randomly initialised model with the task's head (uses the current torch seed): the head the config's
     family gives that task (ELECTRA's masked LM projects to its embedding size, RoBERTa classifies with
     ``dense → tanh → out_proj``), so a study on a family trains the family's own model."""
-    from bertblocks.hf.families import config_from_hf, config_to_hf, get_family
+    from bertblocks.hf.config_json import config_from_hf, config_to_hf
+    from bertblocks.hf.families import get_family
     from bertblocks.zoo import create_model
 
     suffix = {"mlm": "ForMaskedLM", "classification": "ForSequenceClassification"}[task]

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import yaml
@@ -79,6 +80,15 @@ class BoundedSafeLoader(yaml.SafeLoader):
         if node is not None:
             self._expanded[id(node)] = 1 + sum(self._expanded.get(id(child), 1) for child in _children(node))
         return node
+
+
+# PyYAML follows YAML 1.1, where `1e-5` (no dot) is a string; YAML 1.2, and everyone writing a config, reads a
+# number. The config's float fields are strict (a string is no rate), so the loader reads it as 1.2 does.
+BoundedSafeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
 
 
 def _children(node: Node) -> list[Node]:

@@ -58,6 +58,10 @@ def closest(name: str, candidates: Iterable[str]) -> str | None:
     return matches[0] if matches else None
 
 
+#: pydantic's error types of a value of the wrong type, for which the message names the value given
+_STRICT_TYPES = frozenset({"int_type", "float_type", "bool_type", "string_type"})
+
+
 def issues_from_validation_error(
     error: ValidationError,
     prefix: str = "",
@@ -76,6 +80,9 @@ def issues_from_validation_error(
         cause = (err.get("ctx") or {}).get("error")
         if isinstance(cause, FieldError):
             loc, msg = [*loc, cause.loc], str(cause)
+        if err["type"] in _STRICT_TYPES and "input" in err:
+            # the config's scalars are strict (true is no count): say what was given instead
+            msg += f", got {err['input']!r} (a {type(err['input']).__name__})"
         if err["type"] == "extra_forbidden" and (model is not None or known_fields is not None):
             allowed = list(known_fields) if known_fields is not None else _fields_at(model, loc[:-1])  # type: ignore[arg-type]
             hint = closest(str(loc[-1]), allowed)

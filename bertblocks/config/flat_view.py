@@ -6,6 +6,12 @@ configs look: ``config.model_type``, ``config.num_hidden_layers``, ``config.to_d
 face without changing what it is: every alias reads (and, where it names a real field, writes) the nested
 field it stands for, so there is one source of truth, and writes are validated like any other assignment.
 
+The flat names here are the one table of them: the BERT family's ``config.json`` translation
+(:mod:`bertblocks.families.bert`) reads and writes the same names through :data:`FLAT_FIELDS` and
+:data:`FLAT_ALIASES`. ``to_dict()`` is the config under those names; it knows no checkpoint format (the
+``config.json`` a checkpoint carries is :func:`bertblocks.hf.config_json.config_to_hf`'s, which adds what the
+family's transformers class needs and a ``bertblocks`` block for what it cannot say).
+
 Assignments are atomic: a value the config rejects (a field validator *or* a whole-config validator) leaves
 the config exactly as it was, unlike pydantic's own ``validate_assignment``, which has already stored the
 value when a model-level validator refuses it.
@@ -14,8 +20,29 @@ value when a model-level validator refuses it.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, ClassVar
+
+#: the config's top-level fields that transformers' configs have under the same name and meaning
+FLAT_FIELDS: tuple[str, ...] = (
+    "vocab_size",
+    "hidden_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "pad_token_id",
+    "layer_norm_eps",
+    "hidden_dropout_prob",
+    "initializer_range",
+    "pruned_heads",
+    "is_decoder",
+    "add_cross_attention",
+    "use_cache",
+    "tie_word_embeddings",
+    "num_labels",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "classifier_dropout",
+)
 
 #: flat transformers name → dotted path of the field it stands for
 FLAT_ALIASES: dict[str, str] = {
@@ -47,41 +74,36 @@ _MISSING = object()
 
 
 class FlatConfigView:
-    """Mixin for a pydantic config: transformers' flat attribute names, ``to_dict``/``get``/``save_pretrained``,
-    and atomic validated assignment.
+    """Mixin for a pydantic config: transformers' flat attribute names, ``to_dict``/``get``, and atomic validated
+    assignment.
 
-    A class using it defines ``to_hf()`` (the flat ``config.json`` dict).
+    A class using it has a ``model_type`` (a field, property or class variable). ``to_dict`` writes the fields
+    :attr:`flat_fields` names, the aliases of :attr:`flat_aliases` and the ``hf`` extras; a class whose flat
+    form is another (a config of two configs) overrides it.
     """
 
     #: transformers' attribute names that read the nested field they name (see :data:`FLAT_ALIASES`)
     flat_aliases: ClassVar[dict[str, str]] = FLAT_ALIASES
+    #: top-level fields written by ``to_dict`` under their own names (see :data:`FLAT_FIELDS`)
+    flat_fields: ClassVar[tuple[str, ...]] = FLAT_FIELDS
 
     # ------------------------------------------------------------------------------- dict-like reading
-    @property
-    def model_type(self) -> str:
-        """``config.json``'s ``model_type``: the checkpoint format's name for this architecture."""
-        return str(self.to_hf().get("model_type", ""))
-
-    def to_hf(self) -> dict[str, Any]:  # pragma: no cover - provided by the config class
-        raise NotImplementedError
-
     def to_dict(self) -> dict[str, Any]:
-        """The flat ``config.json`` dict, as transformers' ``PretrainedConfig.to_dict`` returns it."""
-        return self.to_hf()
+        """The config under transformers' flat names, JSON-ready, as ``PretrainedConfig.to_dict`` returns one:
+        ``model_type``, the shared fields, the flat aliases and the ``hf`` extras (label and layer keys as
+        strings, as JSON has them)."""
+        out = self._hf_extra()
+        for name in type(self).flat_fields:
+            value = getattr(self, name)
+            out[name] = {str(k): v for k, v in value.items()} if name in ("id2label", "pruned_heads") else value
+        out.update({name: self._read_dotted(path) for name, path in type(self).flat_aliases.items()})
+        out["model_type"] = self.model_type  # type: ignore[attr-defined]
+        return out
 
     def to_json_string(self, use_diff: bool = True) -> str:
         """``to_dict()`` as indented JSON (``use_diff`` is accepted for transformers' signature; the full dict
         is always written)."""
         return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
-    def to_json_file(self, json_file_path: str | Path, use_diff: bool = True) -> None:
-        Path(json_file_path).write_text(self.to_json_string(use_diff), encoding="utf-8")
-
-    def save_pretrained(self, save_directory: str | Path, **kwargs: Any) -> None:
-        """Write ``config.json`` into ``save_directory`` (created if needed)."""
-        directory = Path(save_directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.to_json_file(directory / "config.json")
 
     def get(self, key: str, default: Any = None) -> Any:
         """``getattr(config, key, default)``: a field, a flat alias, or a key of the ``config.json`` dict."""
@@ -105,7 +127,7 @@ class FlatConfigView:
         if name in ("dtype", "torch_dtype"):
             return self._hf_extra().get("dtype", self._hf_extra().get("torch_dtype"))
         if name == "architectures":
-            return self.to_hf().get("architectures")
+            return self._hf_extra().get("architectures")  # transformers' None unless the file named one
         try:
             return super().__getattr__(name)  # type: ignore[misc]  # pydantic's (private attributes, errors)
         except AttributeError:
@@ -181,4 +203,4 @@ class FlatConfigView:
         return dict(self.__dict__.get("hf") or {})
 
 
-__all__ = ["CONSTANTS", "FLAT_ALIASES", "FlatConfigView"]
+__all__ = ["CONSTANTS", "FLAT_ALIASES", "FLAT_FIELDS", "FlatConfigView"]

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .errors import FieldError, closest
 from .limits import MAX_LAYERS_ENV, max_layers
-from .specs import AttentionSpec, ComponentSpec, FeedForwardSpec, LayerSpec, NormSpec, PositionSpec
+from .specs import (
+    AttentionSpec,
+    ComponentSpec,
+    Count,
+    FeedForwardSpec,
+    LayerSpec,
+    NonNegativeCount,
+    NormSpec,
+    PositionSpec,
+    Probability,
+)
 
 
 # ----------------------------------------------------------------------------------------------- encoder
@@ -131,15 +141,15 @@ class EncoderConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    num_layers: PositiveInt = Field(12, description="number of layers (HF num_hidden_layers)")
+    num_layers: Count = Field(12, description="number of layers (HF num_hidden_layers)")
     attention: AttentionSpec = Field(default_factory=AttentionSpec)
     feedforward: FeedForwardSpec = Field(default_factory=FeedForwardSpec)
-    chunk_size_feed_forward: NonNegativeInt = Field(
+    chunk_size_feed_forward: NonNegativeCount = Field(
         0, description="run the feed-forward block over chunks of this many positions (0 = all at once)"
     )
     layer: LayerSpec = Field(default_factory=LayerSpec, description="layer composition (post_ln, pre_ln, parallel)")
     norm: NormSpec = Field(default_factory=NormSpec, description="the norm inside the layers and after the stack")
-    num_layer_groups: PositiveInt | None = Field(
+    num_layer_groups: Count | None = Field(
         None,
         description="cross-layer weight sharing (ALBERT's num_hidden_groups): layer i uses the weights of group "
         "i·groups // num_layers, held once at encoder.layer.<group>; null = every layer has its own",
@@ -150,9 +160,7 @@ class EncoderConfig(BaseModel):
         description="run dense layers on real tokens only (padded batches): auto = in inference when the "
         "padding share reaches packing_threshold; outputs then hold zeros at padded positions",
     )
-    packing_threshold: Annotated[float, Field(ge=0.0, le=1.0)] = Field(
-        0.2, description="share of padding from which `auto` packs"
-    )
+    packing_threshold: Probability = Field(0.2, description="share of padding from which `auto` packs")
 
     @model_validator(mode="before")
     @classmethod

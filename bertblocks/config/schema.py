@@ -6,25 +6,28 @@ Structural validation (this package) and component validation (the registry) are
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    NonNegativeInt,
-    PositiveInt,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 
 from .errors import ConfigIssue, FieldError
 from .flat_view import FlatConfigView
 from .limits import label_limit_issue
 from .overrides import OVERRIDABLE, EncoderConfig
-from .specs import DEFAULT_COMPONENTS, EmbeddingSpec, HeadSpec, PoolerSpec, PositionSpec, Probability
+from .specs import (
+    DEFAULT_COMPONENTS,
+    Count,
+    EmbeddingSpec,
+    Flag,
+    HeadSpec,
+    NonNegativeCount,
+    PoolerSpec,
+    PositionSpec,
+    Probability,
+    Real,
+)
 
 
 # ---------------------------------------------------------------------------------------------- the root
@@ -32,44 +35,49 @@ class BertConfig(FlatConfigView, BaseModel):
     """A whole BERT: vocabulary and sizes, the components and their options.
 
     Field names shared with HF's ``BertConfig`` keep HF's names (``vocab_size``, ``layer_norm_eps``, …);
-    the components are nested. :meth:`from_hf` / :meth:`to_hf` convert to and from HF ``config.json``.
-    transformers' flat names (``num_hidden_layers``, ``to_dict()``, ``get()``, ``model_type``) read and write
-    the same fields (:class:`~bertblocks.config.flat_view.FlatConfigView`).
+    the components are nested. transformers' flat names (``num_hidden_layers``, ``to_dict()``, ``get()``,
+    ``model_type``) read and write the same fields (:class:`~bertblocks.config.flat_view.FlatConfigView`).
+    The config knows no checkpoint format: :func:`bertblocks.hf.config_json.config_from_hf` and
+    :func:`~bertblocks.hf.config_json.config_to_hf` translate a ``config.json`` through the model's family.
     """
 
     # inf and NaN are never meaningful sizes, rates or epsilons (`layer_norm_eps: .inf` would give NaN outputs)
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
-    vocab_size: PositiveInt = Field(30522, description="token vocabulary size")
-    hidden_size: PositiveInt = Field(768, description="width of every hidden state")
-    max_position_embeddings: PositiveInt = Field(512, description="longest sequence (positions 0..n-1)")
-    type_vocab_size: PositiveInt = Field(2, description="token types (segments)")
-    pad_token_id: NonNegativeInt | None = Field(0, description="padding token; its embedding starts at zero")
-    layer_norm_eps: Annotated[float, Field(gt=0)] = Field(1e-12, description="LayerNorm epsilon")
+    vocab_size: Count = Field(30522, description="token vocabulary size")
+    hidden_size: Count = Field(768, description="width of every hidden state")
+    max_position_embeddings: Count = Field(512, description="longest sequence (positions 0..n-1)")
+    type_vocab_size: Count = Field(2, description="token types (segments)")
+    pad_token_id: NonNegativeCount | None = Field(0, description="padding token; its embedding starts at zero")
+    layer_norm_eps: Annotated[Real, Field(gt=0)] = Field(1e-12, description="LayerNorm epsilon")
     hidden_dropout_prob: Probability = Field(0.1, description="dropout on embeddings and sub-layer outputs")
-    initializer_range: Annotated[float, Field(gt=0)] = Field(0.02, description="std of the normal initialiser")
+    initializer_range: Annotated[Real, Field(gt=0)] = Field(0.02, description="std of the normal initialiser")
     embedding: EmbeddingSpec = Field(default_factory=EmbeddingSpec)
     position: PositionSpec = Field(default_factory=PositionSpec)
     encoder: EncoderConfig = Field(default_factory=EncoderConfig)
     pooler: PoolerSpec | None = Field(default_factory=PoolerSpec, description="null for no pooler")
-    is_decoder: bool = Field(False, description="causal self-attention (a decoder, as HF's is_decoder)")
-    add_cross_attention: bool = Field(False, description="decoder layers also attend to encoder states")
-    use_cache: bool = Field(True, description="decoders return a key/value cache by default")
-    tie_word_embeddings: bool = Field(True, description="LM decoder weight is the token embedding table")
+    is_decoder: Flag = Field(False, description="causal self-attention (a decoder, as HF's is_decoder)")
+    add_cross_attention: Flag = Field(False, description="decoder layers also attend to encoder states")
+    use_cache: Flag = Field(True, description="decoders return a key/value cache by default")
+    tie_word_embeddings: Flag = Field(True, description="LM decoder weight is the token embedding table")
     head: HeadSpec | None = Field(None, description="task head by name (null: a bare backbone)")
-    num_labels: PositiveInt = Field(2, description="classifier outputs; derived from id2label when that is given")
-    id2label: dict[int, str] | None = Field(None, description="label names; default LABEL_0..LABEL_{n-1}")
-    label2id: dict[str, int] | None = Field(None, description="inverse of id2label; derived when omitted")
+    num_labels: Count = Field(2, description="classifier outputs; derived from id2label when that is given")
+    id2label: dict[int, Annotated[str, Strict()]] | None = Field(
+        None, description="label names; default LABEL_0..LABEL_{n-1}"
+    )
+    label2id: dict[str, Annotated[int, Strict()]] | None = Field(
+        None, description="inverse of id2label; derived when omitted"
+    )
     problem_type: Literal["regression", "single_label_classification", "multi_label_classification"] | None = Field(
         None, description="sequence-classification loss; inferred from labels when unset, as HF does"
     )
     classifier_dropout: Probability | None = Field(
         None, description="dropout before classifier heads; hidden_dropout_prob when null"
     )
-    pruned_heads: dict[int, list[int]] = Field(
+    pruned_heads: dict[int, list[Annotated[int, Strict()]]] = Field(
         default_factory=dict, description="heads removed per layer; re-applied before weights are loaded"
     )
-    family: str = Field(
+    family: Annotated[str, Strict()] = Field(
         DEFAULT_COMPONENTS["family"],
         description="the model family (HF model_type) whose config.json and checkpoint format this model "
         "loads and saves; bertblocks-hybrid for a model no transformers class describes",
@@ -78,6 +86,20 @@ class BertConfig(FlatConfigView, BaseModel):
         default_factory=dict,
         description="fields of an HF config.json that bertblocks does not model, kept for the round trip",
     )
+
+    @property
+    def model_type(self) -> str:
+        """transformers' ``model_type``: the family's (a RoBERTa model answers its family's), as config.json has it."""
+        return self.family
+
+    @field_validator("hf")
+    @classmethod
+    def _json_values(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # written into config.json as they are: a value JSON cannot hold is refused now, not when saving
+        problem = json_value_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     @field_validator("id2label", mode="before")
     @classmethod
@@ -203,48 +225,37 @@ class BertConfig(FlatConfigView, BaseModel):
                     ]
         return []
 
-    # ------------------------------------------------------------------------ checkpoint config.json
-    @classmethod
-    def from_hf(cls, hf: Mapping[str, Any]) -> BertConfig:
-        """Read a checkpoint's ``config.json`` dict (see :func:`bertblocks.hf.config_json.config_from_hf`).
-
-        Raises:
-            ConfigError: a config.json this installation cannot read (every problem, with its field).
-        """
-        return _checkpoint_format().from_hf(hf)
-
-    def to_hf(self) -> dict[str, Any]:
-        """This config as a checkpoint's ``config.json`` dict (see :func:`bertblocks.hf.config_json.config_to_hf`)."""
-        return _checkpoint_format().to_hf(self)
-
 
 def _group_bounds(group: int, groups: int, num_layers: int) -> tuple[int, int]:
     """The layers ``[start, stop)`` of weight group ``group``: those with ``i · groups // num_layers == group``."""
     return -(-group * num_layers // groups), -(-(group + 1) * num_layers // groups)
 
 
-class CheckpointConfigFormat(Protocol):
-    """Translates a config to and from a checkpoint's ``config.json``.
+def json_value_problem(value: Any, path: str = "", finite: bool = True) -> str | None:
+    """Why ``value`` is not a JSON value (``"datetime.date(2020, 1, 1) at a.b is a date, …"``), or ``None``.
 
-    The schema does not know any checkpoint format: the package that does (``bertblocks.hf``) installs itself
-    with :func:`set_checkpoint_format` when it is imported, which importing ``bertblocks`` always does.
+    JSON values: strings, ints, finite floats, booleans, null, lists, and mappings with string keys (or int
+    keys, as YAML and the label tables write them). Dates, sets, bytes and other objects are not. With
+    ``finite=False`` an infinite or NaN float passes (the schema refuses it where a field is typed, saying so).
     """
-
-    def from_hf(self, data: Mapping[str, Any]) -> BertConfig: ...
-
-    def to_hf(self, config: BertConfig) -> dict[str, Any]: ...
-
-
-_format: CheckpointConfigFormat | None = None
-
-
-def set_checkpoint_format(translator: CheckpointConfigFormat) -> None:
-    """Install the ``config.json`` translation behind :meth:`BertConfig.from_hf` / :meth:`BertConfig.to_hf`."""
-    global _format
-    _format = translator
-
-
-def _checkpoint_format() -> CheckpointConfigFormat:
-    if _format is None:  # only when bertblocks.core is used without the bertblocks package around it
-        raise RuntimeError("no config.json translation installed: import bertblocks (or bertblocks.hf.config_json)")
-    return _format
+    where = f" at {path}" if path else ""
+    if value is None or isinstance(value, str | bool | int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) or not finite else f"{value!r}{where} is not a JSON number"
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            problem = json_value_problem(item, f"{path}.{i}" if path else str(i), finite)
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str | int) or isinstance(key, bool):
+                return f"the key {key!r}{where} is a {type(key).__name__}, not a string"
+            problem = json_value_problem(item, f"{path}.{key}" if path else str(key), finite)
+            if problem is not None:
+                return problem
+        return None
+    kind = type(value).__name__
+    return f"{value!r}{where} is a {kind}, not a JSON value (string, number, boolean, null, list or mapping)"

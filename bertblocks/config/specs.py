@@ -11,9 +11,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, Strict, model_validator
 
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+# Strict scalars: a config means one thing. `true` is no layer count and "0.1" no rate, in YAML and in a
+# config.json alike (pydantic's lax mode would read them as 1 and 0.1); a float field still takes an int.
+#: a count or size, at least 1
+Count = Annotated[int, Strict(), Field(gt=0)]
+#: an int, at least 0
+NonNegativeCount = Annotated[int, Strict(), Field(ge=0)]
+#: a real number (an int is taken, a bool or a string is not)
+Real = Annotated[float, Strict()]
+#: a rate between 0 and 1
+Probability = Annotated[float, Strict(), Field(ge=0.0, le=1.0)]
+#: ``true`` or ``false``, nothing else (not 0/1, not "yes")
+Flag = Annotated[bool, Strict()]
 
 
 # -------------------------------------------------------------------------------------------- components
@@ -24,7 +35,7 @@ class ComponentSpec(BaseModel):
 
     name: str
     #: the plugin's option defaults, recorded when the registry fills them in (``validate``), so that
-    #: :meth:`BertConfig.to_hf` writes only options that differ from them
+    #: diagrams (:mod:`bertblocks.introspect`) show only options that differ from them
     _option_defaults: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def __eq__(self, other: object) -> bool:
@@ -96,7 +107,7 @@ class AttentionSpec(ComponentSpec):
     """Multi-head attention (``bertblocks components attention`` lists them)."""
 
     name: str = DEFAULT_COMPONENTS["attention"]
-    num_heads: PositiveInt = Field(12, description="attention heads; must divide hidden_size")
+    num_heads: Count = Field(12, description="attention heads; must divide hidden_size")
     dropout: Probability = Field(
         0.1, description="dropout on attention probabilities (HF attention_probs_dropout_prob)"
     )
@@ -107,7 +118,7 @@ class FeedForwardSpec(ComponentSpec):
     """Position-wise feed-forward block (``bertblocks components feedforward`` lists them)."""
 
     name: str = DEFAULT_COMPONENTS["feedforward"]
-    intermediate_size: PositiveInt = Field(3072, description="inner width (HF intermediate_size)")
+    intermediate_size: Count = Field(3072, description="inner width (HF intermediate_size)")
     activation: str = Field(
         DEFAULT_COMPONENTS["activation"],
         description="activation by name (HF hidden_act); the default gelu is the exact erf form. A gated "
@@ -128,7 +139,7 @@ class LayerSpec(ComponentSpec):
     """How a layer composes its sub-layers, norms and residuals (``bertblocks components layer`` lists them)."""
 
     name: str = DEFAULT_COMPONENTS["layer"]
-    final_norm: bool | None = Field(
+    final_norm: Flag | None = Field(
         None,
         description="a norm after the last layer; null = the layer kind's default (pre-LN and parallel kinds: "
         "yes, BERT's post-LN: no, and true is an error there: its layers already end with a norm)",

@@ -17,7 +17,6 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 from torch import nn
 
-from .family import Family
 from .interfaces import Attention, AttentionBackend, Embedding, FeedForward, Head, Layer, Pooler, PositionScheme
 
 
@@ -144,13 +143,8 @@ class HeadFactory(Protocol):
     ) -> Head: ...
 
 
-class FamilyFactory(Protocol):
-    """Kind ``family``: the component's name is the HF ``model_type`` it handles."""
-
-    def __call__(self, *, options: BaseModel) -> Family: ...
-
-
-#: kind → (the factory's protocol, the type the factory must return)
+#: kind → (the factory's protocol, the type the factory must return). The kind ``family`` is the families
+#: package's (:data:`bertblocks.families.family.FAMILY_FACTORY`): core knows no checkpoint format
 FACTORIES: dict[str, tuple[type[Any], type[Any]]] = {
     "embedding": (EmbeddingFactory, Embedding),
     "position": (PositionFactory, PositionScheme),
@@ -162,7 +156,6 @@ FACTORIES: dict[str, tuple[type[Any], type[Any]]] = {
     "layer": (LayerFactory, Layer),
     "pooler": (PoolerFactory, Pooler),
     "head": (HeadFactory, Head),
-    "family": (FamilyFactory, Family),
 }
 
 __all__ = [
@@ -171,7 +164,6 @@ __all__ = [
     "AttentionFactory",
     "BackendFactory",
     "EmbeddingFactory",
-    "FamilyFactory",
     "FeedForwardFactory",
     "HeadFactory",
     "LayerFactory",

@@ -1,33 +1,67 @@
-"""The BERT family (``model_type: bert``): config.json is read as it always was, the key map is the identity."""
+"""The BERT family (``model_type: bert``): config.json is transformers' ``BertConfig``, the key map the identity.
+
+A family like the others: the one config.json translator (:mod:`bertblocks.hf.config_json`) reads and writes
+it through :data:`BERT`, as it does RoBERTa or ModernBERT.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.family import BERT_TOKENIZER, Family
-from bertblocks.core.keymap import KeyMap
 
-from ._bertlike import BERT_ARCHITECTURES
+from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .family import BERT_TOKENIZER, Family
+from .keymap import BACKBONE_PREFIX, KeyMap
+
+#: transformers' BERT backbone class
+BASE_ARCHITECTURE = "BertModel"
+#: transformers' BERT task classes → the built-in head each means (the one table of them: task models and
+#: ERNIE's classes read it too)
+BERT_ARCHITECTURES: dict[str, str] = {
+    "BertForMaskedLM": "masked_lm",
+    "BertForNextSentencePrediction": "next_sentence",
+    "BertForPreTraining": "pretraining",
+    "BertLMHeadModel": "causal_lm",
+    "BertForSequenceClassification": "sequence_classification",
+    "BertForTokenClassification": "token_classification",
+    "BertForQuestionAnswering": "question_answering",
+    "BertForMultipleChoice": "multiple_choice",
+}
 
 
-def _from_hf(hf: Any) -> dict[str, Any]:
-    return BertConfig.from_hf(hf).model_dump()
+def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """A BERT ``config.json`` → a bertblocks config dict. An ``architectures`` entry that is neither BERT's
+    backbone nor one of its task classes is kept in ``hf`` and written back."""
+    data = bert_fields_from_hf(hf)
+    architectures = hf.get("architectures")
+    known = (BASE_ARCHITECTURE, *BERT_ARCHITECTURES)
+    if architectures is not None and not (
+        isinstance(architectures, list) and len(architectures) == 1 and architectures[0] in known
+    ):
+        data["hf"]["architectures"] = architectures
+    return data
 
 
-def _to_hf(config: BertConfig) -> dict[str, Any]:
-    return config.to_hf()
+def config_to_hf(config: BertConfig) -> dict[str, Any]:
+    """A config → transformers' ``BertConfig`` fields (a kept ``architectures`` entry included)."""
+    out = bert_fields_to_hf(config)
+    if "architectures" in config.hf:
+        out["architectures"] = config.hf["architectures"]
+    return out
 
 
 BERT = Family(
     model_type="bert",
-    config_from_hf=_from_hf,
-    config_to_hf=_to_hf,
-    key_map=KeyMap(prefix="bert", head_prefixes=("cls.", "classifier.", "qa_outputs.")),
+    config_from_hf=config_from_hf,
+    config_to_hf=config_to_hf,
+    # bertblocks' keys are BERT's (a task model keeps its backbone under `bert.`, as BertFor… do): the identity
+    key_map=KeyMap(prefix=BACKBONE_PREFIX, head_prefixes=("cls.", "classifier.", "qa_outputs.")),
     architectures=BERT_ARCHITECTURES,
-    base_architecture="BertModel",
+    base_architecture=BASE_ARCHITECTURE,
     description="BERT (post-LN, learned absolute positions, token types)",
     tokenizer=replace(BERT_TOKENIZER, tokenizer_classes=("BertTokenizer", "BertTokenizerFast")),
 )

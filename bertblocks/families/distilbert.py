@@ -8,10 +8,10 @@ from typing import Any
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.family import BERT_TOKENIZER, Family
-from bertblocks.core.keymap import KeyMap, Rename
+from bertblocks.families.family import BERT_TOKENIZER, Family
+from bertblocks.families.keymap import KeyMap, Rename
 
-from ._bertlike import bert_fields_to_hf
+from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
 
 _LAYER = "distilbert.transformer.layer.{i}"
 _OURS = "bert.encoder.layer.{i}"
@@ -56,10 +56,9 @@ def _from_hf(hf: Any) -> dict[str, Any]:
         if field in src:
             raise ValueError(f"{field} is not a DistilBERT config field (DistilBERT has no such choice)")
     renamed = {_NAMES.get(k, k): v for k, v in src.items()}
-    renamed["model_type"] = "bert"
     renamed["layer_norm_eps"] = _LAYER_NORM_EPS
     renamed["type_vocab_size"] = 1  # unused: the embedding has no token-type table
-    data = BertConfig.from_hf(renamed).model_dump(exclude={"family"})
+    data = bert_fields_from_hf(renamed)
     data["embedding"] = {**data["embedding"], "token_types": False}
     data["pooler"] = None
     return data

@@ -10,10 +10,10 @@ from typing import Any
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.family import BERT_TOKENIZER, Family
-from bertblocks.core.keymap import KeyMap, Rename
+from bertblocks.families.family import BERT_TOKENIZER, Family
+from bertblocks.families.keymap import KeyMap, Rename
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from ._bertlike import bert_fields_from_hf, bert_fields_to_hf, default
 
 _MC = ("dense_multiple_choice",)
 KEY_MAP = KeyMap(
@@ -49,7 +49,7 @@ def _from_hf(hf: Any) -> dict[str, Any]:
             raise ValueError(f"{key} is {src[key]!r}; bertblocks' ELECTRA multiple-choice head needs {expected!r}")
     data = bert_fields_from_hf(src)
     data["pooler"] = None  # ElectraModel has none
-    hidden = data.get("hidden_size", 256)
+    hidden = data.get("hidden_size", default("hidden_size"))
     if embedding_size is not None and embedding_size != hidden:
         data["embedding"] = {**data["embedding"], "embedding_size": embedding_size}
     architectures = hf.get("architectures") or []

@@ -7,10 +7,11 @@ from typing import Any
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.family import Family
-from bertblocks.core.keymap import KeyMap
+from bertblocks.families.family import Family
+from bertblocks.families.keymap import KeyMap
 
-from ._bertlike import BERT_ARCHITECTURES, bert_fields_from_hf, bert_fields_to_hf
+from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bert import BERT_ARCHITECTURES
 
 TASK_TABLE = "task_type_embeddings"
 

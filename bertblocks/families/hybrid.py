@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from bertblocks.core.component import Component
-from bertblocks.core.family import Family
-from bertblocks.core.keymap import KeyMap
+from bertblocks.families.family import Family
+from bertblocks.families.keymap import KeyMap
 
 HYBRID = Family(
     model_type="bertblocks-hybrid",
     config_from_hf=lambda hf: {"hf": {k: v for k, v in hf.items() if k not in ("model_type", "architectures")}},
-    config_to_hf=lambda config: {},
+    config_to_hf=lambda config: dict(config.hf),  # the fields it read back; the rest is the bertblocks block
     key_map=KeyMap(prefix="bert"),
     base_architecture="BertBlocksModel",
     description="a bertblocks model no transformers family describes (hybrids); config under 'bertblocks'",

@@ -20,8 +20,8 @@ from typing import Any
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.family import Family
-from bertblocks.core.keymap import Join, KeyMap, Rename
+from bertblocks.families.family import Family
+from bertblocks.families.keymap import Join, KeyMap, Rename
 
 from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf

@@ -22,8 +22,8 @@ from typing import Any
 from bertblocks.config import BertConfig
 from bertblocks.config.limits import check_layer_count
 from bertblocks.core.component import Component
-from bertblocks.core.family import BERT_TOKENIZER, Family
-from bertblocks.core.keymap import KeyMap, Rename
+from bertblocks.families.family import BERT_TOKENIZER, Family
+from bertblocks.families.keymap import KeyMap, Rename
 from bertblocks.plugins.heads.transform_heads import TRANSFORM_HEADS
 
 FULL, SLIDING = "full_attention", "sliding_attention"

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from bertblocks.config import BertConfig
+from bertblocks.config import AttentionSpec, BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.family import BERT_TOKENIZER, Family
-from bertblocks.core.keymap import Join, KeyMap, Rename
+from bertblocks.families.family import BERT_TOKENIZER, Family
+from bertblocks.families.keymap import Join, KeyMap, Rename
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from ._bertlike import bert_fields_from_hf, bert_fields_to_hf, default
 from ._nomic_original_config import is_original, original_to_transformers
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
 
@@ -88,10 +88,11 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     for absent in ("use_cache", "is_decoder", "add_cross_attention"):  # NomicBertConfig has none of them
         src.pop(absent, None)
     data = bert_fields_from_hf(src)
-    heads = data["encoder"]["attention"]["num_heads"]
-    if head_dim is not None and head_dim * heads != data["hidden_size"]:
+    heads = data["encoder"]["attention"].get("num_heads", AttentionSpec.model_fields["num_heads"].default)
+    hidden = data.get("hidden_size", default("hidden_size"))
+    if head_dim is not None and head_dim * heads != hidden:
         raise ValueError(
-            f"head_dim {head_dim} × num_attention_heads {heads} is not hidden_size {data['hidden_size']}; bertblocks' "
+            f"head_dim {head_dim} × num_attention_heads {heads} is not hidden_size {hidden}; bertblocks' "
             "attention has head_dim = hidden_size / num_attention_heads"
         )
     data["position"] = position

@@ -11,8 +11,8 @@ from typing import Any
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.family import Family, TokenizerConvention
-from bertblocks.core.keymap import KeyMap, Rename
+from bertblocks.families.family import Family, TokenizerConvention
+from bertblocks.families.keymap import KeyMap, Rename
 
 from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
 

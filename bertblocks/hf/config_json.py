@@ -1,203 +1,246 @@
-"""A checkpoint's ``config.json`` (transformers' flat format) ↔ :class:`~bertblocks.config.BertConfig`, both ways.
+"""The one ``config.json`` translator: transformers' flat format ↔ a bertblocks config, both ways, through the
+family its ``model_type`` names (``bert`` when it names none), BERT included.
 
-transformers' field names map onto the nested schema here (:data:`HF_TOP_LEVEL`, :data:`HF_NESTED`); the
-``architectures`` entry names the task head through what the head plugins declare
-(:attr:`bertblocks.core.component.Component.architecture`), so a third-party head with a transformers
-class name round-trips like a built-in one. What transformers cannot express (the attention backend,
-non-default component names, plugin options, per-layer overrides) travels under a ``bertblocks`` key, which
-transformers keeps as an inert attribute.
+A family (:class:`~bertblocks.families.family.Family`) translates its own fields; around it, this module
+handles what every family shares:
 
-Importing this module installs it behind :meth:`BertConfig.from_hf` / :meth:`BertConfig.to_hf`.
+* ``architectures``: transformers' task class names the head (the family's table); saving writes it back.
+* the ``bertblocks`` block: what HF's fields cannot say (the attention backend, components transformers lacks,
+  plugin options, per-layer overrides) travels under a ``bertblocks`` key, which transformers keeps as an inert
+  attribute. It may add to the HF fields, never contradict them: ``num_attention_heads: 4`` beside
+  ``bertblocks: {encoder: {attention: {num_heads: 8}}}`` would be one model to transformers and another to
+  bertblocks, so loading stops and names both (and saving never writes such a file).
+* strict JSON: a ``config.json`` holds JSON values only, and a ``bertblocks`` block that is not a mapping is
+  an error, at load.
+
+The translation is a config dict (the YAML form); :func:`bertblocks.load_config` validates it once, like any
+other config.
 
 Example:
-    >>> cfg = config_from_hf(json.loads(Path("bert/config.json").read_text()))
-    >>> config_to_hf(cfg)["architectures"]
+    >>> data = config_from_hf(json.loads(Path("bert/config.json").read_text()))
+    >>> config_to_hf(bertblocks.load_config(data))["architectures"]
     ['BertModel']
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
-from ..config import (
-    BertConfig,
-    ComponentSpec,
-    ConfigError,
-    ConfigIssue,
-    deep_merge,
-    issues_from_validation_error,
-)
-from ..config.schema import set_checkpoint_format
-from ..registry import Registry, get_registry
+from ..config import DEFAULT_COMPONENTS, BertConfig, ConfigError, ConfigIssue, deep_merge
+from ..config.schema import json_value_problem
+from ..families._bertlike import BERT_FIELD_NAMES
+from ..families.family import Family
+from ..registry import Registry, validate_config
+from .families import get_family
 from .misspelt_keys import warn_misspelt_keys
 
-#: the ``model_type`` this translation reads and writes
-MODEL_TYPE = "bert"
-#: ``architectures`` of a model without a head
-BACKBONE_ARCHITECTURE = "BertModel"
-#: transformers' fields with the same name and meaning at our top level
-HF_TOP_LEVEL = (
-    "vocab_size",
-    "hidden_size",
-    "max_position_embeddings",
-    "type_vocab_size",
-    "pad_token_id",
-    "layer_norm_eps",
-    "hidden_dropout_prob",
-    "initializer_range",
-    "pruned_heads",
-    "is_decoder",
-    "add_cross_attention",
-    "use_cache",
-    "tie_word_embeddings",
-    "num_labels",
-    "id2label",
-    "label2id",
-    "problem_type",
-    "classifier_dropout",
-)
-#: transformers' flat field → our nested path
-HF_NESTED: dict[str, tuple[str, ...]] = {
-    "num_hidden_layers": ("encoder", "num_layers"),
-    "num_attention_heads": ("encoder", "attention", "num_heads"),
-    "attention_probs_dropout_prob": ("encoder", "attention", "dropout"),
-    "intermediate_size": ("encoder", "feedforward", "intermediate_size"),
-    "hidden_act": ("encoder", "feedforward", "activation"),
-    "chunk_size_feed_forward": ("encoder", "chunk_size_feed_forward"),
-}
+#: the family a config.json without ``model_type`` is read as (transformers' BERT)
+DEFAULT_FAMILY = DEFAULT_COMPONENTS["family"]
+#: the key of bertblocks' own choices in a config.json
+BLOCK = "bertblocks"
 #: written by transformers at save time and meaningless to carry over (rewritten by whoever saves next)
-HF_DROPPED = ("model_type", "_name_or_path", "_attn_implementation_autoset")
+DROPPED = ("_name_or_path", "_attn_implementation_autoset", "transformers_version")
+_SOURCE = "config.json"
 
 
-def head_architectures(registry: Registry | None = None) -> dict[str, str]:
-    """transformers' task-model class → head name, from what the registered heads declare.
+def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> dict[str, Any]:
+    """An HF ``config.json`` dict → a bertblocks config dict (the YAML form), through its family.
 
-    Example:
-        >>> head_architectures()["BertForMaskedLM"]
-        'masked_lm'
-    """
-    reg = registry or get_registry()
-    return {c.architecture: c.name for c in reg.components("head") if c.architecture}
-
-
-def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> BertConfig:
-    """Read a BERT ``config.json`` dict (transformers 4.x or 5.x).
-
-    Fields bertblocks does not model are kept in :attr:`BertConfig.hf` and written back by
-    :func:`config_to_hf`. A ``bertblocks`` key (what :func:`config_to_hf` writes for choices transformers
-    cannot express) is merged over the result.
+    The ``bertblocks`` block (what :func:`config_to_hf` writes for choices HF cannot express) is merged over
+    the family's translation.
 
     Raises:
-        ConfigError: another ``model_type``, or fields that do not validate (each with its path).
+        UnknownFamilyError: the ``model_type`` has no family.
+        ConfigError: a value that is not JSON, a ``bertblocks`` block that is not a mapping or that contradicts
+            an HF field (naming both), a field the family cannot represent, or a value that contradicts what the
+            family requires (:attr:`Family.fixed`).
     """
-    src = dict(hf)
-    model_type = src.get("model_type", MODEL_TYPE)
-    if model_type != MODEL_TYPE:
-        raise ConfigError([ConfigIssue("model_type", f"expected {MODEL_TYPE!r}, got {model_type!r}")], "config.json")
-    data: dict[str, Any] = {
-        "encoder": {"attention": {}, "feedforward": {}},
-        "position": {"name": src.pop("position_embedding_type", "absolute") or "absolute"},
-    }
-    for key in HF_TOP_LEVEL:
-        if key in src:
-            data[key] = src.pop(key)
-    for hf_key, (*path, leaf) in HF_NESTED.items():
-        if hf_key in src:
-            node = data
-            for part in path:
-                node = node[part]
-            node[leaf] = src.pop(hf_key)
-    ours = src.pop("bertblocks", None) or {}
-    architectures = src.get("architectures")
-    heads = head_architectures(registry)
-    if architectures == [BACKBONE_ARCHITECTURE]:
-        src.pop("architectures")  # the default, rewritten by config_to_hf
-    elif isinstance(architectures, list) and len(architectures) == 1 and architectures[0] in heads:
-        # a task checkpoint: its class names the head (BertForMaskedLM → masked_lm); config_to_hf writes it back
-        data["head"] = {"name": heads[src.pop("architectures")[0]]}
-    for key in HF_DROPPED:
-        src.pop(key, None)
-    warn_misspelt_keys(src, (*HF_TOP_LEVEL, *HF_NESTED, "position_embedding_type", "architectures", "bertblocks"))
-    data["hf"] = src
-    data = deep_merge(data, ours)
-    try:
-        return BertConfig.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(issues_from_validation_error(e, model=BertConfig), "config.json") from None
+    problem = json_value_problem(dict(hf), finite=False)
+    if problem is not None:
+        raise ConfigError([ConfigIssue("", problem)], _SOURCE)
+    src = {k: v for k, v in hf.items() if k not in DROPPED}
+    model_type = src.get("model_type") or DEFAULT_FAMILY
+    if not isinstance(model_type, str):
+        raise ConfigError([ConfigIssue("model_type", f"must be a string, got {model_type!r}")], _SOURCE)
+    family = get_family(model_type, registry)
+    ours = src.pop(BLOCK, {})
+    if not isinstance(ours, Mapping):
+        raise ConfigError(
+            [ConfigIssue(BLOCK, f"must be a mapping of bertblocks' own choices, got {type(ours).__name__} {ours!r}")],
+            _SOURCE,
+        )
+    data = _translate(family, src)
+    data["family"] = model_type
+    warn_misspelt_keys(data.get("hf") or {}, (*BERT_FIELD_NAMES, "architectures", BLOCK))
+    issues = contradictions(family, src, data, ours)
+    if issues:
+        raise ConfigError(issues, _SOURCE)
+    if ours:
+        data = deep_merge(data, dict(ours))
+    for path, required in family.fixed.items():
+        value = _get(data, path)
+        if value is not _MISSING and value != required:
+            issues.append(
+                ConfigIssue(path, f"is {value!r}, but the {model_type} family requires {required!r} (config.json)")
+            )
+    if data.get("family", model_type) != model_type:
+        issues.append(
+            ConfigIssue(f"{BLOCK}.family", f"is {data['family']!r}, but config.json's model_type is {model_type!r}")
+        )
+    if issues:
+        raise ConfigError(issues, _SOURCE)
+    return data
 
 
 def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[str, Any]:
-    """A ``config.json`` dict that transformers' ``BertConfig`` reads unchanged.
+    """A config → the ``config.json`` its family's transformers class reads; what that class cannot express
+    goes under a ``bertblocks`` key, which :func:`config_from_hf` reads back.
 
-    ``architectures`` is the class the head declares (:data:`BACKBONE_ARCHITECTURE` without a head, or for a
-    head that declares none).
+    Raises:
+        ConfigError: the config holds a value its family's fields would state otherwise (the file would mean
+            one model to transformers and another to bertblocks).
     """
-    enc = config.encoder
-    architecture = None
-    if config.head is not None:
-        architecture = {name: arch for arch, name in head_architectures(registry).items()}.get(config.head.name)
-    out: dict[str, Any] = {"model_type": MODEL_TYPE, "architectures": [architecture or BACKBONE_ARCHITECTURE]}
-    out.update(config.hf)
-    out.update({key: getattr(config, key) for key in HF_TOP_LEVEL if key != "num_labels"})
-    out["id2label"] = {str(k): v for k, v in (config.id2label or {}).items()}
-    out.update(
-        {
-            "num_hidden_layers": enc.num_layers,
-            "num_attention_heads": enc.attention.num_heads,
-            "attention_probs_dropout_prob": enc.attention.dropout,
-            "intermediate_size": enc.feedforward.intermediate_size,
-            "hidden_act": enc.feedforward.activation,
-            "chunk_size_feed_forward": enc.chunk_size_feed_forward,
-            "position_embedding_type": config.position.name,
-            "pruned_heads": {str(k): v for k, v in config.pruned_heads.items()},
-        }
-    )
-    extra = _diff(_without_default_options(config), config_from_hf(dict(out.items()), registry).model_dump())
-    if extra:
-        out["bertblocks"] = extra
+    family = get_family(config.family, registry, source=None)
+    out = family.config_to_hf(config)
+    out["model_type"] = family.model_type
+    head = config.head.name if config.head is not None else None
+    out.setdefault("architectures", [family.architecture_for(head)])
+    if BLOCK in out:  # a family that writes the block itself
+        return out
+    translated = _translate(family, copy.deepcopy(out))
+    # compared after validation, which fills every component option with its default: a default is no
+    # difference
+    back = validate_config({**translated, "family": family.model_type}, registry).model_dump()
+    extra = _diff(config.model_dump(), back)  # a head the family has no class for travels here too
+    if extra is not _MISSING:
+        issues = contradictions(family, out, translated, extra)
+        if issues:
+            hint = ConfigIssue(
+                "family",
+                f"the {family.model_type} family's config.json cannot describe this model; a model no transformers "
+                "family describes is saved with family: bertblocks-hybrid",
+            )
+            raise ConfigError([*issues, hint], f"saving a {family.model_type} config.json")
+        out[BLOCK] = extra
     return out
 
 
-class _HFConfigJson:
-    """:func:`config_from_hf` / :func:`config_to_hf` behind :meth:`BertConfig.from_hf` / :meth:`BertConfig.to_hf`
-    (with the process-wide registry)."""
+def _translate(family: Family, src: Mapping[str, Any]) -> dict[str, Any]:
+    """The family's translation of ``src`` (``bertblocks`` block and bookkeeping removed), with the head that
+    ``architectures`` names."""
+    architectures = src.get("architectures")
+    head = None
+    if isinstance(architectures, list) and len(architectures) == 1 and isinstance(architectures[0], str):
+        head = family.head_for(architectures[0])
+    try:
+        data = family.config_from_hf(dict(src))  # it may read `architectures` (ELECTRA's generator sizes its head)
+    except ValueError as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError([ConfigIssue("", f"{family.model_type}: {e}")], _SOURCE) from None
+    if head is not None and data.get("head") is None:
+        data["head"] = head
+    return data
 
-    def from_hf(self, data: Mapping[str, Any]) -> BertConfig:
-        return config_from_hf(data)
 
-    def to_hf(self, config: BertConfig) -> dict[str, Any]:
-        return config_to_hf(config)
+def contradictions(
+    family: Family, src: Mapping[str, Any], data: Mapping[str, Any], ours: Mapping[str, Any]
+) -> list[ConfigIssue]:
+    """Where the ``bertblocks`` block ``ours`` says otherwise than an HF field of ``src`` (translated: ``data``).
+
+    Scalars are compared (a count, a rate, a component's name); lists, such as per-layer overrides, are
+    structure the block refines (ModernBERT's layer pattern plus a layer of its own). A value the family sets
+    without any field saying so (DistilBERT's one token type) is no contradiction: the block may change it.
+    Which field says a value is found by translating ``src`` without each field in turn, so it works for every
+    family's names (``n_heads``, ``num_attention_heads``) without a table of them.
+    """
+    issues = []
+    for path, theirs in _leaves(ours):
+        if path == "family" or path.split(".")[0] == "hf" or isinstance(theirs, list):
+            continue  # the family has its own message; `hf` is never translated; lists are refined
+        mine = _get(data, path)
+        if isinstance(theirs, str) and isinstance(mine, Mapping):  # a component's shorthand: its name
+            path, mine = f"{path}.name", mine.get("name", _MISSING)
+        if mine is _MISSING or _same(mine, theirs):
+            continue
+        fields = [key for key in src if key not in ("model_type", BLOCK) and _changes(family, src, key, path, mine)]
+        if fields:
+            said = " and ".join(f"{key} is {src[key]!r}" for key in fields)
+            issues.append(
+                ConfigIssue(
+                    f"{BLOCK}.{path}",
+                    f"is {theirs!r}, but config.json's {said}; the bertblocks block may add what HF fields cannot "
+                    "say, never contradict them (transformers would build another model)",
+                )
+            )
+    return issues
 
 
-set_checkpoint_format(_HFConfigJson())
+def _changes(family: Family, src: Mapping[str, Any], key: str, path: str, value: Any) -> bool:
+    """Whether ``key`` decides what the translation puts at ``path``: leaving it out, or giving it another
+    value (a field holding its default changes nothing by leaving), changes it."""
+    variants = [{k: v for k, v in src.items() if k != key}]
+    other = _another(src[key])
+    if other is not _MISSING:
+        variants.append({**src, key: other})
+    for variant in variants:
+        try:
+            translated = _translate(family, variant)
+        except ConfigError:
+            continue  # the family cannot do without it (or with that value); other variants or fields decide
+        if not _same(_get(translated, path), value):
+            return True
+    return False
 
 
-def _without_default_options(model: BaseModel) -> dict[str, Any]:
-    """``model.model_dump()`` without the plugin options that still hold the defaults ``validate`` filled in
-    (:meth:`ComponentSpec.changed_options`), so that a default config writes no ``bertblocks`` key."""
-    out = model.model_dump()
-    for name in type(model).model_fields:
-        value = getattr(model, name)
-        if isinstance(value, BaseModel):
-            out[name] = _without_default_options(value)
-        elif isinstance(value, list | dict):
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                if isinstance(item, BaseModel):
-                    out[name][key] = _without_default_options(item)
-    if isinstance(model, ComponentSpec):
-        changed = model.changed_options()
-        for key in model.options():
-            if key not in changed:
-                del out[key]
-    return out
+def _another(value: Any) -> Any:
+    """A value of the same JSON type that differs from ``value`` (``_MISSING`` for lists, mappings, null)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value * 2 + 1
+    if isinstance(value, str):
+        return value + "_"
+    return _MISSING
+
+
+def _same(a: Any, b: Any) -> bool:
+    # True == 1 in Python; in a config they are different statements
+    return (isinstance(a, bool) == isinstance(b, bool)) and a == b
+
+
+def _leaves(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """``(dotted path, value)`` of every non-mapping value in ``tree``."""
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _leaves(value, f"{path}.")
+        else:
+            yield path, value
+
+
+_MISSING = object()
+
+
+def _get(data: Any, path: str) -> Any:
+    """The value at a dotted ``path`` (a component's shorthand name answers ``….name``), or ``_MISSING``."""
+    node: Any = data
+    for part in path.split("."):
+        if isinstance(node, str):
+            if part != "name":
+                return _MISSING
+            return node
+        if not isinstance(node, Mapping) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
 
 
 def _diff(full: Any, base: Any) -> Any:
-    """The parts of ``full`` that differ from ``base`` (nested dicts), or ``None`` if none do."""
+    """The parts of ``full`` that differ from ``base`` (nested dicts), or ``_MISSING`` if none do (a value that
+    differs may be ``None``: a config without a pooler where the family's has one)."""
     if isinstance(full, dict) and isinstance(base, dict):
         if "name" in full and full.get("name") != base.get("name"):
             # another component: reading it back starts its spec afresh (its plugin's options are not the
@@ -211,13 +254,13 @@ def _diff(full: Any, base: Any) -> Any:
                 out[key] = value
                 continue
             sub = _diff(value, base[key])
-            if sub is not None:
+            if sub is not _MISSING:
                 out[key] = sub
         # a component's name must travel with its options, or from_hf would not know whose they are
         if out and "name" in full and "name" not in out:
             out["name"] = full["name"]
-        return out or None
-    return None if full == base else full
+        return out or _MISSING
+    return _MISSING if full == base else full
 
 
-__all__ = ["HF_NESTED", "HF_TOP_LEVEL", "config_from_hf", "config_to_hf", "head_architectures"]
+__all__ = ["BLOCK", "DEFAULT_FAMILY", "config_from_hf", "config_to_hf", "contradictions"]

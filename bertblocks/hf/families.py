@@ -1,30 +1,23 @@
-"""The one place where model families meet loading and saving: config.json and checkpoint keys, both ways.
+"""Model families at loading and saving: the family a ``model_type`` names, and checkpoint keys both ways.
 
-Every HF ``config.json`` is read through the family plugin its ``model_type`` names (``bert`` when it names
-none), and every checkpoint goes through that family's declarative key map
-(:mod:`bertblocks.core.keymap`) on its way into a model and out of it. The loaders and savers call only
-:func:`config_from_hf`, :func:`config_to_hf`, :func:`checkpoint_to_model` and :func:`model_to_checkpoint`.
+Every checkpoint goes through its family's declarative key map (:mod:`bertblocks.families.keymap`) on its way
+into a model and out of it: the loaders and savers call :func:`checkpoint_to_model` and
+:func:`model_to_checkpoint`. A ``config.json`` goes through the same family in
+:mod:`bertblocks.hf.config_json`.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 
-from ..config import BertConfig, ConfigError, ConfigIssue, deep_merge
-from ..core.family import Family
-from ..core.keymap import KeyMapError, to_checkpoint, to_model
-from ..registry import Registry, UnknownComponentError, get_registry, validate_config
-from .config_json import _diff  # installs BERT's config.json translation behind BertConfig.from_hf/to_hf
+from ..config import BertConfig, ConfigError, ConfigIssue
+from ..families.family import Family
+from ..families.keymap import BACKBONE_PREFIX, LEGACY_SUFFIXES, KeyMapError, to_checkpoint, to_model
+from ..registry import Registry, UnknownComponentError, get_registry
 from .weights import CheckpointError
-
-#: the family a config.json without ``model_type`` is read as (transformers' BERT)
-DEFAULT_FAMILY = "bert"
-#: written by transformers at save time and meaningless to carry over
-_DROPPED = ("_name_or_path", "_attn_implementation_autoset", "transformers_version")
 
 
 class UnknownFamilyError(ConfigError):
@@ -60,92 +53,7 @@ def get_family(model_type: str, registry: Registry | None = None, source: str | 
     return family
 
 
-# -------------------------------------------------------------------------------------------- config.json
-def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> dict[str, Any]:
-    """An HF ``config.json`` dict → a bertblocks config dict (the YAML form), through its family.
-
-    The ``bertblocks`` block (what :func:`config_to_hf` writes for choices HF cannot express) is merged over
-    the family's translation; a value there, or in the family's own fields, that contradicts what the family
-    requires (:attr:`Family.fixed`) is an error naming the field.
-
-    Raises:
-        UnknownFamilyError: the ``model_type`` has no family.
-        ConfigError: a field the family cannot represent or that contradicts it.
-    """
-    src = {k: v for k, v in hf.items() if k not in _DROPPED}
-    model_type = src.get("model_type") or DEFAULT_FAMILY
-    family = get_family(model_type, registry)
-    ours = src.pop("bertblocks", None) or {}
-    architectures = src.get("architectures")
-    head = None
-    if isinstance(architectures, list) and len(architectures) == 1:
-        head = family.head_for(architectures[0])
-    try:
-        data = family.config_from_hf(src)  # it may read `architectures` (ELECTRA's generator sizes its head)
-    except ValueError as e:
-        if isinstance(e, ConfigError):
-            raise
-        raise ConfigError([ConfigIssue("", f"{model_type}: {e}")], "config.json") from None
-    if head is not None and data.get("head") is None:
-        data["head"] = head
-    data["family"] = model_type
-    if ours:
-        data = deep_merge(data, ours)
-    issues = []
-    for path, required in family.fixed.items():
-        value = _get(data, path)
-        if value is not _MISSING and value != required:
-            issues.append(
-                ConfigIssue(path, f"is {value!r}, but the {model_type} family requires {required!r} (config.json)")
-            )
-    if data.get("family", model_type) != model_type:
-        issues.append(
-            ConfigIssue("bertblocks.family", f"is {data['family']!r}, but config.json's model_type is {model_type!r}")
-        )
-    if issues:
-        raise ConfigError(issues, "config.json")
-    return data
-
-
-def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[str, Any]:
-    """A config → the ``config.json`` its family's transformers class reads; what that class cannot express
-    goes under a ``bertblocks`` key, which :func:`config_from_hf` reads back."""
-    family = get_family(config.family, registry, source=None)
-    out = family.config_to_hf(config)
-    out["model_type"] = family.model_type
-    head = config.head.name if config.head is not None else None
-    out.setdefault("architectures", [family.architecture_for(head)])  # BERT's names heads' own classes itself
-    if "bertblocks" not in out:
-        # compared after validation, which fills every component option with its default: a default is no
-        # difference
-        back = validate_config(config_from_hf(copy.deepcopy(out), registry), registry).model_dump()
-        # a head the family has no class for still travels, under bertblocks
-        extra = _diff(config.model_dump(), back)
-        if extra:
-            out["bertblocks"] = extra
-    return out
-
-
-_MISSING = object()
-
-
-def _get(data: Mapping[str, Any], path: str) -> Any:
-    node: Any = data
-    for part in path.split("."):
-        if isinstance(node, str) and part != "name":
-            node = {"name": node}
-        if not isinstance(node, Mapping) or part not in node:
-            if isinstance(node, str) and part == "name":
-                return node
-            return _MISSING
-        node = node[part]
-    return node
-
-
 # -------------------------------------------------------------------------------------------- checkpoints
-LEGACY_SUFFIXES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
-
-
 def checkpoint_to_model(
     state: Mapping[str, torch.Tensor],
     config: BertConfig,
@@ -250,7 +158,7 @@ class FamilyKeyMap:
 
     def _shapes(self) -> dict[str, Any]:
         shapes = {k: v.shape for k, v in self.model.state_dict().items()}
-        return add_prefix(shapes, BACKBONE) if self.backbone else shapes
+        return add_prefix(shapes, BACKBONE_PREFIX) if self.backbone else shapes
 
     def to_model(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The family's checkpoint keys → bertblocks' (backbone under ``bert.``; the loading path then strips
@@ -262,10 +170,6 @@ class FamilyKeyMap:
         transformers writes base models."""
         if not self.backbone:
             return model_to_checkpoint(state, self.config, registry=self.registry)
-        stored = model_to_checkpoint(add_prefix(state, BACKBONE), self.config, registry=self.registry)
+        stored = model_to_checkpoint(add_prefix(state, BACKBONE_PREFIX), self.config, registry=self.registry)
         family = get_family(self.config.family, self.registry, source=None)
         return strip_prefix(stored, family.key_map.prefix)
-
-
-#: bertblocks' backbone prefix in task models (and in every key map's model side)
-BACKBONE = "bert"

@@ -23,8 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-# spellings of old Google conversions (``LayerNorm.gamma``) → the names every checkpoint uses today
-from .weights import LEGACY_SUFFIXES
+from ..families.keymap import LEGACY_SUFFIXES
 
 
 @runtime_checkable
@@ -74,4 +73,4 @@ def _rename(key: str, suffixes: Mapping[str, str]) -> str:
 BERT_KEY_MAP: KeyMap = SuffixRenames(load=LEGACY_SUFFIXES)
 
 
-__all__ = ["BERT_KEY_MAP", "LEGACY_SUFFIXES", "KeyMap", "SuffixRenames"]
+__all__ = ["BERT_KEY_MAP", "KeyMap", "SuffixRenames"]

@@ -30,8 +30,8 @@ from typing import Any, Literal
 import torch
 from tokenizers import Encoding, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from ..core.family import BERT_TOKENIZER, TokenizerConvention
 from ..errors import BertBlocksError
+from ..families.family import BERT_TOKENIZER, TokenizerConvention
 from .hub import resolve_tokenizer_files
 
 TOKENIZER_JSON = "tokenizer.json"

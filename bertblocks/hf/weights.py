@@ -37,7 +37,6 @@ BIN_WEIGHTS = "pytorch_model.bin"
 BIN_INDEX = "pytorch_model.bin.index.json"
 #: buffers older transformers wrote to checkpoints; never weights
 STALE_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
-LEGACY_SUFFIXES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
 #: module prefixes of the backbone: a checkpoint key here that the model lacks means the architectures differ
 BACKBONE_PREFIXES = ("embeddings.", "encoder.")
 

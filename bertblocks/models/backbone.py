@@ -8,7 +8,8 @@ from typing import Any
 from ..config import BertConfig
 from ..config_files import ConfigSource, load_config
 from ..core.encoder import EncoderModel, init_weights
-from ..hf.families import FamilyKeyMap, config_to_hf
+from ..hf.config_json import config_to_hf
+from ..hf.families import FamilyKeyMap
 from ..registry import Registry, build_components, get_registry
 from .pretrained import PretrainedModel
 from .surface import PretrainedSurface
@@ -25,8 +26,6 @@ class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):
         >>> out.last_hidden_state.shape
     """
 
-    #: key prefix of the backbone in task checkpoints (``bert.encoder...``); a bare backbone has none
-    base_model_prefix = "bert"
     #: the registry the model was built from (``None``: the process-wide one); its family is looked up there
     registry: Registry | None = None
 

@@ -30,6 +30,7 @@ from ..config.flat_view import FlatConfigView
 from ..config_files import apply_overrides, load_config
 from ..core.encoder import EncoderModel
 from ..core.outputs import ModelOutput
+from ..hf.config_json import config_to_hf
 from ..registry import Registry
 from .backbone import BertModel
 from .generation import generate
@@ -55,10 +56,10 @@ class EncoderDecoderConfig(FlatConfigView, BaseModel):
     decoder_start_token_id: int = Field(description="first decoder input token (e.g. [CLS])")
     pad_token_id: int = Field(0, description="replaces -100 in labels shifted into decoder inputs")
 
-    def to_hf(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """transformers' ``EncoderDecoderModel`` ``config.json``: both BERT configs in HF's flat form."""
-        encoder = load_config(self.encoder).model_copy(update={"head": None}).to_hf()
-        decoder = load_config({**self.decoder, "is_decoder": True, "add_cross_attention": True}).to_hf()
+        encoder = config_to_hf(load_config(self.encoder).model_copy(update={"head": None}))
+        decoder = config_to_hf(load_config({**self.decoder, "is_decoder": True, "add_cross_attention": True}))
         if decoder.get("architectures") == ["BertModel"]:
             decoder["architectures"] = ["BertLMHeadModel"]
         return {

@@ -36,6 +36,7 @@ from torch import nn
 
 from ..config import BertConfig
 from ..config_files import with_backend
+from ..families.keymap import BACKBONE_PREFIX
 from ..hf.hub import resolve_pretrained
 from ..hf.key_maps import BERT_KEY_MAP, KeyMap
 from ..hf.weights import (
@@ -138,8 +139,8 @@ class PretrainedModel(nn.Module):
     and :meth:`backend_overrides` (where ``attn_implementation`` goes in their config).
     """
 
-    #: key prefix of the backbone in task checkpoints (``bert.encoder…``)
-    base_model_prefix: str = "bert"
+    #: key prefix of the backbone in task checkpoints (``bert.encoder…``): where task models keep it
+    base_model_prefix: str = BACKBONE_PREFIX
 
     # ------------------------------------------------------------------------------------- what a class says
     @classmethod

@@ -26,7 +26,9 @@ from ..config_files import ConfigSource, load_config
 from ..core.encoder import EncoderModel, init_weights
 from ..core.interfaces import Head
 from ..core.outputs import ModelOutput
-from ..hf.families import FamilyKeyMap, config_to_hf
+from ..families.bert import BERT_ARCHITECTURES
+from ..hf.config_json import config_to_hf
+from ..hf.families import FamilyKeyMap
 from ..registry import BuildError, Registry, build_head, get_registry, validate_config
 from .backbone import BertModel
 from .pretrained import PretrainedModel
@@ -53,10 +55,13 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         head: the head object (logic only; its modules are this model's children).
     """
 
-    #: key prefix of the backbone in task checkpoints
-    base_model_prefix: ClassVar[str] = "bert"
-    #: the head this class always has (``None``: whatever the config or ``head=`` names)
+    #: the head this class always has (``None``: whatever the config or ``head=`` names); a class named as one of
+    #: transformers' BERT task classes has the head the BERT family's table gives it
     head_name: ClassVar[str | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.head_name = BERT_ARCHITECTURES.get(cls.__name__, cls.head_name)
 
     def __init__(self, config: BertConfig, backbone: BertModel, head: Head) -> None:
         super().__init__()
@@ -278,56 +283,48 @@ def _forward_taking(label_names: tuple[str, ...]) -> Any:
 class BertForMaskedLM(BertTaskModel):
     """transformers' ``BertForMaskedLM``: the ``masked_lm`` head (no pooler; decoder tied to the embeddings)."""
 
-    head_name = "masked_lm"
     forward = _forward_taking(("labels",))
 
 
 class BertForNextSentencePrediction(BertTaskModel):
     """transformers' ``BertForNextSentencePrediction``: the ``next_sentence`` head on the pooled output."""
 
-    head_name = "next_sentence"
     forward = _forward_taking(("labels",))
 
 
 class BertForPreTraining(BertTaskModel):
     """transformers' ``BertForPreTraining``: the ``pretraining`` head (masked LM + next sentence)."""
 
-    head_name = "pretraining"
     forward = _forward_taking(("labels", "next_sentence_label"))
 
 
 class BertLMHeadModel(BertTaskModel):
     """transformers' ``BertLMHeadModel``: the ``causal_lm`` head (no pooler); a decoder with ``is_decoder: true``."""
 
-    head_name = "causal_lm"
     forward = _forward_taking(("labels",))
 
 
 class BertForSequenceClassification(BertTaskModel):
     """transformers' ``BertForSequenceClassification``: the ``sequence_classification`` head (``problem_type``)."""
 
-    head_name = "sequence_classification"
     forward = _forward_taking(("labels",))
 
 
 class BertForTokenClassification(BertTaskModel):
     """transformers' ``BertForTokenClassification``: the ``token_classification`` head (no pooler)."""
 
-    head_name = "token_classification"
     forward = _forward_taking(("labels",))
 
 
 class BertForQuestionAnswering(BertTaskModel):
     """transformers' ``BertForQuestionAnswering``: the ``question_answering`` head (no pooler)."""
 
-    head_name = "question_answering"
     forward = _forward_taking(("start_positions", "end_positions"))
 
 
 class BertForMultipleChoice(BertTaskModel):
     """transformers' ``BertForMultipleChoice``: the ``multiple_choice`` head (inputs ``[b, choices, seq]``)."""
 
-    head_name = "multiple_choice"
     forward = _forward_taking(("labels",))
 
 

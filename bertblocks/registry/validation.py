@@ -47,16 +47,18 @@ def validate_config(
         raise ConfigError(issues_from_validation_error(e, model=BertConfig), source) from None
 
     issues = config.consistency_issues()
-    normalized = config.model_dump()
     checker = _ComponentChecker(reg, issues)
 
     def apply(path: tuple[str, ...], options: dict[str, Any] | None) -> None:
+        # the plugin's options, defaults filled in, become the spec's own keys: set on the validated spec, so the
+        # config is validated once (its typed fields were; the plugin's options model validated the rest)
         if options is None:
             return
-        node = normalized
+        spec: Any = config
         for part in path:
-            node = node[part]
-        node.update(options)
+            spec = getattr(spec, part)
+        extra = spec.__pydantic_extra__
+        extra.update({key: value for key, value in options.items() if key not in type(spec).model_fields})
 
     enc = config.encoder
     apply(("embedding",), checker.check("embedding", config.embedding, "embedding"))
@@ -107,7 +109,7 @@ def validate_config(
 
     if issues:
         raise ConfigError(issues, source)
-    result = BertConfig.model_validate(normalized)
+    result = config
     for loc, defaults in checker.defaults.items():
         spec: Any = result
         for part in loc.split("."):

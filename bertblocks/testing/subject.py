@@ -91,7 +91,8 @@ class Subject:
         }
         if self.kind == "family":
             # the family's own translation of the tiny config: a config the family can represent
-            from ..hf.families import config_from_hf, get_family
+            from ..hf.config_json import config_from_hf
+            from ..hf.families import get_family
 
             family = get_family(self.name, self.registry, source=None)
             base = validate_config(cfg, self.registry)

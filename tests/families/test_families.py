@@ -14,8 +14,8 @@ import transformers
 import bertblocks
 from bertblocks.config import ConfigError
 from bertblocks.core.component import Component
-from bertblocks.core.family import Family
-from bertblocks.core.keymap import Drop, KeyMap, Rename, Split
+from bertblocks.families.family import Family
+from bertblocks.families.keymap import Drop, KeyMap, Rename, Split
 from bertblocks.hf.weights import CheckpointError
 from bertblocks.registry import Registry, set_registry
 from tests.families.reference import FAMILIES, save_hf

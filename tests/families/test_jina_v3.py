@@ -9,7 +9,7 @@ from __future__ import annotations
 import transformers
 
 import bertblocks
-from bertblocks.hf.families import config_from_hf, config_to_hf
+from bertblocks.hf.config_json import config_from_hf, config_to_hf
 
 from .reference import FAMILIES
 

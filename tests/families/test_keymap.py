@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertblocks.core.keymap import (
+from bertblocks.families.keymap import (
     AbsentBias,
     Drop,
     KeyMap,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertblocks.core.keymap import Join, KeyMap, KeyMapError, Rename, to_checkpoint, to_model
+from bertblocks.families.keymap import Join, KeyMap, KeyMapError, Rename, to_checkpoint, to_model
 
 QKV = Join(tuple(f"m.layers.{{i}}.{p}_proj" for p in "qkv"), "bert.l.{i}.Wqkv")
 KEY_MAP = KeyMap(prefix="m", rules=(QKV,))

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 import bertblocks
 from bertblocks import BertTokenizer
-from bertblocks.hf.families import config_from_hf, config_to_hf
+from bertblocks.hf.config_json import config_from_hf, config_to_hf
 
 from .reference import FAMILIES, TOL, assert_same, batch, call_inputs, save_hf
 

@@ -16,7 +16,7 @@ import transformers
 
 import bertblocks
 from bertblocks.config import ConfigError
-from bertblocks.hf.families import config_from_hf, config_to_hf
+from bertblocks.hf.config_json import config_from_hf, config_to_hf
 from bertblocks.hf.weights import CheckpointError
 from bertblocks.registry import BuildError
 

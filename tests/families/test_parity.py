@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 import bertblocks
 from bertblocks import BertTokenizer
 from bertblocks.config import ConfigError
-from bertblocks.hf.families import config_from_hf
+from bertblocks.hf.config_json import config_from_hf
 
 from .reference import CASES, FAMILIES, TOL, assert_same, batch, call_inputs, round_trip, save_hf
 from .test_tokenizers import PAIRS, TEXTS, save, unigram, wordpiece

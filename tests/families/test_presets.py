@@ -11,7 +11,8 @@ from transformers.core_model_loading import revert_weight_conversion
 
 import bertblocks
 from bertblocks import cli
-from bertblocks.hf.families import add_prefix, config_to_hf, get_family, model_to_checkpoint, strip_prefix
+from bertblocks.hf.config_json import config_to_hf
+from bertblocks.hf.families import add_prefix, get_family, model_to_checkpoint, strip_prefix
 
 FAMILY_PRESETS = [name for name in bertblocks.list_presets() if bertblocks.load_config(name).family != "bert"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,10 @@ from bertblocks import BertConfig, load_config, save_config
 from bertblocks.config import ConfigError
 from bertblocks.config_files import dump_yaml
 from bertblocks.core.interfaces import Positions
+from bertblocks.families.family import Family
+from bertblocks.hf.config_json import config_from_hf, config_to_hf
 from bertblocks.plugins.backends import EagerBackend, SdpaBackend
-from tests.conftest import TINY, V4, batch, max_diff
+from tests.conftest import TINY, TINY_HF, V4, batch, max_diff
 from tests.tolerances import assert_close
 
 # A config exercising every kind of value: nested components, plugin shorthand, an override, labels.
@@ -167,35 +170,35 @@ def test_transformers_5_config_round_trip():
         tie_word_embeddings=False,
         architectures=["BertForSequenceClassification"],
     ).to_dict()
-    config = BertConfig.from_hf(hf)
+    config = load_config(hf)
     assert config.encoder.num_layers == 3
     assert config.encoder.attention.num_heads == 8
     assert config.encoder.attention.dropout == 0.15
     assert config.encoder.feedforward.activation == "gelu_new"
     assert config.num_labels == 3
     assert config.label2id == {"neg": 0, "pos": 1, "neutral": 2}
-    written = config.to_hf()
+    written = config_to_hf(config)
     _assert_same_hf(hf, written)
-    assert BertConfig.from_hf(json.loads(json.dumps(written))) == config
+    assert load_config(json.loads(json.dumps(written))) == config
 
 
 @pytest.mark.parametrize("case", sorted(p.name for p in V4.iterdir() if (p / "config.json").is_file()))
 def test_transformers_4_config_round_trip(case: str):
     hf = json.loads((V4 / case / "config.json").read_text())
-    config = BertConfig.from_hf(hf)
+    config = load_config(hf)
     assert config.position.name == hf["position_embedding_type"]
-    written = config.to_hf()
+    written = config_to_hf(config)
     _assert_same_hf(hf, written)
     assert written["position_embedding_type"] == hf["position_embedding_type"]
-    assert BertConfig.from_hf(json.loads(json.dumps(written))) == config
+    assert load_config(json.loads(json.dumps(written))) == config
 
 
 def test_pruned_heads_keys_are_ints_ours_and_strings_in_json():
     hf = json.loads((V4 / "pruned" / "config.json").read_text())
     assert hf["pruned_heads"] == {"0": [0, 2], "1": [3]}
-    config = BertConfig.from_hf(hf)
+    config = load_config(hf)
     assert config.pruned_heads == {0: [0, 2], 1: [3]}
-    assert config.to_hf()["pruned_heads"] == hf["pruned_heads"]
+    assert config_to_hf(config)["pruned_heads"] == hf["pruned_heads"]
 
 
 def test_non_hf_choices_travel_under_the_bertblocks_key(tmp_path: Path):
@@ -204,7 +207,7 @@ def test_non_hf_choices_travel_under_the_bertblocks_key(tmp_path: Path):
     data["pooler"] = "mean"
     data["encoder"]["overrides"] = [{"layers": "1", "attention": {"backend": "sdpa"}, "feedforward": "bert"}]
     config = load_config(data, ["encoder.attention.backend=eager", "encoder.feedforward.activation=silu"])
-    written = config.to_hf()
+    written = config_to_hf(config)
     assert "bertblocks" in written
     assert written["position_embedding_type"] == "relative_key"  # HF-expressible: a plain HF field
     assert written["hidden_act"] == "silu"
@@ -220,7 +223,7 @@ def test_non_hf_choices_travel_under_the_bertblocks_key(tmp_path: Path):
 
 
 def test_default_config_writes_no_bertblocks_key():
-    assert "bertblocks" not in load_config(TINY).to_hf()
+    assert "bertblocks" not in config_to_hf(load_config(TINY))
 
 
 def test_model_type_no_family_handles_is_refused_listing_the_families():
@@ -441,3 +444,192 @@ def test_missing_file_is_file_not_found(tmp_path: Path):
         load_config(tmp_path / "nope.yaml")
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
         load_config(tmp_path)  # a directory without config.json
+
+
+# ------------------------------------------------------------------------------ config.json: one translator
+def _count_validations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every BertConfig validation from now on (model_validate and the constructor), counted."""
+    count = [0]
+    validate, init = BertConfig.model_validate.__func__, BertConfig.__init__  # type: ignore[attr-defined]
+
+    def counted_validate(cls, *args, **kwargs):
+        count[0] += 1
+        return validate(cls, *args, **kwargs)
+
+    def counted_init(self, *args, **kwargs):
+        count[0] += 1
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(BertConfig, "model_validate", classmethod(counted_validate))
+    monkeypatch.setattr(BertConfig, "__init__", counted_init)
+    return count
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert"])
+def test_a_config_json_load_validates_as_often_as_any_config(tmp_path: Path, monkeypatch, model_type):
+    # the translator validates nothing: the config.json is read into a dict and validated once, by the load,
+    # as a YAML config is (before: dict → BertConfig → dict → BertConfig, and once more with the plugin defaults)
+    cls = {"bert": transformers.BertConfig, "roberta": transformers.RobertaConfig}.get(model_type)
+    sizes = {"vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}
+    if cls is None:
+        hf = transformers.DistilBertConfig(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37).to_dict()
+    else:
+        hf = cls(**sizes, intermediate_size=37).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    yaml_form = load_config(tmp_path).model_dump()
+    count = _count_validations(monkeypatch)
+    data = config_from_hf(hf)
+    assert count[0] == 0
+    from_json = load_config(tmp_path)
+    per_json_load = count[0]
+    count[0] = 0
+    assert load_config(yaml_form) == from_json
+    assert per_json_load == count[0] == 1
+    assert data["family"] == model_type
+
+
+def test_every_config_json_goes_through_one_translator_and_core_config_know_none():
+    package = Path(bertblocks.__file__).parent
+    below = "\n".join(p.read_text() for group in ("config", "core") for p in sorted((package / group).rglob("*.py")))
+    # neither calls a translation nor keeps a slot for one (docstrings may point to it)
+    assert re.findall(r"(?:from_hf|to_hf)\(|set_checkpoint_format|def from_hf|def to_hf", below) == []
+    defined = [p.name for p in sorted((package / "hf").rglob("*.py")) if "def config_from_hf(" in p.read_text()]
+    assert defined == ["config_json.py"]
+    from bertblocks.families import FAMILY_PLUGINS
+
+    for module in FAMILY_PLUGINS:  # each family (BERT too) registers its translation through the same path
+        assert all(isinstance(c.factory(), Family) for c in module.bertblocks_register_components())
+
+
+@pytest.mark.parametrize(
+    ("hf", "location", "fields"),
+    [
+        (
+            {"num_attention_heads": 4, "bertblocks": {"encoder": {"attention": {"num_heads": 8}}}},
+            "bertblocks.encoder.attention.num_heads: is 8",
+            "num_attention_heads is 4",
+        ),
+        (
+            {"model_type": "distilbert", "n_heads": 4, "bertblocks": {"encoder": {"attention": {"num_heads": 8}}}},
+            "bertblocks.encoder.attention.num_heads: is 8",
+            "n_heads is 4",
+        ),
+        (
+            {"position_embedding_type": "relative_key", "bertblocks": {"position": "absolute"}},
+            "bertblocks.position.name: is 'absolute'",
+            "position_embedding_type is 'relative_key'",
+        ),
+        (
+            {"hidden_act": "gelu", "bertblocks": {"encoder": {"feedforward": {"activation": "relu"}}}},
+            "bertblocks.encoder.feedforward.activation: is 'relu'",
+            "hidden_act is 'gelu'",
+        ),
+    ],
+    ids=["bert", "distilbert-names", "component-shorthand", "a-default-value"],
+)
+def test_a_bertblocks_block_contradicting_an_hf_field_is_refused_naming_both(hf, location, fields):
+    (message,) = _messages(_error({**TINY_HF, **hf}))
+    assert message.startswith(location)
+    assert f"config.json's {fields}" in message
+
+
+def test_a_bertblocks_block_may_add_what_hf_fields_cannot_say_and_repeat_what_they_do():
+    block = {"encoder": {"attention": {"num_heads": 4, "backend": "eager"}}, "pooler": "mean"}
+    config = load_config({**TINY_HF, "num_attention_heads": 4, "bertblocks": block})
+    assert config.encoder.attention.num_heads == 4
+    assert config.encoder.attention.backend.name == "eager"
+    assert config.pooler is not None
+    assert config.pooler.name == "mean"
+    # what a family sets with no field saying so, the block may change (DistilBERT's single token type)
+    distil = {"model_type": "distilbert", "dim": 32, "n_heads": 4, "n_layers": 2, "hidden_dim": 37, "vocab_size": 99}
+    assert load_config({**distil, "bertblocks": {"type_vocab_size": 2}}).type_vocab_size == 2
+
+
+def test_saving_never_writes_a_config_json_that_means_two_models():
+    hf = transformers.ModernBertConfig(
+        vocab_size=99, pad_token_id=0, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
+    ).to_dict()
+    config = load_config(hf, ["encoder.attention.output_bias=true"])  # ModernBERT's one attention_bias says both
+    with pytest.raises(ConfigError) as info:
+        config_to_hf(config)
+    assert "bertblocks.encoder.attention.output_bias: is True, but config.json's attention_bias is False" in str(
+        info.value
+    )
+    hybrid = load_config(config, ["family=bertblocks-hybrid"])  # what the error suggests
+    assert load_config(json.loads(json.dumps(config_to_hf(hybrid)))) == hybrid
+
+
+def test_a_none_that_differs_from_the_family_travels():
+    config = load_config(_tiny(pooler=None))
+    assert config_to_hf(config)["bertblocks"] == {"pooler": None}
+    assert load_config(config_to_hf(config)) == config
+
+
+@pytest.mark.parametrize("block", [[1], "eager", None, 3])
+def test_a_bertblocks_key_that_is_not_a_mapping_is_refused_at_load(block):
+    (message,) = _messages(_error({**TINY_HF, "bertblocks": block}))
+    assert message.startswith("bertblocks: must be a mapping of bertblocks' own choices")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"hidden_size": True}, "hidden_size: Input should be a valid integer, got True (a bool)"),
+        ({"num_attention_heads": True}, "encoder.attention.num_heads: Input should be a valid integer, got True"),
+        ({"num_hidden_layers": 2.0}, "encoder.num_layers: Input should be a valid integer, got 2.0 (a float)"),
+        ({"vocab_size": "99"}, "vocab_size: Input should be a valid integer, got '99' (a str)"),
+        ({"is_decoder": 1}, "is_decoder: Input should be a valid boolean, got 1 (a int)"),
+        ({"layer_norm_eps": "1e-12"}, "layer_norm_eps: Input should be a valid number, got '1e-12' (a str)"),
+        ({"hidden_dropout_prob": False}, "hidden_dropout_prob: Input should be a valid number, got False (a bool)"),
+    ],
+)
+def test_config_json_types_are_strict(change, expected):
+    messages = _messages(_error({**TINY_HF, **change}))
+    assert any(m.startswith(expected) for m in messages), messages
+
+
+def test_yaml_types_are_strict_and_a_float_without_a_dot_is_a_float(tmp_path: Path):
+    path = tmp_path / "model.yaml"
+    path.write_text("vocab_size: 99\nhidden_size: 32\nlayer_norm_eps: 1e-5\nencoder: {attention: {num_heads: 4}}\n")
+    assert load_config(path).layer_norm_eps == 1e-5  # YAML 1.2 reads a number, as every author means
+    path.write_text("vocab_size: 99\nhidden_size: yes\n")
+    (message,) = _messages(_error(path))
+    assert message.startswith("hidden_size: Input should be a valid integer, got True")
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "expected"),
+    [
+        ("hf:\n  created: 2020-01-01\n", "datetime.date(2020, 1, 1) at hf.created is a date, not a JSON value"),
+        ("hf:\n  seen: !!set {a, b}\n", "at hf.seen is a set, not a JSON value"),
+        ("hf:\n  blob: !!binary aGk=\n", "b'hi' at hf.blob is a bytes, not a JSON value"),
+        ("encoder:\n  attention: {name: bert, when: 2020-01-01}\n", "at encoder.attention.when is a date"),
+    ],
+)
+def test_non_json_values_are_refused_at_load_not_at_save(tmp_path: Path, yaml_text, expected):
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml_text)
+    (message,) = _messages(_error(path))
+    assert expected in message
+
+
+def test_non_json_values_are_refused_in_a_config_json_dict_and_in_the_schema():
+    import datetime
+
+    with pytest.raises(ConfigError, match="at when is a date, not a JSON value"):
+        config_from_hf({**TINY_HF, "when": datetime.date(2020, 1, 1)})
+    with pytest.raises(ConfigError, match="hf: nan at x is not a JSON number"):
+        load_config({**TINY, "hf": {"x": float("nan")}})
+    with pytest.raises(ValueError, match="at x is a date"):
+        BertConfig(hf={"x": datetime.date(2020, 1, 1)})
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "modernbert", "bert"])
+def test_model_type_is_the_familys_as_config_json_writes_it(model_type):
+    cls = {"roberta": transformers.RobertaConfig, "modernbert": transformers.ModernBertConfig}
+    sizes = {"vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "pad_token_id": 0}
+    config = load_config(cls.get(model_type, transformers.BertConfig)(**sizes, intermediate_size=37).to_dict())
+    assert config.model_type == model_type
+    assert config.to_dict()["model_type"] == config.get("model_type") == model_type
+    assert config_to_hf(config)["model_type"] == model_type
+    assert config.to_dict()["num_attention_heads"] == 4  # the flat face reads the nested field

@@ -12,10 +12,11 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 import bertblocks
-from bertblocks.config import BertConfig, ConfigError
+from bertblocks.config import ConfigError
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Head
 from bertblocks.core.outputs import SequenceClassifierOutput
+from bertblocks.hf.config_json import config_to_hf
 from bertblocks.hf.weights import CheckpointError
 from bertblocks.registry import BuildError, Registry, set_registry
 from tests.conftest import TINY, TINY_HF, batch
@@ -348,11 +349,11 @@ def test_inferred_problem_type_is_saved(tmp_path):
 
 
 def test_config_architectures_name_the_head_and_the_backbone_ignores_it(tmp_path):
-    config = BertConfig.from_hf({**TINY_HF, "architectures": ["BertForTokenClassification"]})
+    config = bertblocks.load_config({**TINY_HF, "architectures": ["BertForTokenClassification"]})
     assert config.head is not None
     assert config.head.name == "token_classification"
-    assert config.to_hf()["architectures"] == ["BertForTokenClassification"]
-    assert "bertblocks" not in config.to_hf()  # the head travels in `architectures`
+    assert config_to_hf(config)["architectures"] == ["BertForTokenClassification"]
+    assert "bertblocks" not in config_to_hf(config)  # the head travels in `architectures`
     backbone = bertblocks.create_model(config, {"head": None})  # the backbone alone
     assert not hasattr(backbone, "classifier")
     backbone.save_pretrained(tmp_path)

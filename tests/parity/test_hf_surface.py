@@ -276,7 +276,7 @@ def test_push_to_hub_uploads_what_save_pretrained_writes(monkeypatch, tmp_path):
 # ---------------------------------------------------------------------------------------------- config
 def test_config_reads_as_transformers_config(hf_checkpoint):
     directory = hf_checkpoint("BertModel")
-    ours = BertConfig.from_hf(json.loads((directory / "config.json").read_text()))
+    ours = bertblocks.load_config(json.loads((directory / "config.json").read_text()))
     theirs = transformers.BertConfig.from_pretrained(directory)
     for name in (
         "model_type",

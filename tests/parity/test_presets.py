@@ -12,6 +12,7 @@ import transformers
 
 import bertblocks
 from bertblocks.core.component import Preset
+from bertblocks.hf.config_json import config_to_hf
 from bertblocks.plugins import presets as builtin_presets
 from bertblocks.registry import DuplicatePresetError, Registry, UnknownPresetError
 from tests.conftest import TINY_HF, V4, batch
@@ -69,7 +70,7 @@ def test_preset_builds_the_architecture_transformers_builds_from_its_config(name
     cfg = bertblocks.load_config(name)
     with torch.device("meta"):
         ours = bertblocks.create_model(name)
-        theirs = transformers.BertModel(transformers.BertConfig(**cfg.to_hf()))
+        theirs = transformers.BertModel(transformers.BertConfig(**config_to_hf(cfg)))
     mine = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
     expected = {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
     if cfg.position.name != "absolute":
@@ -286,9 +287,9 @@ def test_create_model_with_a_head_builds_the_task_model_transformers_builds(head
     with torch.device("meta"):
         ours = bertblocks.create_model("bert-mini-uncased", head=head, num_labels=3)
         cfg = ours.config
-        theirs = getattr(transformers, hf_class)(transformers.BertConfig(**cfg.to_hf()))
+        theirs = getattr(transformers, hf_class)(transformers.BertConfig(**config_to_hf(cfg)))
     assert type(ours).__name__ == hf_class
-    assert cfg.to_hf()["architectures"] == [hf_class]
+    assert config_to_hf(cfg)["architectures"] == [hf_class]
     mine = {k: tuple(v.shape) for k, v in ours.state_dict().items()}
     assert mine == {k: tuple(v.shape) for k, v in theirs.state_dict().items()}
 

@@ -13,15 +13,9 @@ from ..subject import Subject
 def check_family_round_trip(subject: Subject) -> None:
     """A family's config.json and checkpoint both ways: the config comes back equal, and a model's tensors go
     into the family's checkpoint keys and back unchanged (every key, every value)."""
-    from ...core.keymap import Shared
-    from ...hf.families import (
-        add_prefix,
-        checkpoint_to_model,
-        config_from_hf,
-        config_to_hf,
-        get_family,
-        model_to_checkpoint,
-    )
+    from ...families.keymap import BACKBONE_PREFIX, Shared
+    from ...hf.config_json import config_from_hf, config_to_hf
+    from ...hf.families import add_prefix, checkpoint_to_model, get_family, model_to_checkpoint
 
     config = validate_config(subject.config(), subject.registry)
     reg = subject.registry
@@ -32,7 +26,7 @@ def check_family_round_trip(subject: Subject) -> None:
         # the format stores one layer for all (ALBERT): give the model layers that agree, as a shared one would
         for layer in model.encoder.layer[1:]:
             layer.load_state_dict(model.encoder.layer[0].state_dict())
-    state = add_prefix(model.state_dict(), "bert")
+    state = add_prefix(model.state_dict(), BACKBONE_PREFIX)
     stored = model_to_checkpoint(state, config, registry=subject.registry)
     shapes = {k: v.shape for k, v in state.items()}
     again = checkpoint_to_model(stored, config, shapes, registry=subject.registry)

@@ -35,8 +35,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..config import DEFAULT_COMPONENTS
 from ..errors import BertBlocksError
+
+#: where bertblocks keeps a task model's backbone (its ``bert`` attribute, so its keys read ``bert.encoder.…``):
+#: the model side of every key map, whatever the family (its own checkpoint prefix is :attr:`KeyMap.prefix`)
+BACKBONE_PREFIX = "bert"
+#: spellings of old Google conversions (``LayerNorm.gamma``) → the names every checkpoint uses today
+LEGACY_SUFFIXES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
 
 
 class KeyMapError(BertBlocksError, ValueError):
@@ -158,7 +163,7 @@ class KeyMap:
     Attributes:
         prefix: the family's backbone prefix in task checkpoints (RoBERTa's is roberta); keys under it that no rule
             matches are bertblocks' keys under ``model_prefix`` (``roberta.encoder.…`` ↔ ``bert.encoder.…``).
-        model_prefix: bertblocks' backbone prefix: its keys are the default family's (BERT's).
+        model_prefix: bertblocks' backbone prefix (:data:`BACKBONE_PREFIX`).
         rules: the rules, first match wins.
         head_prefixes: top-level checkpoint key prefixes of the family's heads (``lm_head.``, ``classifier.``):
             a key outside these and the backbone fits nowhere, which strict loading reports.
@@ -166,7 +171,7 @@ class KeyMap:
 
     prefix: str
     rules: tuple[Rule, ...] = ()
-    model_prefix: str = DEFAULT_COMPONENTS["family"]
+    model_prefix: str = BACKBONE_PREFIX
     head_prefixes: tuple[str, ...] = ()
 
     def rules_for(self, head: str | None) -> list[Rule]:

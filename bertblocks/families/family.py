@@ -1,16 +1,19 @@
 """What a model-family plugin hands the registry: one HF ``model_type`` in and out.
 
-A family (RoBERTa, ELECTRA, DistilBERT, …) is not new modelling code: it is a composition of the registry's
-components plus this description of its Hugging Face format. A plugin registers it as a
-:class:`~bertblocks.core.component.Component` of kind ``family`` whose factory returns a :class:`Family`;
-the component's name is the ``model_type``.
+A family (BERT, RoBERTa, ELECTRA, DistilBERT, …) is not new modelling code: it is a composition of the
+registry's components plus this description of its Hugging Face format. A plugin registers it as a
+:class:`~bertblocks.core.component.Component` of kind ``family`` whose factory (:class:`FamilyFactory`)
+returns a :class:`Family`; the component's name is the ``model_type``. The kind's contract lives here, not
+in :mod:`bertblocks.core.factories`: core knows no checkpoint format.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+from pydantic import BaseModel
 
 from .keymap import KeyMap
 
@@ -62,7 +65,7 @@ class Family:
             it cannot represent.
         config_to_hf: a validated config → the HF ``config.json`` fields transformers' config class of this
             family reads (``model_type`` and ``architectures`` are added by the caller).
-        key_map: the checkpoint layout relative to bertblocks' keys (see :mod:`bertblocks.core.keymap`).
+        key_map: the checkpoint layout relative to bertblocks' keys (see :mod:`bertblocks.families.keymap`).
         architectures: transformers' task-model class name → the head spec it means (a head name, or a
             mapping with ``name`` and the head's options): what ``architectures`` in ``config.json`` picks
             with ``head="auto"``, and what ``save_pretrained`` writes back.
@@ -99,3 +102,14 @@ class Family:
             if name == head:
                 return architecture
         return self.base_architecture
+
+
+class FamilyFactory(Protocol):
+    """Kind ``family``: the component's name is the HF ``model_type`` it handles."""
+
+    def __call__(self, *, options: BaseModel) -> Family: ...
+
+
+#: the kind ``family``: (the factory's protocol, the type the factory must return), as
+#: :data:`bertblocks.core.factories.FACTORIES` gives them for the component kinds
+FAMILY_FACTORY: tuple[type[Any], type[Any]] = (FamilyFactory, Family)
