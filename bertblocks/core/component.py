@@ -67,9 +67,6 @@ class Component:
             combination it cannot work with fails at ``validate``, not at ``build``.
         aliases: other names configs may use for this component (``swiglu`` for the activation of a SwiGLU
             gate); not listed as components of their own, unique within the kind like names.
-        architecture: heads only: the model class name a checkpoint's ``config.json`` lists under
-            ``architectures`` for a model with this head (transformers' task-model class). Loading reads the
-            head from it; saving writes it. ``""``: none (such a model is saved as a bare backbone's class).
     """
 
     kind: str
@@ -80,7 +77,6 @@ class Component:
     provider: str = ""
     validate: ConfigCheck | None = None
     aliases: tuple[str, ...] = ()
-    architecture: str = ""
 
 
 @dataclass(frozen=True)

@@ -55,8 +55,8 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     src.setdefault("hidden_act", "gelu_new")  # AlbertConfig's defaults differ from BERT's
     src.setdefault("hidden_dropout_prob", 0.0)
     src.setdefault("attention_probs_dropout_prob", 0.0)
-    if "classifier_dropout_prob" in src:
-        src["classifier_dropout"] = src.pop("classifier_dropout_prob")
+    # AlbertConfig's classifier dropout is its own field with its own default (not hidden_dropout_prob's)
+    src["classifier_dropout"] = src.pop("classifier_dropout_prob", 0.1)
     data = bert_fields_from_hf(src)
     data["embedding"] = {**data["embedding"], "embedding_size": embedding_size}
     # ALBERT's layer i uses group int(i / (layers / groups)): the encoder's i · groups // layers

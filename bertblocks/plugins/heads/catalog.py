@@ -45,9 +45,6 @@ FAMILY_HEADS = {
 
 def bertblocks_register_components() -> list[Component]:
     return [
-        *(
-            head_component(n, getattr(bert, n), f"{what} ({cls})", architecture=cls)
-            for n, (what, cls) in BERT_HEADS.items()
-        ),
+        *(head_component(n, getattr(bert, n), f"{what} ({cls})") for n, (what, cls) in BERT_HEADS.items()),
         *(head_component(n, getattr(module, n), text, options) for n, (module, options, text) in FAMILY_HEADS.items()),
     ]

@@ -208,11 +208,10 @@ def head_component(
     build: Callable[[str, HeadArguments], Head],
     description: str,
     options: type[BaseModel] = NoOptions,
-    architecture: str | None = None,
 ) -> Component:
     """The ``head`` component ``name``, built by ``build(name, arguments)``."""
 
     def factory(**kwargs: Any) -> Head:
         return build(name, HeadArguments(**kwargs))
 
-    return Component("head", name, factory, options, description, architecture=architecture)
+    return Component("head", name, factory, options, description)
