@@ -20,15 +20,16 @@ PACKAGE = Path(__file__).parents[1] / "bertblocks"
 #: ablation, zoo, sentence, introspect, testing, the package's __init__) sit on top and may import any group.
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
+    "atomic": {"errors"},
     "config": {"errors"},
     "core": {"errors", "config"},
     # the plugin manager registers the built-in plugins and families (neither imports the registry)
     "registry": {"errors", "config", "core", "plugins", "families"},
     "plugins": {"errors", "config", "core"},
     "families": {"errors", "config", "core", "plugins"},
-    "hf": {"errors", "config", "core", "registry", "families"},
+    "hf": {"errors", "atomic", "config", "core", "registry", "families"},
     "config_files": {"errors", "config", "core", "registry", "hf"},
-    "models": {"errors", "config", "core", "registry", "hf", "config_files"},
+    "models": {"errors", "atomic", "config", "core", "registry", "hf", "config_files"},
 }
 
 
