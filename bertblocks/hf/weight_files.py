@@ -251,7 +251,11 @@ def write_safetensors(
         if name == "__metadata__" or tensor.dtype not in codes:
             raise ValueError(f"cannot write tensor {name!r} ({tensor.dtype}) to safetensors")
         nbytes = tensor.numel() * tensor.element_size()
-        header[name] = {"dtype": codes[tensor.dtype], "shape": list(tensor.shape), "data_offsets": [offset, offset + nbytes]}
+        header[name] = {
+            "dtype": codes[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
     encoded += b" " * (-len(encoded) % 8)

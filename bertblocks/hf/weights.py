@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+
 from ..atomic import Writer, finish_interrupted_save, replace_files
 from ..errors import BertBlocksError
 from .weight_files import WeightFileError, read_safetensors, read_weight_file, write_safetensors
