@@ -106,10 +106,12 @@ class _RecordingFile(io.FileIO):
 
     def write(self, data: Any) -> int | None:  # type: ignore[override]
         try:
-            return super().write(data)
+            written = super().write(data)
         except OSError as e:
             self.error = e
             raise
+        _step("wrote a block")  # a kill here leaves a partly written file: tests iterate over these too
+        return written
 
 
 def _fsync_dir(directory: Path) -> None:
