@@ -15,6 +15,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import signal
 import sys
 import time
@@ -30,7 +31,6 @@ import bertblocks
 from bertblocks import atomic
 from bertblocks.atomic import JOURNAL, STAGING_PREFIX, WriteError
 from bertblocks.hf.weights import CheckpointError, read_state_dict
-
 from tests.conftest import TINY
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the kill tests fork")
@@ -155,7 +155,7 @@ def _which(view: Snapshot, old: Snapshot, new: Snapshot, names: bool = True) -> 
 SCENARIOS = {
     "single-to-single": ({}, {}),
     "single-to-sharded": ({}, {"max_shard_size": 20_000}),
-    "sharded-to-fewer-shards": ({"max_shard_size": 8_000}, {"max_shard_size": 30_000}),
+    "sharded-to-fewer-shards": ({"max_shard_size": 12_000}, {"max_shard_size": 30_000}),
     "sharded-to-single": ({"max_shard_size": 20_000}, {}),
     "safetensors-to-bin": ({}, {"safe_serialization": False}),
     "bin-to-sharded-safetensors": ({"safe_serialization": False}, {"max_shard_size": 20_000}),
@@ -176,12 +176,14 @@ def test_a_kill_at_any_step_of_save_pretrained_leaves_the_old_or_the_new_checkpo
     model_a.save_pretrained(probe, **old_options)
     steps = _steps(lambda: model_b.save_pretrained(probe, **new_options))
     assert _plain_view(probe)[2] == new[2]
-    assert "wrote a block" in steps and f"replaced {JOURNAL}" in steps
+    assert "wrote a block" in steps
+    assert f"replaced {JOURNAL}" in steps
 
     outcomes = []
-    for k in range(len(steps) + 1):
+    points = _kill_points(steps)
+    for k in points:
         folder = tmp_path / f"k{k}"
-        model_a.save_pretrained(folder, **old_options)
+        shutil.copytree(tmp_path / "ref-a", folder)
 
         def save(folder: Path = folder, k: int = k) -> None:
             with _hook(_kill_at(k)):
@@ -211,11 +213,29 @@ def test_a_kill_at_any_step_of_save_pretrained_leaves_the_old_or_the_new_checkpo
         outcomes.append(after)
     # killed before the commit (the journal's rename): old; from then on: new
     commit = steps.index(f"replaced {JOURNAL}")
-    assert outcomes == ["old"] * commit + ["new"] * (len(steps) + 1 - commit), outcomes
+    assert outcomes == ["old" if k < commit else "new" for k in points], outcomes
 
     # the next save into a folder left by a killed one removes the orphaned staging folder
+    assert [p for p in (tmp_path / "k0").iterdir() if p.name.startswith(STAGING_PREFIX)]
     model_b.save_pretrained(tmp_path / "k0")
     assert not [p for p in (tmp_path / "k0").iterdir() if p.name.startswith(STAGING_PREFIX)]
+
+
+def _kill_points(steps: list[str]) -> list[int]:
+    """Every step (and the end), except that of a run of blocks written into one file only the first and the
+    last are taken: those between leave the same state, a partly written staged file (the single-file test
+    below kills after every block)."""
+    block = "wrote a block"
+    return [
+        k
+        for k in range(len(steps) + 1)
+        if k == len(steps)
+        or steps[k] != block
+        or k == 0
+        or steps[k - 1] != block
+        or k + 1 == len(steps)
+        or steps[k + 1] != block
+    ]
 
 
 def test_kills_after_random_delays_of_a_saving_loop_never_leave_a_mix(tmp_path, models):
@@ -244,11 +264,12 @@ def test_kills_after_random_delays_of_a_saving_loop_never_leave_a_mix(tmp_path, 
         time.sleep(rng.uniform(0, 3 * one_save))
         os.kill(pid, signal.SIGKILL)
         assert _killed(os.waitpid(pid, 0)[1])
+        # whole A or whole B (here "old" and "new" name the two models, not the order of the saves)
         view = _plain_view(folder)
-        plain = "none" if view[1] is None else _which(view, old, new, names=False)
+        if view[1] is not None:
+            _which(view, old, new, names=False)
         bertblocks.from_pretrained(folder, head="auto")
         after = _which(_plain_view(folder), old, new)
-        assert (plain, after) != ("new", "old")
         seen.add(after)
     assert seen == {"old", "new"}  # the kills landed in both saves
 
@@ -273,7 +294,9 @@ def test_a_full_disk_during_save_leaves_the_old_checkpoint_and_a_one_line_error(
     status = _fork(save, file_size_limit=20_000, stderr=errors)
     assert _exit_code(status) == 1, errors.read_text()
     message = errors.read_text().strip()
-    assert len(message.splitlines()) == 1 and "file-size limit" in message and "model.safetensors" in message
+    assert len(message.splitlines()) == 1, message
+    assert "file-size limit" in message
+    assert "model.safetensors" in message
     assert _same(_plain_view(folder), before)
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
 
@@ -283,7 +306,7 @@ def test_saving_into_a_file_or_a_read_only_folder_is_a_clean_error(tmp_path, mod
     (tmp_path / "file").write_text("x")
     with pytest.raises(WriteError, match="is a file, not a directory"):
         model_a.save_pretrained(tmp_path / "file")
-    with pytest.raises(WriteError, match="permission denied|read-only"):
+    with pytest.raises(WriteError, match=r"permission denied|read-only"):
         model_a.save_pretrained(_read_only_folder(tmp_path))
 
 
@@ -308,7 +331,9 @@ def test_resaving_sharded_or_as_bin_removes_the_old_weight_files_and_keeps_other
     (folder / "vocab.txt").write_text("[PAD]\n")
     model_b.save_pretrained(folder, max_shard_size=20_000)
     names = sorted(p.name for p in folder.iterdir())
-    assert "model.safetensors" not in names and "model.safetensors.index.json" in names and "vocab.txt" in names
+    assert "model.safetensors" not in names
+    assert "model.safetensors.index.json" in names
+    assert "vocab.txt" in names
     assert bertblocks.from_pretrained(folder, head="auto").config.id2label == LABELS_B
     model_a.save_pretrained(folder, safe_serialization=False)
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "pytorch_model.bin", "vocab.txt"]
@@ -346,7 +371,8 @@ def test_a_tensor_in_two_shards_is_an_error_naming_both(tmp_path, models):
         write_safetensors(f, data, {"format": "pt"})
     with pytest.raises(CheckpointError, match=rf"{name}' is in two shards") as error:
         bertblocks.from_pretrained(folder, head="auto")
-    assert shards[0] in str(error.value) and shards[1] in str(error.value)
+    assert shards[0] in str(error.value)
+    assert shards[1] in str(error.value)
 
 
 def test_an_index_naming_a_tensor_twice_is_refused(tmp_path, models):
@@ -397,7 +423,8 @@ def _kill_each_step(tmp_path: Path, write: Callable[[Path], object], old: bytes)
     probe = tmp_path / "probe.out"
     probe.write_bytes(old)
     steps = _steps(lambda: write(probe))
-    assert steps[-1] == f"replaced {probe.name}" and "wrote a block" in steps
+    assert steps[-1] == f"replaced {probe.name}"
+    assert "wrote a block" in steps
     results = []
     for k in range(len(steps) + 1):
         path = tmp_path / f"k{k}" / "out.file"
@@ -420,15 +447,15 @@ def _kill_each_step(tmp_path: Path, write: Callable[[Path], object], old: bytes)
 def test_a_kill_at_any_step_of_a_file_write_leaves_the_old_or_the_new_file(tmp_path):
     new = os.urandom(100_000)  # several blocks: kills land mid-file too
     results = _kill_each_step(tmp_path, lambda path: atomic.write_bytes(path, new), b"old contents")
-    assert results[:-2] == [b"old contents"] * (len(results) - 2) and results[-2:] == [new, new]
+    assert results[:-2] == [b"old contents"] * (len(results) - 2)
+    assert results[-2:] == [new, new]
 
 
 def test_a_kill_at_any_step_of_an_export_leaves_the_earlier_export(tmp_path, models):
     from bertblocks.models.export import export_program, save_program
 
-    model_a, model_b = models
-    save_program(export_program(model_a), tmp_path / "a.pt2")
-    old = (tmp_path / "a.pt2").read_bytes()
+    _, model_b = models
+    old = b"an earlier export"
     program = export_program(model_b)
     results = _kill_each_step(tmp_path, lambda path: save_program(program, path), old)
     assert all(r == old for r in results[:-2])
@@ -472,7 +499,9 @@ def test_export_on_a_full_disk_exits_1_with_one_line_and_keeps_the_earlier_file(
     status = _fork(lambda: cli.main(["export", str(checkpoint), str(target)]), file_size_limit=4096, stderr=errors)
     message = errors.read_text().strip().splitlines()
     assert _exit_code(status) == cli.EXIT_INVALID, message
-    assert len(message) == 1 and "file-size limit" in message[0] and str(target) in message[0], message
+    assert len(message) == 1, message
+    assert "file-size limit" in message[0]
+    assert str(target) in message[0]
     assert target.read_bytes() == b"an earlier good export"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["stderr", target.name])
 
@@ -486,7 +515,8 @@ def test_export_to_a_directory_or_a_read_only_folder_exits_1_with_one_line(tmp_p
     target = _read_only_folder(tmp_path) / "model.pt2"
     assert cli.main(["export", str(checkpoint), str(target)]) == cli.EXIT_INVALID
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "permission denied" in err[0], err
+    assert len(err) == 1, err
+    assert "permission denied" in err[0]
 
 
 def test_embed_refuses_an_output_that_is_its_input_before_reading_it(tmp_path, capsys):
@@ -499,5 +529,6 @@ def test_embed_refuses_an_output_that_is_its_input_before_reading_it(tmp_path, c
     for output in (corpus, tmp_path / "link.jsonl", tmp_path / "hard.jsonl", tmp_path / "." / "corpus.jsonl"):
         code = cli.main(["embed", "--input", str(corpus), "--output", str(output)])
         err = capsys.readouterr().err
-        assert code == cli.EXIT_INVALID and "refusing to overwrite the input" in err, err
+        assert code == cli.EXIT_INVALID, err
+        assert "refusing to overwrite the input" in err
     assert corpus.read_text().startswith("not json")

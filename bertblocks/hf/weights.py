@@ -315,7 +315,11 @@ def write_checkpoint(
     old = weight_files_of(directory) if directory.is_dir() else []
     entry_points = [n for n in ENTRY_POINTS if n in old]
     written = replace_files(
-        directory, files, commit=commit, remove_first=entry_points, remove_after=[n for n in old if n not in files]
+        directory,
+        files,
+        commit=commit,
+        remove_first=entry_points,
+        remove_after=[n for n in old if n not in files and n not in entry_points],
     )
     return [path for path in written if path.name in weight_map.values()]
 
