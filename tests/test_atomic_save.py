@@ -532,3 +532,21 @@ def test_embed_refuses_an_output_that_is_its_input_before_reading_it(tmp_path, c
         assert code == cli.EXIT_INVALID, err
         assert "refusing to overwrite the input" in err
     assert corpus.read_text().startswith("not json")
+
+
+def test_a_model_loaded_from_a_folder_saves_back_into_it(tmp_path, models):
+    # loaded tensors are views of the memory-mapped files: the save replaces those files by rename, so the
+    # mapped ones stay whole (no SIGBUS, no weights changing under the loaded model) until they are unmapped
+    model_a, model_b = models
+    folder = tmp_path / "ckpt"
+    model_a.save_pretrained(folder)
+
+    def reload_and_save() -> None:
+        loaded = bertblocks.from_pretrained(folder, head="auto")
+        model_b.save_pretrained(folder)
+        loaded.save_pretrained(folder)  # reads every mapped page of the replaced file
+
+    assert _exit_code(_fork(reload_and_save)) == 0
+    again = bertblocks.from_pretrained(folder, head="auto")
+    assert again.config.id2label == LABELS_A
+    assert torch.equal(again.classifier.weight, model_a.classifier.weight)
