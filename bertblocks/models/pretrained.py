@@ -294,8 +294,13 @@ class PretrainedModel(nn.Module):
         config = dict(self.checkpoint_config())
         dtype = _stored_dtype(state.values()) or _stored_dtype(self.parameters())
         if dtype is not None:
-            # as transformers writes it: `dtype` (5.x) and `torch_dtype` (what 4.x reads)
-            config["dtype"] = config["torch_dtype"] = str(dtype).removeprefix("torch.")
+            # as transformers writes it: `dtype` (5.x) and `torch_dtype` (what 4.x reads); and, as transformers
+            # sets `config.dtype` on save, the model's config keeps them too, so that it equals the reloaded one
+            name = str(dtype).removeprefix("torch.")
+            config["dtype"] = config["torch_dtype"] = name
+            kept = getattr(self.config, "hf", None)  # type: ignore[attr-defined]
+            if isinstance(kept, dict) and (kept.get("dtype"), kept.get("torch_dtype")) != (name, name):
+                self.config.hf = {**kept, "dtype": name, "torch_dtype": name}  # type: ignore[attr-defined]
         write_checkpoint(directory, state, config, safe_serialization, size)
         if push_to_hub:
             repo_id = hub_kwargs.pop("repo_id", directory.name)
