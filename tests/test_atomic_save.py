@@ -481,6 +481,36 @@ def test_a_kill_at_any_step_of_the_ablation_report_leaves_the_earlier_report(tmp
     assert json.loads(results[-1])["variants"][0]["mean"]["eval_loss"] == pytest.approx(2.1)
 
 
+def test_a_full_disk_while_writing_the_ablation_report_keeps_the_earlier_files(tmp_path):
+    from bertblocks.ablation import report
+
+    names = [f"variant-{i}-{'x' * 40}" for i in range(300)]  # both files above the 8 KiB limit
+    records = [{"variant": n, "seed": 0, "metrics": {"params": 1.0, "eval_loss": 1.0}} for n in names]
+    summaries = report.summarize([(n, {}) for n in names], records)
+    for name in ("results.json", "results.csv"):
+        (tmp_path / name).write_text("an earlier good report")
+    errors = tmp_path / "stderr"
+
+    def write() -> int:
+        for write_one in (
+            lambda: report.write_json(tmp_path / "results.json", "study", summaries, records),
+            lambda: report.write_csv(tmp_path / "results.csv", summaries),
+        ):
+            try:
+                write_one()
+            except WriteError as e:
+                print(e, file=sys.stderr)
+        return 0
+
+    assert _exit_code(_fork(write, file_size_limit=8192, stderr=errors)) == 0
+    messages = errors.read_text().strip().splitlines()
+    assert len(messages) == 2, messages
+    assert all("file-size limit" in m for m in messages)
+    for name in ("results.json", "results.csv"):
+        assert (tmp_path / name).read_text() == "an earlier good report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.csv", "results.json", "stderr"]
+
+
 # ----------------------------------------------------------------------------------- the CLI
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, models) -> Path:
