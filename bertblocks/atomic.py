@@ -32,8 +32,11 @@ What a reader sees after a kill at any instant:
 
 Durability: every file and folder is ``fsync``-ed before the step that depends on it, so the same holds
 after a power cut on a file system that honours ``fsync`` (tests kill processes; they cannot cut power).
-Not covered: two processes saving into the same folder at once, and a reader reading while a save runs
-(as with transformers).
+The commit and the install run under an exclusive ``flock`` of the folder itself (no lock file), which a
+loader finishing an interrupted save takes too: a load never installs beside a save that is still running.
+Not covered: a reader reading while a save runs may read the old config and the new weights (as with
+transformers); two processes saving into one folder at once are serialised at the commit, but what each
+removes as stale is decided before it.
 """
 
 from __future__ import annotations
@@ -46,11 +49,16 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from .errors import BertBlocksError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no folder lock
+    fcntl = None  # type: ignore[assignment]
 
 #: the journal of a folder's pending install (its presence means: a committed save is not yet fully installed)
 JOURNAL = ".bertblocks-save.json"
@@ -282,6 +290,13 @@ def finish_interrupted_save(directory: str | Path) -> bool:
             message says what to do.
     """
     directory = Path(directory)
+    if not (directory / JOURNAL).exists():
+        return False
+    with _locked(directory):  # a save still installing holds the lock: wait for it, never install beside it
+        return _finish(directory)
+
+
+def _finish(directory: Path) -> bool:
     journal = _read_journal(directory)
     if journal is None:
         return False
@@ -381,29 +396,54 @@ def replace_files(
     except OSError as e:
         raise _error(directory, e) from None
     _step("staging created")
+    journal = {"staging": staging.name, "install": names, "remove_first": removed_first, "remove_after": removed_after}
     try:
         for name in names:
             _write_new(staging / name, files[name], directory / name)
             _step(f"staged {name}")
         _fsync_dir(staging)
-        journal = {
-            "staging": staging.name,
-            "install": names,
-            "remove_first": removed_first,
-            "remove_after": removed_after,
-        }
-        write_text(directory / JOURNAL, json.dumps(journal, indent=1) + "\n")  # the commit point
+        # commit and install under the folder's lock: a loader finishing an interrupted save waits for it
+        with _locked(directory):
+            _finish(directory)
+            write_text(directory / JOURNAL, json.dumps(journal, indent=1) + "\n")  # the commit point
+            try:
+                _install(directory, journal)
+            except OSError as e:
+                raise WriteError(
+                    f"cannot finish writing {directory} ({e.strerror or e}); the save is committed and the next "
+                    "load or save of the folder finishes it"
+                ) from None
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        if not (directory / JOURNAL).exists():  # not committed: the staged files go
+            shutil.rmtree(staging, ignore_errors=True)
         raise
-    try:
-        _install(directory, journal)
-    except OSError as e:
-        raise WriteError(
-            f"cannot finish writing {directory} ({e.strerror or e}); the save is committed and the next "
-            "load or save of the folder finishes it"
-        ) from None
     return [directory / name for name in names]
+
+
+def _lock(directory: Path) -> int | None:
+    if fcntl is None:
+        return None
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:  # a file system without locks: go on unlocked
+        os.close(fd)
+        return None
+    return fd
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the folder itself (no lock file), released when the process ends, even killed."""
+    fd = _lock(directory)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 __all__ = [

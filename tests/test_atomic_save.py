@@ -18,6 +18,7 @@ import resource
 import shutil
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -272,6 +273,49 @@ def test_kills_after_random_delays_of_a_saving_loop_never_leave_a_mix(tmp_path, 
         after = _which(_plain_view(folder), old, new)
         seen.add(after)
     assert seen == {"old", "new"}  # the kills landed in both saves
+
+
+def test_a_load_never_installs_beside_a_save_that_is_still_installing(tmp_path, models):
+    # the saver stops right after its commit, holding the folder's lock; a loader that finds the journal must
+    # wait for it rather than run the same install concurrently (which could remove the new entry point)
+    model_a, model_b = models
+    folder = tmp_path / "ckpt"
+    model_a.save_pretrained(folder)
+    paused, resume = os.pipe(), os.pipe()
+
+    def save() -> None:
+        def hook(label: str) -> None:
+            if label == f"replaced {JOURNAL}":
+                os.write(paused[1], b"x")
+                os.read(resume[0], 1)
+
+        with _hook(hook):
+            model_b.save_pretrained(folder)
+
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            save()
+            code = 0
+        finally:
+            os._exit(code)
+    finished: list[bool] = []
+    loader = threading.Thread(target=lambda: finished.append(atomic.finish_interrupted_save(folder)))
+    try:
+        assert os.read(paused[0], 1) == b"x"  # committed, not installed, lock held
+        loader.start()
+        loader.join(0.5)
+        waited = loader.is_alive()
+    finally:
+        os.write(resume[1], b"x")  # the saver goes on, whatever happened here
+        status = os.waitpid(pid, 0)[1]
+    assert waited, "the loader did not wait for the save's lock"
+    assert _exit_code(status) == 0
+    loader.join()
+    assert finished == [False]  # the saver installed; the loader found nothing left to do
+    assert bertblocks.from_pretrained(folder, head="auto").config.id2label == LABELS_B
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
 
 
 def test_a_full_disk_during_save_leaves_the_old_checkpoint_and_a_one_line_error(tmp_path, models):
