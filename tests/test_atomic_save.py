@@ -253,18 +253,28 @@ def test_kills_after_random_delays_of_a_saving_loop_never_leave_a_mix(tmp_path, 
     rng = random.Random(0)
     seen = set()
     for _ in range(25):
-        # the parent kills the child, a save loop alternating between A (single file) and B (sharded)
+        # the child saves in a loop, B (sharded) then A (single file), and reports each save it finishes; the
+        # parent waits for 1-3 of them (so that kills land in both saves, however slow the machine), then
+        # kills it after a random delay of up to one save
+        progress = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
                 while True:
                     model_b.save_pretrained(folder, max_shard_size=20_000)
+                    os.write(progress[1], b".")
                     model_a.save_pretrained(folder)
+                    os.write(progress[1], b".")
             finally:
                 os._exit(3)
-        time.sleep(rng.uniform(0, 3 * one_save))
+        os.close(progress[1])
+        wanted = rng.randint(1, 3)
+        while wanted > 0:
+            wanted -= len(os.read(progress[0], wanted))
+        time.sleep(rng.uniform(0, one_save))
         os.kill(pid, signal.SIGKILL)
         assert _killed(os.waitpid(pid, 0)[1])
+        os.close(progress[0])
         # whole A or whole B (here "old" and "new" name the two models, not the order of the saves)
         view = _plain_view(folder)
         if view[1] is not None:
