@@ -23,6 +23,7 @@ PACKAGE = Path(__file__).parents[1] / "bertblocks"
 #: ablation, zoo, sentence, introspect, testing, the package's __init__) sit on top and may import any group.
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
+    "atomic": {"errors"},
     # config and core know no checkpoint format: neither imports hf (nor families), and neither reaches it
     # through a global something above installs (test_config_and_core_work_with_nothing_above_them)
     "config": {"errors"},
@@ -32,9 +33,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "plugins": {"errors", "config", "core"},
     # the Family type, the key-map engine and one declarative module per family, BERT included
     "families": {"errors", "config", "core", "plugins"},
-    "hf": {"errors", "config", "core", "registry", "families"},
+    "hf": {"errors", "atomic", "config", "core", "registry", "families"},
     "config_files": {"errors", "config", "core", "registry", "hf"},
-    "models": {"errors", "config", "core", "registry", "families", "hf", "config_files"},
+    "models": {"errors", "atomic", "config", "core", "registry", "families", "hf", "config_files"},
 }
 #: the groups config/ and core/ must work without, at import and at run time
 ABOVE_CONFIG_AND_CORE = ("registry", "plugins", "families", "hf", "config_files", "models")

@@ -6,17 +6,23 @@ measured on one seed, and for metrics that do not depend on the seed (parameters
 A run whose training diverged (``status: diverged``, a NaN or inf loss) keeps its cost metrics; it has no
 quality metrics, so the variant's quality means come from its other seeds (or are absent), and the table,
 CSV, JSON and plot say which seeds diverged. The report is always written for every variant.
+
+Each file is replaced atomically (:mod:`bertblocks.atomic`): a kill or a full disk while writing never leaves
+a truncated ``results.*`` in place of an earlier good one.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..atomic import write_bytes, write_text
 
 #: metric → (column title, unit shown in the plot); in table order
 METRICS: dict[str, tuple[str, str]] = {
@@ -117,12 +123,13 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
 def write_csv(path: Path, summaries: list[VariantSummary]) -> None:
     """One row per variant: ``METRIC`` (mean) and ``METRIC_std`` columns."""
     metrics = [m for m in METRICS if any(m in s.mean for s in summaries)]
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["variant", "seeds", "diverged_seeds", *(c for m in metrics for c in (m, f"{m}_std"))])
-        for s in summaries:
-            values = [v for m in metrics for v in (s.mean.get(m, ""), s.std.get(m, ""))]
-            writer.writerow([s.variant, " ".join(map(str, s.seeds)), " ".join(map(str, s.diverged)), *values])
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(["variant", "seeds", "diverged_seeds", *(c for m in metrics for c in (m, f"{m}_std"))])
+    for s in summaries:
+        values = [v for m in metrics for v in (s.mean.get(m, ""), s.std.get(m, ""))]
+        writer.writerow([s.variant, " ".join(map(str, s.seeds)), " ".join(map(str, s.diverged)), *values])
+    write_text(path, buffer.getvalue())
 
 
 def write_json(path: Path, title: str, summaries: list[VariantSummary], records: list[dict[str, Any]]) -> None:
@@ -144,7 +151,7 @@ def write_json(path: Path, title: str, summaries: list[VariantSummary], records:
         ],
     }
     # strict JSON (NaN and inf written as null), so that every reader can load it
-    path.write_text(json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n")
 
 
 def _finite(data: Any) -> Any:
@@ -189,5 +196,9 @@ def write_plot(path: Path, title: str, summaries: list[VariantSummary]) -> None:
         ax.axis("off")
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        image = io.BytesIO()
+        fig.savefig(image, dpi=110, format="png")
+    finally:
+        plt.close(fig)
+    write_bytes(path, image.getvalue())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import IO, Any
 import torch
 import torch.nn.functional as F
 
+from ..atomic import write_file
 from ..hf.tokenizer import BertTokenizer
 from ..plugins.poolers import masked_mean
 from . import EXIT_OK, CLIError, add_set_argument, emit
@@ -135,16 +137,44 @@ def _progress(total: int, show: bool) -> Any:
 
 # ------------------------------------------------------------------------------------------------- writing
 def write_embeddings(path: Path, texts: Sequence[str], embeddings: torch.Tensor) -> None:
-    """``.npy``: one float32 array ``[n, hidden]``; ``.jsonl``: ``{"text": …, "embedding": […]}`` per line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """``.npy``: one float32 array ``[n, hidden]``; ``.jsonl``: ``{"text": …, "embedding": […]}`` per line.
+
+    The file is replaced atomically (:func:`bertblocks.atomic.write_file`): an earlier file is never truncated.
+    """
     if path.suffix == ".npy":
         import numpy as np
 
-        np.save(path, embeddings.numpy().astype("float32"))
+        array = embeddings.numpy().astype("float32")
+        write_file(path, lambda f: np.save(f, array))
         return
-    with path.open("w", encoding="utf-8") as f:
+
+    def lines(f: IO[bytes]) -> None:
         for text, row in zip(texts, embeddings.tolist(), strict=True):
-            f.write(json.dumps({"text": text, "embedding": row}, ensure_ascii=False) + "\n")
+            f.write((json.dumps({"text": text, "embedding": row}, ensure_ascii=False) + "\n").encode("utf-8"))
+
+    write_file(path, lines)
+
+
+def check_output(output: Path, input_path: str | None) -> None:
+    """Refuse, before anything is read, an ``--output`` that would overwrite the ``--input`` (the same path,
+    or another name of the same file: a symbolic or hard link) or that is a directory.
+
+    Raises:
+        CLIError: naming both paths.
+    """
+    if output.is_dir():
+        raise CLIError(f"--output {output} is a directory; give the file to write")
+    if not input_path or input_path == "-":
+        return
+    source = Path(input_path)
+    same = output.resolve() == source.resolve()
+    if not same and output.exists() and source.exists():
+        try:
+            same = os.path.samefile(output, source)
+        except OSError:
+            same = False
+    if same:
+        raise CLIError(f"--output {output} is the --input file {source}; refusing to overwrite the input")
 
 
 # ----------------------------------------------------------------------------------------------------- CLI
@@ -199,6 +229,8 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else None
     if output is not None and output.suffix not in OUTPUT_FORMATS:
         raise CLIError(f"--output {output}: the suffix must be one of {', '.join(OUTPUT_FORMATS)}")
+    if output is not None:
+        check_output(output, args.input)
     texts = _texts(args)
     source = args.model or str(minilm_path())
     model = bertblocks.from_pretrained(source, args.overrides).eval()
@@ -241,4 +273,4 @@ def _records(texts: Sequence[str], embeddings: torch.Tensor) -> Iterable[dict[st
         yield {"text": text, "vector": row.tolist()}
 
 
-__all__ = ["configure", "embed_corpus", "read_texts", "run", "write_embeddings"]
+__all__ = ["check_output", "configure", "embed_corpus", "read_texts", "run", "write_embeddings"]

@@ -4,6 +4,9 @@ Example::
 
     bertblocks export path/to/checkpoint model.onnx                 # ONNX, dynamic batch and sequence
     bertblocks export path/to/checkpoint model.pt2 --head none      # torch.export program of the backbone
+
+The file is replaced atomically: a kill or a full disk never truncates an earlier export. A full disk, a
+read-only folder or a directory as the target is one line on stderr and exit 1.
 """
 
 from __future__ import annotations
@@ -37,16 +40,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     import bertblocks
 
-    from ..models.export import export_onnx, export_program
+    from ..models.export import export_onnx, export_program, save_program
 
     output = Path(args.output)
     fmt = FORMATS.get(output.suffix)
     if fmt is None:
         raise CLIError(f"{output}: the suffix must be one of {', '.join(FORMATS)} (the format follows from it)")
+    if output.is_dir():  # checked before the (slow) export
+        raise CLIError(f"{output} is a directory; give the file to write")
     head = None if args.head == "none" else args.head
     model = bertblocks.from_pretrained(args.checkpoint, args.overrides, head=head).eval()
     names = [name.strip() for name in args.inputs.split(",") if name.strip()]
@@ -54,8 +57,7 @@ def run(args: argparse.Namespace) -> int:
         if fmt == "onnx":
             export_onnx(model, output, input_names=names, opset_version=args.opset)
         else:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            torch.export.save(export_program(model, input_names=names), str(output))
+            save_program(export_program(model, input_names=names), output)
     except ValueError as e:
         raise CLIError(f"cannot export {args.checkpoint}: {e}") from None
     kind = type(model).__name__

@@ -28,8 +28,9 @@ import mmap
 import pickle
 import struct
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -221,6 +222,50 @@ def read_safetensors(path: Path) -> dict[str, torch.Tensor]:
                 entry["shape"]
             )
     return tensors
+
+
+def write_safetensors(
+    f: IO[bytes], tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None
+) -> None:
+    """Stream tensors into an open file in the safetensors format, one tensor at a time (no copy of the
+    whole state in memory), so that a failed write is the OS's error (disk full), not a library's.
+
+    The layout is the ``safetensors`` library's: an 8-byte little-endian header length, a JSON header padded
+    with spaces to a multiple of 8, then the tensors' bytes, larger element sizes first so that every tensor
+    is aligned for its dtype.
+
+    Args:
+        f: the binary file to write into.
+        tensors: contiguous CPU or device tensors (copied to the CPU one at a time).
+        metadata: string pairs for ``__metadata__`` (``{"format": "pt"}`` as transformers writes).
+
+    Raises:
+        ValueError: a dtype safetensors cannot store, or a name given as ``__metadata__``.
+    """
+    codes = {dtype: code for code, dtype in SAFETENSORS_DTYPES.items()}
+    order = sorted(tensors, key=lambda name: (-tensors[name].element_size(), name))
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    offset = 0
+    for name in order:
+        tensor = tensors[name]
+        if name == "__metadata__" or tensor.dtype not in codes:
+            raise ValueError(f"cannot write tensor {name!r} ({tensor.dtype}) to safetensors")
+        nbytes = tensor.numel() * tensor.element_size()
+        header[name] = {
+            "dtype": codes[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
+        offset += nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    encoded += b" " * (-len(encoded) % 8)
+    f.write(struct.pack("<Q", len(encoded)))
+    f.write(encoded)
+    for name in order:
+        tensor = tensors[name]
+        if tensor.numel():
+            data = tensor.detach().reshape(-1).contiguous().cpu().view(torch.uint8)
+            f.write(memoryview(data.numpy()))
 
 
 # ------------------------------------------------------------------------------------------ .bin (pickle)

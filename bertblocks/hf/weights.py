@@ -18,16 +18,17 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
+from ..atomic import Writer, finish_interrupted_save, replace_files
 from ..errors import BertBlocksError
-from .weight_files import WeightFileError, read_safetensors, read_weight_file
+from .weight_files import WeightFileError, read_safetensors, read_weight_file, write_safetensors
 
 logger = logging.getLogger("bertblocks")
 
@@ -67,21 +68,38 @@ class WeightsNotFoundError(BertBlocksError, FileNotFoundError):
 
 
 def find_weights(directory: Path) -> list[Path]:
-    """The weight files of a checkpoint directory, safetensors preferred; shards in index order."""
+    """The weight files of a checkpoint directory, safetensors preferred; shards in index order.
+
+    A save that was interrupted after its commit is finished first
+    (:func:`bertblocks.atomic.finish_interrupted_save`), so the files found are those of one checkpoint.
+
+    Raises:
+        WeightsNotFoundError: no weights, or an index naming a shard that is missing.
+        CheckpointError: an index that is not one (malformed, a tensor named twice, a shard that is not a
+            plain file name, or a ``.safetensors`` index naming a shard of another format).
+    """
+    finish_interrupted_save(directory)
     for name, index in ((SAFE_WEIGHTS, SAFE_INDEX), (BIN_WEIGHTS, BIN_INDEX)):
         if (directory / name).is_file():
             return [directory / name]
         if (directory / index).is_file():
             try:
-                weight_map = json.loads((directory / index).read_text())["weight_map"]
+                weight_map = json.loads((directory / index).read_text(), object_pairs_hook=_unique_keys)["weight_map"]
                 shards = list(dict.fromkeys(weight_map.values()))
             except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise CheckpointError(f"{directory / index} is not a shard index with a weight_map ({e!r})") from None
+                raise CheckpointError(f"{directory / index} is not a shard index with a weight_map ({e})") from None
             # a shard is a file beside the index, never a path out of the checkpoint (`../../secret`)
             outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]
             if outside:
                 raise CheckpointError(f"{directory / index} names shards that are not file names: {outside}")
-            shards = list(dict.fromkeys(weight_map.values()))
+            if index == SAFE_INDEX:
+                # a safetensors index never leads to unpickling: every shard must be safetensors
+                foreign = [s for s in shards if not s.endswith(".safetensors")]
+                if foreign:
+                    raise CheckpointError(
+                        f"{directory / index} names shards that are not .safetensors files: {foreign}; refused "
+                        "(a .bin shard would be unpickled)"
+                    )
             missing = [s for s in shards if not (directory / s).is_file()]
             if missing:
                 raise WeightsNotFoundError(f"{directory / index} names shards that are missing: {missing}")
@@ -91,19 +109,42 @@ def find_weights(directory: Path) -> list[Path]:
     )
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"{key!r} is named twice")
+        out[key] = value
+    return out
+
+
 def read_state_dict(files: Iterable[Path]) -> dict[str, torch.Tensor]:
     """Every tensor of the given files: safetensors validated and memory-mapped, ``.bin`` through ``torch.load``
     with ``weights_only=True`` (no code runs); see :mod:`bertblocks.hf.weight_files`.
 
+    Shards (several files) must be safetensors or ``.bin`` throughout, as their suffix says: a ``.safetensors``
+    file is always read as safetensors, never unpickled.
+
     Raises:
-        CheckpointError: a damaged, malformed or refused file, naming the file and the tensor.
+        CheckpointError: a damaged, malformed or refused file, naming the file and the tensor; or a tensor
+            found in two files, naming both.
     """
     state: dict[str, torch.Tensor] = {}
+    where: dict[str, Path] = {}
     for path in files:
         try:
-            state.update(read_weight_file(path))
+            tensors = read_weight_file(path)
         except WeightFileError as e:
             raise CheckpointError(str(e)) from e
+        twice = [name for name in tensors if name in where]
+        if twice:
+            raise CheckpointError(
+                f"tensor {twice[0]!r} is in two shards, {where[twice[0]]} and {path}"
+                + (f" (and {len(twice) - 1} more tensors)" if len(twice) > 1 else "")
+                + "; a checkpoint holds each tensor once"
+            )
+        state.update(tensors)
+        where.update(dict.fromkeys(tensors, path))
     return state
 
 
@@ -216,13 +257,20 @@ def write_checkpoint(
     safe_serialization: bool = True,
     max_shard_size: int | None = None,
 ) -> list[Path]:
-    """Write ``config.json`` and the weights (safetensors by default, sharded above ``max_shard_size`` bytes).
+    """Write ``config.json`` and the weights (safetensors by default, sharded above ``max_shard_size`` bytes),
+    replacing the checkpoint the folder held as one (:func:`bertblocks.atomic.replace_files`): after a kill
+    at any step a load finds the old checkpoint or the new one, never a mix.
+
+    Weight files of the earlier checkpoint that the new one does not use (a ``model.safetensors`` when
+    saving sharded or as ``.bin``, shards of a larger earlier save) are removed, as transformers does, so
+    that none of them is loaded instead of the new weights. Other files (a tokenizer, a README) stay.
 
     Tensors are written contiguous and unshared, as safetensors requires. Tied parameters should be left out
     by the caller (:func:`untied_state_dict`); any other tensors that still share storage are copied.
+
+    Raises:
+        WriteError: the folder is a file, or cannot be written (read-only, disk full); nothing changed.
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(dict(config_json), indent=2, sort_keys=True) + "\n")
     owners = Counter(v.untyped_storage().data_ptr() for v in state.values())
     tensors = {
         k: v.detach().contiguous().clone() if owners[v.untyped_storage().data_ptr()] > 1 else v.detach().contiguous()
@@ -231,26 +279,71 @@ def write_checkpoint(
     shards = _split(tensors, max_shard_size)
     suffix = "safetensors" if safe_serialization else "bin"
     single = SAFE_WEIGHTS if safe_serialization else BIN_WEIGHTS
-    written = []
+    files: dict[str, Writer] = {}
     weight_map = {}
     for i, shard in enumerate(shards):
         name = single if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.{suffix}"
         if not safe_serialization:
             name = name.replace("model-", "pytorch_model-") if len(shards) > 1 else name
-        path = directory / name
-        if safe_serialization:
-            save_file(shard, str(path), metadata={"format": "pt"})
-        else:
-            torch.save(shard, path)
-        written.append(path)
+        files[name] = _shard_writer(shard, safe_serialization)
         weight_map.update(dict.fromkeys(shard, name))
+    config_text = json.dumps(dict(config_json), indent=2, sort_keys=True) + "\n"
+    files["config.json"] = lambda f: f.write(config_text.encode("utf-8"))
+    commit = single
     if len(shards) > 1:
         index = {
             "metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
             "weight_map": dict(sorted(weight_map.items())),
         }
-        (directory / (SAFE_INDEX if safe_serialization else BIN_INDEX)).write_text(json.dumps(index, indent=2))
-    return written
+        commit = SAFE_INDEX if safe_serialization else BIN_INDEX
+        index_text = json.dumps(index, indent=2) + "\n"
+        files[commit] = lambda f: f.write(index_text.encode("utf-8"))
+    directory = Path(directory)
+    if directory.is_dir():
+        finish_interrupted_save(directory)  # what the folder holds now, before deciding what is stale
+    old = weight_files_of(directory) if directory.is_dir() else []
+    entry_points = [n for n in ENTRY_POINTS if n in old]
+    written = replace_files(
+        directory,
+        files,
+        commit=commit,
+        remove_first=entry_points,
+        remove_after=[n for n in old if n not in files and n not in entry_points],
+    )
+    return [path for path in written if path.name in weight_map.values()]
+
+
+def _shard_writer(shard: Mapping[str, torch.Tensor], safe: bool) -> Writer:
+    if safe:
+        return lambda f: write_safetensors(f, shard, {"format": "pt"})
+    return lambda f: torch.save(dict(shard), f)
+
+
+#: the names a reader looks for first (transformers' order of preference)
+ENTRY_POINTS = (SAFE_WEIGHTS, SAFE_INDEX, BIN_WEIGHTS, BIN_INDEX)
+#: shard names transformers writes (``model-00001-of-00003.safetensors``, ``pytorch_model-00001-of-00003.bin``)
+SHARD_NAME = re.compile(r"(model|pytorch_model)-\d{5}-of-\d{5}\.(safetensors|bin)")
+
+
+def weight_files_of(directory: Path) -> list[str]:
+    """The weight files a folder holds: the entry points, files named like shards, and the weight files its
+    indexes name (plain ``.safetensors``/``.bin`` names beside them). What a new save replaces or removes."""
+    found = [name for name in ENTRY_POINTS if (directory / name).is_file()]
+    found += sorted(p.name for p in directory.iterdir() if SHARD_NAME.fullmatch(p.name) and p.is_file())
+    for index in (SAFE_INDEX, BIN_INDEX):
+        try:
+            named = json.loads((directory / index).read_text(encoding="utf-8"))["weight_map"].values()
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        found += [
+            n
+            for n in named
+            if isinstance(n, str)
+            and Path(n).name == n
+            and n.endswith((".safetensors", ".bin"))
+            and (directory / n).is_file()
+        ]
+    return list(dict.fromkeys(found))
 
 
 def _split(tensors: Mapping[str, torch.Tensor], max_shard_size: int | None) -> list[dict[str, torch.Tensor]]:

@@ -10,6 +10,9 @@ export made from an unpadded example is still right on padded batches.
 Example:
     >>> program = export_program(model)                      # torch.export.ExportedProgram
     >>> export_onnx(model, "model.onnx")                     # then onnxruntime.InferenceSession("model.onnx")
+    >>> save_program(program, "model.pt2")                   # torch.export.load("model.pt2")
+
+Both files are written atomically (:mod:`bertblocks.atomic`): an earlier file is never truncated.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from ..atomic import write_bytes, write_file
 
 #: the inputs an exported encoder takes, in this order
 DEFAULT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -101,6 +106,15 @@ def export_program(
         )
 
 
+def save_program(program: torch.export.ExportedProgram, path: str | Path) -> Path:
+    """Write an exported program (``.pt2``) atomically: a kill or a full disk never truncates an earlier file.
+
+    Raises:
+        WriteError: ``path`` is a directory or cannot be written (disk full, read-only folder).
+    """
+    return write_file(path, lambda f: torch.export.save(program, f))
+
+
 def output_names_of(model: nn.Module, example: Mapping[str, torch.Tensor]) -> list[str]:
     """The output fields the model sets (``last_hidden_state``, ``pooler_output``; ``logits``; …)."""
     with torch.no_grad():
@@ -127,8 +141,12 @@ def export_onnx(
     Returns:
         ``path``.
 
+    The file is replaced atomically (:func:`bertblocks.atomic.write_file`): a kill or a full disk never
+    leaves a truncated file in place of an earlier good one.
+
     Raises:
         ValueError: a model that cannot be exported.
+        WriteError: ``path`` is a directory or cannot be written (disk full, read-only folder).
     """
     _check_exportable(model)
     model.eval()
@@ -136,13 +154,10 @@ def export_onnx(
     names = list(example)
     outputs = output_names_of(model, example)
     view = ExportView(model, names, outputs).eval()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad():
-        torch.onnx.export(
+        program = torch.onnx.export(
             view,
             tuple(example.values()),
-            str(path),
             dynamo=True,
             input_names=names,
             output_names=outputs,
@@ -151,7 +166,19 @@ def export_onnx(
             external_data=False,
             verbose=False,
         )
+    # serialised here and written by Python: a full disk is an OSError naming the file, and the earlier
+    # file stays whole until the new one replaces it
+    data = program.model_proto.SerializeToString()
+    path = write_bytes(path, data)
     return path
 
 
-__all__ = ["DEFAULT_INPUTS", "ExportView", "example_inputs", "export_onnx", "export_program", "output_names_of"]
+__all__ = [
+    "DEFAULT_INPUTS",
+    "ExportView",
+    "example_inputs",
+    "export_onnx",
+    "export_program",
+    "output_names_of",
+    "save_program",
+]

@@ -16,8 +16,9 @@ Loading (:meth:`PretrainedModel.from_pretrained`), in order:
    and in the returned :class:`~bertblocks.hf.weights.LoadingInfo`.
 
 Saving (:meth:`PretrainedModel.save_pretrained`): the state dict without tied copies → the key map's
-``to_checkpoint`` → ``config.json`` (:meth:`PretrainedModel.checkpoint_config`) and safetensors (or ``.bin``),
-sharded on request.
+``to_checkpoint`` → ``config.json`` (:meth:`PretrainedModel.checkpoint_config`, plus the weights' ``dtype``)
+and safetensors (or ``.bin``), sharded on request, replacing what the folder held as one
+(:func:`~bertblocks.hf.weights.write_checkpoint`: after a kill at any step, the old checkpoint or the new one).
 
 A class joins by inheriting :class:`PretrainedModel` and saying where its backbones sit
 (:meth:`~PretrainedModel.checkpoint_backbones`), how its keys relate to a bare backbone's
@@ -27,7 +28,7 @@ A class joins by inheriting :class:`PretrainedModel` and saying where its backbo
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -302,6 +303,10 @@ class PretrainedModel(nn.Module):
         """Write ``config.json`` and the weights, without tied copies, so that transformers' matching class
         (and its Auto classes) load them with no missing or unexpected keys.
 
+        The folder's earlier checkpoint is replaced as one: a kill at any moment leaves the old checkpoint or
+        the new one, never a mix (see :mod:`bertblocks.atomic`); weight files of the old one that the new one
+        does not use are removed; other files (a tokenizer) stay.
+
         Args:
             save_directory: created if needed.
             is_main_process: ``False`` writes nothing (the other ranks of a distributed run).
@@ -315,6 +320,8 @@ class PretrainedModel(nn.Module):
 
         Raises:
             ValueError: a ``max_shard_size`` that is not a size.
+            WriteError: the folder is a file or cannot be written (read-only, disk full); the checkpoint it
+                held is unchanged (:class:`bertblocks.atomic.WriteError`, an ``OSError``).
         """
         if not is_main_process:
             return
@@ -323,10 +330,25 @@ class PretrainedModel(nn.Module):
         state = dict(state_dict) if state_dict is not None else self.state_dict()
         state = self.checkpoint_key_map().to_checkpoint({k: v for k, v in state.items() if k not in tied})
         directory = Path(save_directory)
-        write_checkpoint(directory, state, self.checkpoint_config(), safe_serialization, size)
+        config = dict(self.checkpoint_config())
+        dtype = _stored_dtype(state.values()) or _stored_dtype(self.parameters())
+        if dtype is not None:
+            # as transformers writes it: `dtype` (5.x) and `torch_dtype` (what 4.x reads); and, as transformers
+            # sets `config.dtype` on save, the model's config keeps them too, so that it equals the reloaded one
+            name = str(dtype).removeprefix("torch.")
+            config["dtype"] = config["torch_dtype"] = name
+            kept = getattr(self.config, "hf", None)  # type: ignore[attr-defined]
+            if isinstance(kept, dict) and (kept.get("dtype"), kept.get("torch_dtype")) != (name, name):
+                self.config.hf = {**kept, "dtype": name, "torch_dtype": name}  # type: ignore[attr-defined]
+        write_checkpoint(directory, state, config, safe_serialization, size)
         if push_to_hub:
             repo_id = hub_kwargs.pop("repo_id", directory.name)
             self._upload(directory, repo_id, **hub_kwargs)  # type: ignore[attr-defined]
+
+
+def _stored_dtype(tensors: Iterable[torch.Tensor]) -> torch.dtype | None:
+    """The dtype transformers records for a model: that of its first floating-point tensor."""
+    return next((t.dtype for t in tensors if t.is_floating_point()), None)
 
 
 __all__ = ["PretrainedModel", "map_checkpoint_keys", "report_loading"]
