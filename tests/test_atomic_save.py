@@ -42,7 +42,7 @@ LABELS_B = {0: "no", 1: "yes"}
 
 def _model(seed: int, labels: dict[int, str]) -> torch.nn.Module:
     torch.manual_seed(seed)
-    return bertblocks.BertForSequenceClassification.from_config({**TINY, "id2label": labels}).eval()
+    return bertblocks.create_model({**TINY, "id2label": labels}, head="sequence_classification").eval()
 
 
 @pytest.fixture(scope="module")
