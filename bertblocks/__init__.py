@@ -26,6 +26,7 @@ from .hf.weights import CheckpointError, LoadingInfo
 from .models.auto import from_pretrained
 from .models.backbone import BertModel, build_model
 from .models.inference import optimize_for_inference, restore_eager
+from .models.quantize import quantize as quantize
 from .models.task_models import (
     BertForMaskedLM,
     BertForMultipleChoice,

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .quantize import is_quantized, onnx_translations
+
 #: the inputs an exported encoder takes, in this order
 DEFAULT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -150,6 +152,7 @@ def export_onnx(
             opset_version=opset_version,
             external_data=False,
             verbose=False,
+            custom_translation_table=onnx_translations() if is_quantized(model) else None,  # int8: MatMulInteger
         )
     return path
 
