@@ -385,7 +385,14 @@ def part_classifier(tmp: Path) -> None:
     print(f"tiny classifier (hidden 64, 2 layers), {len(labels)} held-out examples: accuracy")
     print(
         f"  fp32 {fp32_acc:.4f}   bertblocks int8 {int8_acc:.4f} ({int8_acc - fp32_acc:+.4f})   "
-        f"ONNX Runtime int8 {ort_acc:.4f} ({ort_acc - fp32_acc:+.4f})\n"
+        f"ONNX Runtime int8 {ort_acc:.4f} ({ort_acc - fp32_acc:+.4f})"
+    )
+    agree = (int8_logits.argmax(-1) == fp32_logits.argmax(-1)).float().mean().item()
+    ort_agree = float((np.argmax(ort_logits, -1) == fp32_logits.argmax(-1).numpy()).mean())
+    print(
+        f"  predictions equal to fp32's: int8 {agree:.2%}, ONNX Runtime int8 {ort_agree:.2%}; max logit diff: "
+        f"int8 {(int8_logits - fp32_logits).abs().max().item():.3f}, "
+        f"ONNX Runtime int8 {np.abs(ort_logits - fp32_logits.numpy()).max():.3f}\n"
     )
 
 
