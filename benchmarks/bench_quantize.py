@@ -138,11 +138,11 @@ def _report(title: str, times: dict[str, list[float]], base_name: str) -> None:
 def part_speed(repeats: int, quick: bool, tmp: Path) -> None:
     overrides = (QUICK + QUICK_FF) if quick else []
     torch.manual_seed(0)
-    fp32 = bertblocks.create_model("bert-base-uncased", overrides).eval()
+    fp32 = bertblocks.create_model("bert-base-uncased", overrides=overrides).eval()
     state = fp32.state_dict()
 
     def fresh() -> torch.nn.Module:
-        model = bertblocks.create_model("bert-base-uncased", overrides).eval()
+        model = bertblocks.create_model("bert-base-uncased", overrides=overrides).eval()
         model.load_state_dict(state)
         return model
 

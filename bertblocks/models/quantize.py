@@ -147,6 +147,22 @@ def _check(model: nn.Module) -> None:
             )
 
 
+def _roots(model: nn.Module) -> list[nn.Module]:
+    """``model`` and every module held as a plain attribute by one of its modules (a task model's ``head``)."""
+    roots = [model]
+    seen = {id(model)}
+    index = 0
+    while index < len(roots):
+        for module in roots[index].modules():
+            for value in vars(module).values():
+                if isinstance(value, nn.Module) and id(value) not in seen:
+                    seen.add(id(value))
+                    roots.append(value)
+            seen.add(id(module))
+        index += 1
+    return roots
+
+
 def quantize(model: M, *, skip: Sequence[str] = ()) -> M:
     """Quantize every ``nn.Linear`` of ``model`` (backbone and heads) to :class:`Int8Linear`, in place.
 
@@ -178,11 +194,16 @@ def quantize(model: M, *, skip: Sequence[str] = ()) -> M:
             f"quantize: {type(model).__name__} has no nn.Linear layer to quantize (skip={list(skip)!r})"
         )
     converted: dict[int, Int8Linear] = {}  # a layer shared by several names (ALBERT) stays shared
-    for name, module in targets:
-        replacement = converted.setdefault(id(module), Int8Linear.from_float(module))
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, replacement)
+    for _, module in targets:
+        if id(module) not in converted:
+            converted[id(module)] = Int8Linear.from_float(module)
+    # Replace by identity wherever the layer is a child: a task model's head object holds the same modules
+    # as the model (which registers them under HF's names) without being a registered submodule itself.
+    for root in _roots(model):
+        for parent in root.modules():
+            for child_name, child in parent._modules.items():
+                if child is not None and id(child) in converted:
+                    parent._modules[child_name] = converted[id(child)]
     model._bertblocks_quantization = {"scheme": "int8-dynamic", "skip": list(skip)}  # read by save_quantized
     return model
 
