@@ -199,6 +199,25 @@ def test_the_fast_path_compiles_a_quantized_model_in_one_graph():
     assert (compiled[~real] == 0).all()  # packed in the graph
 
 
+def test_cached_decoding_matches_full_recomputation():
+    """Per-token scales: a cached step quantizes its one new token as the full forward pass does (a scale per
+    tensor would differ between the one-token step and the whole sequence)."""
+    from bertblocks.models.generation import generate
+
+    torch.manual_seed(0)
+    model = bertblocks.BertLMHeadModel.from_config({**TINY, "is_decoder": True}).eval()
+    quantize(model)
+    sequence = torch.randint(5, 99, (2, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(input_ids=sequence).logits[:, -1]
+        prefix = model(input_ids=sequence[:, :-1], use_cache=True)
+        step = model(input_ids=sequence[:, -1:], past_key_values=prefix.past_key_values, use_cache=True)
+        assert (step.logits[:, -1] - full).abs().max().item() <= 1e-5
+        cached = generate(model, sequence[:, :4], max_new_tokens=6, use_cache=True)
+        recomputed = generate(model, sequence[:, :4], max_new_tokens=6, use_cache=False)
+    assert torch.equal(cached, recomputed)
+
+
 # ------------------------------------------------------------------------------------------------ save, load, ONNX
 @pytest.mark.parametrize(("family_name", "cls"), [("bert", "BertForSequenceClassification"), ("albert", "AlbertModel")])
 def test_save_and_load_give_the_same_model(tmp_path: Path, family_name: str, cls: str):
