@@ -27,6 +27,7 @@ from .hf.tokenizer import BertTokenizer
 from .models.auto import from_pretrained
 from .models.backbone import BertModel
 from .models.inference import optimize_for_inference
+from .models.quantize import quantize
 from .models.task_models import (
     BertForMaskedLM,
     BertForMultipleChoice,
@@ -63,5 +64,6 @@ __all__ = [
     "list_presets",
     "load_config",
     "optimize_for_inference",
+    "quantize",
     "save_config",
 ]

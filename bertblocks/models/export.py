@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from ..atomic import write_bytes, write_file
+from .quantize import is_quantized, onnx_translations
 
 #: the inputs an exported encoder takes, in this order
 DEFAULT_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -165,6 +166,7 @@ def export_onnx(
             opset_version=opset_version,
             external_data=False,
             verbose=False,
+            custom_translation_table=onnx_translations() if is_quantized(model) else None,  # int8: MatMulInteger
         )
     # serialised here and written by Python: a full disk is an OSError naming the file, and the earlier
     # file stays whole until the new one replaces it
