@@ -22,6 +22,7 @@ from torch import nn
 
 import bertblocks
 from bertblocks.errors import BertBlocksError
+from bertblocks.models.inference import restore_eager
 from bertblocks.models.quantize import (
     Int8Linear,
     QuantizationError,
@@ -32,8 +33,8 @@ from bertblocks.models.quantize import (
     save_quantized,
 )
 from tests.conftest import TINY, batch
-from tests.families.test_parity import CASES, FAMILIES, FIELDS, Family, save_hf
-from tests.families.test_parity import batch as family_batch
+from tests.families.reference import CASES, FAMILIES, FIELDS, Family, save_hf
+from tests.families.reference import batch as family_batch
 
 MIN_COSINE = 0.99
 REL_TOL = 0.1
@@ -332,7 +333,7 @@ def test_quantizing_after_the_fast_path_is_refused():
     model = bertblocks.optimize_for_inference(_tiny())
     with pytest.raises(QuantizationError, match="quantize first, then call optimize_for_inference"):
         quantize(model)
-    bertblocks.restore_eager(model)
+    restore_eager(model)
     assert is_quantized(quantize(model))
 
 

@@ -124,7 +124,8 @@ def _check(model: nn.Module) -> None:
     if is_optimized(model):
         raise QuantizationError(
             f"quantize: {name} was compiled by optimize_for_inference, whose graph holds the fp32 weights; "
-            "quantize first, then call optimize_for_inference (or call bertblocks.restore_eager(model) first)"
+            "quantize first, then call optimize_for_inference (or call "
+            "bertblocks.models.inference.restore_eager(model) first)"
         )
     training = [n or "(the model)" for n, m in model.named_modules() if m.training]
     if training:
