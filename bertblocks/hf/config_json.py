@@ -131,8 +131,16 @@ def _translate(family: Family, src: Mapping[str, Any]) -> dict[str, Any]:
     """The family's translation of ``src`` (``bertblocks`` block and bookkeeping removed), with the head that
     ``architectures`` names."""
     architectures = src.get("architectures")
+    if architectures is not None and not (
+        isinstance(architectures, list) and all(isinstance(name, str) for name in architectures)
+    ):
+        issue = ConfigIssue("architectures", f"must be a list of transformers class names, got {architectures!r}")
+        raise ConfigError([issue], _SOURCE)
+    if architectures == []:  # names no class: the same as no `architectures` (families index it)
+        src = {key: value for key, value in src.items() if key != "architectures"}
+        architectures = None
     head = None
-    if isinstance(architectures, list) and len(architectures) == 1 and isinstance(architectures[0], str):
+    if isinstance(architectures, list) and len(architectures) == 1:
         head = family.head_for(architectures[0])
     try:
         data = family.config_from_hf(dict(src))  # it may read `architectures` (ELECTRA's generator sizes its head)

@@ -633,3 +633,16 @@ def test_model_type_is_the_familys_as_config_json_writes_it(model_type):
     assert config.to_dict()["model_type"] == config.get("model_type") == model_type
     assert config_to_hf(config)["model_type"] == model_type
     assert config.to_dict()["num_attention_heads"] == 4  # the flat face reads the nested field
+
+
+@pytest.mark.parametrize("architectures", [[[]], "BertModel", [1], {"BertModel": 1}])
+def test_architectures_that_name_no_class_are_refused(architectures):
+    # the families index `architectures[0]`: a wrong type must be a located error, not a TypeError inside one
+    with pytest.raises(ConfigError, match="architectures: must be a list of transformers class names"):
+        bertblocks.load_config({**TINY_HF, "model_type": "bert", "architectures": architectures})
+
+
+@pytest.mark.parametrize("model_type", ["bert", "modernbert", "electra"])
+def test_an_empty_architectures_list_is_no_head(model_type):
+    config = bertblocks.load_config({"model_type": model_type, "architectures": []})
+    assert config.head is None
