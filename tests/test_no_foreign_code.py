@@ -45,8 +45,12 @@ def marker(tmp_path: Path) -> Iterator[Path]:
     assert not [name for name in PLANTED if name in sys.modules]
 
 
-def plant(directory: Path, marker: Path) -> Path:
-    """Add planted modules to ``directory`` and name them in its config.json and tokenizer_config.json."""
+def plant(directory: Path, marker: Path, model_classes: bool = False) -> Path:
+    """Add planted modules to ``directory`` and name them in its config.json and tokenizer_config.json.
+
+    With ``model_classes``, config.json's ``auto_map`` names a config and model class (which bertblocks refuses
+    to build as the plain ``model_type``); without, only a tokenizer class, as such repositories also do.
+    """
     for name in PLANTED:
         (directory / f"{name}.py").write_text(
             f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\n"
@@ -54,11 +58,13 @@ def plant(directory: Path, marker: Path) -> Path:
             encoding="utf-8",
         )
     config = json.loads((directory / "config.json").read_text())
-    config["auto_map"] = {
-        "AutoConfig": "configuration_evil.Evil",
-        "AutoModel": "modeling_evil.Evil",
-        "AutoModelForMaskedLM": "modeling_evil.Evil",
-    }
+    config["auto_map"] = {"AutoTokenizer": ["tokenization_evil.Evil", None]}
+    if model_classes:
+        config["auto_map"] |= {
+            "AutoConfig": "configuration_evil.Evil",
+            "AutoModel": "modeling_evil.Evil",
+            "AutoModelForMaskedLM": "modeling_evil.Evil",
+        }
     (directory / "config.json").write_text(json.dumps(config))
     tokenizer_config = directory / "tokenizer_config.json"
     if tokenizer_config.is_file():
@@ -80,7 +86,28 @@ def checkpoint(tmp_path: Path, marker: Path) -> Path:
     return plant(directory, marker)
 
 
+@pytest.fixture
+def remote_checkpoint(checkpoint: Path, marker: Path) -> Path:
+    """The checkpoint, its config.json naming planted config and model classes."""
+    return plant(checkpoint, marker, model_classes=True)
+
+
 # ------------------------------------------------------------------------------------- models, configs
+@pytest.mark.parametrize("head", ["auto", None, "masked_lm"])
+def test_from_pretrained_refuses_remote_model_classes_without_importing_them(remote_checkpoint, head):
+    with pytest.raises(ConfigError, match=r"auto_map: names remote-code classes \(configuration_evil.Evil"):
+        bertblocks.from_pretrained(remote_checkpoint, head=head)
+
+
+def test_load_config_and_commands_refuse_remote_model_classes(remote_checkpoint, tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r"modeling_evil\.Evil"):
+        bertblocks.load_config(remote_checkpoint / "config.json")
+    with pytest.raises(ConfigError, match=r"modeling_evil\.Evil"):
+        BertModel.from_pretrained(remote_checkpoint, trust_remote_code=True)
+    assert cli.main(["export", str(remote_checkpoint), str(tmp_path / "model.pt2")]) != 0
+    assert "auto_map: names remote-code classes" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("head", ["auto", None, "masked_lm"])
 def test_from_pretrained_ignores_auto_map(checkpoint, head):
     model = bertblocks.from_pretrained(checkpoint, head=head)

@@ -31,9 +31,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--inputs",
-        default="input_ids,attention_mask,token_type_ids",
+        default=None,
         metavar="NAMES",
-        help="comma-separated graph inputs (default: input_ids,attention_mask,token_type_ids)",
+        help="comma-separated graph inputs (default: the model's: input_ids,attention_mask and, where the model "
+        "has token types, token_type_ids)",
     )
     parser.add_argument("--opset", type=int, metavar="N", help="ONNX opset version (default: the exporter's)")
     add_set_argument(parser)
@@ -52,7 +53,9 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"{output} is a directory; give the file to write")
     head = None if args.head == "none" else args.head
     model = bertblocks.from_pretrained(args.checkpoint, args.overrides, head=head).eval()
-    names = [name.strip() for name in args.inputs.split(",") if name.strip()]
+    from ..models.export import model_inputs  # the model's own inputs when --inputs is not given
+
+    names = [name.strip() for name in (args.inputs or "").split(",") if name.strip()] or list(model_inputs(model))
     try:
         if fmt == "onnx":
             export_onnx(model, output, input_names=names, opset_version=args.opset)

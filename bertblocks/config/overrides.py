@@ -24,18 +24,29 @@ from .specs import (
 
 
 # ----------------------------------------------------------------------------------------------- encoder
-def _layer_ranges(value: str) -> list[tuple[int, int, int]]:
+def _layer_ranges(value: str, num_layers: int | None = None) -> list[tuple[int, int, int]]:
     """``"0-3,6,0-21/3"`` → ``[(0, 3, 1), (6, 6, 1), (0, 21, 3)]`` (start, stop, step), read without expanding a
-    range into its indices."""
+    range into its indices.
+
+    A range without an end (``"1-/3"``: from layer 1 to the last, every third) ends at the last of ``num_layers``
+    layers: a pattern by rule, which keeps holding when the stack is made shallower or deeper.
+    """
     ranges = []
     for part in value.replace(" ", "").split(","):
         span, slash, every = part.partition("/")
         lo, sep, hi = span.partition("-")
+        if sep and not hi:
+            if num_layers is None:
+                raise ValueError(f"layer range {part!r} has no end; it needs the encoder's num_layers")
+            if lo.isdigit() and int(lo) >= num_layers:
+                continue  # a rule that holds for no layer of this stack
+            hi = str(num_layers - 1)
         try:
             start, stop, step = int(lo), int(hi if sep else lo), int(every) if slash else 1
         except ValueError:
             raise ValueError(
-                f"cannot read layer range {value!r}; write e.g. '6-11', '0,2,4' or '0-21/3' (every third)"
+                f"cannot read layer range {value!r}; write e.g. '6-11', '6-' (6 to the last), '0,2,4' or "
+                "'0-21/3' (every third)"
             ) from None
         if stop < start:
             raise ValueError(f"layer range {part!r} is empty (end before start)")
@@ -172,14 +183,19 @@ class EncoderConfig(BaseModel):
         num_layers = data.get("num_layers", cls.model_fields["num_layers"].default)
         if not isinstance(num_layers, int) or isinstance(num_layers, bool) or num_layers < 1:
             return data  # reported by the field's own validation
+        data = {**data, "overrides": list(data["overrides"])}
         for j, override in enumerate(data["overrides"]):
             layers = override.get("layers") if isinstance(override, Mapping) else None
             if not isinstance(layers, str):
                 continue
             try:
-                ranges = _layer_ranges(layers)
+                ranges = _layer_ranges(layers, num_layers)
             except ValueError:
                 continue  # reported by LayerOverride
+            if any(part.partition("/")[0].endswith("-") for part in layers.replace(" ", "").split(",")):
+                # an open range ends at this stack's last layer: written closed for LayerOverride
+                closed = ",".join(f"{lo}-{hi}/{step}" for lo, hi, step in ranges)
+                data["overrides"][j] = {**override, "layers": closed or []}
             # (first, last, step) of the indices past the stack; a stepped range ends at its last index
             outside = []
             for lo, hi, step in ranges:
@@ -198,7 +214,11 @@ class EncoderConfig(BaseModel):
                     for lo, hi, step in outside
                 )
             )
-            raise FieldError(f"overrides.{j}.layers", f"layers {shown} do not exist (num_layers is {num_layers})")
+            raise FieldError(
+                f"overrides.{j}.layers",
+                f"layers {shown} do not exist (num_layers is {num_layers}); end the range at layer {num_layers - 1}, "
+                "or leave its end open ('1-/3': to the last layer) so that it follows num_layers",
+            )
         return data
 
     def layer_specs(self, index: int) -> tuple[AttentionSpec, FeedForwardSpec]:

@@ -146,7 +146,13 @@ class BertConfig(FlatConfigView, BaseModel):
         if self.hidden_size % enc.attention.num_heads:
             issues.append(ConfigIssue("encoder.attention.num_heads", f"must divide hidden_size {self.hidden_size}"))
         if self.pad_token_id is not None and self.pad_token_id >= self.vocab_size:
-            issues.append(ConfigIssue("pad_token_id", f"must be below vocab_size {self.vocab_size}"))
+            issues.append(
+                ConfigIssue(
+                    "pad_token_id",
+                    f"must be below vocab_size {self.vocab_size} (it is {self.pad_token_id}); a smaller vocabulary "
+                    "needs its own pad_token_id too (e.g. pad_token_id=0), or start from a tiny-* preset",
+                )
+            )
         for j, override in enumerate(enc.overrides):
             outside = [i for i in override.layers if not 0 <= i < enc.num_layers]
             if outside:

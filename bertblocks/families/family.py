@@ -75,6 +75,9 @@ class Family:
             field.
         description: one line for listings and the docs table.
         tokenizer: the family's special tokens and templates (:class:`TokenizerConvention`).
+        reads_remote_config: whether the family translates a ``config.json`` that names remote-code classes
+            (``auto_map``) into its own model, given that config (NomicBERT's original format); a config.json
+            with an ``auto_map`` that no family reads is refused, never built as the ``model_type``'s plain model.
     """
 
     model_type: str
@@ -86,6 +89,7 @@ class Family:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
     tokenizer: TokenizerConvention = field(default_factory=lambda: BERT_TOKENIZER)
+    reads_remote_config: Callable[[Mapping[str, Any]], bool] | None = None
 
     def head_for(self, architecture: str) -> dict[str, Any] | None:
         """The head spec (``{"name": ..., **options}``) transformers' class ``architecture`` means, or ``None``."""

@@ -223,6 +223,14 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _every_n(types: list[str]) -> int | None:
+    """The ``global_attn_every_n_layers`` that gives ``types`` (3, the default, when it does), or ``None``."""
+    for every in (3, *range(1, len(types) + 1)):
+        if types == [SLIDING if i % every else FULL for i in range(len(types))]:
+            return every
+    return None
+
+
 def _to_hf(config: BertConfig) -> dict[str, Any]:
     enc = config.encoder
     out: dict[str, Any] = dict(config.hf)
@@ -272,6 +280,14 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     )
     if windows:
         out["local_attention"] = windows[0]
+    # transformers 4.x reads the older fields only (5.x prefers layer_types and rope_parameters, which agree)
+    out["global_rope_theta"] = rope[FULL]["rope_theta"]
+    out["local_rope_theta"] = rope[SLIDING]["rope_theta"]
+    every = _every_n(types)
+    if every is not None:
+        out["global_attn_every_n_layers"] = every
+    else:  # a pattern 4.x cannot say: no value rather than a wrong one (4.x readers build its default, every 3rd)
+        out.pop("global_attn_every_n_layers", None)
     out.setdefault("mlp_dropout", config.hidden_dropout_prob)
     head = config.head
     if head is not None and head.name in TRANSFORM_HEADS:

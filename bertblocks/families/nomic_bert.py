@@ -109,6 +109,11 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     out = bert_fields_to_hf(config, dropped=dropped)
     out.update(rope_to_hf(config))
     out["head_dim"] = config.hidden_size // config.encoder.attention.num_heads
+    if out.get("pad_token_id", 0) is None:
+        # NomicBertConfig types pad_token_id as an int (null is refused by transformers); Nomic's original configs
+        # say null (no padding row). Left out, transformers reads its default 0: the same numbers (the padding row
+        # only keeps its gradient at zero in training); bertblocks' null travels in the `bertblocks` block
+        del out["pad_token_id"]
     return out
 
 
@@ -126,6 +131,8 @@ NOMIC_BERT = Family(
     fixed=FIXED,
     description="NomicBERT: post-LN with RoPE, fused bias-free QKV, SwiGLU without biases, no pooler",
     tokenizer=BERT_TOKENIZER,  # transformers maps nomic_bert to BertTokenizer; chosen by model_type only
+    # Nomic's original config.json (with its auto_map) is translated field by field, every switch checked
+    reads_remote_config=is_original,
 )
 
 

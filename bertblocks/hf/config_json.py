@@ -40,8 +40,9 @@ from .misspelt_keys import warn_misspelt_keys
 DEFAULT_FAMILY = DEFAULT_COMPONENTS["family"]
 #: the key of bertblocks' own choices in a config.json
 BLOCK = "bertblocks"
-#: written by transformers at save time and meaningless to carry over (rewritten by whoever saves next)
-DROPPED = ("_name_or_path", "_attn_implementation_autoset", "transformers_version")
+#: written by transformers at save time and meaningless to carry over (rewritten by whoever saves next);
+#: ``_num_labels`` is older transformers' bookkeeping of ``num_labels`` (``id2label`` says the count)
+DROPPED = ("_name_or_path", "_attn_implementation_autoset", "transformers_version", "_num_labels")
 _SOURCE = "config.json"
 
 
@@ -65,6 +66,7 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> d
     if not isinstance(model_type, str):
         raise ConfigError([ConfigIssue("model_type", f"must be a string, got {model_type!r}")], _SOURCE)
     family = get_family(model_type, registry)
+    _refuse_remote_code(family, src)
     ours = src.pop(BLOCK, {})
     if not isinstance(ours, Mapping):
         raise ConfigError(
@@ -125,6 +127,38 @@ def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[s
             raise ConfigError([*issues, hint], f"saving a {family.model_type} config.json")
         out[BLOCK] = extra
     return out
+
+
+def _refuse_remote_code(family: Family, src: Mapping[str, Any]) -> None:
+    """Refuse a config.json whose ``auto_map`` names remote-code classes the family does not translate.
+
+    Such a file (Jina-embeddings-v2: ``model_type: bert`` with ALiBi and a gated MLP in its own classes) would
+    otherwise build the ``model_type``'s plain model, silently wrong for its weights. Nothing ``auto_map`` names
+    is ever imported.
+    """
+    auto_map = src.get("auto_map")
+    if auto_map is None or (family.reads_remote_config is not None and family.reads_remote_config(src)):
+        return
+    if isinstance(auto_map, Mapping):
+        # a tokenizer class changes no model (bertblocks reads tokenizer.json); config and model classes do
+        classes = sorted({str(v) for k, v in auto_map.items() if k != "AutoTokenizer"})
+        if not classes:
+            return
+    else:
+        classes = [repr(auto_map)]
+    raise ConfigError(
+        [
+            ConfigIssue(
+                "auto_map",
+                f"names remote-code classes ({', '.join(classes)}) that the {family.model_type} family does not "
+                f"implement; building a plain {family.model_type} model from it would not be the model its weights "
+                "were trained as, and bertblocks never runs code from a checkpoint. Port the architecture as a "
+                "family plugin (docs/explanation/model-families.md), or, if the checkpoint really is a plain "
+                f"{family.model_type} model, remove auto_map from its config.json",
+            )
+        ],
+        _SOURCE,
+    )
 
 
 def _translate(family: Family, src: Mapping[str, Any]) -> dict[str, Any]:

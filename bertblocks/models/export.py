@@ -17,7 +17,10 @@ Both files are written atomically (:mod:`bertblocks.atomic`): an earlier file is
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +55,14 @@ class ExportView(nn.Module):
 
 
 def example_inputs(
-    model: nn.Module, batch: int = 2, length: int = 8, input_names: Sequence[str] = DEFAULT_INPUTS
+    model: nn.Module, batch: int = 2, length: int = 8, input_names: Sequence[str] | None = None
 ) -> dict[str, torch.Tensor]:
-    """A padded example batch for tracing: random token ids, the second row's last half padded."""
+    """A padded example batch for tracing: random token ids, the second row's last half padded.
+
+    ``input_names`` defaults to the inputs the model takes (:func:`model_inputs`).
+    """
+    if input_names is None:
+        input_names = model_inputs(model)
     config = model.config
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(1, config.vocab_size, (batch, length), generator=generator)
@@ -66,6 +74,41 @@ def example_inputs(
         raise ValueError(f"cannot make example inputs {unknown}; exportable inputs are {list(available)}")
     device = next(model.parameters()).device
     return {name: available[name].to(device) for name in input_names}
+
+
+def model_inputs(model: nn.Module) -> tuple[str, ...]:
+    """The inputs ``model`` takes: :data:`DEFAULT_INPUTS` without ``token_type_ids`` when the embedding has no
+    token-type table (ModernBERT, DistilBERT, MPNet: ``embedding.token_types: false``)."""
+    embedding = getattr(model.config, "embedding", None)
+    options = embedding.options() if embedding is not None and hasattr(embedding, "options") else {}
+    if options.get("token_types", True):
+        return DEFAULT_INPUTS
+    return tuple(name for name in DEFAULT_INPUTS if name != "token_type_ids")
+
+
+#: third-party messages an export prints that say nothing about the model: (logger, level) and warning filters
+_QUIET_LOGGERS = ("torch.onnx._internal.exporter._registration",)  # "torchvision is not installed. Skipping …"
+_QUIET_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
+    (r".*isinstance\(treespec, LeafSpec\)", FutureWarning),  # torch's own pytree deprecation, inside the exporter
+    (r"# The axis name: .* will not be used", UserWarning),  # batch/sequence shared by every input: by design
+)
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence the exporter's known noise (only those messages; anything else still shows)."""
+    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings():
+        for message, category in _QUIET_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=category)
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
 
 
 def _dynamic_shapes(model: nn.Module, input_names: Sequence[str]) -> dict[str, dict[int, Any]]:
@@ -86,14 +129,16 @@ def _check_exportable(model: nn.Module) -> None:
         raise ValueError("exporting multiple choice ([batch, choices, seq] inputs) is not supported")
 
 
+@_quiet_exporter()
 def export_program(
     model: nn.Module,
     example: Mapping[str, torch.Tensor] | None = None,
-    input_names: Sequence[str] = DEFAULT_INPUTS,
+    input_names: Sequence[str] | None = None,
 ) -> torch.export.ExportedProgram:
     """``torch.export`` the model (in eval mode) with dynamic batch and sequence dimensions.
 
-    The program takes the inputs as keyword arguments and returns the model's own output type.
+    The program takes the inputs as keyword arguments (``input_names``; default: those the model takes,
+    :func:`model_inputs`) and returns the model's own output type.
 
     Raises:
         ValueError: a model that cannot be exported (a decoder, multiple choice), or unknown input names.
@@ -123,11 +168,12 @@ def output_names_of(model: nn.Module, example: Mapping[str, torch.Tensor]) -> li
     return [name for name in out if isinstance(out[name], torch.Tensor)]
 
 
+@_quiet_exporter()
 def export_onnx(
     model: nn.Module,
     path: str | Path,
     example: Mapping[str, torch.Tensor] | None = None,
-    input_names: Sequence[str] = DEFAULT_INPUTS,
+    input_names: Sequence[str] | None = None,
     opset_version: int | None = None,
 ) -> Path:
     """Export to ONNX with the dynamo exporter: named inputs and outputs, dynamic ``batch`` and ``sequence``.
@@ -136,7 +182,7 @@ def export_onnx(
         model: a bertblocks backbone or task model (put in eval mode).
         path: the ``.onnx`` file to write (weights inside it).
         example: inputs to trace with (default: :func:`example_inputs`).
-        input_names: the graph's inputs, in order.
+        input_names: the graph's inputs, in order (default: those the model takes, :func:`model_inputs`).
         opset_version: the ONNX opset (default: the exporter's).
 
     Returns:

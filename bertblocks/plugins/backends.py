@@ -176,9 +176,10 @@ class SlidingWindowBackend(AttentionBackend):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         q, k = query.shape[-2], key.shape[-2]
         # Shapes are Python ints: a window covering every key hides nothing and is skipped, so the result is
-        # exactly the plain kernel's.
+        # exactly the plain kernel's. A symbolic length (torch.export's dynamic sequence) always gets the band:
+        # a branch on it would specialise the graph to sequences longer than the window.
         blind = None
-        if self.half < k - 1:
+        if isinstance(k, torch.SymInt) or self.half < k - 1:
             hidden = self.band(q, k, query.device)
             low = torch.finfo(query.dtype).min
             # filled, not added: hidden scores stay finite (finfo.min), as in HF's masks
