@@ -227,6 +227,7 @@ __all__ = [
     "example_inputs",
     "export_onnx",
     "export_program",
+    "model_inputs",
     "output_names_of",
     "save_program",
 ]
