@@ -65,7 +65,8 @@ def execute(task: RunTask) -> dict[str, Any]:
         assert task.data is not None
         metrics.update(train_and_evaluate(config, task.data, TrainSpec.model_validate(task.train), task.seed))
     diverged = "diverged_at_step" in metrics
-    return {
+    samples = metrics.pop("eval_samples", None)
+    record: dict[str, Any] = {
         "variant": task.variant,
         "seed": task.seed,
         "run_id": task.run_id,
@@ -77,3 +78,6 @@ def execute(task: RunTask) -> dict[str, Any]:
         "threads": task.threads,
         "seconds": time.time() - started,
     }
+    if samples is not None:  # per-token (per-example) eval values, for the intervals of the summaries
+        record["eval_samples"] = samples
+    return record

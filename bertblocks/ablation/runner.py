@@ -117,6 +117,7 @@ def run_study(
         texts, labels = load_texts(study)
         tokenizer = get_tokenizer(study, texts, saved=out / "tokenizer.json")
         data = prepare(study, tokenizer, texts, labels)
+        _warn_small_eval_set(study, data)
         tokenizer_json = tokenizer.to_str()
         overrides_for_data: dict[str, Any] = {"vocab_size": data.vocab_size, "pad_token_id": data.pad_id}
         if study.spec.train.task == "classification":
@@ -173,7 +174,9 @@ def run_study(
 
         ordered = [records[t.run_id] for t in tasks if t.run_id in records]
         result.records = ordered
-        result.summaries = report.summarize([(v.name, v.overrides) for v in study.variants], ordered)
+        result.summaries = report.summarize(
+            [(v.name, v.overrides) for v in study.variants], ordered, baseline=study.baseline
+        )
         result.table = report.format_table(study.title, result.summaries)
         report.write_json(out / "results.json", study.title, result.summaries, ordered)
         report.write_csv(out / "results.csv", result.summaries)
@@ -195,6 +198,17 @@ def run_study(
     if failures:
         raise StudyRunError(failures)
     return result
+
+
+def _warn_small_eval_set(study: Study, data: PreparedData) -> None:
+    """Say, by name, when ``train.eval_batches`` asks for more held-out rows than there are (every row is
+    then used; the table repeats the note)."""
+    from .training import eval_rows
+
+    assert study.spec.train is not None
+    used, asked = eval_rows(data, study.spec.train)
+    if asked is not None and asked > used:
+        logger.warning("%s", report.small_eval_note(used, asked, study.spec.train.seq_len))
 
 
 def _tasks(study: Study, data: PreparedData | None, tokenizer_json: str | None) -> list[RunTask]:
