@@ -30,6 +30,7 @@ from .stats import LEVEL, Interval, interval, paired_difference
 #: metric → (column title, unit shown in the plot); in table order
 METRICS: dict[str, tuple[str, str]] = {
     "params": ("params", "parameters"),
+    "params_used": ("used", "parameters reached at the run's sequence length"),
     "flops_per_token": ("FLOPs/token", "forward FLOPs per token (analytic)"),
     "flops_per_token_counted": ("counted", "forward FLOPs per token (FlopCounterMode)"),
     "latency_ms": ("latency ms", "forward latency, median (ms)"),
@@ -79,6 +80,8 @@ class VariantSummary:
     eval_unit: str = "token"
     eval_rows: int | None = None
     eval_rows_asked: int | None = None
+    #: the sequence length ``params_used`` was counted at
+    params_used_at: int | None = None
 
 
 def _samples(run: dict[str, Any], metric: str) -> list[float] | None:
@@ -130,6 +133,9 @@ def summarize(
             rows = [_samples(r, metric) for r in runs if r["seed"] in per_seed]
             matrix = None if any(row is None for row in rows) else rows
             summary.intervals[metric] = interval(matrix, list(per_seed.values()), level)  # type: ignore[arg-type]
+        summary.params_used_at = next(
+            (r["metrics"]["params_used_at"] for r in runs if "params_used_at" in r["metrics"]), None
+        )
         evaluated = [r for r in runs if "eval_loss" in r["metrics"]]
         if evaluated:
             loss = _samples(evaluated[0], "eval_loss")
@@ -263,6 +269,12 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
         for s in summaries
         if s.diverged
     ]
+    lengths = sorted({s.params_used_at for s in summaries if s.params_used_at})
+    if lengths:
+        notes.append(
+            f"used: the parameters a pass over {'/'.join(map(str, lengths))} tokens reaches (position-table rows "
+            "beyond that length, and an unused token-type row, left out)"
+        )
     if any(s.intervals for s in summaries):
         level = next(iv.level for s in summaries for iv in s.intervals.values())
         notes.append(
