@@ -285,3 +285,42 @@ def test_used_parameters_leave_out_the_position_rows_a_sequence_never_reaches(po
     assert used_parameters(model, config, 64) == total - unused_rows(hidden, head_dim) - token_type_row
     assert used_parameters(model, config, 512) == total - token_type_row
     assert all(p.grad is None for p in model.parameters())  # leaves no gradients behind
+
+
+# ------------------------------------------------------------------------------------------ doc tables
+def test_a_page_s_tables_are_rewritten_from_the_study_s_results(tmp_path):
+    from bertblocks.ablation.doctables import DocTableError, main, update_page
+
+    tiny_study(tmp_path / "study")
+    page = tmp_path / "docs" / "page.md"
+    page.parent.mkdir()
+    marker = "<!-- ablation-table: ../study/study.yaml --set train.steps=1 -->\n"
+    page.write_text(f"# Results\n\n{marker}```text\nstale numbers\n```\n<!-- /ablation-table -->\n\nReading it.\n")
+    out_root = tmp_path / "runs"
+    with pytest.raises(DocTableError, match=r"no results at .*results\.json: run the study first"):
+        update_page(page, out_root=out_root)
+    (folder,) = update_page(page, run=True, out_root=out_root)
+    assert folder == out_root / "tiny"
+    text = page.read_text()
+    table = text.split("```text\n")[1].split("\n```")[0]
+    assert "stale numbers" not in text
+    assert text.startswith("# Results\n\n" + marker)
+    assert text.endswith("<!-- /ablation-table -->\n\nReading it.\n")
+    assert table.splitlines()[0] == "tiny"
+    assert "Δ eval loss vs abs" in table
+    # the --set of the marker was applied: one training step
+    assert "steps: 1\n" in (folder / "study.yaml").read_text()
+    assert main([str(page), "--out-root", str(out_root), "--check"]) == 0  # up to date
+    page.write_text(text.replace(table, table.replace("abs", "ABS", 1)))
+    assert main([str(page), "--out-root", str(out_root), "--check"]) == 1  # edited by hand: stale
+    assert main([str(page), "--out-root", str(out_root)]) == 0  # rewritten from the results, no run
+    assert page.read_text() == text
+
+
+def test_a_marker_naming_a_missing_study_is_reported_with_its_line(tmp_path):
+    from bertblocks.ablation.doctables import DocTableError, update_page
+
+    page = tmp_path / "page.md"
+    page.write_text("intro\n\n<!-- ablation-table: nowhere.yaml -->\n```text\n```\n<!-- /ablation-table -->\n")
+    with pytest.raises(DocTableError, match=r"page.md:3: study file not found: .*nowhere.yaml"):
+        update_page(page, out_root=tmp_path)

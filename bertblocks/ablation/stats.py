@@ -72,7 +72,9 @@ class Interval:
         return self.known and self.low <= value <= self.high
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "half_width": self.half_width}
+        """The fields and the half-width, with ``None`` for an end that is not known (strict JSON)."""
+        data = {**asdict(self), "half_width": self.half_width}
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()}
 
 
 def interval(per_sample: Sequence[Sequence[float]] | None, per_seed: Sequence[float], level: float = LEVEL) -> Interval:
