@@ -413,5 +413,5 @@ def test_without_matplotlib_and_tqdm_the_study_still_runs_and_says_so(tmp_path, 
     run_study(study, tmp_path / "out", workers=0, echo=lines.append)
     assert not (tmp_path / "out" / "results.png").exists()
     assert (tmp_path / "out" / "results.csv").is_file()
-    assert "no plot: matplotlib is not installed (pip install 'bertblocks[ablation]')" in lines
+    assert "no plot: matplotlib is not installed (pip install -e '.[ablation]' in the bertblocks checkout)" in lines
     assert "tiny: 1/1 runs" in capsys.readouterr().err  # the plain progress line instead of tqdm's bar

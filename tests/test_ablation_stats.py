@@ -324,3 +324,10 @@ def test_a_marker_naming_a_missing_study_is_reported_with_its_line(tmp_path):
     page.write_text("intro\n\n<!-- ablation-table: nowhere.yaml -->\n```text\n```\n<!-- /ablation-table -->\n")
     with pytest.raises(DocTableError, match=r"page.md:3: study file not found: .*nowhere.yaml"):
         update_page(page, out_root=tmp_path)
+
+
+def test_an_indented_marker_is_an_example_and_left_alone(tmp_path):
+    from bertblocks.ablation.doctables import find_blocks
+
+    text = "```markdown\n  <!-- ablation-table: nowhere.yaml -->\n  x\n  <!-- /ablation-table -->\n```\n"
+    assert find_blocks(tmp_path / "page.md", text) == []

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray_address and args.executor != "ray":
         raise CLIError("--ray-address needs --executor ray")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
-        raise UnavailableError("--executor ray needs Ray: pip install 'bertblocks[ray]'")
+        raise UnavailableError("--executor ray needs Ray: pip install -e '.[ray]' in the bertblocks checkout")
     as_json = getattr(args, "json", False)
     try:
         result = run_study(

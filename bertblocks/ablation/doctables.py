@@ -30,9 +30,10 @@ from typing import Any
 from ..errors import BertBlocksError
 from . import report
 
+#: a marked block; the markers start their lines (an indented one, e.g. in an example, is left alone)
 BLOCK = re.compile(
-    r"(?P<open><!-- ablation-table: (?P<args>[^\n]*?) -->\n)(?P<body>.*?)(?P<close><!-- /ablation-table -->)",
-    re.DOTALL,
+    r"^(?P<open><!-- ablation-table: (?P<args>[^\n]*?) -->\n)(?P<body>.*?)^(?P<close><!-- /ablation-table -->)",
+    re.DOTALL | re.MULTILINE,
 )
 
 

@@ -194,7 +194,7 @@ def run_study(
         echo(result.table)
         echo(f"results: {', '.join(map(str, written))}")
         if len(written) == 2:
-            echo("no plot: matplotlib is not installed (pip install 'bertblocks[ablation]')")
+            echo("no plot: matplotlib is not installed (pip install -e '.[ablation]' in the bertblocks checkout)")
     if failures:
         raise StudyRunError(failures)
     return result
