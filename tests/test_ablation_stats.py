@@ -331,3 +331,35 @@ def test_an_indented_marker_is_an_example_and_left_alone(tmp_path):
 
     text = "```markdown\n  <!-- ablation-table: nowhere.yaml -->\n  x\n  <!-- /ablation-table -->\n```\n"
     assert find_blocks(tmp_path / "page.md", text) == []
+
+
+# ------------------------------------------------------------------------------------- old run records
+def test_a_record_with_malformed_eval_samples_is_named_and_run_again(tmp_path, caplog):
+    study = tiny_study(tmp_path)
+    out = tmp_path / "out"
+    run_study(study, out, workers=0, progress=False, echo=None)
+    path = sorted((out / "runs").glob("abs-*seed0.json"))[0]
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "eval_samples": {"unit": "token", "loss": ["1.0", None]}}))
+    with caplog.at_level(logging.WARNING, logger="bertblocks"):
+        again = run_study(study, out, workers=0, progress=False, echo=None)
+    assert f"run record {path} holds eval_samples that are not lists of numbers" in caplog.text
+    assert again.executed == [path.stem]
+    assert json.loads(path.read_text())["eval_samples"] == record["eval_samples"]
+
+
+def test_a_record_without_eval_samples_is_read_and_summarised_over_seeds(tmp_path):
+    # what a version before per-token losses wrote (reused here by keeping the fingerprint)
+    study = tiny_study(tmp_path)
+    out = tmp_path / "out"
+    run_study(study, out, workers=0, progress=False, echo=None)
+    for path in (out / "runs").glob("*.json"):
+        record = json.loads(path.read_text())
+        del record["eval_samples"]
+        path.write_text(json.dumps(record))
+    again = run_study(study, out, workers=0, progress=False, echo=None)
+    assert again.executed == []
+    assert {s.intervals["eval_loss"].sources for s in again.summaries} == {"seeds"}
+    assert "records without per-sample eval values (an older version): intervals over seeds only" in again.table
+    rel = next(s for s in again.summaries if s.variant == "rel")
+    assert rel.differences["eval_loss"].sources == "seeds"  # paired by seed alone

@@ -271,7 +271,23 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     ]
     if problems:
         return _unreadable(path, f"is not a complete run record (missing or mistyped: {', '.join(problems)})")
+    samples = record.get("eval_samples")
+    if samples is not None and not _valid_samples(samples):
+        return _unreadable(path, "holds eval_samples that are not lists of numbers")
     return record
+
+
+def _valid_samples(samples: Any) -> bool:
+    """Whether a record's ``eval_samples`` are what :func:`~bertblocks.ablation.training.evaluate` writes."""
+    if not isinstance(samples, dict) or not isinstance(samples.get("loss"), list):
+        return False
+    lists = [samples["loss"], *([samples["correct"]] if "correct" in samples else [])]
+    return all(
+        isinstance(values, list)
+        and len(values) == len(samples["loss"])
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        for values in lists
+    )
 
 
 #: the fields every run record holds, and their types (what the summaries read)
