@@ -189,7 +189,7 @@ def test_cli_reports_an_unreachable_ray_address_with_exit_1(tmp_path, capsys):
 def test_missing_ray_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     study = write_study(tmp_path / "study")
-    with pytest.raises(StudyError, match=r"pip install 'bertblocks\[ray\]'"):
+    with pytest.raises(StudyError, match=r"pip install -e '\.\[ray\]' in the bertblocks checkout"):
         run_study(study, tmp_path / "out", executor="ray", progress=False, echo=None)
     assert not (tmp_path / "out").exists()
 
@@ -394,7 +394,7 @@ def test_cli_json_output_summarises_a_costs_only_study(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert [v["variant"] for v in data["variants"]] == VARIANTS
     assert data["variants"][0]["seeds"] == [0]  # no training: one run per variant
-    assert set(data["variants"][0]["mean"]) == {"params", "flops_per_token", "flops_per_token_counted"}
+    assert set(data["variants"][0]["mean"]) == {"params", "params_used", "flops_per_token", "flops_per_token_counted"}
     assert len(list((out / "runs").glob("*.json"))) == 3
     assert not (out / "tokenizer.json").exists()
 
@@ -413,5 +413,5 @@ def test_without_matplotlib_and_tqdm_the_study_still_runs_and_says_so(tmp_path, 
     run_study(study, tmp_path / "out", workers=0, echo=lines.append)
     assert not (tmp_path / "out" / "results.png").exists()
     assert (tmp_path / "out" / "results.csv").is_file()
-    assert "no plot: matplotlib is not installed (pip install 'bertblocks[ablation]')" in lines
+    assert "no plot: matplotlib is not installed (pip install -e '.[ablation]' in the bertblocks checkout)" in lines
     assert "tiny: 1/1 runs" in capsys.readouterr().err  # the plain progress line instead of tqdm's bar

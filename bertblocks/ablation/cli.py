@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray_address and args.executor != "ray":
         raise CLIError("--ray-address needs --executor ray")
     if args.executor == "ray" and importlib.util.find_spec("ray") is None:
-        raise UnavailableError("--executor ray needs Ray: pip install 'bertblocks[ray]'")
+        raise UnavailableError("--executor ray needs Ray: pip install -e '.[ray]' in the bertblocks checkout")
     as_json = getattr(args, "json", False)
     try:
         result = run_study(
@@ -63,8 +63,22 @@ def run(args: argparse.Namespace) -> int:
     except StudyRunError as e:
         raise CLIError(str(e)) from None
     if as_json:  # the summaries (results.json without the per-run records)
+        from .report import distinguishable
+
         summaries = [
-            {"variant": s.variant, "seeds": s.seeds, "mean": s.mean, "std": s.std, "notes": s.notes}
+            {
+                "variant": s.variant,
+                "seeds": s.seeds,
+                "mean": s.mean,
+                "std": s.std,
+                "intervals": {m: iv.as_dict() for m, iv in s.intervals.items()},
+                "baseline": s.baseline,
+                "differences": {
+                    m: {**iv.as_dict(), "distinguishable": distinguishable(iv)} for m, iv in s.differences.items()
+                },
+                "eval_samples": s.eval_samples,
+                "notes": s.notes,
+            }
             for s in result.summaries
         ]
         print(json.dumps({"study": result.study.title, "out": str(result.out_dir), "variants": summaries}, indent=2))

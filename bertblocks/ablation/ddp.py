@@ -107,7 +107,10 @@ def run_rank(job: DdpJob, rank: int, world_size: int) -> dict[str, Any] | None:
         return None
     if "diverged_at_step" not in metrics:  # a diverged model has nothing to evaluate
         metrics.update(evaluate(model, job.data, spec))
-    record = {"variant": job.variant, "seed": job.seed, "world_size": world_size, "metrics": metrics}
+    samples = metrics.pop("eval_samples", None)
+    record: dict[str, Any] = {"variant": job.variant, "seed": job.seed, "world_size": world_size, "metrics": metrics}
+    if samples is not None:
+        record["eval_samples"] = samples
     path = Path(job.out_dir) / "ddp" / f"{job.slug}__seed{job.seed}__ddp{world_size}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

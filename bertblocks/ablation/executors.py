@@ -162,7 +162,9 @@ def connect_ray(address: str | None, num_cpus: int | None = None) -> bool:
     try:
         import ray
     except ImportError:
-        raise StudyError.single("executor", "the ray executor needs Ray: pip install 'bertblocks[ray]'") from None
+        raise StudyError.single(
+            "executor", "the ray executor needs Ray: pip install -e '.[ray]' in the bertblocks checkout"
+        ) from None
     if address and address not in ("auto", "local"):
         _check_reachable(address)  # first, even when connected: the address asked for must answer
     if ray.is_initialized():

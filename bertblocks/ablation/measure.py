@@ -30,6 +30,38 @@ def unique_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def used_parameters(model: nn.Module, config: BertConfig, seq_len: int) -> int:
+    """Parameters that a forward pass over ``seq_len`` tokens reaches: all of them but the rows that receive
+    no gradient, such as the rows of a 512-row position table (or a ``2·512 − 1``-row distance table) beyond
+    what ``seq_len`` tokens index, or the token-type row of segment 1 when no segment ids are given. The
+    vocabulary's rows are always counted (which of them are reached depends on the text, not the model).
+
+    One forward and backward pass on a single sequence of random ids, in eval mode (no dropout).
+    """
+    was_training = model.training
+    model.eval()
+    model.zero_grad(set_to_none=True)
+    ids = torch.randint(0, config.vocab_size, (1, seq_len), generator=torch.Generator().manual_seed(0))
+    with torch.enable_grad():
+        out = model(ids)
+        values = out if isinstance(out, tuple) else out.to_tuple()
+        # every output (the pooler's too), so that whatever produces one is reached
+        tensors = [t for t in values if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        sum(t.float().square().sum() for t in tensors).backward()  # type: ignore[union-attr]
+    unused = 0
+    for param in model.parameters():
+        if param.dim() < 2 or param.shape[0] == config.vocab_size:
+            continue
+        if param.grad is None:  # not on the path of the forward pass at all (e.g. a layer skipped)
+            unused += param.numel()
+            continue
+        untouched = (param.grad.flatten(1) == 0).all(dim=1)
+        unused += int(untouched.sum()) * param[0].numel()
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+    return unique_parameters(model) - unused
+
+
 def forward_latency_ms(model: nn.Module, ids: torch.Tensor, repeats: int, warmup: int) -> list[float]:
     """Wall time of each of ``repeats`` forward passes (inference mode), after ``warmup`` untimed ones."""
     model.eval()

@@ -1,7 +1,14 @@
-"""Summaries of a study's runs: per-variant mean and spread, a terminal table, CSV, JSON and a PNG plot.
+"""Summaries of a study's runs: per-variant means with confidence intervals, paired differences against a
+baseline variant, a terminal table, CSV, JSON and a PNG plot.
 
-Spread is the sample standard deviation over seeds (``n - 1`` in the denominator); it is 0 for a metric
-measured on one seed, and for metrics that do not depend on the seed (parameters, FLOPs).
+Quality metrics (train loss, eval loss, accuracy) get a 95% interval from
+:func:`bertblocks.ablation.stats.interval`: it combines the spread over seeds with the noise of the eval set
+itself, read from the per-token (per-example) eval values every run keeps, so a figure resting on a few
+hundred eval tokens shows that it does. Each variant is also compared with the study's baseline (the
+``baseline:`` variant, else the first): the paired difference over the same seeds and the same eval tokens,
+marked ``≈`` when its interval contains 0 (not distinguishable). The perplexity is ``exp`` of the eval
+loss; its interval is ``exp`` of the loss's. Costs keep the sample standard deviation over seeds
+(``n - 1`` in the denominator): 0 for parameters and FLOPs, the timing noise for latency and train time.
 
 A run whose training diverged (``status: diverged``, a NaN or inf loss) keeps its cost metrics; it has no
 quality metrics, so the variant's quality means come from its other seeds (or are absent), and the table,
@@ -23,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_bytes, write_text
+from .stats import LEVEL, Interval, interval, paired_difference
 
 #: metric → (column title, unit shown in the plot); in table order
 METRICS: dict[str, tuple[str, str]] = {
     "params": ("params", "parameters"),
+    "params_used": ("used", "parameters reached at the run's sequence length"),
     "flops_per_token": ("FLOPs/token", "forward FLOPs per token (analytic)"),
     "flops_per_token_counted": ("counted", "forward FLOPs per token (FlopCounterMode)"),
     "latency_ms": ("latency ms", "forward latency, median (ms)"),
@@ -39,11 +48,27 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 #: what the plot shows, when present
 PLOTTED = ("params", "flops_per_token", "latency_ms", "peak_mem_mib", "eval_loss", "accuracy")
+#: metrics with a confidence interval (the rest: mean ± sample std over seeds)
+QUALITY = ("train_loss", "eval_loss", "accuracy")
+#: metric → the per-sample values (in a run's ``eval_samples``) it is the mean of
+PER_SAMPLE = {"eval_loss": "loss", "accuracy": "correct"}
 
 
 @dataclass
 class VariantSummary:
-    """Mean and spread of each metric over a variant's runs."""
+    """Means, spreads, intervals and paired differences of a variant's runs.
+
+    Attributes:
+        mean, std: each metric's mean and sample standard deviation over the seeds.
+        intervals: quality metric → its confidence interval (seeds and eval samples, see
+            :mod:`bertblocks.ablation.stats`).
+        baseline: the variant the differences are against (``None`` for the baseline itself).
+        differences: quality metric → the paired difference ``this − baseline`` with its interval.
+        eval_samples: eval tokens (mlm) or examples (classification) per seed the eval figures rest on;
+            0 when the records hold none (an older version's).
+        eval_unit: ``token`` or ``example``.
+        eval_rows, eval_rows_asked: held-out rows evaluated, and how many ``train.eval_batches`` asked for.
+    """
 
     variant: str
     overrides: dict[str, Any]
@@ -53,24 +78,101 @@ class VariantSummary:
     notes: list[str] = field(default_factory=list)
     #: seeds whose training diverged (NaN or inf loss): left out of the quality means
     diverged: list[int] = field(default_factory=list)
+    intervals: dict[str, Interval] = field(default_factory=dict)
+    baseline: str | None = None
+    differences: dict[str, Interval] = field(default_factory=dict)
+    eval_samples: int = 0
+    eval_unit: str = "token"
+    eval_rows: int | None = None
+    eval_rows_asked: int | None = None
+    #: the sequence length ``params_used`` was counted at
+    params_used_at: int | None = None
 
 
-def summarize(variants: list[tuple[str, dict[str, Any]]], records: list[dict[str, Any]]) -> list[VariantSummary]:
-    """One summary per ``(name, overrides)`` in study order, from the run records of that variant."""
+def _samples(run: dict[str, Any], metric: str) -> list[float] | None:
+    """The per-sample values ``metric`` of ``run`` is the mean of, when its record keeps them."""
+    kept = run.get("eval_samples")
+    key = PER_SAMPLE.get(metric)
+    if not isinstance(kept, dict) or key is None or not isinstance(kept.get(key), list):
+        return None
+    return [float(v) for v in kept[key]]
+
+
+def _per_seed(runs: list[dict[str, Any]], metric: str) -> dict[int, float]:
+    values = {r["seed"]: float(r["metrics"][metric]) for r in runs if metric in r["metrics"]}
+    return {seed: v for seed, v in values.items() if math.isfinite(v)}  # records of older versions may hold NaN
+
+
+def summarize(
+    variants: list[tuple[str, dict[str, Any]]],
+    records: list[dict[str, Any]],
+    *,
+    baseline: str | None = None,
+    level: float = LEVEL,
+) -> list[VariantSummary]:
+    """One summary per ``(name, overrides)`` in study order, from the run records of that variant.
+
+    Args:
+        variants: ``(name, overrides)`` of each variant, in study order.
+        records: the run records.
+        baseline: the variant the others are compared with (default: the first).
+        level: the confidence level of the intervals.
+    """
+    names = [name for name, _ in variants]
+    baseline = baseline if baseline in names else (names[0] if names else None)
+    by_variant = {name: sorted((r for r in records if r["variant"] == name), key=lambda r: r["seed"]) for name in names}
     out = []
     for name, overrides in variants:
-        runs = sorted((r for r in records if r["variant"] == name), key=lambda r: r["seed"])
+        runs = by_variant[name]
         summary = VariantSummary(name, overrides, [r["seed"] for r in runs])
         summary.diverged = [r["seed"] for r in runs if r.get("status") == "diverged"]
         for metric in METRICS:
-            values = [float(r["metrics"][metric]) for r in runs if metric in r["metrics"]]
-            values = [v for v in values if math.isfinite(v)]  # records of older versions may hold NaN
+            values = list(_per_seed(runs, metric).values())
             if values:
                 summary.mean[metric] = statistics.fmean(values)
                 summary.std[metric] = statistics.stdev(values) if len(values) > 1 else 0.0
+        for metric in QUALITY:
+            per_seed = _per_seed(runs, metric)
+            if not per_seed:
+                continue
+            rows = [_samples(r, metric) for r in runs if r["seed"] in per_seed]
+            matrix = None if any(row is None for row in rows) else rows
+            summary.intervals[metric] = interval(matrix, list(per_seed.values()), level)  # type: ignore[arg-type]
+        summary.params_used_at = next(
+            (r["metrics"]["params_used_at"] for r in runs if "params_used_at" in r["metrics"]), None
+        )
+        evaluated = [r for r in runs if "eval_loss" in r["metrics"]]
+        if evaluated:
+            loss = _samples(evaluated[0], "eval_loss")
+            summary.eval_samples = len(loss) if loss is not None else 0
+            summary.eval_unit = str(evaluated[0].get("eval_samples", {}).get("unit", "token"))
+            summary.eval_rows = evaluated[0]["metrics"].get("eval_rows")
+            summary.eval_rows_asked = evaluated[0]["metrics"].get("eval_rows_asked")
+        if name != baseline and baseline is not None:
+            summary.baseline = baseline
+            base_runs = by_variant[baseline]
+            for metric in QUALITY:
+                diff = paired_difference(
+                    {r["seed"]: _samples(r, metric) for r in runs},
+                    {r["seed"]: _samples(r, metric) for r in base_runs},
+                    _per_seed(runs, metric),
+                    _per_seed(base_runs, metric),
+                    level,
+                )
+                if diff is not None:
+                    summary.differences[metric] = diff
         summary.notes = sorted({r["metrics"]["flops_note"] for r in runs if r["metrics"].get("flops_note")})
         out.append(summary)
     return out
+
+
+def small_eval_note(used: int, asked: int, seq_len: int) -> str:
+    """What to say when ``train.eval_batches`` asks for more held-out rows than the eval set has."""
+    return (
+        f"train.eval_batches asks for {asked} held-out rows (eval_batches × batch_size), but the eval set has "
+        f"only {used} (of {seq_len} tokens); all {used} were used. Leave eval_batches out to use the whole set, "
+        f"or raise corpus.sentences or corpus.eval_fraction for more"
+    )
 
 
 def _number(value: float) -> str:
@@ -84,20 +186,76 @@ def _number(value: float) -> str:
     return f"{value:.{digits}f}"
 
 
+def _pm(centre: float, half: float) -> str:
+    """``centre ± half`` with ``half`` to two significant digits and ``centre`` to the same place, so a figure
+    shows no more digits than its interval supports."""
+    if not (math.isfinite(half) and half > 0):
+        return _number(centre)
+    places = max(0, 1 - math.floor(math.log10(half)))
+    return f"{centre:.{places}f} ± {half:.{places}f}"
+
+
+def _signed(iv: Interval) -> str:
+    text = _pm(iv.estimate, iv.half_width) if iv.known else _number(iv.estimate)
+    text = text if text.startswith("-") else f"+{text}"
+    return f"{text} ≈" if not distinguishable(iv) else text
+
+
+def distinguishable(iv: Interval) -> bool:
+    """Whether a difference's interval excludes 0 (an interval that is not known does not)."""
+    return iv.known and not iv.contains(0.0)
+
+
+def _primary(summaries: list[VariantSummary]) -> str | None:
+    """The quality metric the Δ column compares: eval loss, else accuracy, else train loss."""
+    for metric in ("eval_loss", "accuracy", "train_loss"):
+        if any(metric in s.differences for s in summaries):
+            return metric
+    return None
+
+
 def format_table(title: str, summaries: list[VariantSummary]) -> str:
-    """A plain-text table: one row per variant, ``mean ± std`` where runs differ."""
+    """A plain-text table: one row per variant; quality metrics as ``mean ± half-width of the 95%
+    interval``, costs as ``mean ± std over seeds`` where runs differ; the paired difference against the
+    baseline, and how many eval samples the eval figures rest on."""
     metrics = [m for m in METRICS if any(m in s.mean for s in summaries)]
+    primary = _primary(summaries)
+    baseline = next((s.baseline for s in summaries if s.baseline), None)
+    with_eval = any("eval_loss" in s.mean for s in summaries)
+    unit = next((s.eval_unit for s in summaries if s.eval_samples), "token")
     header = ["variant", "seeds", *(METRICS[m][0] for m in metrics)]
+    if primary is not None:
+        header.append(f"Δ {METRICS[primary][0]} vs {baseline}")
+    if with_eval:
+        header.append(f"eval {unit}s")
     rows = []
     for s in summaries:
         cells = [s.variant, str(len(s.seeds))]
         for m in metrics:
             if m not in s.mean:
                 cells.append("-")
+            elif m in s.intervals and s.intervals[m].known:
+                iv = s.intervals[m]
+                cells.append(_pm(iv.estimate, iv.half_width))
+            elif m == "perplexity" and "eval_loss" in s.intervals and s.intervals["eval_loss"].known:
+                iv = s.intervals["eval_loss"]  # exp of the loss's interval: not symmetric
+                cells.append(
+                    f"{_number(math.exp(iv.estimate))} [{_number(math.exp(iv.low))}, {_number(math.exp(iv.high))}]"
+                )
             elif s.std.get(m):
                 cells.append(f"{_number(s.mean[m])} ± {_number(s.std[m])}")
             else:
                 cells.append(_number(s.mean[m]))
+        if primary is not None:
+            cells.append(
+                _signed(s.differences[primary])
+                if primary in s.differences
+                else "(baseline)"
+                if s.baseline is None
+                else "-"
+            )
+        if with_eval:
+            cells.append(f"{s.eval_samples:,}" if s.eval_samples else "-")
         rows.append(cells)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = [
@@ -116,24 +274,99 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
         for s in summaries
         if s.diverged
     ]
+    lengths = sorted({s.params_used_at for s in summaries if s.params_used_at})
+    if lengths:
+        notes.append(
+            f"used: the parameters a pass over {'/'.join(map(str, lengths))} tokens reaches (position-table rows "
+            "beyond that length, and an unused token-type row, left out)"
+        )
+    if any(s.intervals for s in summaries):
+        level = next(iv.level for s in summaries for iv in s.intervals.values())
+        notes.append(
+            f"quality ± is the half-width of a {level:.0%} interval over seeds and eval {unit}s "
+            f"(train loss: over seeds only); costs ± is the std over seeds"
+        )
+    if primary is not None:
+        notes.append(
+            f"Δ is paired with {baseline} (same seeds, same eval {unit}s); ≈: its interval contains 0, "
+            "not distinguishable"
+        )
+    if any(len(s.seeds) - len(s.diverged) == 1 for s in summaries if "eval_loss" in s.mean):
+        notes.append("one seed: the intervals hold the eval-set noise only; the seed-to-seed spread is unknown")
+    if any(s.intervals and not s.eval_samples for s in summaries if "eval_loss" in s.mean):
+        notes.append("records without per-sample eval values (an older version): intervals over seeds only")
+    short = next(
+        (s for s in summaries if s.eval_rows_asked and s.eval_rows is not None and s.eval_rows_asked > s.eval_rows),
+        None,
+    )
+    if short is not None:
+        notes.append(
+            f"train.eval_batches asks for {short.eval_rows_asked} held-out rows but the eval set has only "
+            f"{short.eval_rows}; all {short.eval_rows} were used"
+        )
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
 
 
 def write_csv(path: Path, summaries: list[VariantSummary]) -> None:
-    """One row per variant: ``METRIC`` (mean) and ``METRIC_std`` columns."""
+    """One row per variant: ``METRIC`` (mean) and ``METRIC_std`` columns; for quality metrics also the
+    interval (``METRIC_ci_low``, ``METRIC_ci_high``) and the paired difference with the baseline
+    (``delta_METRIC``, ``delta_METRIC_ci_low``, ``delta_METRIC_ci_high``, ``delta_METRIC_distinguishable``)."""
     metrics = [m for m in METRICS if any(m in s.mean for s in summaries)]
+    quality = [m for m in QUALITY if any(m in s.intervals for s in summaries)]
+    interval_columns = [f"{m}_{end}" for m in quality for end in ("ci_low", "ci_high")]
+    delta_columns = [f"delta_{m}{end}" for m in quality for end in ("", "_ci_low", "_ci_high", "_distinguishable")]
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
-    writer.writerow(["variant", "seeds", "diverged_seeds", *(c for m in metrics for c in (m, f"{m}_std"))])
+    writer.writerow(
+        [
+            "variant",
+            "seeds",
+            "diverged_seeds",
+            *(c for m in metrics for c in (m, f"{m}_std")),
+            *interval_columns,
+            "baseline",
+            *delta_columns,
+            "eval_samples",
+        ]
+    )
     for s in summaries:
         values = [v for m in metrics for v in (s.mean.get(m, ""), s.std.get(m, ""))]
-        writer.writerow([s.variant, " ".join(map(str, s.seeds)), " ".join(map(str, s.diverged)), *values])
+        ends: list[Any] = []
+        for m in quality:
+            iv = s.intervals.get(m)
+            ends += [iv.low, iv.high] if iv is not None and iv.known else ["", ""]
+        deltas: list[Any] = []
+        for m in quality:
+            d = s.differences.get(m)
+            known = d is not None and d.known
+            deltas += (
+                [d.estimate, d.low, d.high, distinguishable(d)]
+                if d is not None and known
+                else [
+                    d.estimate if d is not None else "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
+        writer.writerow(
+            [
+                s.variant,
+                " ".join(map(str, s.seeds)),
+                " ".join(map(str, s.diverged)),
+                *values,
+                *ends,
+                s.baseline or "",
+                *deltas,
+                s.eval_samples or "",
+            ]
+        )
     write_text(path, buffer.getvalue())
 
 
 def write_json(path: Path, title: str, summaries: list[VariantSummary], records: list[dict[str, Any]]) -> None:
-    """Summaries and every run's record."""
+    """Summaries (with intervals and paired differences) and every run's record."""
     data = {
         "study": title,
         "variants": [
@@ -143,6 +376,15 @@ def write_json(path: Path, title: str, summaries: list[VariantSummary], records:
                 "seeds": s.seeds,
                 "mean": s.mean,
                 "std": s.std,
+                "intervals": {m: iv.as_dict() for m, iv in s.intervals.items()},
+                "baseline": s.baseline,
+                "differences": {
+                    m: {**iv.as_dict(), "distinguishable": distinguishable(iv)} for m, iv in s.differences.items()
+                },
+                "eval_samples": s.eval_samples,
+                "eval_unit": s.eval_unit,
+                "eval_rows": s.eval_rows,
+                "eval_rows_asked": s.eval_rows_asked,
                 "notes": s.notes,
                 "diverged_seeds": s.diverged,
                 "runs": sorted((r for r in records if r["variant"] == s.variant), key=lambda r: r["seed"]),
@@ -165,7 +407,8 @@ def _finite(data: Any) -> Any:
 
 
 def write_plot(path: Path, title: str, summaries: list[VariantSummary]) -> None:
-    """One panel per metric: bars for costs, points for quality (zoomed), error bars = std over seeds."""
+    """One panel per metric: bars for costs, points for quality (zoomed); error bars: the 95% interval for
+    quality metrics, the std over seeds for costs."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display needed
@@ -179,7 +422,13 @@ def write_plot(path: Path, title: str, summaries: list[VariantSummary]) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, height * rows), squeeze=False)
     for ax, metric in zip(axes.flat, metrics, strict=False):
         means = [s.mean.get(metric, math.nan) for s in summaries]
-        stds = [s.std.get(metric, 0.0) for s in summaries]
+        # quality metrics: the interval's half-width; costs: the std over seeds
+        stds = [
+            s.intervals[metric].half_width
+            if metric in s.intervals and s.intervals[metric].known
+            else s.std.get(metric, 0.0)
+            for s in summaries
+        ]
         if metric in ("eval_loss", "accuracy"):
             # quality differences are small beside the value: points with error bars on a zoomed axis
             ax.errorbar(means, range(len(names)), xerr=stds, fmt="o", color="#C44E52", ecolor="#222222", capsize=3)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .data import PreparedData
-from .measure import measure_costs
+from .measure import measure_costs, used_parameters
 from .study import MeasureSpec, TrainSpec
 
 
@@ -58,6 +58,11 @@ def execute(task: RunTask) -> dict[str, Any]:
     torch.manual_seed(task.seed)
     backbone = create_model(config)
     metrics: dict[str, Any] = measure_costs(backbone, config, measure)
+    if "params" in measure.metrics:
+        # at the length the quality numbers come from: the training length when the study trains
+        length = int(task.train["seq_len"]) if task.train is not None else measure.seq_len
+        metrics["params_used"] = used_parameters(backbone, config, length)
+        metrics["params_used_at"] = length
     del backbone
     if task.train is not None:
         from .training import train_and_evaluate
@@ -65,7 +70,8 @@ def execute(task: RunTask) -> dict[str, Any]:
         assert task.data is not None
         metrics.update(train_and_evaluate(config, task.data, TrainSpec.model_validate(task.train), task.seed))
     diverged = "diverged_at_step" in metrics
-    return {
+    samples = metrics.pop("eval_samples", None)
+    record: dict[str, Any] = {
         "variant": task.variant,
         "seed": task.seed,
         "run_id": task.run_id,
@@ -77,3 +83,6 @@ def execute(task: RunTask) -> dict[str, Any]:
         "threads": task.threads,
         "seconds": time.time() - started,
     }
+    if samples is not None:  # per-token (per-example) eval values, for the intervals of the summaries
+        record["eval_samples"] = samples
+    return record

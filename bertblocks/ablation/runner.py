@@ -117,6 +117,7 @@ def run_study(
         texts, labels = load_texts(study)
         tokenizer = get_tokenizer(study, texts, saved=out / "tokenizer.json")
         data = prepare(study, tokenizer, texts, labels)
+        _warn_small_eval_set(study, data)
         tokenizer_json = tokenizer.to_str()
         overrides_for_data: dict[str, Any] = {"vocab_size": data.vocab_size, "pad_token_id": data.pad_id}
         if study.spec.train.task == "classification":
@@ -173,7 +174,9 @@ def run_study(
 
         ordered = [records[t.run_id] for t in tasks if t.run_id in records]
         result.records = ordered
-        result.summaries = report.summarize([(v.name, v.overrides) for v in study.variants], ordered)
+        result.summaries = report.summarize(
+            [(v.name, v.overrides) for v in study.variants], ordered, baseline=study.baseline
+        )
         result.table = report.format_table(study.title, result.summaries)
         report.write_json(out / "results.json", study.title, result.summaries, ordered)
         report.write_csv(out / "results.csv", result.summaries)
@@ -191,10 +194,21 @@ def run_study(
         echo(result.table)
         echo(f"results: {', '.join(map(str, written))}")
         if len(written) == 2:
-            echo("no plot: matplotlib is not installed (pip install 'bertblocks[ablation]')")
+            echo("no plot: matplotlib is not installed (pip install -e '.[ablation]' in the bertblocks checkout)")
     if failures:
         raise StudyRunError(failures)
     return result
+
+
+def _warn_small_eval_set(study: Study, data: PreparedData) -> None:
+    """Say, by name, when ``train.eval_batches`` asks for more held-out rows than there are (every row is
+    then used; the table repeats the note)."""
+    from .training import eval_rows
+
+    assert study.spec.train is not None
+    used, asked = eval_rows(data, study.spec.train)
+    if asked is not None and asked > used:
+        logger.warning("%s", report.small_eval_note(used, asked, study.spec.train.seq_len))
 
 
 def _tasks(study: Study, data: PreparedData | None, tokenizer_json: str | None) -> list[RunTask]:
@@ -257,7 +271,23 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     ]
     if problems:
         return _unreadable(path, f"is not a complete run record (missing or mistyped: {', '.join(problems)})")
+    samples = record.get("eval_samples")
+    if samples is not None and not _valid_samples(samples):
+        return _unreadable(path, "holds eval_samples that are not lists of numbers")
     return record
+
+
+def _valid_samples(samples: Any) -> bool:
+    """Whether a record's ``eval_samples`` are what :func:`~bertblocks.ablation.training.evaluate` writes."""
+    if not isinstance(samples, dict) or not isinstance(samples.get("loss"), list):
+        return False
+    lists = [samples["loss"], *([samples["correct"]] if "correct" in samples else [])]
+    return all(
+        isinstance(values, list)
+        and len(values) == len(samples["loss"])
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        for values in lists
+    )
 
 
 #: the fields every run record holds, and their types (what the summaries read)

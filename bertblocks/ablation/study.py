@@ -77,8 +77,15 @@ class TrainSpec(_Strict):
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
     batch_size: PositiveInt = Field(16, description="sequences per step (global, over all DDP ranks)")
     seq_len: PositiveInt = Field(64, description="tokens per training sequence")
-    seeds: list[int] = Field(default_factory=lambda: [0], min_length=1, description="one run per seed")
-    eval_batches: PositiveInt = Field(4, description="held-out batches for the eval loss")
+    seeds: list[int] = Field(
+        default_factory=lambda: [0, 1, 2],
+        min_length=1,
+        description="one run per seed; intervals need two, and with fewer than three they are unreliable",
+    )
+    eval_batches: PositiveInt | None = Field(
+        None,
+        description="held-out batches of batch_size rows for the eval loss; default: the whole held-out set",
+    )
     mask_prob: float = Field(0.15, gt=0, lt=1, description="share of tokens masked (mlm)")
     num_labels: PositiveInt = Field(2, description="classes (classification)")
 
@@ -134,6 +141,9 @@ class StudySpec(_Strict):
     corpus: CorpusSpec = Field(default_factory=CorpusSpec)
     tokenizer: TokenizerSpec = Field(default_factory=TokenizerSpec)
     threads: PositiveInt = Field(1, description="torch threads per run (equal everywhere: identical numbers)")
+    baseline: str | None = Field(
+        None, description="the variant the others are compared with (paired differences); default: the first"
+    )
 
 
 # ------------------------------------------------------------------------------------------- the result
@@ -164,6 +174,11 @@ class Study:
     @property
     def title(self) -> str:
         return self.spec.name or (self.source.stem if self.source else "study")
+
+    @property
+    def baseline(self) -> str:
+        """The variant the others are compared with: ``baseline:``, or the first variant."""
+        return self.spec.baseline or self.variants[0].name
 
     @property
     def seeds(self) -> list[int]:
@@ -259,6 +274,19 @@ def load_study(
 
     study = Study(spec=spec, source=path, base_config=_load_base(spec, path, where))
     study.variants = expand_variants(study, config_overrides)
+    names = [v.name for v in study.variants]
+    if spec.baseline is not None and spec.baseline not in names:
+        hint = closest(spec.baseline, names)
+        raise StudyError(
+            [
+                ConfigIssue(
+                    "baseline",
+                    f"no variant {spec.baseline!r}; the study has: {', '.join(names)}"
+                    + (f" (did you mean {hint!r}?)" if hint else ""),
+                )
+            ],
+            where,
+        )
     return study
 
 
@@ -380,7 +408,17 @@ def _locate(
     out = []
     for issue in issues:
         key = _owning_key(issue.loc, [*changes, *spec.overrides])
-        if key is not None and "unknown field" in issue.msg:
+        if key is not None and "unknown field" in issue.msg and issue.loc.startswith(f"{key}."):
+            # the key exists; a field inside the value written for it does not (e.g. `options:` under a
+            # component, whose options are written beside its name)
+            msg = f"variant {name!r}: {issue.loc!r} is not a key of the config: {issue.msg}"
+            if issue.loc.rsplit(".", 1)[-1] == "options":
+                msg += (
+                    f"; a component's options are written beside its name, not under `options:`, e.g. "
+                    f"{key}: {{name: ..., OPTION: VALUE}} or {key}.OPTION: VALUE"
+                )
+            out.append(ConfigIssue(_study_loc(key, name, changes, spec), msg))
+        elif key is not None and "unknown field" in issue.msg:
             hint = closest(key, base_paths)
             msg = f"{key!r} is not a key of the config" + (f" (did you mean {hint!r}?)" if hint else "")
             where = _study_loc(key, name, changes, spec)

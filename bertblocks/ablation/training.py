@@ -129,38 +129,68 @@ def train_model(
     return {"train_loss": sum(tail) / len(tail), "train_seconds": seconds}
 
 
+def eval_rows(data: PreparedData, spec: Any) -> tuple[int, int | None]:
+    """``(rows evaluated, rows asked for)``: ``eval_batches × batch_size`` held-out rows, or all of them when
+    ``eval_batches`` is not set (``None`` asked); never more than the held-out set has."""
+    available = len(data.eval_ids)
+    if spec.eval_batches is None:
+        return available, None
+    asked = spec.eval_batches * spec.batch_size
+    return min(available, asked), asked
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, data: PreparedData, spec: Any) -> dict[str, float]:
-    """Mean eval loss over ``spec.eval_batches`` held-out batches (fewer if the eval set is smaller);
-    perplexity for mlm, accuracy for classification."""
+def evaluate(model: nn.Module, data: PreparedData, spec: Any) -> dict[str, Any]:
+    """Eval loss over the held-out rows (see :func:`eval_rows`); perplexity for mlm, accuracy for
+    classification.
+
+    Besides the metrics, ``eval_samples`` holds what they average over, one value per masked token (mlm) or
+    per example (classification): ``loss``, and ``correct`` (0/1, classification). Every run evaluates the
+    same samples in the same order (the eval set is masked with one fixed generator), so the summaries can
+    pair them across seeds and variants (:mod:`bertblocks.ablation.stats`).
+    """
     model.eval()
     generator = torch.Generator().manual_seed(EVAL_SEED)
-    n = min(len(data.eval_ids), spec.eval_batches * spec.batch_size)
-    total_loss, total_weight, correct = 0.0, 0, 0
+    n, asked = eval_rows(data, spec)
+    losses: list[torch.Tensor] = []
+    correct: list[torch.Tensor] = []
     for start in range(0, n, spec.batch_size):
         rows = torch.arange(start, min(start + spec.batch_size, n))
         batch = _batch(data, rows, spec, generator, train=False)
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels)
-        # weight each batch by what its loss averages over, so the result is a per-token (per-example) mean
-        weight = int((batch.labels != -100).sum()) if data.task == "mlm" else len(rows)
-        total_loss += float(out.loss) * weight
-        total_weight += weight
-        if data.task == "classification":
-            correct += int((out.logits.argmax(-1) == batch.labels).sum())
-    loss = total_loss / total_weight
-    result = {"eval_loss": loss}
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        logits = out.logits.float()
+        if data.task == "mlm":
+            keep = batch.labels != -100
+            losses.append(nn.functional.cross_entropy(logits[keep], batch.labels[keep], reduction="none"))
+        else:
+            losses.append(nn.functional.cross_entropy(logits, batch.labels, reduction="none"))
+            correct.append((logits.argmax(-1) == batch.labels).long())
+    per_sample = torch.cat(losses).double()
+    loss = float(per_sample.mean())  # a per-token (per-example) mean, as the samples are
+    result: dict[str, Any] = {"eval_loss": loss, "eval_rows": n}
+    if asked is not None:
+        result["eval_rows_asked"] = asked
+    samples: dict[str, Any] = {
+        "unit": "token" if data.task == "mlm" else "example",
+        # 7 significant digits: float32's own precision, and a record a third the size of full repr
+        "loss": [float(f"{v:.7g}") for v in per_sample.tolist()],
+    }
     if data.task == "mlm":
         result["perplexity"] = math.exp(min(loss, 50.0))
     else:
-        result["accuracy"] = correct / n
+        hits = torch.cat(correct)
+        result["accuracy"] = float(hits.double().mean())
+        samples["correct"] = hits.tolist()
+    result["eval_samples"] = samples
     return result
 
 
-def train_and_evaluate(config: BertConfig, data: PreparedData, spec: Any, seed: int) -> dict[str, float]:
-    """One single-process training run: model from ``seed``, training, evaluation."""
+def train_and_evaluate(config: BertConfig, data: PreparedData, spec: Any, seed: int) -> dict[str, Any]:
+    """One single-process training run: model from ``seed``, training, evaluation (with the per-sample
+    values in ``eval_samples``, see :func:`evaluate`)."""
     torch.manual_seed(seed)
     model = task_model(data.task, config)
-    result = train_model(model, data, spec, seed)
+    result: dict[str, Any] = dict(train_model(model, data, spec, seed))
     if "diverged_at_step" not in result:  # a diverged model has nothing to evaluate
         result.update(evaluate(model, data, spec))
     return result

@@ -1,0 +1,219 @@
+"""Confidence intervals for a study's quality numbers, from both sources of noise: seeds and eval samples.
+
+Every run of a study evaluates on the *same* held-out tokens (the eval set is masked with one fixed
+generator), so a run gives a row of per-token losses, and the runs of a variant give a seeds × tokens
+matrix ``y[s, t]``. Its grand mean estimates the variant's expected loss over seeds *and* over the text
+the eval set was drawn from. Two things make it noisy:
+
+* the seed (initial weights, batch order, masking, dropout): averaging over more seeds shrinks it;
+* the eval sample: the tokens are one draw of the text, shared by every seed, so more seeds do *not*
+  shrink this part; only more eval tokens do.
+
+The variance of the grand mean of such a crossed design is estimated by
+
+    se² = var_s(row means) / S  +  max(0, var_t(column means) / T  −  MS_residual / (S·T))
+
+(both variances hold the seed-by-token interaction; the residual mean square of the two-way layout takes
+the second copy out, so the estimate is unbiased for a two-way random-effects layout), and the interval
+is ``mean ± t · se`` with Welch–Satterthwaite degrees of freedom. With one seed only the eval-sample term
+is known (the interval then says nothing about seed noise); without per-sample losses (a metric such as
+the training loss, or a record of an older version) only the seed term is.
+
+A *paired* difference against a baseline variant applies the same estimator to ``y_v[s, t] − y_b[s, t]``
+over the seeds both have: the same seed and the same eval token on both sides, so what they share cancels.
+Its estimate is the mean of the per-seed differences of the metric. An interval that contains 0 marks the
+two variants as not distinguishable at that level.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate with a two-sided confidence interval.
+
+    Attributes:
+        estimate: the mean (over seeds and eval samples).
+        low, high: the interval's ends; ``nan`` when nothing is known about the spread (one seed and no
+            per-sample values).
+        seeds: how many seeds it rests on.
+        samples: how many eval samples (tokens, or examples) per seed it rests on; 0 when unknown.
+        sources: which noise it accounts for: ``seeds+samples``, ``samples`` (one seed), ``seeds`` (no
+            per-sample values), or ``none``.
+        level: the confidence level.
+    """
+
+    estimate: float
+    low: float
+    high: float
+    seeds: int
+    samples: int
+    sources: str
+    level: float = LEVEL
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+    @property
+    def known(self) -> bool:
+        """Whether the interval has finite ends."""
+        return math.isfinite(self.low) and math.isfinite(self.high)
+
+    def contains(self, value: float) -> bool:
+        return self.known and self.low <= value <= self.high
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields and the half-width, with ``None`` for an end that is not known (strict JSON)."""
+        data = {**asdict(self), "half_width": self.half_width}
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()}
+
+
+def interval(per_sample: Sequence[Sequence[float]] | None, per_seed: Sequence[float], level: float = LEVEL) -> Interval:
+    """The interval of the grand mean of a seeds × samples matrix (see the module doc).
+
+    Args:
+        per_sample: one row of per-sample values per seed, all rows equally long (the same eval samples);
+            ``None`` when the runs kept no per-sample values.
+        per_seed: the metric of each seed (used when ``per_sample`` is ``None``).
+        level: confidence level, e.g. 0.95.
+    """
+    if per_sample is not None and per_sample and len({len(row) for row in per_sample}) == 1 and per_sample[0]:
+        rows = [[float(v) for v in row] for row in per_sample]
+        seeds, samples = len(rows), len(rows[0])
+        row_means = [math.fsum(row) / samples for row in rows]
+        estimate = math.fsum(row_means) / seeds
+        terms: list[tuple[float, int]] = []  # (variance of the mean, degrees of freedom)
+        columns = [math.fsum(col) / seeds for col in zip(*rows, strict=True)]
+        if seeds > 1:
+            # the spread of the seeds' means: seed noise, and the seed × sample interaction averaged over T
+            terms.append((statistics.variance(row_means) / seeds, seeds - 1))
+        if samples > 1:
+            sample_term = statistics.variance(columns) / samples
+            if seeds > 1:
+                # the column means also hold the interaction (averaged over S), already counted above: take
+                # it out (the residual mean square of the two-way layout estimates it); never below zero
+                residual = math.fsum(
+                    (y - row_means[s] - columns[t] + estimate) ** 2
+                    for s, row in enumerate(rows)
+                    for t, y in enumerate(row)
+                ) / ((seeds - 1) * (samples - 1))
+                sample_term = max(0.0, sample_term - residual / (seeds * samples))
+            terms.append((sample_term, samples - 1))
+        sources = "seeds+samples" if seeds > 1 else "samples"
+    else:
+        values = [float(v) for v in per_seed]
+        seeds, samples = len(values), 0
+        estimate = math.fsum(values) / seeds if seeds else math.nan
+        terms = [(statistics.variance(values) / seeds, seeds - 1)] if seeds > 1 else []
+        sources = "seeds" if seeds > 1 else "none"
+    if not terms:
+        return Interval(estimate, math.nan, math.nan, seeds, samples, "none", level)
+    var = sum(v for v, _ in terms)
+    if var == 0:
+        return Interval(estimate, estimate, estimate, seeds, samples, sources, level)
+    # Welch–Satterthwaite: the degrees of freedom of a sum of independently estimated variances
+    df = var**2 / sum(v**2 / d for v, d in terms)
+    half = t_quantile(0.5 + level / 2, df) * math.sqrt(var)
+    return Interval(estimate, estimate - half, estimate + half, seeds, samples, sources, level)
+
+
+def paired_difference(
+    variant: dict[int, Sequence[float] | None],
+    baseline: dict[int, Sequence[float] | None],
+    variant_metric: dict[int, float],
+    baseline_metric: dict[int, float],
+    level: float = LEVEL,
+) -> Interval | None:
+    """``variant − baseline`` over the seeds both have, paired by seed and by eval sample.
+
+    Args:
+        variant, baseline: seed → that run's per-sample values (``None`` when the record has none).
+        variant_metric, baseline_metric: seed → the run's metric (its mean over the samples).
+        level: confidence level.
+
+    Returns:
+        The interval of the difference, or ``None`` when no seed is shared.
+    """
+    seeds = sorted(set(variant_metric) & set(baseline_metric))
+    if not seeds:
+        return None
+    rows: list[list[float]] | None = []
+    for seed in seeds:
+        a, b = variant.get(seed), baseline.get(seed)
+        if rows is None or a is None or b is None or len(a) != len(b):
+            rows = None  # not the same samples on both sides: pair by seed only
+            continue
+        rows.append([float(x) - float(y) for x, y in zip(a, b, strict=True)])
+    per_seed = [variant_metric[s] - baseline_metric[s] for s in seeds]
+    return interval(rows, per_seed, level)
+
+
+# ------------------------------------------------------------------------------ Student's t, no scipy
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t with ``df`` (real, > 0) degrees of freedom."""
+    if not 0 < p < 1 or df <= 0:
+        raise ValueError(f"need 0 < p < 1 and df > 0; got p={p}, df={df}")
+    if p < 0.5:
+        return -t_quantile(1 - p, df)
+    if p == 0.5:
+        return 0.0
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:  # bracket, then bisect (the CDF is monotone)
+        high *= 2
+    for _ in range(200):
+        mid = (low + high) / 2
+        if t_cdf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-12 * max(1.0, high):
+            break
+    return (low + high) / 2
+
+
+def t_cdf(t: float, df: float) -> float:
+    """Student's t distribution function, through the regularised incomplete beta function."""
+    x = df / (df + t * t)
+    tail = 0.5 * _betainc(df / 2, 0.5, x)
+    return 1 - tail if t > 0 else tail
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta ``I_x(a, b)`` (continued fraction, as in Numerical Recipes)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _betacf(a, b, x) / a
+    return 1 - front * _betacf(b, a, 1 - x) / b
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    tiny = 1e-300
+    c, d = 1.0, 1 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return h
