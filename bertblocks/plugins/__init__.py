@@ -3,12 +3,13 @@ implements (``bertblocks_register_components``, ``bertblocks_register_presets``)
 
 from __future__ import annotations
 
-from . import attention, backends, embeddings, feedforward, layers, norms, poolers, positions, presets
+from . import attention, backends, disentangled, embeddings, feedforward, layers, norms, poolers, positions, presets
 from .heads import HEAD_PLUGINS
 
 BUILTIN_PLUGINS = (
     embeddings,
     positions,
+    disentangled,
     attention,
     backends,
     feedforward,
