@@ -404,6 +404,12 @@ class EncoderModel(nn.Module):
                     if cfg.is_decoder
                     else additive_mask(attention_mask, dtype)
                 )
+                if self.position_scheme.masks_padded_queries and attention_mask.dim() == 2 and not cfg.is_decoder:
+                    # transformers' DeBERTa: a padded token's embedding is zero and, as a query, it sees no key
+                    # (an all-masked row: a uniform softmax), [b, 1, q, k]; real tokens are unchanged
+                    real = attention_mask.to(dtype)
+                    mask = additive_mask(real[:, :, None] * real[:, None, :], dtype)
+                    hidden = hidden * real[:, :, None]
         # the user's position_ids reach the position scheme (rotary schemes rotate by them)
         positions = Positions.contiguous(length, past_length, device, ids=position_ids)
         layer_head_mask = self._expand_head_mask(head_mask, dtype)

@@ -287,6 +287,9 @@ class PositionScheme:
     #: suite checks that it matches what the scheme does. ``None`` (a scheme written before the declaration
     #: existed) makes the builder probe once, so such plugins keep working.
     adds_score_bias: ClassVar[bool | None] = None
+    #: padded tokens of a 2-D attention mask have zero embeddings and, as queries, see no key (a uniform
+    #: softmax over every key), as transformers' DeBERTa masks both sides; only padded positions change
+    masks_padded_queries: bool = False
 
     def __init__(self, max_positions: int) -> None:
         self.max_positions = max_positions

@@ -27,6 +27,7 @@ from typing import Any
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
+from bertblocks.errors import BertBlocksError
 from bertblocks.families.family import Family, TokenizerConvention
 from bertblocks.families.keymap import KeyMap, Rename
 
@@ -69,7 +70,7 @@ FIXED: dict[str, Any] = {
 }
 
 
-class DebertaConfigError(ValueError):
+class DebertaConfigError(BertBlocksError, ValueError):
     """A DeBERTa-v2 ``config.json`` field bertblocks does not implement."""
 
 

@@ -184,6 +184,11 @@ class DisentangledOptions(BaseModel):
     share_att_key: bool = Field(True, description="project the table with the layer's own query/key projections")
     terms: tuple[Term, ...] = Field(("p2c", "c2p"), description="position terms (pos_att_type)", min_length=1)
     absolute: bool = Field(False, description="also add a learned absolute table (position_biased_input)")
+    mask_padded_queries: bool = Field(
+        True,
+        description="padded tokens are zeroed and see no key, as transformers' DeBERTa (only padded positions, "
+        "and so QA's loss over every position, depend on it)",
+    )
 
 
 class DisentangledPositions(PositionScheme):
@@ -200,6 +205,7 @@ class DisentangledPositions(PositionScheme):
         if self.max_relative < 1:
             self.max_relative = max_positions
         self.span = options.position_buckets if options.position_buckets > 0 else self.max_relative
+        self.masks_padded_queries = options.mask_padded_queries
 
     def embedding(self, hidden_size: int) -> nn.Module | None:
         return nn.Embedding(self.max_positions, hidden_size) if self.options.absolute else None

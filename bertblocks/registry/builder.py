@@ -245,10 +245,14 @@ def model_dims(config: BertConfig) -> ModelDims:
 def _make_position(reg: Registry, spec: ComponentSpec, where: str, dims: ModelDims) -> PositionScheme:
     """A position scheme: ``max_positions`` and ``options`` always; ``model`` (:class:`ModelDims`) when the
     factory's signature names it (schemes written before it existed keep working unchanged)."""
-    extra: dict[str, Any] = {}
-    if _takes(reg.get("position", spec.name).factory, "model"):
-        extra["model"] = dims
+    extra = {"model": dims} if _takes(reg.get("position", spec.name).factory, "model") else {}
     return _make(reg, "position", spec, PositionScheme, where, max_positions=dims.max_positions, **extra)
+
+
+def position_factory_extras(component: Component, config: BertConfig) -> dict[str, Any]:
+    """The optional keywords a position factory gets besides ``max_positions`` and ``options``: ``model``
+    (:class:`ModelDims`) when its signature names it."""
+    return {"model": model_dims(config)} if _takes(component.factory, "model") else {}
 
 
 def _takes(factory: Callable[..., Any], name: str) -> bool:

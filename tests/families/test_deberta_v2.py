@@ -1,0 +1,224 @@
+"""DeBERTa-v2/v3 (``deberta-v2``): parity both ways with transformers' own classes on tiny checkpoints they saved,
+for the v3 settings and the variants of the disentangled attention; refusals of what is not built, naming the
+field; and the extension points the family is built through (a shared position term, a per-layer term reading
+the layer's projections, position factories told the model's sizes, ``type_vocab_size: 0``)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+import transformers
+
+import bertblocks
+from bertblocks.config.errors import ConfigError
+from bertblocks.core.component import Component
+from bertblocks.core.interfaces import ModelDims, PositionScheme, SharedPositionBias, SharedPositionTerm
+from bertblocks.hf.config_json import config_from_hf
+from bertblocks.plugins.disentangled import RelativeTable, log_bucket_position
+from bertblocks.registry import Registry
+from tests.conftest import TINY
+from tests.families.reference import COMMON, Family, batch, round_trip, save_hf
+
+#: the settings of the published v3 checkpoints, at test size
+V3: dict[str, Any] = {
+    **COMMON,
+    "relative_attention": True,
+    "position_buckets": 256,
+    "norm_rel_ebd": "layer_norm",
+    "share_att_key": True,
+    "pos_att_type": ["p2c", "c2p"],
+    "position_biased_input": False,
+    "type_vocab_size": 0,
+    "max_relative_positions": -1,
+    "layer_norm_eps": 1e-7,
+    "pooler_hidden_act": "gelu",
+}
+DEBERTA = Family("DebertaV2Config", V3, pad=0)
+CLASSES = (
+    "DebertaV2Model",
+    "DebertaV2ForSequenceClassification",
+    "DebertaV2ForMaskedLM",
+    "DebertaV2ForTokenClassification",
+    "DebertaV2ForQuestionAnswering",
+    "DebertaV2ForMultipleChoice",
+)
+
+
+@pytest.mark.parametrize("cls", CLASSES)
+def test_v3_settings_match_transformers_both_ways(tmp_path, cls):
+    round_trip(tmp_path, DEBERTA, cls)
+
+
+#: each variant changes what a wrong reading of it would show in the numbers
+VARIANTS = {
+    # few buckets over a short span: distances beyond 2 are log-bucketed and clamped in the 9-token batch
+    "log-buckets": {"position_buckets": 4, "max_relative_positions": 16},
+    # no buckets, a span shorter than the batch: the table's ends are clamped
+    "exact-clamped": {"position_buckets": -1, "max_relative_positions": 3},
+    # own position projections (pos_key_proj, pos_query_proj), no table norm
+    "own-projections": {"share_att_key": False, "norm_rel_ebd": "none"},
+    "c2p-only": {"pos_att_type": ["c2p"], "share_att_key": False},
+    "p2c-only": {"pos_att_type": "p2c"},
+    # DeBERTa-v2's absolute table and token types, a tanh pooler
+    "v2-absolute": {"position_biased_input": True, "type_vocab_size": 2, "pooler_hidden_act": "tanh"},
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("cls", ["DebertaV2Model", "DebertaV2ForSequenceClassification"])
+def test_variants_match_transformers_both_ways(tmp_path, variant, cls):
+    round_trip(tmp_path, DEBERTA, cls, **VARIANTS[variant])
+
+
+def test_token_types_of_a_v2_model_are_read(tmp_path):
+    family = Family("DebertaV2Config", {**V3, "type_vocab_size": 2}, pad=0, second_segment=3)
+    round_trip(tmp_path, family, "DebertaV2Model")
+
+
+def test_token_type_ids_are_ignored_without_a_table(tmp_path):
+    save_hf(DEBERTA, "DebertaV2Model", tmp_path)
+    ours = bertblocks.from_pretrained(tmp_path, head="auto").eval()
+    inputs, _ = batch(DEBERTA, "DebertaV2Model")
+    with torch.no_grad():
+        a = ours(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]).last_hidden_state
+        b = ours(**{**inputs, "token_type_ids": torch.ones_like(inputs["input_ids"])}).last_hidden_state
+    assert torch.equal(a, b)
+    assert not any("token_type" in k for k in ours.state_dict())
+
+
+def test_log_buckets_are_transformers_own():
+    from transformers.models.deberta_v2.modeling_deberta_v2 import make_log_bucket_position
+
+    relative = torch.arange(-600, 600)[:, None] - torch.arange(0, 3)[None, :]
+    assert torch.equal(log_bucket_position(relative, 256, 512), make_log_bucket_position(relative, 256, 512))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("relative_attention", False),
+        ("conv_kernel_size", 3),
+        ("embedding_size", 16),
+        ("attention_head_size", 4),
+        ("norm_rel_ebd", "batch_norm"),
+        ("pos_att_type", ["p2p"]),
+        ("pooler_hidden_size", 16),
+        ("pooler_dropout", 0.1),
+    ],
+)
+def test_what_is_not_built_is_refused_by_name(field, value):
+    hf = DEBERTA.hf_config(**{field: value})
+    with pytest.raises(ConfigError, match=field):
+        config_from_hf(hf)
+
+
+def test_the_non_legacy_masked_lm_head_is_refused():
+    hf = {**DEBERTA.hf_config(legacy=False), "architectures": ["DebertaV2ForMaskedLM"]}
+    with pytest.raises(ConfigError, match="legacy"):
+        config_from_hf(hf)
+
+
+def test_presets_of_the_published_checkpoints():
+    for name, (hidden, layers) in {
+        "deberta-v3-xsmall": (384, 12),
+        "deberta-v3-small": (768, 6),
+        "deberta-v3-base": (768, 12),
+        "deberta-v3-large": (1024, 24),
+        "mdeberta-v3-base": (768, 12),
+    }.items():
+        cfg = bertblocks.load_config(name)
+        assert (cfg.family, cfg.hidden_size, cfg.encoder.num_layers, cfg.type_vocab_size) == (
+            "deberta-v2",
+            hidden,
+            layers,
+            0,
+        )
+        assert cfg.position.name == "disentangled"
+
+
+# ------------------------------------------------------------------------------------- extension points
+def test_the_scheme_works_in_a_hybrid_with_other_blocks():
+    """The position scheme is a general component: a pre-LN GLU model with it builds, runs and trains."""
+    config = copy.deepcopy(TINY)
+    config["position"] = {"name": "disentangled", "position_buckets": 8, "max_relative_positions": 32}
+    config["encoder"]["layer"] = {"name": "pre_ln"}
+    config["encoder"]["feedforward"] = {**config["encoder"]["feedforward"], "name": "glu"}
+    model = bertblocks.create_model(config)
+    assert "encoder.rel_embeddings.weight" in model.state_dict()
+    ids = torch.randint(0, 99, (2, 7))
+    out = model(input_ids=ids).last_hidden_state
+    out.sum().backward()
+    assert model.encoder.rel_embeddings.weight.grad is not None  # the shared table learns through every layer
+    assert model.encoder.layer[0].attention.self.query.weight.grad is not None
+
+
+def _registry_with(*components: Component) -> Registry:
+    registry = Registry(load_entry_points=False)
+    registry.register(
+        type("P", (), {"bertblocks_register_components": staticmethod(lambda: list(components))}), name="p"
+    )
+    return registry
+
+
+def test_a_position_factory_naming_model_is_told_the_model_sizes():
+    told: list[ModelDims] = []
+
+    def factory(*, max_positions: int, options: Any, model: ModelDims) -> PositionScheme:
+        told.append(model)
+        return PositionScheme(max_positions)
+
+    config = copy.deepcopy(TINY)
+    config["position"] = {"name": "told"}
+    bertblocks.create_model(config, registry=_registry_with(Component("position", "told", factory)))
+    assert told[0] == ModelDims(
+        hidden_size=32, num_heads=4, num_layers=2, layer_norm_eps=1e-12, hidden_dropout=0.1, max_positions=64
+    )
+
+
+def test_a_shared_term_of_the_wrong_type_is_refused_naming_it():
+    class Wrong(SharedPositionTerm):
+        module_name = "wrong_term"
+        produces = RelativeTable
+
+        def forward(self, positions, dtype):
+            return torch.zeros(3)
+
+    class Scheme(PositionScheme):
+        def shared_terms(self, model):
+            return [Wrong()]
+
+    config = copy.deepcopy(TINY)
+    config["position"] = {"name": "wrong"}
+    registry = _registry_with(Component("position", "wrong", lambda *, max_positions, options: Scheme(max_positions)))
+    model = bertblocks.create_model(config, registry=registry)
+    with pytest.raises(TypeError, match=r"Wrong .*encoder.wrong_term.* not the RelativeTable"):
+        model(input_ids=torch.ones(1, 4, dtype=torch.long))
+
+
+def test_a_shared_bias_of_the_wrong_shape_is_refused():
+    class Table(SharedPositionBias):
+        def forward(self, positions, dtype):
+            return torch.zeros(5, 8)  # a table, not a [1, h, q, k] score bias
+
+    class Scheme(PositionScheme):
+        def shared_bias(self, num_heads):
+            return Table()
+
+    config = copy.deepcopy(TINY)
+    config["position"] = {"name": "table"}
+    registry = _registry_with(Component("position", "table", lambda *, max_positions, options: Scheme(max_positions)))
+    model = bertblocks.create_model(config, registry=registry)
+    with pytest.raises(ValueError, match=r"returned \(5, 8\); a score bias must be \[1\|b, h, 4, 4\]"):
+        model(input_ids=torch.ones(1, 4, dtype=torch.long))
+
+
+def test_transformers_reads_the_saved_config_fields(tmp_path):
+    reference = save_hf(DEBERTA, "DebertaV2Model", tmp_path / "hf", position_buckets=64, share_att_key=False)
+    bertblocks.from_pretrained(tmp_path / "hf").save_pretrained(tmp_path / "ours")
+    again = transformers.AutoConfig.from_pretrained(tmp_path / "ours")
+    for field in ("position_buckets", "share_att_key", "norm_rel_ebd", "position_biased_input", "type_vocab_size"):
+        assert getattr(again, field) == getattr(reference.config, field), field
+    assert sorted(again.pos_att_type) == sorted(reference.config.pos_att_type)
