@@ -5,7 +5,7 @@ log-bucketed relative table shared by every layer, normalised once, projected in
 query and key projections into content→position and position→content terms, scores scaled by
 ``1/√(d · (1 + terms))``; with ``absolute: true`` also BERT's learned absolute table, ``position_biased_input``);
 ``type_vocab_size: 0`` (v3: no token-type table, ``token_type_ids`` ignored); no pooler in the backbone; the
-sequence classifier and multiple choice use the ``context`` pooler (``pooler_hidden_act``).
+sequence classifier and multiple choice use the ``context_pooler`` pooler (``pooler_hidden_act``).
 
 The checkpoint: prefix ``deberta.``; ``attention.self.{query,key,value}_proj`` ↔ BERT's
 ``attention.self.{query,key,value}``; the shared table ``deberta.encoder.rel_embeddings.weight`` is bertblocks'
@@ -139,7 +139,9 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     data["position"] = position
     # DebertaV2Model builds no pooler; the sequence classifier and multiple choice have a ContextPooler
     data["pooler"] = (
-        {"name": "context", "activation": activation} if hf.get("architectures") in [[c] for c in _POOLED] else None
+        {"name": "context_pooler", "activation": activation}
+        if hf.get("architectures") in [[c] for c in _POOLED]
+        else None
     )
     if data["pooler"] is None and activation != "gelu":
         data["hf"]["pooler_hidden_act"] = activation  # kept for the round trip

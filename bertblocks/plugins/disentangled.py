@@ -12,7 +12,7 @@ Three components, each through a documented extension point:
   and position→content (``p2c``) terms. It widens the softmax denominator to ``√(d · (1 + terms))``
   (``score_scale_factor``). With ``absolute: true`` it also adds a learned absolute table to the embeddings
   (``position_biased_input``).
-* pooler ``context``: DeBERTa's ``ContextPooler``: ``act(dense(h[:, 0]))`` with a chosen activation
+* pooler ``context_pooler``: DeBERTa's ``ContextPooler``: ``act(dense(h[:, 0]))`` with a chosen activation
   (``pooler_hidden_act``).
 
 Shapes::
@@ -142,23 +142,21 @@ class DisentangledBias(PositionBias):
             )
         b, h, q, d = query.shape
         k = key.shape[2]
-        if q != k:
-            raise ValueError(f"disentangled attention needs as many queries as keys (no KV cache); got {q} and {k}")
         span = table.span
         rel = self.dropout(table.embeddings)  # [2s, H]
-        relative = table.relative  # [q, k]
+        # row of the table for each (query, key) pair; cached keys included (relative is [q, k])
+        index = torch.clamp(table.relative + span, 0, 2 * span - 1).expand(b, h, q, k)
         score = torch.zeros((), dtype=query.dtype, device=query.device)
         if "c2p" in self.terms:
             pos_key = self._heads(self._project(rel, "key", projections), h, d)  # [h, 2s, d]
-            c2p = torch.matmul(query, pos_key.transpose(-1, -2))  # [b, h, q, 2s]
-            index = torch.clamp(relative + span, 0, 2 * span - 1)
-            score = score + torch.gather(c2p, -1, index.expand(b, h, q, k))
+            c2p = torch.matmul(query, pos_key.transpose(-1, -2))  # [b, h, q, 2s]: query_a · P_k[r]
+            score = score + torch.gather(c2p, -1, index)
         if "p2c" in self.terms:
             pos_query = self._heads(self._project(rel, "query", projections), h, d)  # [h, 2s, d]
-            p2c = torch.matmul(key, pos_query.transpose(-1, -2))  # [b, h, k, 2s]
-            # transformers gathers by the key's row at -(relative) and transposes (q == k here)
-            index = torch.clamp(-relative + span, 0, 2 * span - 1)
-            score = score + torch.gather(p2c, -1, index.expand(b, h, k, k)).transpose(-1, -2)
+            # key_c · P_q[δ(c, a)]: transformers gathers row -δ(c, a) = δ(a, c) (the buckets are odd in the
+            # distance), so the same index serves, read down the columns of P_q · Kᵀ
+            p2c = torch.matmul(pos_query, key.transpose(-1, -2))  # [b, h, 2s, k]
+            score = score + torch.gather(p2c, -2, index)
         return score
 
     def _project(self, rel: torch.Tensor, which: str, projections: HeadProjections | None) -> torch.Tensor:
@@ -210,15 +208,11 @@ class DisentangledPositions(PositionScheme):
     def embedding(self, hidden_size: int) -> nn.Module | None:
         return nn.Embedding(self.max_positions, hidden_size) if self.options.absolute else None
 
-    def _dims(self) -> ModelDims:
-        if self.model is None:
-            raise ValueError("the disentangled position scheme must be told the model's sizes (factory arg `model`)")
-        return self.model
-
     def attention_bias(self, num_heads: int, head_dim: int) -> DisentangledBias:
-        dims = self._dims()
         o = self.options
-        return DisentangledBias(num_heads * head_dim, num_heads, o.terms, o.share_att_key, dims.hidden_dropout)
+        # the table dropout is transformers' pos_dropout (hidden_dropout_prob); a scheme not told the sizes has none
+        dropout = self.model.hidden_dropout if self.model is not None else 0.0
+        return DisentangledBias(num_heads * head_dim, num_heads, o.terms, o.share_att_key, dropout)
 
     def layer_terms(self, layer_index: int, num_heads: int, head_dim: int) -> LayerPositionTerms:
         return LayerPositionTerms(self.attention_bias(num_heads, head_dim), None)
@@ -244,7 +238,7 @@ def _positions(*, max_positions: int, options: DisentangledOptions, model: Model
 
 
 class ContextPoolerOptions(BaseModel):
-    """Options of the ``context`` pooler."""
+    """Options of the ``context_pooler`` pooler."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -279,7 +273,7 @@ def bertblocks_register_components() -> list[Component]:
         ),
         Component(
             "pooler",
-            "context",
+            "context_pooler",
             lambda *, hidden_size, options: ContextPooler(hidden_size, options.activation),
             ContextPoolerOptions,
             description="first token → dense → activation (DeBERTa's ContextPooler)",
