@@ -13,7 +13,10 @@ The checkpoint: prefix ``deberta.``; ``attention.self.{query,key,value}_proj`` â
 the classifier's ``pooler.dense`` is the backbone's ``pooler.dense``; the legacy masked LM head is BERT's
 ``cls.predictions``.
 
-What is refused, naming the field: ``relative_attention: false``, ``conv_kernel_size`` > 0 (the ConvLayer),
+``conv_kernel_size`` > 0 (the ConvLayer after the first layer) is the layer ``post_ln_conv``
+(:mod:`bertblocks.plugins.conv_layers`), its convolution at ``encoder.layer.0.conv`` (``deberta.encoder.conv``).
+
+What is refused, naming the field: ``relative_attention: false``, an even ``conv_kernel_size``,
 ``embedding_size`` other than ``hidden_size``, ``attention_head_size`` other than ``hidden_size /
 num_attention_heads``, ``norm_rel_ebd`` other than ``none`` / ``layer_norm``, ``pos_att_type`` other than
 ``c2p`` / ``p2c``, ``pooler_hidden_size`` other than ``hidden_size``, ``pooler_dropout`` other than 0, and
@@ -57,13 +60,13 @@ KEY_MAP = KeyMap(
         Rename(f"{_L}.pos_query_proj", f"{_O}.disentangled.pos_query_proj"),
         Rename("deberta.encoder.LayerNorm", "bert.encoder.rel_embeddings.LayerNorm"),
         Rename("pooler.dense", "bert.pooler.dense"),
+        Rename("deberta.encoder.conv", "bert.encoder.layer.0.conv"),
     ),
     head_prefixes=("cls.", "classifier.", "qa_outputs.", "pooler."),
 )
 
 FIXED: dict[str, Any] = {
     "position.name": "disentangled",
-    "encoder.layer.name": "post_ln",
     "encoder.attention.name": "bert",
     "is_decoder": False,
     "add_cross_attention": False,
@@ -93,11 +96,10 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     hidden, heads = src["hidden_size"], src["num_attention_heads"]
     if not src.pop("relative_attention", False):
         raise _refuse("relative_attention", False, "only DeBERTa's relative (disentangled) attention is built")
-    conv = src.pop("conv_kernel_size", 0) or 0
-    if conv > 0:
-        raise _refuse("conv_kernel_size", conv, "the ConvLayer of the first layer is not implemented")
-    for dropped in ("conv_groups", "conv_act"):
-        src.pop(dropped, None)
+    kernel = src.pop("conv_kernel_size", 0) or 0
+    conv_groups, conv_act = src.pop("conv_groups", 1), src.pop("conv_act", "tanh")
+    if kernel > 0 and kernel % 2 == 0:
+        raise _refuse("conv_kernel_size", kernel, "an even kernel changes the sequence length (transformers fails too)")
     embedding_size = src.pop("embedding_size", hidden)
     if embedding_size != hidden:
         raise _refuse(
@@ -137,6 +139,14 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     }
     data = bert_fields_from_hf(src)
     data["position"] = position
+    if kernel > 0:  # the ConvLayer after the first layer
+        data["encoder"]["layer"] = {
+            "name": "post_ln_conv",
+            "kernel_size": kernel,
+            "groups": conv_groups,
+            "activation": conv_act,
+            "dropout": src.get("hidden_dropout_prob", 0.1),
+        }
     # DebertaV2Model builds no pooler; the sequence classifier and multiple choice have a ContextPooler
     data["pooler"] = (
         {"name": "context_pooler", "activation": activation}
@@ -163,6 +173,16 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
         pooler_hidden_size=config.hidden_size,
         pooler_dropout=0.0,
     )
+    layer = config.encoder.layer
+    if layer.name == "post_ln_conv":
+        conv = layer.options()
+        out.update(
+            conv_kernel_size=conv.get("kernel_size", 3),
+            conv_groups=conv.get("groups", 1),
+            conv_act=conv.get("activation", "tanh"),
+        )
+    elif layer.name != "post_ln":
+        raise DebertaConfigError(f"encoder.layer {layer.name!r}: a deberta-v2 config.json has post-LN layers only")
     if config.pooler is not None:
         out["pooler_hidden_act"] = config.pooler.options().get("activation", "gelu")
     if config.classifier_dropout is not None:

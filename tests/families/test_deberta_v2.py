@@ -20,7 +20,7 @@ from bertblocks.hf.config_json import config_from_hf
 from bertblocks.plugins.disentangled import RelativeTable, log_bucket_position
 from bertblocks.registry import Registry
 from tests.conftest import TINY
-from tests.families.reference import COMMON, Family, batch, round_trip, save_hf
+from tests.families.reference import COMMON, TOL, Family, batch, round_trip, save_hf
 
 #: the settings of the published v3 checkpoints, at test size
 V3: dict[str, Any] = {
@@ -64,6 +64,9 @@ VARIANTS = {
     "p2c-only": {"pos_att_type": "p2c"},
     # DeBERTa-v2's absolute table and token types, a tanh pooler
     "v2-absolute": {"position_biased_input": True, "type_vocab_size": 2, "pooler_hidden_act": "tanh"},
+    # the ConvLayer after the first layer (mDeBERTa-v2 / DeBERTa-v2-xlarge have it)
+    "conv": {"conv_kernel_size": 3},
+    "conv-grouped": {"conv_kernel_size": 5, "conv_groups": 4, "conv_act": "gelu"},
 }
 
 
@@ -71,6 +74,24 @@ VARIANTS = {
 @pytest.mark.parametrize("cls", ["DebertaV2Model", "DebertaV2ForSequenceClassification"])
 def test_variants_match_transformers_both_ways(tmp_path, variant, cls):
     round_trip(tmp_path, DEBERTA, cls, **VARIANTS[variant])
+
+
+@pytest.mark.parametrize("cls", CLASSES[2:])
+def test_the_conv_layer_under_every_head(tmp_path, cls):
+    round_trip(tmp_path, DEBERTA, cls, conv_kernel_size=3)
+
+
+@pytest.mark.parametrize("extra", [{}, {"conv_kernel_size": 3}])
+@pytest.mark.parametrize("left", [False, True])
+def test_the_packed_path_gives_transformers_numbers(tmp_path, extra, left):
+    reference = save_hf(DEBERTA, "DebertaV2Model", tmp_path, **extra)
+    inputs, mask = batch(DEBERTA, "DebertaV2Model", left=left)
+    inputs = {k: v for k, v in inputs.items() if k != "token_type_ids"}
+    ours = bertblocks.from_pretrained(tmp_path, ["encoder.packing=always"]).eval()
+    with torch.no_grad():
+        expected = reference(**inputs).last_hidden_state[mask.bool()]
+        got = ours(**inputs).last_hidden_state[mask.bool()]
+    assert (expected - got).abs().max().item() <= TOL
 
 
 def test_token_types_of_a_v2_model_are_read(tmp_path):
@@ -100,7 +121,7 @@ def test_log_buckets_are_transformers_own():
     ("field", "value"),
     [
         ("relative_attention", False),
-        ("conv_kernel_size", 3),
+        ("conv_kernel_size", 4),
         ("embedding_size", 16),
         ("attention_head_size", 4),
         ("norm_rel_ebd", "batch_norm"),
