@@ -243,3 +243,15 @@ def test_transformers_reads_the_saved_config_fields(tmp_path):
     for field in ("position_buckets", "share_att_key", "norm_rel_ebd", "position_biased_input", "type_vocab_size"):
         assert getattr(again, field) == getattr(reference.config, field), field
     assert sorted(again.pos_att_type) == sorted(reference.config.pos_att_type)
+
+
+def test_torch_compile_gives_transformers_numbers_in_one_graph(tmp_path):
+    """One graph (fullgraph): the table, its buckets, both terms and the ConvLayer stay traceable; a compiled
+    model packs every 2-D mask, so the convolution's unpacking is traced too."""
+    reference = save_hf(DEBERTA, "DebertaV2Model", tmp_path, conv_kernel_size=3)
+    inputs, mask = batch(DEBERTA, "DebertaV2Model")
+    compiled = torch.compile(bertblocks.from_pretrained(tmp_path).eval(), fullgraph=True)
+    with torch.no_grad():
+        expected = reference(**inputs).last_hidden_state[mask.bool()]
+        got = compiled(**inputs).last_hidden_state[mask.bool()]
+    assert (expected - got).abs().max().item() <= TOL
