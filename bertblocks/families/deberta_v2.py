@@ -16,7 +16,11 @@ the classifier's ``pooler.dense`` is the backbone's ``pooler.dense``; the legacy
 ``conv_kernel_size`` > 0 (the ConvLayer after the first layer) is the layer ``post_ln_conv``
 (:mod:`bertblocks.plugins.conv_layers`), its convolution at ``encoder.layer.0.conv`` (``deberta.encoder.conv``).
 
-What is refused, naming the field: ``relative_attention: false``, an even ``conv_kernel_size``,
+``relative_attention: false`` (DebertaV2Config's default) is the scheme without its table (``relative: false``):
+absolute positions only, the configured ``pos_att_type`` still widening the softmax denominator as transformers does.
+
+What is refused, naming the field: an even ``conv_kernel_size``, ``norm_rel_ebd: layer_norm`` without
+``relative_attention`` (transformers builds an unused LayerNorm),
 ``embedding_size`` other than ``hidden_size``, ``attention_head_size`` other than ``hidden_size /
 num_attention_heads``, ``norm_rel_ebd`` other than ``none`` / ``layer_norm``, ``pos_att_type`` other than
 ``c2p`` / ``p2c``, ``pooler_hidden_size`` other than ``hidden_size``, ``pooler_dropout`` other than 0, and
@@ -94,8 +98,7 @@ def _terms(value: Any) -> list[str]:
 def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     src = {**DEFAULTS, **hf}
     hidden, heads = src["hidden_size"], src["num_attention_heads"]
-    if not src.pop("relative_attention", False):
-        raise _refuse("relative_attention", False, "only DeBERTa's relative (disentangled) attention is built")
+    relative = bool(src.pop("relative_attention", False))
     kernel = src.pop("conv_kernel_size", 0) or 0
     conv_groups, conv_act = src.pop("conv_groups", 1), src.pop("conv_act", "tanh")
     if kernel > 0 and kernel % 2 == 0:
@@ -111,6 +114,8 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     norm = [x.strip() for x in str(src.pop("norm_rel_ebd", "none")).lower().split("|")]
     if any(x not in ("none", "layer_norm") for x in norm):
         raise _refuse("norm_rel_ebd", "|".join(norm), "only 'none' and 'layer_norm' exist in transformers")
+    if "layer_norm" in norm and not relative:
+        raise _refuse("norm_rel_ebd", "layer_norm", "a LayerNorm of the relative table without relative_attention")
     pooler_size = src.pop("pooler_hidden_size", hidden)
     if pooler_size != hidden:
         raise _refuse("pooler_hidden_size", pooler_size, f"the pooler is hidden_size ({hidden}) wide")
@@ -121,8 +126,6 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise _refuse("legacy", False, "the non-legacy masked-LM head (lm_predictions) is not implemented")
     src.pop("legacy", None)
     terms = _terms(src.pop("pos_att_type", None))
-    if not terms:
-        raise _refuse("pos_att_type", None, "disentangled attention needs at least one of c2p, p2c")
     activation = src.pop("pooler_hidden_act", "gelu")
     if "cls_dropout" in src:
         src["classifier_dropout"] = src.pop("cls_dropout")
@@ -136,6 +139,7 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "share_att_key": bool(src.pop("share_att_key", False)),
         "terms": terms,
         "absolute": bool(src.pop("position_biased_input", True)),
+        "relative": relative,
     }
     data = bert_fields_from_hf(src)
     data["position"] = position
@@ -163,7 +167,7 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     out = bert_fields_to_hf(config, dropped=dropped)
     o = config.position.options()
     out.update(
-        relative_attention=True,
+        relative_attention=o.get("relative", True),
         position_buckets=o.get("position_buckets", 256),
         max_relative_positions=o.get("max_relative_positions", -1),
         norm_rel_ebd="layer_norm" if o.get("norm", True) else "none",

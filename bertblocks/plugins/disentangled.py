@@ -113,15 +113,24 @@ class DisentangledBias(PositionBias):
     reads_projections = True
 
     def __init__(
-        self, hidden_size: int, num_heads: int, terms: tuple[Term, ...], share_att_key: bool, dropout: float
+        self,
+        hidden_size: int,
+        num_heads: int,
+        terms: tuple[Term, ...],
+        share_att_key: bool,
+        dropout: float,
+        relative: bool = True,
     ) -> None:
         super().__init__()
-        self.terms = terms
+        # without the relative table (relative_attention: false) no term is computed, yet transformers still
+        # divides by √(d · (1 + terms))
+        self.relative = relative
+        self.terms = terms if relative else ()
         self.num_heads = num_heads
-        self.score_scale_factor = float(1 + len(terms))
+        self.score_scale_factor = float(1 + len(terms))  # the configured terms, computed or not
         self.share_att_key = share_att_key
         self.dropout = nn.Dropout(dropout)  # transformers' pos_dropout, per layer
-        if not share_att_key:
+        if not share_att_key and relative:
             if "c2p" in terms:
                 self.pos_key_proj = nn.Linear(hidden_size, hidden_size)
             if "p2c" in terms:
@@ -134,6 +143,8 @@ class DisentangledBias(PositionBias):
         positions: Positions,
         projections: HeadProjections | None = None,
     ) -> torch.Tensor:
+        if not self.terms:
+            return query.new_zeros(1, 1, query.shape[2], key.shape[2])
         table = positions.term(RelativeTable)
         if table is None:
             raise ValueError(
@@ -180,7 +191,12 @@ class DisentangledOptions(BaseModel):
     max_relative_positions: int = Field(-1, description="longest distance bucketed; < 1: max_position_embeddings")
     norm: bool = Field(True, description="LayerNorm on the shared table (norm_rel_ebd: layer_norm)")
     share_att_key: bool = Field(True, description="project the table with the layer's own query/key projections")
-    terms: tuple[Term, ...] = Field(("p2c", "c2p"), description="position terms (pos_att_type)", min_length=1)
+    terms: tuple[Term, ...] = Field(("p2c", "c2p"), description="position terms (pos_att_type)")
+    relative: bool = Field(
+        True,
+        description="the relative table and its terms (relative_attention); false: none, while the terms still "
+        "widen the softmax denominator, as transformers does",
+    )
     absolute: bool = Field(False, description="also add a learned absolute table (position_biased_input)")
     mask_padded_queries: bool = Field(
         True,
@@ -204,6 +220,7 @@ class DisentangledPositions(PositionScheme):
             self.max_relative = max_positions
         self.span = options.position_buckets if options.position_buckets > 0 else self.max_relative
         self.masks_padded_queries = options.mask_padded_queries
+        self.relative = options.relative
 
     def embedding(self, hidden_size: int) -> nn.Module | None:
         return nn.Embedding(self.max_positions, hidden_size) if self.options.absolute else None
@@ -212,13 +229,17 @@ class DisentangledPositions(PositionScheme):
         o = self.options
         # the table dropout is transformers' pos_dropout (hidden_dropout_prob); a scheme not told the sizes has none
         dropout = self.model.hidden_dropout if self.model is not None else 0.0
-        return DisentangledBias(num_heads * head_dim, num_heads, o.terms, o.share_att_key, dropout)
+        return DisentangledBias(
+            num_heads * head_dim, num_heads, o.terms, o.share_att_key and self.relative, dropout, self.relative
+        )
 
     def layer_terms(self, layer_index: int, num_heads: int, head_dim: int) -> LayerPositionTerms:
         return LayerPositionTerms(self.attention_bias(num_heads, head_dim), None)
 
     def shared_terms(self, model: ModelDims) -> list[SharedPositionTerm]:
         o = self.options
+        if not self.relative:
+            return []
         return [
             RelativeTableTerm(
                 self.span, model.hidden_size, model.layer_norm_eps, o.norm, o.position_buckets, self.max_relative

@@ -67,6 +67,16 @@ VARIANTS = {
     # the ConvLayer after the first layer (mDeBERTa-v2 / DeBERTa-v2-xlarge have it)
     "conv": {"conv_kernel_size": 3},
     "conv-grouped": {"conv_kernel_size": 5, "conv_groups": 4, "conv_act": "gelu"},
+    # DebertaV2Config's defaults: no relative table, absolute positions; the terms still widen the denominator
+    "absolute-only": {"relative_attention": False, "position_biased_input": True, "norm_rel_ebd": "none"},
+    "absolute-scaled": {
+        "relative_attention": False,
+        "position_biased_input": True,
+        "norm_rel_ebd": "none",
+        "pos_att_type": ["c2p"],
+    },
+    # relative attention with no term: the table exists (and is stored), nothing reads it
+    "no-terms": {"pos_att_type": []},
 }
 
 
@@ -120,7 +130,6 @@ def test_log_buckets_are_transformers_own():
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("relative_attention", False),
         ("conv_kernel_size", 4),
         ("embedding_size", 16),
         ("attention_head_size", 4),
@@ -133,6 +142,12 @@ def test_log_buckets_are_transformers_own():
 def test_what_is_not_built_is_refused_by_name(field, value):
     hf = DEBERTA.hf_config(**{field: value})
     with pytest.raises(ConfigError, match=field):
+        config_from_hf(hf)
+
+
+def test_a_table_norm_without_a_table_is_refused():
+    hf = DEBERTA.hf_config(relative_attention=False)
+    with pytest.raises(ConfigError, match="norm_rel_ebd"):
         config_from_hf(hf)
 
 
