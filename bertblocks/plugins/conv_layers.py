@@ -21,6 +21,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
+from bertblocks.config import BertConfig, ComponentSpec
 from bertblocks.core.component import Component
 from bertblocks.core.encoder import LayerContext, TransformerLayer
 from bertblocks.core.interfaces import Attention, FeedForward, Positions
@@ -37,7 +38,7 @@ class ConvLayerOptions(BaseModel):
     kernel_size: PositiveInt = Field(3, description="odd width of the convolution (conv_kernel_size)")
     groups: PositiveInt = Field(1, description="convolution groups (conv_groups)")
     activation: str = Field("tanh", description="activation after the convolution (conv_act)")
-    dropout: float = Field(0.1, ge=0, le=1, description="dropout on the convolution's output (hidden_dropout_prob)")
+    dropout: float = Field(0.0, ge=0, le=1, description="dropout on the convolution's output (hidden_dropout_prob)")
 
     def model_post_init(self, context: Any) -> None:
         if self.kernel_size % 2 == 0:
@@ -59,6 +60,9 @@ class TokenConv(nn.Module):
 
     def forward(self, inputs: torch.Tensor, residual: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """``inputs``, ``residual`` ``[b, q, H]``, ``real`` ``[b, q]`` bool → ``[b, q, H]``."""
+        # padded inputs read as zeros (transformers' embeddings are zero there), so that the padded and the packed
+        # layouts (which has nothing there) give the same numbers
+        inputs = inputs * real[..., None].to(inputs.dtype)
         out = self.conv(inputs.transpose(1, 2)).transpose(1, 2)
         out = out.masked_fill(~real[..., None], 0.0)
         out = self.activation(self.dropout(out))
@@ -127,6 +131,12 @@ def build_post_ln_conv(
     )
 
 
+def check_post_ln_conv(config: BertConfig, spec: ComponentSpec, loc: str) -> list[str]:
+    if config.is_decoder:
+        return ["post_ln_conv mixes each token with the ones after it: an encoder layer (is_decoder: false)"]
+    return []
+
+
 def bertblocks_register_components() -> list[Component]:
     return [
         Component(
@@ -135,5 +145,6 @@ def bertblocks_register_components() -> list[Component]:
             build_post_ln_conv,
             ConvLayerOptions,
             description="post-LN; layer 0 adds a 1-D convolution over its input (DeBERTa-v2's ConvLayer)",
+            validate=check_post_ln_conv,
         )
     ]
