@@ -85,9 +85,21 @@ def _refuse(field: str, value: Any, why: str) -> DebertaConfigError:
     return DebertaConfigError(f"deberta-v2 config.json: {field}={value!r} is not supported: {why}")
 
 
+def _int(src: dict[str, Any], field: str, default: int) -> int:
+    """``src.pop(field)`` as an int (a config.json of another type is refused naming the field)."""
+    value = src.pop(field, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _refuse(field, value, "must be an integer")
+    return value
+
+
 def _terms(value: Any) -> list[str]:
     if value is None:
         return []
+    if not isinstance(value, str | list | tuple):
+        raise _refuse("pos_att_type", value, "must be a list of c2p, p2c (or a string 'p2c|c2p')")
     items = [x.strip() for x in value.lower().split("|")] if isinstance(value, str) else list(value)
     for item in items:
         if item not in ("c2p", "p2c"):
@@ -99,7 +111,7 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     src = {**DEFAULTS, **hf}
     hidden, heads = src["hidden_size"], src["num_attention_heads"]
     relative = bool(src.pop("relative_attention", False))
-    kernel = src.pop("conv_kernel_size", 0) or 0
+    kernel = _int(src, "conv_kernel_size", 0)
     conv_groups, conv_act = src.pop("conv_groups", 1), src.pop("conv_act", "tanh")
     if kernel > 0 and kernel % 2 == 0:
         raise _refuse("conv_kernel_size", kernel, "an even kernel changes the sequence length (transformers fails too)")
@@ -108,8 +120,9 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise _refuse(
             "embedding_size", embedding_size, f"the embedding projection is not implemented (hidden {hidden})"
         )
-    head_size = src.pop("attention_head_size", None)
-    if head_size is not None and head_size * heads != hidden:
+    head_size = _int(src, "attention_head_size", 0) or None
+    sizes = (head_size, heads, hidden)
+    if head_size is not None and all(isinstance(x, int) for x in sizes) and head_size * heads != hidden:
         raise _refuse("attention_head_size", head_size, "heads must be hidden_size / num_attention_heads wide")
     norm = [x.strip() for x in str(src.pop("norm_rel_ebd", "none")).lower().split("|")]
     if any(x not in ("none", "layer_norm") for x in norm):
