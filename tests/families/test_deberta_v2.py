@@ -270,3 +270,40 @@ def test_torch_compile_gives_transformers_numbers_in_one_graph(tmp_path):
         expected = reference(**inputs).last_hidden_state[mask.bool()]
         got = compiled(**inputs).last_hidden_state[mask.bool()]
     assert (expected - got).abs().max().item() <= TOL
+
+
+@pytest.mark.parametrize("post_processor", [True, False])
+def test_the_tokenizer_convention_is_transformers_deberta_v2_tokenizer(tmp_path, post_processor):
+    """A SentencePiece-style (Unigram) tokenizer.json with DeBERTa-v3's specials: bertblocks' tokenizer gives
+    the ids, token types and special ids of transformers' DebertaV2Tokenizer on the same files, with the file's
+    own post-processor or, without one, the family's template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from bertblocks import BertTokenizer
+    from tests.families import test_tokenizers as toks
+
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]  # DeBERTa-v3's ids 0..3 (its [MASK] is last)
+    tok.train_from_iterator(
+        toks.CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="[UNK]")
+    )
+    if post_processor:
+        tok.post_processor = toks.bert_processor(tok)
+    directory = toks.save(tmp_path, tok, "DebertaV2Tokenizer")
+    (directory / "config.json").write_text('{"model_type": "deberta-v2"}')
+    theirs = transformers.AutoTokenizer.from_pretrained(directory)
+    assert type(theirs).__name__ == "DebertaV2Tokenizer"
+    ours = BertTokenizer.from_pretrained(directory)
+    for args in ((toks.TEXTS,), (toks.TEXTS, toks.PAIRS)):
+        expected = theirs(*args, padding=True, return_tensors="pt")
+        got = ours(*args)
+        assert sorted(got) == sorted(expected.keys())
+        for key in got:
+            assert got[key].tolist() == expected[key].tolist(), key
+    assert (ours.pad_token_id, ours.mask_token_id, ours.unk_token_id) == (
+        theirs.pad_token_id,
+        theirs.mask_token_id,
+        theirs.unk_token_id,
+    )
