@@ -23,8 +23,10 @@ What is refused, naming the field: an even ``conv_kernel_size``, ``norm_rel_ebd:
 ``relative_attention`` (transformers builds an unused LayerNorm),
 ``embedding_size`` other than ``hidden_size``, ``attention_head_size`` other than ``hidden_size /
 num_attention_heads``, ``norm_rel_ebd`` other than ``none`` / ``layer_norm``, ``pos_att_type`` other than
-``c2p`` / ``p2c``, ``pooler_hidden_size`` other than ``hidden_size``, ``pooler_dropout`` other than 0, and
-``legacy: false`` (the non-legacy ``lm_predictions`` masked-LM head).
+``c2p`` / ``p2c``, ``pooler_hidden_size`` other than ``hidden_size`` and ``pooler_dropout`` other than 0.
+The masked LM of ``legacy: false`` (``lm_predictions.lm_head.*``) loads into the same head
+and is saved under the legacy names;
+the original EnhancedMaskDecoder (``mask_predictions.*``) is dropped on load, as transformers drops it.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
 from bertblocks.errors import BertBlocksError
 from bertblocks.families.family import Family, TokenizerConvention
-from bertblocks.families.keymap import KeyMap, Rename
+from bertblocks.families.keymap import Drop, KeyMap, Rename
 
 from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
 
@@ -65,8 +67,17 @@ KEY_MAP = KeyMap(
         Rename("deberta.encoder.LayerNorm", "bert.encoder.rel_embeddings.LayerNorm"),
         Rename("pooler.dense", "bert.pooler.dense"),
         Rename("deberta.encoder.conv", "bert.encoder.layer.0.conv"),
+        # the masked LM is written as transformers' legacy head (`cls.predictions`, legacy: true, its default) ...
+        Rename("cls.predictions", "cls.predictions"),
+        # ... and read from the other layout too (legacy: false, the published checkpoints' `lm_predictions`):
+        # the same dense → act → LayerNorm → tied decoder + bias, under other names
+        Rename("lm_predictions.lm_head.dense", "cls.predictions.transform.dense"),
+        Rename("lm_predictions.lm_head.LayerNorm", "cls.predictions.transform.LayerNorm"),
+        Rename("lm_predictions.lm_head.bias", "cls.predictions.bias"),
+        # the original EnhancedMaskDecoder's weights, which transformers ignores on load too
+        Drop("mask_predictions"),
     ),
-    head_prefixes=("cls.", "classifier.", "qa_outputs.", "pooler."),
+    head_prefixes=("cls.", "classifier.", "qa_outputs.", "pooler.", "lm_predictions.", "mask_predictions."),
 )
 
 FIXED: dict[str, Any] = {
@@ -135,8 +146,8 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     pooler_dropout = src.pop("pooler_dropout", 0.0)
     if pooler_dropout:
         raise _refuse("pooler_dropout", pooler_dropout, "the context pooler drops nothing (set it to 0)")
-    if src.get("legacy", True) is False and "DebertaV2ForMaskedLM" in (hf.get("architectures") or ()):
-        raise _refuse("legacy", False, "the non-legacy masked-LM head (lm_predictions) is not implemented")
+    # legacy: false names the masked LM's weights `lm_predictions.lm_head.*`; the key map reads them into the
+    # same head, which is saved under the legacy names (legacy: true, transformers' default)
     src.pop("legacy", None)
     terms = _terms(src.pop("pos_att_type", None))
     activation = src.pop("pooler_hidden_act", "gelu")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 import transformers
+from safetensors.torch import load_file, save_file
 
 import bertblocks
 from bertblocks.config.errors import ConfigError
@@ -151,10 +152,22 @@ def test_a_table_norm_without_a_table_is_refused():
         config_from_hf(hf)
 
 
-def test_the_non_legacy_masked_lm_head_is_refused():
-    hf = {**DEBERTA.hf_config(legacy=False), "architectures": ["DebertaV2ForMaskedLM"]}
-    with pytest.raises(ConfigError, match="legacy"):
-        config_from_hf(hf)
+def test_the_non_legacy_masked_lm_layout_loads_into_the_same_head(tmp_path):
+    """legacy: false stores the masked LM as ``lm_predictions.lm_head.*`` (the published checkpoints' layout): it
+    loads, gives transformers' numbers, and is written back under the legacy names, which transformers reads
+    (``round_trip`` compares both); the EnhancedMaskDecoder's ``mask_predictions.*`` are dropped, as transformers
+    drops them."""
+    round_trip(tmp_path / "a", DEBERTA, "DebertaV2ForMaskedLM", legacy=False)
+    reference = save_hf(DEBERTA, "DebertaV2ForMaskedLM", tmp_path / "b", legacy=False)
+    state = load_file(tmp_path / "b" / "model.safetensors")
+    assert any(k.startswith("lm_predictions.lm_head.") for k in state)
+    save_file({**state, "mask_predictions.dense.weight": torch.zeros(2, 2)}, tmp_path / "b" / "model.safetensors")
+    ours, info = bertblocks.from_pretrained(tmp_path / "b", head="auto", output_loading_info=True)
+    assert (info.missing_keys, info.unexpected_keys) == ([], [])
+    inputs, mask = batch(DEBERTA, "DebertaV2ForMaskedLM")
+    with torch.no_grad():
+        diff = (reference(**inputs).logits - ours.eval()(**inputs).logits)[mask.bool()].abs().max().item()
+    assert diff <= TOL
 
 
 def test_presets_of_the_published_checkpoints():
