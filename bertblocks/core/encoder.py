@@ -550,7 +550,7 @@ class EncoderModel(nn.Module):
             raise ValueError(f"{given} is empty (sequence length 0); give at least one token per sequence")
         if batch == 0:  # the outputs would be empty and a loss over them NaN, silently
             raise ValueError(f"{given} is an empty batch (batch size 0); give at least one sequence, or skip the call")
-        if past_length + length > cfg.max_position_embeddings:
+        if past_length + length > cfg.max_position_embeddings and self.position_scheme.limits_length:
             cached = f" after {past_length} cached tokens" if past_length else ""
             raise ValueError(
                 f"sequence length {length}{cached} exceeds max_position_embeddings={cfg.max_position_embeddings} "

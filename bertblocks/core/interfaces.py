@@ -290,6 +290,9 @@ class PositionScheme:
     #: padded tokens of a 2-D attention mask have zero embeddings and, as queries, see no key (a uniform
     #: softmax over every key), as transformers' DeBERTa masks both sides; only padded positions change
     masks_padded_queries: bool = False
+    #: ``max_positions`` bounds the sequence (an absolute table, a relative table indexed by distance); a scheme
+    #: that buckets every distance and adds no absolute table sets it false (DeBERTa-v3 reads any length)
+    limits_length: bool = True
 
     def __init__(self, max_positions: int) -> None:
         self.max_positions = max_positions

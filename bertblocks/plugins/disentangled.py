@@ -153,6 +153,11 @@ class DisentangledBias(PositionBias):
             )
         b, h, q, d = query.shape
         k = key.shape[2]
+        if not self.share_att_key and h != self.num_heads:
+            raise ValueError(
+                f"this layer has {h} of its {self.num_heads} heads left after pruning, but its own position "
+                "projections (share_att_key: false) cover every head: prune only with share_att_key true"
+            )
         span = table.span
         rel = self.dropout(table.embeddings)  # [2s, H]
         # row of the table for each (query, key) pair; cached keys included (relative is [q, k])
@@ -221,6 +226,8 @@ class DisentangledPositions(PositionScheme):
         self.span = options.position_buckets if options.position_buckets > 0 else self.max_relative
         self.masks_padded_queries = options.mask_padded_queries
         self.relative = options.relative
+        # log buckets and clamping give every distance a row: only an absolute table bounds the length
+        self.limits_length = options.absolute
 
     def embedding(self, hidden_size: int) -> nn.Module | None:
         return nn.Embedding(self.max_positions, hidden_size) if self.options.absolute else None

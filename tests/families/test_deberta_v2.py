@@ -105,6 +105,41 @@ def test_the_packed_path_gives_transformers_numbers(tmp_path, extra, left):
     assert (expected - got).abs().max().item() <= TOL
 
 
+def test_sequences_longer_than_max_position_embeddings_without_an_absolute_table(tmp_path):
+    """Every distance has a bucket: transformers' DeBERTa-v3 reads any length, and so does bertblocks; with the
+    absolute table (position_biased_input) the length is bounded."""
+    reference = save_hf(DEBERTA, "DebertaV2Model", tmp_path / "v3")
+    ids = torch.randint(3, 99, (2, 150), generator=torch.Generator().manual_seed(3))  # max_position_embeddings 64
+    mask = torch.ones_like(ids)
+    mask[1, 100:] = 0
+    ours = bertblocks.from_pretrained(tmp_path / "v3").eval()
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask).last_hidden_state[mask.bool()]
+        got = ours(input_ids=ids, attention_mask=mask).last_hidden_state[mask.bool()]
+    assert (expected - got).abs().max().item() <= TOL
+    save_hf(DEBERTA, "DebertaV2Model", tmp_path / "v2", position_biased_input=True)
+    with pytest.raises(ValueError, match="exceeds max_position_embeddings=64"):
+        bertblocks.from_pretrained(tmp_path / "v2")(input_ids=ids)
+
+
+def test_pruning_projects_the_table_with_the_kept_heads_only(tmp_path):
+    save_hf(DEBERTA, "DebertaV2Model", tmp_path / "shared")
+    model = bertblocks.from_pretrained(tmp_path / "shared").eval()
+    ids = torch.randint(3, 99, (1, 7))
+    head_mask = torch.ones(2, 4)
+    head_mask[0, 1:3] = 0
+    with torch.no_grad():
+        masked = model(input_ids=ids, head_mask=head_mask).last_hidden_state
+        model.prune_heads({0: [1, 2]})
+        pruned = model(input_ids=ids).last_hidden_state
+    assert (masked - pruned).abs().max().item() <= TOL  # the table went through the kept heads' projections only
+    save_hf(DEBERTA, "DebertaV2Model", tmp_path / "own", share_att_key=False)
+    model = bertblocks.from_pretrained(tmp_path / "own").eval()
+    model.prune_heads({0: [1]})
+    with pytest.raises(ValueError, match="share_att_key"):
+        model(input_ids=ids)
+
+
 def test_token_types_of_a_v2_model_are_read(tmp_path):
     family = Family("DebertaV2Config", {**V3, "type_vocab_size": 2}, pad=0, second_segment=3)
     round_trip(tmp_path, family, "DebertaV2Model")
