@@ -355,3 +355,31 @@ def test_the_tokenizer_convention_is_transformers_deberta_v2_tokenizer(tmp_path,
         theirs.mask_token_id,
         theirs.unk_token_id,
     )
+
+
+def test_gradients_match_transformers(tmp_path):
+    """Backward through the shared table, its norm, both terms and the layer's own projections: the gradients of
+    the loss equal transformers' (dropout off), relative to their magnitude."""
+    settings = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "conv_kernel_size": 3}
+    reference = save_hf(DEBERTA, "DebertaV2ForSequenceClassification", tmp_path, **settings).train()
+    ours = bertblocks.from_pretrained(tmp_path, head="auto").train()
+    inputs, _ = batch(DEBERTA, "DebertaV2ForSequenceClassification")
+    reference(**inputs).loss.backward()
+    ours(**inputs).loss.backward()
+    theirs, mine = dict(reference.named_parameters()), dict(ours.named_parameters())
+    pairs = {
+        "deberta.encoder.rel_embeddings.weight": "bert.encoder.rel_embeddings.weight",
+        "deberta.encoder.LayerNorm.weight": "bert.encoder.rel_embeddings.LayerNorm.weight",
+        "deberta.encoder.layer.0.attention.self.query_proj.weight": "bert.encoder.layer.0.attention.self.query.weight",
+        "deberta.encoder.layer.1.attention.self.key_proj.bias": "bert.encoder.layer.1.attention.self.key.bias",
+        "deberta.encoder.conv.conv.weight": "bert.encoder.layer.0.conv.conv.weight",
+        "deberta.embeddings.word_embeddings.weight": "bert.embeddings.word_embeddings.weight",
+        "pooler.dense.weight": "bert.pooler.dense.weight",
+    }
+    for hf_name, name in pairs.items():
+        a, b = theirs[hf_name].grad, mine[name].grad
+        assert a is not None, hf_name
+        assert b is not None, name
+        scale = a.abs().max().item()
+        assert scale > 0, hf_name  # the parameter is on the loss's path
+        assert (a - b).abs().max().item() <= 1e-4 * max(scale, 1.0), name
