@@ -383,3 +383,20 @@ def test_gradients_match_transformers(tmp_path):
         scale = a.abs().max().item()
         assert scale > 0, hf_name  # the parameter is on the loss's path
         assert (a - b).abs().max().item() <= 1e-4 * max(scale, 1.0), name
+
+
+def test_attentions_and_hidden_states_match_at_every_position(tmp_path):
+    """transformers masks padding on both sides: padded queries attend uniformly and padded embeddings are zero.
+    On the padded path (packing off) every position matches, padded ones included, and so do the probabilities."""
+    reference = save_hf(DEBERTA, "DebertaV2Model", tmp_path)
+    ours = bertblocks.from_pretrained(tmp_path, ["encoder.packing=never"], attn_implementation="eager").eval()
+    inputs, mask = batch(DEBERTA, "DebertaV2Model")
+    assert (mask == 0).any()
+    with torch.no_grad():
+        theirs = reference(**inputs, output_attentions=True, output_hidden_states=True)
+        mine = ours(**inputs, output_attentions=True, output_hidden_states=True)
+    pairs = [*zip(theirs.attentions, mine.attentions, strict=True)]
+    pairs += [*zip(theirs.hidden_states, mine.hidden_states, strict=True)]
+    for a, b in pairs:
+        assert a.shape == b.shape
+        assert (a - b).abs().max().item() <= TOL
