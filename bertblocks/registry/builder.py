@@ -273,10 +273,7 @@ def _norm_factory(reg: Registry, config: BertConfig, spec: ComponentSpec, where:
 def _takes_build(factory: Callable[..., Any]) -> bool:
     """Whether ``factory`` names a ``build`` parameter: only factories with sub-components ask for one (a
     ``**kwargs`` does not count: such a factory would not know what to do with it)."""
-    try:
-        return "build" in inspect.signature(factory).parameters
-    except (TypeError, ValueError):  # a builtin without a signature takes the documented arguments only
-        return False
+    return _takes(factory, "build")
 
 
 def _probe_backend(component: Component, backend: AttentionBackend, heads: int, head_dim: int, where: str) -> None:
