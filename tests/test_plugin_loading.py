@@ -223,7 +223,7 @@ def test_the_environment_switch_skips_entry_points(broken_site, monkeypatch):
     assert {p.distribution for p in reg.plugins()} == {"bertblocks"}
     with pytest.raises(
         UnknownComponentError,
-        match=r"^unknown position 'alibi'; available: absolute, none, relative_bucket, relative_\w+",
+        match=r"^unknown position 'alibi'; available: absolute, disentangled, none, relative_bucket, relative_\w+",
     ):
         reg.get("position", "alibi")
     # strict mode has nothing to complain about when nothing is loaded

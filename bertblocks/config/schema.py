@@ -47,7 +47,9 @@ class BertConfig(FlatConfigView, BaseModel):
     vocab_size: Count = Field(30522, description="token vocabulary size")
     hidden_size: Count = Field(768, description="width of every hidden state")
     max_position_embeddings: Count = Field(512, description="longest sequence (positions 0..n-1)")
-    type_vocab_size: Count = Field(2, description="token types (segments)")
+    type_vocab_size: NonNegativeCount = Field(
+        2, description="token types (segments); 0: no token-type table, token_type_ids are ignored"
+    )
     pad_token_id: NonNegativeCount | None = Field(0, description="padding token; its embedding starts at zero")
     layer_norm_eps: Annotated[Real, Field(gt=0)] = Field(1e-12, description="LayerNorm epsilon")
     hidden_dropout_prob: Probability = Field(0.1, description="dropout on embeddings and sub-layer outputs")

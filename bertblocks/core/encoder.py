@@ -28,6 +28,7 @@ from .interfaces import (
     Positions,
     PositionScheme,
     SharedPositionBias,
+    SharedPositionTerm,
 )
 from .masks import additive_mask, causal_mask, check_attention_mask, is_all_visible
 from .outputs import EncoderOutput, ModelOutputWithPooling
@@ -163,6 +164,9 @@ class Encoder(nn.Module):
             ``len(groups)`` layers run with ``len(layers)`` layers' parameters; ``None``: each layer once.
         final_norm: a norm after the last layer (pre-LN stacks), registered at ``encoder.final_norm``.
         shared_bias: a position bias shared by every layer (MPNet's ``encoder.relative_attention_bias``).
+        shared_terms: values computed once per forward pass for every layer (DeBERTa's relative table at
+            ``encoder.rel_embeddings``), each registered under its ``module_name`` and handed to the layers in
+            :attr:`Positions.shared`, checked against the type it declares.
     """
 
     def __init__(
@@ -171,6 +175,7 @@ class Encoder(nn.Module):
         groups: Sequence[int] | None = None,
         final_norm: nn.Module | None = None,
         shared_bias: SharedPositionBias | None = None,
+        shared_terms: Sequence[SharedPositionTerm] = (),
     ) -> None:
         super().__init__()
         self.layer = nn.ModuleList(layers)  # singular name: HF's key is `encoder.layer.N`
@@ -185,6 +190,14 @@ class Encoder(nn.Module):
         self.shared_bias_name = shared_bias.module_name if shared_bias is not None else None
         if shared_bias is not None:
             self.add_module(shared_bias.module_name, shared_bias)
+        self.shared_term_names: tuple[str, ...] = tuple(term.module_name for term in shared_terms)
+        for term in shared_terms:
+            if hasattr(self, term.module_name):
+                raise ValueError(
+                    f"shared position term {type(term).__name__} takes the module name {term.module_name!r}, "
+                    "which the encoder already uses"
+                )
+            self.add_module(term.module_name, term)
         #: keyword arguments for ``torch.utils.checkpoint.checkpoint`` (transformers' ``gradient_checkpointing_kwargs``)
         self.checkpoint_options: dict[str, Any] = {"use_reentrant": False}
         #: checkpoint layers 0, n, 2n, … only (the others keep their activations: memory traded for speed)
@@ -200,6 +213,21 @@ class Encoder(nn.Module):
     def num_layers(self) -> int:
         """Layers the stack runs (more than ``len(self.layer)`` when layers share weights)."""
         return len(self.groups)
+
+    def _shared_values(self, positions: Positions, dtype: torch.dtype) -> dict[type, Any]:
+        """Each shared term's value for this pass, by the type it declares (checked: a layer reading
+        ``positions.term(kind)`` gets that type or nothing)."""
+        values: dict[type, Any] = dict(positions.shared)
+        for name in self.shared_term_names:
+            term: SharedPositionTerm = getattr(self, name)
+            value = term(positions, dtype)
+            if not isinstance(value, term.produces):
+                raise TypeError(
+                    f"shared position term {type(term).__name__} (encoder.{name}) returned "
+                    f"{type(value).__name__}, not the {term.produces.__name__} it declares"
+                )
+            values[term.produces] = value
+        return values
 
     def layer_at(self, index: int) -> Layer:
         """The module that runs as layer ``index`` (shared by every layer of its group)."""
@@ -226,7 +254,9 @@ class Encoder(nn.Module):
         shared = self.shared_bias
         if shared is not None:
             # once per forward pass, not once per layer
-            positions = replace(positions, score_bias=shared(positions, hidden_states.dtype))
+            positions = replace(positions, score_bias=_checked_bias(shared, positions, hidden_states.dtype))
+        if self.shared_term_names:
+            positions = replace(positions, shared=self._shared_values(positions, hidden_states.dtype))
         for i, group in enumerate(self.groups):
             layer = self.layer[group]
             if output_hidden_states:
@@ -374,6 +404,12 @@ class EncoderModel(nn.Module):
                     if cfg.is_decoder
                     else additive_mask(attention_mask, dtype)
                 )
+                if self.position_scheme.masks_padded_queries and attention_mask.dim() == 2 and not cfg.is_decoder:
+                    # transformers' DeBERTa: a padded token's embedding is zero and, as a query, it sees no key
+                    # (an all-masked row: a uniform softmax), [b, 1, q, k]; real tokens are unchanged
+                    real = attention_mask.to(dtype)
+                    mask = additive_mask(real[:, :, None] * real[:, None, :], dtype)
+                    hidden = hidden * real[:, :, None]
         # the user's position_ids reach the position scheme (rotary schemes rotate by them)
         positions = Positions.contiguous(length, past_length, device, ids=position_ids)
         layer_head_mask = self._expand_head_mask(head_mask, dtype)
@@ -514,7 +550,7 @@ class EncoderModel(nn.Module):
             raise ValueError(f"{given} is empty (sequence length 0); give at least one token per sequence")
         if batch == 0:  # the outputs would be empty and a loss over them NaN, silently
             raise ValueError(f"{given} is an empty batch (batch size 0); give at least one sequence, or skip the call")
-        if past_length + length > cfg.max_position_embeddings:
+        if past_length + length > cfg.max_position_embeddings and self.position_scheme.limits_length:
             cached = f" after {past_length} cached tokens" if past_length else ""
             raise ValueError(
                 f"sequence length {length}{cached} exceeds max_position_embeddings={cfg.max_position_embeddings} "
@@ -528,6 +564,7 @@ class EncoderModel(nn.Module):
                 )
             if (
                 checking
+                and cfg.type_vocab_size > 0  # 0: no token-type table, the ids are ignored (DeBERTa-v3)
                 and token_type_ids.numel()
                 and (token_type_ids.min() < 0 or token_type_ids.max() >= cfg.type_vocab_size)
             ):
@@ -601,6 +638,20 @@ class EncoderModel(nn.Module):
 
     def gradient_checkpointing_disable(self) -> None:
         self.encoder.gradient_checkpointing = False
+
+
+def _checked_bias(shared: SharedPositionBias, positions: Positions, dtype: torch.dtype) -> torch.Tensor:
+    """The shared bias of this pass, checked to be the ``[1|b, h, q, k]`` score term it must be (a wrong shape
+    would otherwise broadcast silently into the scores)."""
+    bias = shared(positions, dtype)
+    q, k = positions.query.shape[0], positions.key.shape[0]
+    if not isinstance(bias, torch.Tensor) or bias.dim() != 4 or tuple(bias.shape[-2:]) != (q, k):
+        got = tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__
+        raise ValueError(
+            f"shared position bias {type(shared).__name__} returned {got}; a score bias must be [1|b, h, {q}, {k}] "
+            "(queries, keys of this pass); to hand layers something else, use a SharedPositionTerm"
+        )
+    return bias
 
 
 def _head_mask_shapes(heads: Sequence[int]) -> str:

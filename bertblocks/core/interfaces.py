@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -24,6 +24,8 @@ from .outputs import ModelOutput, ModelOutputWithPooling
 if TYPE_CHECKING:
     from .cache import KVCache
     from .packing import Packing
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class Positions:
             relative bias), added to the *scaled* scores of every self-attention layer; ``h`` counts the heads
             as built (before pruning).
         memo: per-forward cache for values every layer would otherwise recompute (rotary cos/sin tables).
+        shared: what the scheme's :class:`SharedPositionTerm` modules computed once for this pass, by the type
+            each declares (:attr:`SharedPositionTerm.produces`); read it with :meth:`term`.
     """
 
     query: torch.Tensor  # [q] int64
@@ -61,6 +65,12 @@ class Positions:
     packed_ids: torch.Tensor | None = None
     score_bias: torch.Tensor | None = None
     memo: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    shared: Mapping[type, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def term(self, kind: type[T]) -> T | None:
+        """The value of type ``kind`` a shared position term computed for this pass, or ``None``."""
+        value = self.shared.get(kind)
+        return value if value is None or isinstance(value, kind) else None
 
     @classmethod
     def contiguous(
@@ -118,20 +128,65 @@ class Embedding(nn.Module, ABC):
 
 
 # ---------------------------------------------------------------------------------------------- positions
+@dataclass(frozen=True)
+class ModelDims:
+    """The model-wide sizes a position scheme may need beyond ``max_positions`` (a shared table as wide as the
+    hidden states, with its own LayerNorm): what a position factory gets as ``model`` when its signature names it.
+
+    Attributes:
+        hidden_size: ``H``.
+        num_heads: heads of the model-wide attention spec (per-layer overrides may differ).
+        num_layers: layers the stack runs.
+        layer_norm_eps: the config's LayerNorm epsilon.
+        hidden_dropout: ``hidden_dropout_prob``.
+        max_positions: ``max_position_embeddings``.
+    """
+
+    hidden_size: int
+    num_heads: int
+    num_layers: int
+    layer_norm_eps: float
+    hidden_dropout: float
+    max_positions: int
+
+
+class HeadProjections(Protocol):
+    """A self-attention layer's own query and key projections, as a :class:`PositionBias` that declares
+    ``reads_projections`` receives them: ``[..., H]`` → ``[..., h·d]`` (biases included, pruned heads gone)."""
+
+    def project_query(self, hidden_states: torch.Tensor) -> torch.Tensor: ...
+
+    def project_key(self, hidden_states: torch.Tensor) -> torch.Tensor: ...
+
+
 class PositionBias(nn.Module, ABC):
     """A per-layer additive term on the attention scores (relative position schemes).
 
     The attention module registers it under :attr:`module_name` so that its weight lands at HF's
     checkpoint key (``attention.self.distance_embedding.weight``).
+
+    Two declarations let a term go beyond a bias read from the projected heads (DeBERTa's disentangled
+    attention):
+
+    * :attr:`reads_projections`: the attention passes its own projections as ``projections=``
+      (:class:`HeadProjections`), so the term can project a position table with the layer's query and key
+      weights instead of holding copies;
+    * :attr:`score_scale_factor`: the attention's softmax scale becomes ``1/√(d · factor)`` (DeBERTa divides by
+      ``√(3d)`` with both c2p and p2c terms); the term is still returned unscaled.
     """
 
     module_name: ClassVar[str] = "distance_embedding"
+    #: the attention passes ``projections=`` (its query and key projections) to :meth:`forward`
+    reads_projections: ClassVar[bool] = False
+    #: the attention scales scores by ``1/√(head_dim · score_scale_factor)``
+    score_scale_factor: float = 1.0
 
     @abstractmethod
     def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
         """Return the unscaled score term ``[b, h, q, k]`` for ``query [b, h, q, d]``, ``key [b, h, k, d]``.
 
-        The attention module multiplies it by the softmax scale, as HF divides ``QKᵀ + bias`` by ``√d``.
+        The attention module multiplies it by the softmax scale, as HF divides ``QKᵀ + bias`` by ``√d``. A term
+        that declares :attr:`reads_projections` is called with the keyword ``projections`` as well.
         """
 
 
@@ -147,6 +202,25 @@ class SharedPositionBias(nn.Module, ABC):
     @abstractmethod
     def forward(self, positions: Positions, dtype: torch.dtype) -> torch.Tensor:
         """Return ``[1|b, h, q, k]`` in ``dtype``, added to the *scaled* scores (after ``QKᵀ/√d``, as MPNet)."""
+
+
+class SharedPositionTerm(nn.Module, ABC):
+    """A value computed once per forward pass by the encoder and handed to every layer, typed: what
+    :meth:`forward` returns must be an instance of :attr:`produces`, and layers read it with
+    ``positions.term(produces)`` (DeBERTa's relative embedding table, normalised once for all layers).
+
+    The encoder registers it under :attr:`module_name` (its parameters are ``encoder.<module_name>.*``), checks
+    the type of what it returns and stores it in :attr:`Positions.shared`. Unlike :class:`SharedPositionBias`,
+    it adds nothing to the scores itself: a per-layer :class:`PositionBias` reads it.
+    """
+
+    module_name: ClassVar[str] = "shared_position_term"
+    #: the type :meth:`forward` returns (the key layers read it under)
+    produces: ClassVar[type] = object
+
+    @abstractmethod
+    def forward(self, positions: Positions, dtype: torch.dtype) -> Any:
+        """This pass's value (an instance of :attr:`produces`), in ``dtype`` where it holds floats."""
 
 
 class Rotary(nn.Module, ABC):
@@ -195,7 +269,8 @@ class PositionScheme:
     * (a) add an embedding to the token embeddings (:meth:`embedding`; BERT's learned table);
     * (b) add a score bias: per layer (:meth:`attention_bias`, Shaw et al.'s distances) or shared by every layer
       and computed once per forward pass (:meth:`shared_bias`, MPNet's buckets);
-    * (c) rotate queries and keys (:meth:`rotary`, RoPE).
+    * (c) rotate queries and keys (:meth:`rotary`, RoPE);
+    * (d) compute typed values once per pass for every layer's terms (:meth:`shared_terms`, DeBERTa's table).
 
     Per-layer modules come from :meth:`layer_terms`, which receives the layer index; a scheme whose layers
     differ overrides it (per-layer *options*, such as ModernBERT's two RoPE bases, are config overrides:
@@ -212,6 +287,12 @@ class PositionScheme:
     #: suite checks that it matches what the scheme does. ``None`` (a scheme written before the declaration
     #: existed) makes the builder probe once, so such plugins keep working.
     adds_score_bias: ClassVar[bool | None] = None
+    #: padded tokens of a 2-D attention mask have zero embeddings and, as queries, see no key (a uniform
+    #: softmax over every key), as transformers' DeBERTa masks both sides; only padded positions change
+    masks_padded_queries: bool = False
+    #: ``max_positions`` bounds the sequence (an absolute table, a relative table indexed by distance); a scheme
+    #: that buckets every distance and adds no absolute table sets it false (DeBERTa-v3 reads any length)
+    limits_length: bool = True
 
     def __init__(self, max_positions: int) -> None:
         self.max_positions = max_positions
@@ -231,6 +312,11 @@ class PositionScheme:
     def shared_bias(self, num_heads: int) -> SharedPositionBias | None:
         """The score bias shared by every layer (built once, owned by the encoder), or ``None``."""
         return None
+
+    def shared_terms(self, model: ModelDims) -> list[SharedPositionTerm]:
+        """Values computed once per forward pass for every layer (owned by the encoder; see
+        :class:`SharedPositionTerm`); none by default."""
+        return []
 
     def layer_terms(self, layer_index: int, num_heads: int, head_dim: int) -> LayerPositionTerms:
         """The modules of self-attention layer ``layer_index``: :meth:`attention_bias` and :meth:`rotary`."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import (
     albert,
     bert,
+    deberta_v2,
     distilbert,
     electra,
     ernie,
@@ -29,6 +30,7 @@ FAMILY_PLUGINS = (
     modernbert,
     nomic_bert,
     jina_embeddings_v3,
+    deberta_v2,
     hybrid,
 )
 

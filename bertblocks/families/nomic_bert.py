@@ -90,7 +90,9 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     data = bert_fields_from_hf(src)
     heads = data["encoder"]["attention"].get("num_heads", AttentionSpec.model_fields["num_heads"].default)
     hidden = data.get("hidden_size", default("hidden_size"))
-    if head_dim is not None and head_dim * heads != hidden:
+    # wrongly typed sizes are the schema's to refuse (naming the field); a head_dim of another type is wrong here
+    typed = isinstance(heads, int) and isinstance(hidden, int)
+    if head_dim is not None and (not isinstance(head_dim, int) or (typed and head_dim * heads != hidden)):
         raise ValueError(
             f"head_dim {head_dim} × num_attention_heads {heads} is not hidden_size {hidden}; bertblocks' "
             "attention has head_dim = hidden_size / num_attention_heads"

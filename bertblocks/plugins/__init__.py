@@ -3,17 +3,31 @@ implements (``bertblocks_register_components``, ``bertblocks_register_presets``)
 
 from __future__ import annotations
 
-from . import attention, backends, embeddings, feedforward, layers, norms, poolers, positions, presets
+from . import (
+    attention,
+    backends,
+    conv_layers,
+    disentangled,
+    embeddings,
+    feedforward,
+    layers,
+    norms,
+    poolers,
+    positions,
+    presets,
+)
 from .heads import HEAD_PLUGINS
 
 BUILTIN_PLUGINS = (
     embeddings,
     positions,
+    disentangled,
     attention,
     backends,
     feedforward,
     norms,
     layers,
+    conv_layers,
     poolers,
     *HEAD_PLUGINS,
     presets,

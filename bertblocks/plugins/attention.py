@@ -83,6 +83,12 @@ class SelfAttentionProjections(nn.Module):
             return nn.functional.linear(hidden_states, *self._fused_part(0))
         return self.query(hidden_states)
 
+    def project_key(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """``[..., H]`` → keys ``[..., h·d]`` (what a position term that reads the projections uses)."""
+        if self.fused:
+            return nn.functional.linear(hidden_states, *self._fused_part(1))
+        return self.key(hidden_states)
+
     def project_key_value(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.fused:
             return (
@@ -145,7 +151,9 @@ class BertAttention(Attention):
             raise ValueError(f"num_heads {num_heads} must divide hidden_size {hidden_size}")
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
-        self.scale = self.head_dim**-0.5
+        # a position term may widen the denominator (DeBERTa: √(d · (1 + number of position terms)))
+        factor = position_bias.score_scale_factor if position_bias is not None else 1.0
+        self.scale = (self.head_dim * factor) ** -0.5
         self.dropout_p = dropout
         self.backend = backend
         # `self` is HF's name for this child; kept for checkpoint compatibility.
@@ -236,7 +244,10 @@ class BertAttention(Attention):
         if bias is not None:
             # HF computes (QKᵀ + bias) / √d; the backend scales QKᵀ itself, so the bias is scaled here and
             # travels in the additive mask, which every backend (SDPA included) accepts.
-            term = bias(query, key, positions) * self.scale  # [b, h, q, k]
+            if bias.reads_projections:  # the term projects its own inputs with this layer's weights
+                term = bias(query, key, positions, projections=self.self) * self.scale  # [b, h, q, k]
+            else:
+                term = bias(query, key, positions) * self.scale  # [b, h, q, k]
             mask = term if mask is None else term + mask
         shared = positions.score_bias if self_attention else None
         if shared is not None:

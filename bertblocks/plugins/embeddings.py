@@ -79,9 +79,11 @@ class BertEmbeddings(Embedding):
         if position_table is not None:
             self.position_embeddings = position_table
         self.has_position_table = position_table is not None
-        if opts.token_types:
+        # type_vocab_size 0 (DeBERTa-v3): no table, and token_type_ids are ignored as transformers ignores them
+        self.ignores_token_types = type_vocab_size == 0
+        if opts.token_types and not self.ignores_token_types:
             self.token_type_embeddings = nn.Embedding(type_vocab_size, width)
-        self.has_token_types = opts.token_types
+        self.has_token_types = opts.token_types and not self.ignores_token_types
         self.extra_type_names = tuple(opts.extra_type_tables)
         for name, size in opts.extra_type_tables.items():
             self.add_module(name, nn.Embedding(size, width))  # the family's key: `embeddings.<name>.weight`
@@ -119,7 +121,7 @@ class BertEmbeddings(Embedding):
             if token_type_ids is None:
                 token_type_ids = self.token_type_ids[:, :q].expand(b, q)
             embeddings = embeddings + self.token_type_embeddings(token_type_ids)
-        elif token_type_ids is not None:
+        elif token_type_ids is not None and not self.ignores_token_types:
             raise ValueError("this model has no token types (embedding.token_types: false); do not pass token_type_ids")
         if self.has_position_table:
             if position_ids is None:

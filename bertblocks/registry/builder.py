@@ -25,6 +25,7 @@ from bertblocks.core.interfaces import (
     FeedForward,
     Head,
     Layer,
+    ModelDims,
     Pooler,
     PositionScheme,
     SharedPositionBias,
@@ -57,14 +58,8 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
     """
     check_size(config)  # before anything is allocated: a config is data, but data that says how much memory
     reg = registry or get_registry()
-    position = _make(
-        reg,
-        "position",
-        config.position,
-        PositionScheme,
-        "position",
-        max_positions=config.max_position_embeddings,
-    )
+    dims = model_dims(config)
+    position = _make_position(reg, config.position, "position", dims)
     embeddings = _make(
         reg,
         "embedding",
@@ -81,17 +76,18 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
     )
     enc = config.encoder
     shared_bias = position.shared_bias(enc.attention.num_heads)
+    shared_terms = position.shared_terms(dims)
     layers: dict[int, Layer] = {}  # by weight group: layers that share weights are built once
     for i in range(enc.num_layers):
         group = enc.layer_group(i)
         if group not in layers:
-            layers[group] = _build_layer(reg, config, i, position, shared_bias)
+            layers[group] = _build_layer(reg, config, i, position, shared_bias, dims)
     groups = [enc.layer_group(i) for i in range(enc.num_layers)] if enc.num_layer_groups is not None else None
     final = enc.layer.final_norm
     if final is None:  # the kind of the last layer decides: the stack ends with it
         final = type(layers[enc.layer_group(enc.num_layers - 1)]).final_norm_default
     final_norm = _norm_factory(reg, config, enc.norm, "encoder final norm")() if final else None
-    encoder = Encoder([layers[g] for g in sorted(layers)], groups, final_norm, shared_bias)
+    encoder = Encoder([layers[g] for g in sorted(layers)], groups, final_norm, shared_bias, shared_terms)
     pooler = (
         _make(reg, "pooler", config.pooler, Pooler, "pooler", hidden_size=config.hidden_size)
         if config.pooler is not None
@@ -106,6 +102,7 @@ def _build_layer(
     index: int,
     position: PositionScheme,
     shared_bias: SharedPositionBias | None,
+    dims: ModelDims | None = None,
 ) -> Layer:
     """Layer ``index``: its backend, attention (and cross-attention), feed-forward and norms, composed by its
     layer kind."""
@@ -117,14 +114,7 @@ def _build_layer(
     if position_spec != config.position:
         # a per-layer scheme acts inside this layer's attention (a bias, another rotary base); the embeddings
         # and a bias shared by all layers keep the model-wide one
-        position = _make(
-            reg,
-            "position",
-            position_spec,
-            PositionScheme,
-            f"{where} position",
-            max_positions=config.max_position_embeddings,
-        )
+        position = _make_position(reg, position_spec, f"{where} position", dims or model_dims(config))
     backend = _make(reg, "backend", attention_spec.backend, AttentionBackend, f"{where} backend")
     head_dim = config.hidden_size // attention_spec.num_heads
     _probe_backend(reg.get("backend", attention_spec.backend.name), backend, attention_spec.num_heads, head_dim, where)
@@ -239,6 +229,40 @@ def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
     return head
 
 
+def model_dims(config: BertConfig) -> ModelDims:
+    """The model-wide sizes a position factory that names ``model`` is told."""
+    enc = config.encoder
+    return ModelDims(
+        hidden_size=config.hidden_size,
+        num_heads=enc.attention.num_heads,
+        num_layers=enc.num_layers,
+        layer_norm_eps=config.layer_norm_eps,
+        hidden_dropout=config.hidden_dropout_prob,
+        max_positions=config.max_position_embeddings,
+    )
+
+
+def _make_position(reg: Registry, spec: ComponentSpec, where: str, dims: ModelDims) -> PositionScheme:
+    """A position scheme: ``max_positions`` and ``options`` always; ``model`` (:class:`ModelDims`) when the
+    factory's signature names it (schemes written before it existed keep working unchanged)."""
+    extra = {"model": dims} if _takes(reg.get("position", spec.name).factory, "model") else {}
+    return _make(reg, "position", spec, PositionScheme, where, max_positions=dims.max_positions, **extra)
+
+
+def position_factory_extras(component: Component, config: BertConfig) -> dict[str, Any]:
+    """The optional keywords a position factory gets besides ``max_positions`` and ``options``: ``model``
+    (:class:`ModelDims`) when its signature names it."""
+    return {"model": model_dims(config)} if _takes(component.factory, "model") else {}
+
+
+def _takes(factory: Callable[..., Any], name: str) -> bool:
+    """Whether ``factory`` names the parameter ``name`` (a ``**kwargs`` does not count)."""
+    try:
+        return name in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _norm_factory(reg: Registry, config: BertConfig, spec: ComponentSpec, where: str) -> Callable[[], nn.Module]:
     """A no-argument factory of fresh norm modules (each place a norm sits gets its own parameters)."""
     return partial(
@@ -249,10 +273,7 @@ def _norm_factory(reg: Registry, config: BertConfig, spec: ComponentSpec, where:
 def _takes_build(factory: Callable[..., Any]) -> bool:
     """Whether ``factory`` names a ``build`` parameter: only factories with sub-components ask for one (a
     ``**kwargs`` does not count: such a factory would not know what to do with it)."""
-    try:
-        return "build" in inspect.signature(factory).parameters
-    except (TypeError, ValueError):  # a builtin without a signature takes the documented arguments only
-        return False
+    return _takes(factory, "build")
 
 
 def _probe_backend(component: Component, backend: AttentionBackend, heads: int, head_dim: int, where: str) -> None:

@@ -370,7 +370,8 @@ def test_unknown_component_lists_what_exists_and_the_closest():
     )
     (message,) = _messages(_error(TINY, ["position=relativ_key"]))
     assert message.startswith(
-        "position: unknown position 'relativ_key'; available: absolute, none, relative_bucket, relative_key,"
+        "position: unknown position 'relativ_key'; available: absolute, disentangled, none, relative_bucket, "
+        "relative_key,"
     )
     assert "(did you mean 'relative_key'?)" in message
     (message,) = _messages(

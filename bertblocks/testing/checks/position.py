@@ -3,11 +3,13 @@ positions that restart per sequence in a packed batch."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
+from torch import nn
 
-from ...core.interfaces import Positions, PositionScheme
+from ...core.interfaces import ModelDims, PositionBias, Positions, PositionScheme
 from ..assertions import close, close_outputs, expect, max_abs_diff
 from ..inputs import infer, padded_batch, qkv
 from ..subject import ConformanceSkip, Subject
@@ -50,15 +52,52 @@ def check_position_scheme(subject: Subject) -> None:
         return
     for dtype in (torch.float32, torch.float64):
         query, key, _ = qkv(b=2, h=4, q=9, k=9, dtype=dtype)
-        full = bias(query, key, Positions.contiguous(9, 0, query.device))
+        call = _bias_call(scheme, bias, dtype)
+        full = call(query, key, 9, 0)
         expect(full.dim() == 4, f"bias must be 4-D [b|1, h|1, q, k]; got {tuple(full.shape)}")
         expect(
             all(n in (1, want) for n, want in zip(full.shape, (2, 4, 9, 9), strict=True)) and full.shape[-2:] == (9, 9),
             f"bias of shape {tuple(full.shape)} does not broadcast to [b, h, q, k] = [2, 4, 9, 9]",
         )
         expect(full.dtype == dtype, f"bias is {full.dtype} for {dtype} queries")
-        tail = bias(query[:, :, 5:], key, Positions.contiguous(4, 5, query.device))
+        tail = call(query[:, :, 5:], key, 4, 5)
         close(f"bias of 4 queries after 5 cached keys vs rows 5.. of the full bias ({dtype})", tail, full[:, :, 5:])
+
+
+class _Projections(nn.Module):
+    """A layer's query and key projections [.., 32] → [.., 4·8], for terms that read them."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(5)
+        self.query_weight = nn.Parameter(torch.randn(32, 32, generator=g, dtype=dtype) / 6)
+        self.key_weight = nn.Parameter(torch.randn(32, 32, generator=g, dtype=dtype) / 6)
+
+    def project_query(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states @ self.query_weight.T
+
+    def project_key(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states @ self.key_weight.T
+
+
+def _bias_call(scheme: PositionScheme, bias: PositionBias, dtype: torch.dtype) -> Any:
+    """``call(query, key, q, past)``: the bias as an attention of 4 heads of 8 (hidden 32) calls it, with the
+    values the scheme's shared terms compute once per pass (:meth:`PositionScheme.shared_terms`) and, for a term
+    that declares ``reads_projections``, the layer's projections."""
+    dims = ModelDims(
+        hidden_size=32, num_heads=4, num_layers=2, layer_norm_eps=1e-12, hidden_dropout=0.0, max_positions=64
+    )
+    terms = scheme.shared_terms(dims)
+    extra = {"projections": _Projections(dtype)} if bias.reads_projections else {}
+
+    def call(query: torch.Tensor, key: torch.Tensor, q: int, past: int) -> torch.Tensor:
+        positions = Positions.contiguous(q, past, query.device)
+        if terms:
+            positions = replace(positions, shared={t.produces: t(positions, dtype) for t in terms})
+        with torch.no_grad():
+            return bias(query, key, positions, **extra)
+
+    return call
 
 
 def _rotary_of(subject: Subject) -> Any:
