@@ -45,6 +45,7 @@ TINY_PRESETS = {
     "modernbert": "tiny-modernbert",
     "nomic_bert": "tiny-nomic-bert",
     "jina_embeddings_v3": "tiny-jina-embeddings-v3",
+    "deberta-v2": "tiny-deberta-v2",
 }
 REPO = Path(__file__).resolve().parents[2]
 
