@@ -31,13 +31,14 @@ the original EnhancedMaskDecoder (``mask_predictions.*``) is dropped on load, as
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
 from bertblocks.errors import BertBlocksError
-from bertblocks.families.family import Family, TokenizerConvention
+from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import Drop, KeyMap, Rename
 
 from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
@@ -218,17 +219,9 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
-DEBERTA_TOKENIZER = TokenizerConvention(
-    special_tokens={
-        "unk_token": "[UNK]",
-        "sep_token": "[SEP]",
-        "pad_token": "[PAD]",
-        "cls_token": "[CLS]",
-        "mask_token": "[MASK]",
-    },
-    single="[CLS] $A [SEP]",
-    pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-    tokenizer_classes=("DebertaV2Tokenizer", "DebertaV2TokenizerFast"),
+# BERT's special tokens and templates; only transformers' tokenizer class names differ
+DEBERTA_TOKENIZER = dataclasses.replace(
+    BERT_TOKENIZER, tokenizer_classes=("DebertaV2Tokenizer", "DebertaV2TokenizerFast")
 )
 
 DEBERTA_V2 = Family(
