@@ -46,10 +46,8 @@ import bertblocks
 LENGTHS = [128, 20, 35, 64, 16, 90, 12, 48]
 
 
-def _ort_session(hf: torch.nn.Module, directory: Path, example: dict[str, torch.Tensor]) -> Callable[..., object]:
-    import onnxruntime as ort
-
-    path = directory / "model.onnx"
+def export_hf_onnx(hf: torch.nn.Module, path: Path, example: dict[str, torch.Tensor]) -> Path:
+    """transformers' BertModel → ONNX with the TorchScript exporter (as optimum does), ``last_hidden_state`` out."""
 
     class LastHidden(torch.nn.Module):
         def __init__(self, inner: torch.nn.Module) -> None:
@@ -69,6 +67,13 @@ def _ort_session(hf: torch.nn.Module, directory: Path, example: dict[str, torch.
         opset_version=17,
         dynamo=False,
     )
+    return path
+
+
+def _ort_session(hf: torch.nn.Module, directory: Path, example: dict[str, torch.Tensor]) -> Callable[..., object]:
+    import onnxruntime as ort
+
+    path = export_hf_onnx(hf, directory / "model.onnx", example)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = torch.get_num_threads()

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
+from bench_inference import export_hf_onnx  # the script's own folder is on sys.path
 
 import bertblocks
 from bertblocks.models.export import export_onnx
@@ -69,30 +70,6 @@ def _ort_int8(fp32_path: Path, per_channel: bool = False) -> Path:
     out = fp32_path.with_name(fp32_path.stem + (".int8-channel.onnx" if per_channel else ".int8.onnx"))
     quantize_dynamic(str(fp32_path), str(out), weight_type=QuantType.QInt8, per_channel=per_channel)
     return out
-
-
-def _export_hf(hf: torch.nn.Module, path: Path, example: dict[str, torch.Tensor]) -> Path:
-    """transformers' BertModel → ONNX (TorchScript exporter, as optimum and bench_inference.py do)."""
-
-    class LastHidden(torch.nn.Module):
-        def __init__(self, inner: torch.nn.Module) -> None:
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-            return self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-    torch.onnx.export(
-        LastHidden(hf).eval(),
-        (example["input_ids"], example["attention_mask"]),
-        str(path),
-        input_names=["input_ids", "attention_mask"],
-        output_names=["last_hidden_state"],
-        dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}},
-        opset_version=17,
-        dynamo=False,
-    )
-    return path
 
 
 class OrtEncoder(torch.nn.Module):
@@ -166,7 +143,7 @@ def part_speed(repeats: int, quick: bool, tmp: Path) -> None:
     g = torch.Generator().manual_seed(0)
     example = {"input_ids": torch.randint(1000, 30000, (2, 16), generator=g), "attention_mask": torch.ones(2, 16)}
     example["attention_mask"] = example["attention_mask"].long()
-    onnx32 = _export_hf(hf, tmp / "bert.onnx", example)
+    onnx32 = export_hf_onnx(hf, tmp / "bert.onnx", example)
     ort32, ort8 = _session(onnx32), _session(_ort_int8(onnx32))
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, quantized engine ao: "
@@ -302,7 +279,7 @@ def part_minilm(count: int, repeats: int, tmp: Path) -> None:
     fast8 = bertblocks.optimize_for_inference(quantize(bertblocks.from_pretrained(path).eval()))
     hf = transformers.BertModel.from_pretrained(path, attn_implementation="sdpa").eval()
     example = {"input_ids": torch.randint(1000, 20000, (2, 16)), "attention_mask": torch.ones(2, 16, dtype=torch.long)}
-    onnx32 = _export_hf(hf, tmp / "minilm.onnx", example)
+    onnx32 = export_hf_onnx(hf, tmp / "minilm.onnx", example)
     ort8, ort8_channel = OrtEncoder(_ort_int8(onnx32)), OrtEncoder(_ort_int8(onnx32, per_channel=True))
     contenders: dict[str, Callable[[], torch.Tensor]] = {
         "sentence-transformers fp32": lambda: st.encode(

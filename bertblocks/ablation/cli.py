@@ -63,23 +63,8 @@ def run(args: argparse.Namespace) -> int:
     except StudyRunError as e:
         raise CLIError(str(e)) from None
     if as_json:  # the summaries (results.json without the per-run records)
-        from .report import distinguishable
+        from .report import summary_dict
 
-        summaries = [
-            {
-                "variant": s.variant,
-                "seeds": s.seeds,
-                "mean": s.mean,
-                "std": s.std,
-                "intervals": {m: iv.as_dict() for m, iv in s.intervals.items()},
-                "baseline": s.baseline,
-                "differences": {
-                    m: {**iv.as_dict(), "distinguishable": distinguishable(iv)} for m, iv in s.differences.items()
-                },
-                "eval_samples": s.eval_samples,
-                "notes": s.notes,
-            }
-            for s in result.summaries
-        ]
+        summaries = [summary_dict(s) for s in result.summaries]
         print(json.dumps({"study": result.study.title, "out": str(result.out_dir), "variants": summaries}, indent=2))
     return 0

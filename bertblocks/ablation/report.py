@@ -365,28 +365,33 @@ def write_csv(path: Path, summaries: list[VariantSummary]) -> None:
     write_text(path, buffer.getvalue())
 
 
+def summary_dict(s: VariantSummary) -> dict[str, Any]:
+    """One variant's summary as JSON data: what results.json and ``bertblocks --json ablate`` print."""
+    return {
+        "variant": s.variant,
+        "overrides": s.overrides,
+        "seeds": s.seeds,
+        "mean": s.mean,
+        "std": s.std,
+        "intervals": {m: iv.as_dict() for m, iv in s.intervals.items()},
+        "baseline": s.baseline,
+        "differences": {m: {**iv.as_dict(), "distinguishable": distinguishable(iv)} for m, iv in s.differences.items()},
+        "eval_samples": s.eval_samples,
+        "eval_unit": s.eval_unit,
+        "eval_rows": s.eval_rows,
+        "eval_rows_asked": s.eval_rows_asked,
+        "notes": s.notes,
+        "diverged_seeds": s.diverged,
+    }
+
+
 def write_json(path: Path, title: str, summaries: list[VariantSummary], records: list[dict[str, Any]]) -> None:
     """Summaries (with intervals and paired differences) and every run's record."""
     data = {
         "study": title,
         "variants": [
             {
-                "variant": s.variant,
-                "overrides": s.overrides,
-                "seeds": s.seeds,
-                "mean": s.mean,
-                "std": s.std,
-                "intervals": {m: iv.as_dict() for m, iv in s.intervals.items()},
-                "baseline": s.baseline,
-                "differences": {
-                    m: {**iv.as_dict(), "distinguishable": distinguishable(iv)} for m, iv in s.differences.items()
-                },
-                "eval_samples": s.eval_samples,
-                "eval_unit": s.eval_unit,
-                "eval_rows": s.eval_rows,
-                "eval_rows_asked": s.eval_rows_asked,
-                "notes": s.notes,
-                "diverged_seeds": s.diverged,
+                **summary_dict(s),
                 "runs": sorted((r for r in records if r["variant"] == s.variant), key=lambda r: r["seed"]),
             }
             for s in summaries
