@@ -170,7 +170,8 @@ def test_per_token_eval_losses_are_kept_and_average_to_the_eval_loss(tmp_path):
     for rec in records:
         losses = rec["eval_samples"]["loss"]
         assert rec["eval_samples"]["unit"] == "token"
-        assert sum(losses) / len(losses) == pytest.approx(rec["metrics"]["eval_loss"], rel=1e-6)
+        # float32 per-token losses summed in double here: the tolerance policy's 1e-5 relative bound for losses
+        assert sum(losses) / len(losses) == pytest.approx(rec["metrics"]["eval_loss"], rel=1e-5)
         counts.add(len(losses))
     assert len(counts) == 1  # the same masked tokens for every variant and seed
     (count,) = counts

@@ -24,6 +24,7 @@ from bertblocks.plugins.heads.transforms import Steps
 from bertblocks.plugins.poolers import MeanPooler, masked_mean
 from bertblocks.registry import Registry, set_registry
 from tests.conftest import TINY
+from tests.tolerances import assert_close
 
 BUILTIN_HEADS = sorted(c.name for plugin in HEAD_PLUGINS for c in plugin.bertblocks_register_components())
 
@@ -146,7 +147,7 @@ def test_one_masked_mean_serves_poolers_heads_and_sentence_embeddings():
     assert bertblocks.sentence.masked_mean is masked_mean
     hidden, mask = torch.randn(3, 6, 4), torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [0] * 2 + [1] * 4])
     want = torch.stack([hidden[0].mean(0), hidden[1, :4].mean(0), hidden[2, 2:].mean(0)])
-    assert torch.allclose(masked_mean(hidden, mask), want, atol=1e-6)
+    assert_close(masked_mean(hidden, mask), want)  # a masked sum over all rows vs a mean over the real ones
     assert torch.equal(pool(ModelOutputWithPooling(last_hidden_state=hidden), mask, "mean"), masked_mean(hidden, mask))
     # the pooler reads the last q columns of a mask that covers cached positions, and reduces a 3-D mask
     cached = torch.cat([torch.ones(3, 2, dtype=torch.long), mask], dim=1)
@@ -250,7 +251,7 @@ def test_the_how_to_heads_build_train_and_agree():
     inputs = _batch(4, 3, 9, choices=False)
     target = torch.tensor([0.1, -0.2, 0.3])
     a, b = ours(**inputs, labels=target), theirs(**inputs, labels=target)
-    assert torch.allclose(a.logits, b.logits, atol=1e-6)  # the composition is the hand-written head
-    assert torch.allclose(a.loss, b.loss, atol=1e-6)
+    assert_close(a.logits, b.logits, what="logits")  # the composition is the hand-written head
+    assert_close(a.loss, b.loss, what="loss")
     a.loss.backward()
     assert ours.regressor.weight.grad is not None
