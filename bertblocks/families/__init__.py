@@ -1,6 +1,6 @@
 """The built-in model families, one module per HF ``model_type``. Each registers through
 ``bertblocks_register_components`` (kind ``family``), as a third party would. Modules starting with ``_`` are
-helpers several families share."""
+helpers several families share; :mod:`.bertlike` (the BERT-shaped config.json fields) is public, for family plugins."""
 
 from __future__ import annotations
 

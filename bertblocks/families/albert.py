@@ -17,7 +17,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 
 _G = "albert.encoder.albert_layer_groups.{g}.albert_layers.0"
 _O = "bert.encoder.layer.{g}"

@@ -13,7 +13,7 @@ from typing import Any
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 from .family import BERT_TOKENIZER, Family
 from .keymap import BACKBONE_PREFIX, KeyMap
 

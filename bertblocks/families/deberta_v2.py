@@ -41,7 +41,7 @@ from bertblocks.errors import BertBlocksError
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import Drop, KeyMap, Rename
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 
 #: transformers' task classes whose model has a ContextPooler (the backbone has none)
 _POOLED = ("DebertaV2ForSequenceClassification", "DebertaV2ForMultipleChoice")

@@ -11,7 +11,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 
 _LAYER = "distilbert.transformer.layer.{i}"
 _OURS = "bert.encoder.layer.{i}"

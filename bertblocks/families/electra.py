@@ -13,7 +13,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf, default
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf, default
 
 _MC = ("dense_multiple_choice",)
 KEY_MAP = KeyMap(

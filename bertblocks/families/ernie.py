@@ -10,8 +10,8 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import Family
 from bertblocks.families.keymap import KeyMap
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
 from .bert import BERT_ARCHITECTURES
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 
 TASK_TABLE = "task_type_embeddings"
 

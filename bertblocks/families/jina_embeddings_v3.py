@@ -23,8 +23,8 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import Family
 from bertblocks.families.keymap import Join, KeyMap, Rename
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 from .roberta import LM_HEAD_RULES, roberta_tokenizer
 
 #: transformers' JinaEmbeddingsV3Config.default_theta

@@ -16,7 +16,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import Family
 from bertblocks.families.keymap import KeyMap, Rename
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 from .roberta import LM_HEAD_RULES, roberta_tokenizer
 
 #: transformers' MPNet computes 32 buckets with distances up to 128, whatever relative_attention_num_buckets says

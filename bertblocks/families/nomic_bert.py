@@ -23,9 +23,9 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import Join, KeyMap, Rename
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf, default
 from ._nomic_original_config import is_original, original_to_transformers
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf, default
 
 #: transformers' NomicBertConfig.default_theta
 DEFAULT_THETA = 1000.0

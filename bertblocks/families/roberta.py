@@ -14,7 +14,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import Family, TokenizerConvention
 from bertblocks.families.keymap import KeyMap, Rename
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 
 #: RoBERTa's ``lm_head`` is BERT's ``cls.predictions`` under other names
 LM_HEAD_RULES = (

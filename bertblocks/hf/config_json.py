@@ -30,7 +30,7 @@ from typing import Any
 
 from ..config import DEFAULT_COMPONENTS, BertConfig, ConfigError, ConfigIssue, deep_merge
 from ..config.schema import json_value_problem
-from ..families._bertlike import BERT_FIELD_NAMES
+from ..families.bertlike import BERT_FIELD_NAMES
 from ..families.family import Family
 from ..registry import Registry, validate_config
 from .families import get_family
