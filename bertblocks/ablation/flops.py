@@ -100,7 +100,10 @@ def counted_flops(model: nn.Module, batch: int, seq_len: int, vocab_size: int) -
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+        # no_grad, not inference_mode: FlopCounterMode's module tracker hooks every module input that requires
+        # grad, and under inference_mode it cannot for a parameter passed as a module's input (DeBERTa's shared
+        # relative table goes through its LayerNorm so)
+        with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=mapping) as counter:
             model(ids)
     finally:
         model.train(was_training)

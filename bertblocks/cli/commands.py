@@ -337,7 +337,7 @@ def _run_trace(args: argparse.Namespace) -> int:
         # A config with a smaller vocabulary than the tokenizer's still gets a real input of the same shape.
         batch["input_ids"] = batch["input_ids"] % cfg.vocab_size
         notes.append(f"token ids taken modulo vocab_size={cfg.vocab_size}")
-    if "token_type_ids" in batch:
+    if "token_type_ids" in batch and cfg.type_vocab_size > 0:  # 0: no table, the ids are ignored (DeBERTa-v3)
         batch["token_type_ids"] = batch["token_type_ids"] % cfg.type_vocab_size
     if cfg.head is not None and cfg.head.name == "multiple_choice":
         batch = {k: v[:, None] for k, v in batch.items()}  # [b, choices, q]: one choice

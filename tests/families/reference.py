@@ -49,6 +49,33 @@ MODERNBERT: dict[str, Any] = {
     "bos_token_id": 2,
     "eos_token_id": 3,
 }
+#: DeBERTa-v3's settings (the published v3 checkpoints': shared normalised log-bucketed table, both terms, no
+#: absolute table, no token types), at test size
+DEBERTA_V3: dict[str, Any] = {
+    **COMMON,
+    "relative_attention": True,
+    "position_buckets": 256,
+    "norm_rel_ebd": "layer_norm",
+    "share_att_key": True,
+    "pos_att_type": ["p2c", "c2p"],
+    "position_biased_input": False,
+    "type_vocab_size": 0,
+    "max_relative_positions": -1,
+    "layer_norm_eps": 1e-7,
+    "pooler_hidden_act": "gelu",
+}
+#: the config fields of DeBERTa-v2 that transformers must read back unchanged from the config.json bertblocks writes
+DEBERTA_FIELDS = (
+    "relative_attention",
+    "position_buckets",
+    "max_relative_positions",
+    "norm_rel_ebd",
+    "share_att_key",
+    "pos_att_type",
+    "position_biased_input",
+    "type_vocab_size",
+    "pooler_hidden_act",
+)
 #: the config fields of ModernBERT that transformers must read back unchanged from the config.json bertblocks writes
 MODERNBERT_FIELDS = (
     "layer_types",
@@ -197,6 +224,13 @@ FAMILIES: dict[str, Family] = {
         length=14,  # longer than the local window
         real=9,
         config_fields=MODERNBERT_FIELDS,
+    ),
+    "deberta-v2": Family(
+        "DebertaV2Config",
+        DEBERTA_V3,
+        pad=0,
+        classes=_classes("DebertaV2", "Model", "ForMaskedLM", *_TASKS),
+        config_fields=DEBERTA_FIELDS,
     ),
     "ernie": Family(
         "ErnieConfig",

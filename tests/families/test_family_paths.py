@@ -19,13 +19,27 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
-from tokenizers import Tokenizer, processors
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 import bertblocks
 from bertblocks import BertTokenizer, cli, sentence
 from tests.families import test_tokenizers as toks
 from tests.families.reference import FAMILIES, save_hf
 from tests.tolerances import assert_close
+
+
+def deberta_unigram() -> Tokenizer:
+    """DeBERTa-v3's kind: a SentencePiece-style Unigram with BERT's special tokens at DeBERTa-v3's ids ([PAD] 0,
+    [CLS] 1, [SEP] 2, [UNK] 3; its [MASK] is last in the published vocabulary, here after them)."""
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    tok.train_from_iterator(
+        toks.CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="[UNK]")
+    )
+    return tok
+
 
 TEXTS = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog", "save them again"]
 
@@ -68,6 +82,7 @@ CASES = {
     "jina_embeddings_v3": Case(
         "jina_embeddings_v3", "JinaEmbeddingsV3Model", toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"
     ),
+    "deberta-v2": Case("deberta-v2", "DebertaV2Model", deberta_unigram, toks.bert_processor, "DebertaV2Tokenizer"),
 }
 
 
@@ -236,7 +251,7 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
 
 @pytest.mark.parametrize(
     "name",
-    ["roberta", "electra", "albert", "mpnet", "distilbert", "ernie", "nomic_bert", "jina_embeddings_v3", "modernbert"],
+    list(CASES),
 )
 def test_an_ablation_study_runs_on_the_family(checkpoints, tmp_path, name):
     """`bertblocks ablate` with the family's config.json as the base: both variants build, train and are measured
