@@ -1,7 +1,10 @@
-"""DeBERTa-v2/v3 (``deberta-v2``): parity both ways with transformers' own classes on tiny checkpoints they saved,
-for the v3 settings and the variants of the disentangled attention; refusals of what is not built, naming the
-field; and the extension points the family is built through (a shared position term, a per-layer term reading
-the layer's projections, position factories told the model's sizes, ``type_vocab_size: 0``)."""
+"""What only DeBERTa-v2/v3 (``deberta-v2``) does. The v3 settings under the backbone and every task class, the
+packed and padded paths, hidden states and attentions, refusals naming the field, the tokenizer convention and the
+presets are rows of the shared family tables (``reference.py``, ``test_parity.py``, ``test_family_paths.py``);
+here: parity both ways with transformers' own classes for the variants of the disentangled attention and the
+ConvLayer, long sequences, pruning, token types, the non-legacy masked LM, gradients, every position (padded
+ones included), and the extension points the family is built through (a shared position term, a per-layer term
+reading the layer's projections, position factories told the model's sizes)."""
 
 from __future__ import annotations
 
@@ -14,44 +17,20 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 import bertblocks
-from bertblocks.config.errors import ConfigError
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import ModelDims, PositionScheme, SharedPositionBias, SharedPositionTerm
-from bertblocks.hf.config_json import config_from_hf
 from bertblocks.plugins.disentangled import RelativeTable, log_bucket_position
 from bertblocks.registry import Registry
 from tests.conftest import TINY
-from tests.families.reference import COMMON, TOL, Family, batch, round_trip, save_hf
+from tests.families.reference import FAMILIES, TOL, Family, batch, round_trip, save_hf
 from tests.tolerances import assert_grads_close
 
-#: the settings of the published v3 checkpoints, at test size
-V3: dict[str, Any] = {
-    **COMMON,
-    "relative_attention": True,
-    "position_buckets": 256,
-    "norm_rel_ebd": "layer_norm",
-    "share_att_key": True,
-    "pos_att_type": ["p2c", "c2p"],
-    "position_biased_input": False,
-    "type_vocab_size": 0,
-    "max_relative_positions": -1,
-    "layer_norm_eps": 1e-7,
-    "pooler_hidden_act": "gelu",
-}
-DEBERTA = Family("DebertaV2Config", V3, pad=0)
-CLASSES = (
-    "DebertaV2Model",
-    "DebertaV2ForSequenceClassification",
-    "DebertaV2ForMaskedLM",
-    "DebertaV2ForTokenClassification",
-    "DebertaV2ForQuestionAnswering",
-    "DebertaV2ForMultipleChoice",
-)
-
-
-@pytest.mark.parametrize("cls", CLASSES)
-def test_v3_settings_match_transformers_both_ways(tmp_path, cls):
-    round_trip(tmp_path, DEBERTA, cls)
+#: the table's row (tests/families/reference.py): the v3 settings, the backbone and every task class, whose load →
+#: compare → save → reload-in-transformers round trip test_parity.py runs; here the variants and what only DeBERTa does
+DEBERTA = FAMILIES["deberta-v2"]
+V3 = DEBERTA.settings
+#: the task classes the variants do not run (they run the backbone and the sequence classifier)
+OTHER_HEADS = [c for c in DEBERTA.classes if c not in ("DebertaV2Model", "DebertaV2ForSequenceClassification")]
 
 
 #: each variant changes what a wrong reading of it would show in the numbers
@@ -88,15 +67,16 @@ def test_variants_match_transformers_both_ways(tmp_path, variant, cls):
     round_trip(tmp_path, DEBERTA, cls, **VARIANTS[variant])
 
 
-@pytest.mark.parametrize("cls", CLASSES[2:])
+@pytest.mark.parametrize("cls", OTHER_HEADS)
 def test_the_conv_layer_under_every_head(tmp_path, cls):
     round_trip(tmp_path, DEBERTA, cls, conv_kernel_size=3)
 
 
-@pytest.mark.parametrize("extra", [{}, {"conv_kernel_size": 3}])
 @pytest.mark.parametrize("left", [False, True])
-def test_the_packed_path_gives_transformers_numbers(tmp_path, extra, left):
-    reference = save_hf(DEBERTA, "DebertaV2Model", tmp_path, **extra)
+def test_the_packed_path_through_the_conv_layer_gives_transformers_numbers(tmp_path, left):
+    """The ConvLayer unpacks the packed tokens for its convolution over each sequence (the plain v3 model's
+    packed path is in test_parity.py's table)."""
+    reference = save_hf(DEBERTA, "DebertaV2Model", tmp_path, conv_kernel_size=3)
     inputs, mask = batch(DEBERTA, "DebertaV2Model", left=left)
     inputs = {k: v for k, v in inputs.items() if k != "token_type_ids"}
     ours = bertblocks.from_pretrained(tmp_path, ["encoder.packing=always"]).eval()
@@ -162,30 +142,6 @@ def test_log_buckets_are_transformers_own():
 
     relative = torch.arange(-600, 600)[:, None] - torch.arange(0, 3)[None, :]
     assert torch.equal(log_bucket_position(relative, 256, 512), make_log_bucket_position(relative, 256, 512))
-
-
-@pytest.mark.parametrize(
-    ("field", "value"),
-    [
-        ("conv_kernel_size", 4),
-        ("embedding_size", 16),
-        ("attention_head_size", 4),
-        ("norm_rel_ebd", "batch_norm"),
-        ("pos_att_type", ["p2p"]),
-        ("pooler_hidden_size", 16),
-        ("pooler_dropout", 0.1),
-    ],
-)
-def test_what_is_not_built_is_refused_by_name(field, value):
-    hf = DEBERTA.hf_config(**{field: value})
-    with pytest.raises(ConfigError, match=field):
-        config_from_hf(hf)
-
-
-def test_a_table_norm_without_a_table_is_refused():
-    hf = DEBERTA.hf_config(relative_attention=False)
-    with pytest.raises(ConfigError, match="norm_rel_ebd"):
-        config_from_hf(hf)
 
 
 def test_the_non_legacy_masked_lm_layout_loads_into_the_same_head(tmp_path):
@@ -300,15 +256,6 @@ def test_a_shared_bias_of_the_wrong_shape_is_refused():
         model(input_ids=torch.ones(1, 4, dtype=torch.long))
 
 
-def test_transformers_reads_the_saved_config_fields(tmp_path):
-    reference = save_hf(DEBERTA, "DebertaV2Model", tmp_path / "hf", position_buckets=64, share_att_key=False)
-    bertblocks.from_pretrained(tmp_path / "hf").save_pretrained(tmp_path / "ours")
-    again = transformers.AutoConfig.from_pretrained(tmp_path / "ours")
-    for field in ("position_buckets", "share_att_key", "norm_rel_ebd", "position_biased_input", "type_vocab_size"):
-        assert getattr(again, field) == getattr(reference.config, field), field
-    assert sorted(again.pos_att_type) == sorted(reference.config.pos_att_type)
-
-
 def test_torch_compile_gives_transformers_numbers_in_one_graph(tmp_path):
     """One graph (fullgraph): the table, its buckets, both terms and the ConvLayer stay traceable; a compiled
     model packs every 2-D mask, so the convolution's unpacking is traced too."""
@@ -321,25 +268,16 @@ def test_torch_compile_gives_transformers_numbers_in_one_graph(tmp_path):
     assert (expected - got).abs().max().item() <= TOL
 
 
-@pytest.mark.parametrize("post_processor", [True, False])
-def test_the_tokenizer_convention_is_transformers_deberta_v2_tokenizer(tmp_path, post_processor):
-    """A SentencePiece-style (Unigram) tokenizer.json with DeBERTa-v3's specials: bertblocks' tokenizer gives
-    the ids, token types and special ids of transformers' DebertaV2Tokenizer on the same files, with the file's
-    own post-processor or, without one, the family's template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
+def test_the_tokenizer_convention_is_transformers_deberta_v2_tokenizer(tmp_path):
+    """A SentencePiece-style (Unigram) tokenizer.json with DeBERTa-v3's specials and its own post-processor:
+    bertblocks' tokenizer gives the ids, token types and special ids of transformers' DebertaV2Tokenizer on the
+    same files (without a post-processor, the family's template: test_parity.py's tokenizer table)."""
     from bertblocks import BertTokenizer
     from tests.families import test_tokenizers as toks
+    from tests.families.test_family_paths import deberta_unigram
 
-    tok = Tokenizer(models.Unigram())
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]  # DeBERTa-v3's ids 0..3 (its [MASK] is last)
-    tok.train_from_iterator(
-        toks.CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="[UNK]")
-    )
-    if post_processor:
-        tok.post_processor = toks.bert_processor(tok)
+    tok = deberta_unigram()
+    tok.post_processor = toks.bert_processor(tok)
     directory = toks.save(tmp_path, tok, "DebertaV2Tokenizer")
     (directory / "config.json").write_text('{"model_type": "deberta-v2"}')
     theirs = transformers.AutoTokenizer.from_pretrained(directory)

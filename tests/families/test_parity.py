@@ -7,7 +7,7 @@ Then the behaviours several families share, each a table of the families it conc
 under right and left padding (rotary families), hidden states and attention probabilities, checkpoints under
 transformers' in-memory names, config.json the family cannot represent, the tokenizer convention and the presets.
 What only one family does is tested in its own file (``test_nomic_bert.py``, ``test_jina_v3.py``,
-``test_modernbert.py``)."""
+``test_modernbert.py``, ``test_deberta_v2.py``)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from bertblocks.config import ConfigError
 from bertblocks.hf.config_json import config_from_hf
 
 from .reference import CASES, FAMILIES, TOL, assert_same, batch, call_inputs, round_trip, save_hf
+from .test_family_paths import deberta_unigram
 from .test_tokenizers import PAIRS, TEXTS, save, unigram, wordpiece
 
 
@@ -34,10 +35,12 @@ def test_loads_transformers_checkpoint_and_saves_one_it_loads(tmp_path, family_n
 
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("packing", ["never", "always"])
-@pytest.mark.parametrize("family_name", ["nomic_bert", "jina_embeddings_v3", "modernbert"])
+@pytest.mark.parametrize("family_name", ["nomic_bert", "jina_embeddings_v3", "modernbert", "deberta-v2"])
 def test_padded_and_packed_paths_agree_with_transformers(tmp_path, family_name, packing, side):
     """transformers counts positions 0, 1, … over left padding too; packed, bertblocks restarts them at each
-    sequence's first real token: RoPE scores depend on position differences only, so the numbers agree."""
+    sequence's first real token: RoPE scores (and DeBERTa's relative table, read at query - key) depend on
+    position differences only, so the numbers agree. DeBERTa's packed layers run their attention kernel on the
+    re-padded heads (a score bias: see docs/explanation/packing.md), everything else on the real tokens."""
     family = FAMILIES[family_name]
     cls = family.classes[0]  # the backbone
     reference = save_hf(family, cls, tmp_path)
@@ -55,6 +58,7 @@ def test_padded_and_packed_paths_agree_with_transformers(tmp_path, family_name, 
         ("jina_embeddings_v3", "JinaEmbeddingsV3ForMaskedLM", True),
         # ModernBERT's local layers need their sliding-window backend: the default backends, hidden states only
         ("modernbert", "ModernBertModel", False),
+        ("deberta-v2", "DebertaV2ForSequenceClassification", True),
     ],
 )
 def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path, family_name, cls, attentions):
@@ -135,6 +139,15 @@ def test_checkpoint_under_transformers_in_memory_names_loads(tmp_path, family_na
         ("modernbert", {"layer_types": ["full_attention"]}, "layer_types must list"),
         ("modernbert", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling is not supported"),
         ("modernbert", {"bertblocks": {"encoder": {"layer": {"name": "post_ln"}}}}, "encoder.layer.name"),
+        ("deberta-v2", {"conv_kernel_size": 4}, "conv_kernel_size=4"),
+        ("deberta-v2", {"embedding_size": 16}, "embedding_size=16"),
+        ("deberta-v2", {"attention_head_size": 4}, "attention_head_size=4"),
+        ("deberta-v2", {"norm_rel_ebd": "batch_norm"}, "norm_rel_ebd='batch_norm'"),
+        ("deberta-v2", {"relative_attention": False}, "norm_rel_ebd='layer_norm'.*without relative_attention"),
+        ("deberta-v2", {"pos_att_type": ["p2p"]}, "pos_att_type=.*'p2p'"),
+        ("deberta-v2", {"pooler_hidden_size": 16}, "pooler_hidden_size=16"),
+        ("deberta-v2", {"pooler_dropout": 0.1}, "pooler_dropout=0.1"),
+        ("deberta-v2", {"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
     ],
 )
 @pytest.mark.parametrize("form", ["written by transformers", "sparse"])
@@ -153,7 +166,11 @@ def test_config_json_the_family_cannot_represent_is_an_error_naming_the_field(fa
 
 @pytest.mark.parametrize(
     ("family_name", "train", "tokenizer_class"),
-    [("nomic_bert", wordpiece, "BertTokenizer"), ("jina_embeddings_v3", unigram, "XLMRobertaTokenizer")],
+    [
+        ("nomic_bert", wordpiece, "BertTokenizer"),
+        ("jina_embeddings_v3", unigram, "XLMRobertaTokenizer"),
+        ("deberta-v2", deberta_unigram, "DebertaV2Tokenizer"),
+    ],
 )
 def test_tokenizer_follows_the_family_convention_as_transformers(tmp_path, family_name, train, tokenizer_class):
     tok: Tokenizer = train()  # no post-processor: the family's template frames the texts
@@ -178,6 +195,11 @@ def test_tokenizer_follows_the_family_convention_as_transformers(tmp_path, famil
         ("jina-embeddings-v3", "jina_embeddings_v3"),
         ("modernbert-base", "modernbert"),
         ("modernbert-large", "modernbert"),
+        ("deberta-v3-xsmall", "deberta-v2"),
+        ("deberta-v3-small", "deberta-v2"),
+        ("deberta-v3-base", "deberta-v2"),
+        ("deberta-v3-large", "deberta-v2"),
+        ("mdeberta-v3-base", "deberta-v2"),
     ],
 )
 def test_family_preset_exists(preset, family_name):
