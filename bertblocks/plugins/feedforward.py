@@ -34,6 +34,11 @@ class GLUOptions(BaseModel):
         description="one input projection intermediate.dense of 2·intermediate_size outputs, the activated half "
         "first (ModernBERT's Wi); false: two, intermediate.gate (activated) and intermediate.up",
     )
+    input_bias: bool | None = Field(
+        None,
+        description="biases on the input projections (gate and up) alone; null = bias. GTE: none there, one on "
+        "the output projection",
+    )
 
 
 class BertIntermediate(Intermediate):
@@ -142,7 +147,13 @@ def build_glu_feedforward(
     norm: Callable[[], nn.Module] | str | None = "layernorm",
 ) -> FeedForward:
     return FeedForward(
-        intermediate=GLUIntermediate(hidden_size, intermediate_size, activation(), options.bias, options.fused),
+        intermediate=GLUIntermediate(
+            hidden_size,
+            intermediate_size,
+            activation(),
+            options.bias if options.input_bias is None else options.input_bias,
+            options.fused,
+        ),
         output=BertOutput(
             intermediate_size,
             hidden_size,
