@@ -103,6 +103,12 @@ def _components(src: dict[str, Any], position: dict[str, Any]) -> dict[str, Any]
     for absent in ("is_decoder", "add_cross_attention", "use_cache"):  # GteConfig has none of them
         src.pop(absent, None)
     architectures = src.get("architectures")
+    if src.get("tie_word_embeddings") is False and architectures in (["GteForMaskedLM"], ["NewForMaskedLM"]):
+        # the checkpoint then stores the decoder's own bias under the name the tied head's bias has
+        raise ValueError(
+            "tie_word_embeddings is false: an untied GTE masked-LM head is not built (its decoder bias would load "
+            "into the tied head's unused bias)"
+        )
     data = bert_fields_from_hf(src)
     data["position"] = position
     encoder = data["encoder"]
