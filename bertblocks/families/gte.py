@@ -27,7 +27,9 @@ What the ``new`` format is refused for, naming the field: ``position_embedding_t
 checkpoint shows), ``logn_attention_scale`` / ``logn_attention_clip1`` true, a ``rope_scaling`` type other than
 ``ntk`` or with ``mixed_b`` (mixed NTK), and a config without ``rope_theta``. ``unpad_inputs`` and
 ``use_memory_efficient_attention`` choose kernels, not numbers (on real tokens): they are kept and written back.
-Native ``gte`` configs get transformers' rope types: ``default`` only.
+Native ``gte`` configs get transformers' rope types ``default`` and ``linear``: fixed NTK scaling by ``k`` is
+linear scaling of the base ``θ·k`` by ``k^(2/d)`` (the same frequencies), which is how bertblocks writes a GTE with
+NTK scaling for transformers' ``GteConfig``; the other types compute other frequencies and are refused.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from bertblocks.config import BertConfig, ConfigError, ConfigIssue
+from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename, Split
@@ -120,27 +122,44 @@ def _components(src: dict[str, Any], position: dict[str, Any]) -> dict[str, Any]
     return data
 
 
+def _head_dim(src: Mapping[str, Any]) -> int:
+    """The rotated width (GteConfig's head size) of a config.json, with GteConfig's defaults (768 / 12)."""
+    hidden, heads = src.get("hidden_size", 768), src.get("num_attention_heads", 12)
+    if isinstance(hidden, bool) or isinstance(heads, bool) or not isinstance(hidden, int) or not isinstance(heads, int):
+        raise ValueError(f"hidden_size {hidden!r} and num_attention_heads {heads!r} must be integers")
+    return hidden // max(heads, 1)
+
+
 def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     src = {**DEFAULTS, **hf}
+    params = src.get("rope_parameters")
+    linear = isinstance(params, Mapping) and params.get("rope_type") == "linear"
+    factor = 1.0
+    if linear:  # NTK scaling in transformers' terms (see _to_hf): read back as the same frequencies
+        rest = dict(params)
+        factor = rest.pop("factor", None)
+        if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 1.0:
+            raise ValueError(f"rope_parameters.factor must be a number >= 1, got {factor!r}")
+        src["rope_parameters"] = {**rest, "rope_type": "default"}
     position = rope_from_hf(src, DEFAULT_THETA)
+    if linear and factor != 1.0:
+        # to 12 digits: what bertblocks wrote (k^(2/d) of a decimal k) reads back as that k, not one ulp off it
+        k = float(f"{float(factor) ** (_head_dim(src) / 2):.12g}")
+        position = {**position, "base": float(f"{position['base'] / k:.12g}"), "ntk_factor": k}
     return _components(src, position)
 
 
 def _to_hf(config: BertConfig) -> dict[str, Any]:
-    ntk = config.position.options().get("ntk_factor", 1.0)
-    if ntk != 1.0:
-        raise ConfigError(
-            [
-                ConfigIssue(
-                    "position.ntk_factor",
-                    f"is {ntk:g}; transformers' GteConfig has no NTK rope scaling (its rope_parameters would build "
-                    "another model): save it with family: new, Alibaba's format, which says rope_scaling",
-                )
-            ],
-            "saving a gte config.json",
-        )
     out = bert_fields_to_hf(config, dropped=("position_embedding_type", "is_decoder", "add_cross_attention"))
     out.update(rope_to_hf(config))
+    options = config.position.options()
+    k = options.get("ntk_factor", 1.0)
+    if k != 1.0:
+        # fixed NTK scaling, θ_i = (base·k)^(-2i/d) / k^(2/d), is transformers' linear scaling of the base base·k by
+        # the factor k^(2/d) (its inv_freq = (base·k)^(-2i/d) / factor): the same frequencies, which GteConfig reads
+        d = config.hidden_size // config.encoder.attention.num_heads
+        theta = float(options["base"]) * k
+        out["rope_parameters"] = {"rope_theta": theta, "rope_type": "linear", "factor": k ** (2 / d)}
     return out
 
 

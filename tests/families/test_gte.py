@@ -92,16 +92,25 @@ def test_class_defaults_fill_a_sparse_config_json():
     assert cfg.position.options()["base"] == theirs.rope_parameters["rope_theta"]
 
 
-def test_a_scaled_rope_type_is_refused_naming_it():
-    hf = GTE.hf_config(rope_parameters={"rope_theta": 30.0, "rope_type": "linear", "factor": 2.0})
-    with pytest.raises(ConfigError, match="rope_type is 'linear'"):
+def test_a_rope_type_with_other_frequencies_is_refused_naming_it():
+    hf = GTE.hf_config(rope_parameters={"rope_theta": 30.0, "rope_type": "dynamic", "factor": 2.0})
+    with pytest.raises(ConfigError, match="rope_type is 'dynamic'"):
         config_from_hf(hf)
 
 
-def test_saving_ntk_scaling_as_gte_is_refused_naming_the_option():
-    cfg = bertblocks.load_config("tiny-gte", ["position.ntk_factor=2.0"])
-    with pytest.raises(ConfigError, match=r"position\.ntk_factor.*family: new"):
-        config_to_hf(cfg)
+def test_linear_rope_scaling_is_ntk_scaling_both_ways(tmp_path):
+    # transformers' linear scaling (base T, factor c) has the frequencies of NTK scaling by k = c^(d/2) of the base
+    # T/k: bertblocks reads it as that, gives transformers' numbers, and writes it back as linear
+    linear = {"rope_theta": 400.0, "rope_type": "linear", "factor": 1.5}
+    round_trip(tmp_path, Family("GteConfig", SETTINGS, pad=1, second_segment=3), "GteModel", rope_parameters=linear)
+    cfg = bertblocks.load_config(config_from_hf(GTE.hf_config(rope_parameters=linear)))
+    k = 1.5 ** (8 / 2)  # head size 8
+    assert cfg.position.options()["ntk_factor"] == pytest.approx(k, rel=1e-12)
+    assert cfg.position.options()["base"] == pytest.approx(400.0 / k, rel=1e-12)
+    written = config_to_hf(cfg)["rope_parameters"]
+    assert written["rope_type"] == "linear"
+    assert written["factor"] == pytest.approx(1.5, rel=1e-12)
+    assert written["rope_theta"] == pytest.approx(400.0, rel=1e-12)
 
 
 # ------------------------------------------------------------------------------ Alibaba's format (``new``)
@@ -341,9 +350,9 @@ def test_published_format_saves_back_in_its_own_names(tmp_path, cls):
 
 
 def test_native_and_published_checkpoints_share_their_weights(tmp_path):
-    # a published checkpoint, saved as transformers' gte (family switched), loads in transformers' GteModel and
-    # gives the written-out equations' numbers: the layouts are one
-    config, weights = published_checkpoint(tmp_path / "published", "NewModel", rope_scaling=None)
+    # a published checkpoint, saved as transformers' gte (family switched; its NTK scaling written as linear
+    # rope_parameters), loads in transformers' GteModel and gives the written-out equations' numbers
+    config, weights = published_checkpoint(tmp_path / "published", "NewModel")  # NTK scaling by 8
     ours = bertblocks.from_pretrained(tmp_path / "published").eval()
     data = ours.config.model_dump()
     data["family"] = "gte"
