@@ -190,9 +190,20 @@ NEW_ARCHITECTURES = {
 }
 
 
+#: the remote-code classes a published ``auto_map`` names (Alibaba's; the config and every task class)
+_PUBLISHED_CLASSES = frozenset({"NewConfig", *NEW_ARCHITECTURES, "NewForQuestionAnswering", "NewForMultipleChoice"})
+
+
 def is_new_format(hf: Mapping[str, Any]) -> bool:
-    """Whether bertblocks translates this ``new`` config.json (always: every switch is checked by the family)."""
-    return hf.get("model_type") == "new"
+    """Whether bertblocks translates this ``new`` config.json: its ``auto_map`` (if any) names Alibaba's classes
+    only (every switch of the format is then checked by :func:`_new_from_hf`); other remote classes are refused."""
+    auto_map = hf.get("auto_map")
+    if auto_map is None:
+        return True
+    if not isinstance(auto_map, Mapping):
+        return False
+    named = (str(v).rsplit(".", 1)[-1] for k, v in auto_map.items() if k != "AutoTokenizer")
+    return all(name in _PUBLISHED_CLASSES for name in named)
 
 
 def _scaling(rope_scaling: Any) -> float:

@@ -26,7 +26,7 @@ import bertblocks
 from bertblocks.config import ConfigError
 from bertblocks.hf.config_json import config_from_hf, config_to_hf
 from bertblocks.plugins.positions import RotaryEmbedding
-from tests.families.reference import COMMON, Family, round_trip
+from tests.families.reference import COMMON, Family, assert_same, batch, call_inputs, round_trip, save_hf
 from tests.tolerances import assert_close
 
 # ------------------------------------------------------------------------------------- transformers' gte
@@ -405,6 +405,50 @@ def test_an_auto_map_is_still_refused_for_the_families_that_do_not_read_it():
     # accepting `new` changes nothing for other model types: remote classes beside gte are refused
     with pytest.raises(ConfigError, match="auto_map: names remote-code classes"):
         config_from_hf({**GTE.hf_config(), "auto_map": NEW_CONFIG["auto_map"]})
+
+
+def test_a_new_config_naming_other_remote_classes_is_refused():
+    auto_map = {**NEW_CONFIG["auto_map"], "AutoModel": "someone/other-impl--modeling.OtherModel"}
+    with pytest.raises(ConfigError, match=r"auto_map: names remote-code classes \(.*OtherModel"):
+        config_from_hf({**NEW_CONFIG, "auto_map": auto_map})
+
+
+# ------------------------------------------------------------------------ paths shared with other families
+#: NTK scaling in transformers' terms (linear rope_parameters), so that the scaled tables run every path below
+SCALED = Family(
+    "GteConfig",
+    {**SETTINGS, "rope_parameters": {"rope_theta": 400.0, "rope_type": "linear", "factor": 1.5}},
+    pad=1,
+    second_segment=3,
+)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("packing", ["never", "always"])
+def test_padded_and_packed_paths_agree_with_transformers(tmp_path, packing, side):
+    reference = save_hf(SCALED, "GteModel", tmp_path)
+    inputs, mask = batch(SCALED, "GteModel", left=side == "left")
+    inputs = call_inputs("GteModel", inputs)
+    ours = bertblocks.from_pretrained(tmp_path, [f"encoder.packing={packing}"]).eval()
+    with torch.no_grad():
+        assert_same(reference(**inputs), ours(**inputs), mask)
+
+
+def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path):
+    cls = "GteForMaskedLM"
+    save_hf(SCALED, cls, tmp_path)
+    reference = transformers.GteForMaskedLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    inputs, mask = batch(SCALED, cls)
+    ours = bertblocks.from_pretrained(tmp_path, ["encoder.attention.backend=eager"], head="auto").eval()
+    with torch.no_grad():
+        theirs = reference(**inputs, output_hidden_states=True, output_attentions=True)
+        got = ours(**inputs, output_hidden_states=True, output_attentions=True)
+    assert len(got.hidden_states) == len(theirs.hidden_states)
+    for a, b in zip(theirs.hidden_states, got.hidden_states, strict=True):
+        assert_close(b[mask.bool()], a[mask.bool()], what="hidden state")
+    assert len(got.attentions) == len(theirs.attentions) == SETTINGS["num_hidden_layers"]
+    for a, b in zip(theirs.attentions, got.attentions, strict=True):  # [b, h, q, k]; rows of real queries
+        assert_close(b.transpose(1, 2)[mask.bool()], a.transpose(1, 2)[mask.bool()], what="attention")
 
 
 # ----------------------------------------------------------------------------------- the shared options
