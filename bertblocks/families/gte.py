@@ -41,7 +41,7 @@ from typing import Any
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
-from bertblocks.families.keymap import KeyMap, Rename, Split
+from bertblocks.families.keymap import Drop, KeyMap, Rename, Split
 
 from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
@@ -79,6 +79,9 @@ def key_map(prefix: str) -> KeyMap:
             # GteLMHead has no separate bias: the decoder's own bias is the one BERT's head ties to its decoder
             Rename("lm_head.decoder.bias", "cls.predictions.bias"),
             Rename("lm_head.decoder", "cls.predictions.decoder"),
+            # rotary tables recomputed from the config (transformers ignores them on load too: inv_freq)
+            Drop(f"{prefix}.embeddings.rotary_emb"),
+            Drop(f"{prefix}.rotary_emb"),
         ),
         head_prefixes=("lm_head.", "classifier."),
     )

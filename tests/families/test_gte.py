@@ -349,6 +349,21 @@ def test_published_format_saves_back_in_its_own_names(tmp_path, cls):
         assert torch.equal(again(**inputs)[0], ours(**inputs)[0])  # the same weights in the same model
 
 
+@pytest.mark.parametrize("cls", ["NewModel", "NewForMaskedLM"])
+def test_stored_rotary_tables_are_ignored(tmp_path, cls):
+    # inverse frequencies some exports store beside the weights: recomputed from the config, never read
+    config, weights = published_checkpoint(tmp_path / "published", cls)
+    prefix = "" if cls == "NewModel" else "new."
+    extra = {f"{prefix}embeddings.rotary_emb.inv_freq": torch.ones(4), f"{prefix}rotary_emb.inv_freq": torch.ones(4)}
+    save_file({**weights, **extra}, tmp_path / "published" / "model.safetensors")
+    ours, info = bertblocks.from_pretrained(tmp_path / "published", head="auto", output_loading_info=True)
+    assert info.unexpected_keys == []
+    inputs, mask = _inputs(config["type_vocab_size"])
+    expected = reference(config, weights, inputs["input_ids"], mask, inputs.get("token_type_ids"))
+    with torch.no_grad():
+        _compare(ours.eval()(**inputs), expected, mask)
+
+
 def test_native_and_published_checkpoints_share_their_weights(tmp_path):
     # a published checkpoint, saved as transformers' gte (family switched; its NTK scaling written as linear
     # rope_parameters), loads in transformers' GteModel and gives the written-out equations' numbers
