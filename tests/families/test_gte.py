@@ -27,7 +27,7 @@ from bertblocks.config import ConfigError
 from bertblocks.hf.config_json import config_from_hf, config_to_hf
 from bertblocks.plugins.positions import RotaryEmbedding
 from tests.families.reference import COMMON, Family, assert_same, batch, call_inputs, round_trip, save_hf
-from tests.tolerances import assert_close
+from tests.tolerances import assert_close, assert_grads_close
 
 # ------------------------------------------------------------------------------------- transformers' gte
 #: a rope base far from the default 160000 and two token types, so that a base read wrongly or a token-type table
@@ -464,6 +464,30 @@ def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path):
     assert len(got.attentions) == len(theirs.attentions) == SETTINGS["num_hidden_layers"]
     for a, b in zip(theirs.attentions, got.attentions, strict=True):  # [b, h, q, k]; rows of real queries
         assert_close(b.transpose(1, 2)[mask.bool()], a.transpose(1, 2)[mask.bool()], what="attention")
+
+
+def test_gradients_match_transformers(tmp_path):
+    """Backward through the NTK-scaled rotary attention, the split gated feed-forward and the tied masked LM: the
+    gradients of the loss equal transformers' (dropout off), relative to their magnitude."""
+    settings = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    reference = save_hf(SCALED, "GteForMaskedLM", tmp_path, **settings).train()
+    ours = bertblocks.from_pretrained(tmp_path, head="auto").train()
+    inputs, _ = batch(SCALED, "GteForMaskedLM")
+    reference(**inputs).loss.backward()
+    ours(**inputs).loss.backward()
+    theirs, mine = dict(reference.named_parameters()), dict(ours.named_parameters())
+    wqkv = mine["bert.encoder.layer.0.attention.self.Wqkv.weight"].grad
+    pairs = {
+        "gte.layers.1.mlp.gate_proj.weight": mine["bert.encoder.layer.1.intermediate.gate.weight"].grad,
+        "gte.layers.1.mlp.up_proj.weight": mine["bert.encoder.layer.1.intermediate.up.weight"].grad,
+        "gte.layers.0.mlp.down_proj.bias": mine["bert.encoder.layer.0.output.dense.bias"].grad,
+        "gte.layers.0.self_attn.q_proj.weight": wqkv[: SETTINGS["hidden_size"]],
+        "gte.layers.0.self_attn.k_proj.weight": wqkv[SETTINGS["hidden_size"] : 2 * SETTINGS["hidden_size"]],
+        "gte.embeddings.word_embeddings.weight": mine["bert.embeddings.word_embeddings.weight"].grad,
+        "lm_head.layer_norm.weight": mine["cls.predictions.transform.LayerNorm.weight"].grad,
+    }
+    for name, grad in pairs.items():
+        assert_grads_close(grad, theirs[name].grad, what=name)
 
 
 # ----------------------------------------------------------------------------------- the shared options
