@@ -11,7 +11,8 @@ default 160000), no position table and no position offset (positions 0, 1, 2, �
 classes count them); the ``new`` format's ``rope_scaling: {type: ntk, factor: k}`` is the scheme's fixed NTK-aware
 scaling (``ntk_factor: k``: ``θ_i = (θ·k)^(-2i/d) / k^(2/d)``); attention ``fused_qkv`` with biases; feed-forward
 ``glu`` (``down(act(gate(x)) · up(x))``, the activation ``hidden_act``), its gate and up projections without bias
-and its output projection with one (``input_bias: false``); BERT's post-LN layers; ``type_vocab_size: 0``
+and its output projection with one (``input_bias: false``), the gated product dropped out in training
+(``inner_dropout``); BERT's post-LN layers; ``type_vocab_size: 0``
 (gte-base-en-v1.5) means no token-type table. The backbone has no pooler (``GteModel(add_pooling_layer=False)``);
 the sequence classifier has BERT's. The masked LM's head is RoBERTa's gelu transform, its bias stored on the
 decoder.
@@ -98,6 +99,7 @@ FIXED: dict[str, Any] = {
     "encoder.feedforward.bias": True,
     "encoder.feedforward.input_bias": False,
     "encoder.feedforward.fused": False,
+    "encoder.feedforward.inner_dropout": True,
     "is_decoder": False,
     "add_cross_attention": False,
 }
@@ -118,7 +120,13 @@ def _components(src: dict[str, Any], position: dict[str, Any]) -> dict[str, Any]
     data["position"] = position
     encoder = data["encoder"]
     encoder["attention"] = {**encoder["attention"], "fused_qkv": True}
-    encoder["feedforward"] = {**encoder["feedforward"], "name": "glu", "input_bias": False, "fused": False}
+    encoder["feedforward"] = {
+        **encoder["feedforward"],
+        "name": "glu",
+        "input_bias": False,
+        "fused": False,
+        "inner_dropout": True,
+    }
     # GteModel builds no pooler; only the sequence classifier asks for one
     pooled = isinstance(architectures, list) and len(architectures) == 1 and architectures[0] in _POOLED
     data["pooler"] = "first_token" if pooled else None

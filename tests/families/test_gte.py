@@ -490,6 +490,22 @@ def test_gradients_match_transformers(tmp_path):
         assert_grads_close(grad, theirs[name].grad, what=name)
 
 
+def test_training_dropout_matches_transformers_mask_for_mask(tmp_path):
+    """In training, transformers' GTE drops out the embeddings, the attention output, the gated product inside the
+    feed-forward and its output; bertblocks draws the same masks in the same order (same seed), so the outputs agree.
+    Without the gated product's dropout (``inner_dropout``) every mask after it is drawn at another offset."""
+    settings = {"hidden_dropout_prob": 0.3, "attention_probs_dropout_prob": 0.0}
+    reference = save_hf(SCALED, "GteModel", tmp_path, **settings).train()
+    ours = bertblocks.from_pretrained(tmp_path, ["encoder.attention.backend=eager"]).train()
+    inputs, mask = batch(SCALED, "GteModel")
+    inputs = call_inputs("GteModel", inputs)
+    torch.manual_seed(5)
+    theirs = reference(**inputs).last_hidden_state
+    torch.manual_seed(5)
+    got = ours(**inputs).last_hidden_state
+    assert_close(got[mask.bool()], theirs[mask.bool()], what="last_hidden_state in training")
+
+
 # ----------------------------------------------------------------------------------- the shared options
 def test_rope_ntk_factor_gives_the_scaled_frequencies():
     positions = torch.arange(7)[None]
