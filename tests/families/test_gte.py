@@ -23,9 +23,11 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 import bertblocks
+from bertblocks import BertTokenizer, sentence
 from bertblocks.config import ConfigError
 from bertblocks.hf.config_json import config_from_hf, config_to_hf
 from bertblocks.plugins.positions import RotaryEmbedding
+from tests.families import test_tokenizers as toks
 from tests.families.reference import COMMON, Family, assert_same, batch, call_inputs, round_trip, save_hf
 from tests.tolerances import assert_close, assert_grads_close
 
@@ -504,6 +506,44 @@ def test_training_dropout_matches_transformers_mask_for_mask(tmp_path):
     torch.manual_seed(5)
     got = ours(**inputs).last_hidden_state
     assert_close(got[mask.bool()], theirs[mask.bool()], what="last_hidden_state in training")
+
+
+@pytest.mark.compile
+def test_compiled_model_equals_transformers(tmp_path):
+    reference = save_hf(SCALED, "GteModel", tmp_path)
+    inputs, mask = batch(SCALED, "GteModel")
+    inputs = call_inputs("GteModel", inputs)
+    model = bertblocks.from_pretrained(tmp_path).eval()
+    torch._dynamo.reset()
+    try:
+        # aot_eager: dynamo and AOT autograd without C++ code generation; fullgraph: no graph break anywhere
+        compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+        with torch.no_grad():
+            got = compiled(**inputs).last_hidden_state
+            want = reference(**inputs).last_hidden_state
+    finally:
+        torch._dynamo.reset()
+    assert_close(got[mask.bool()], want[mask.bool()])
+
+
+def test_sentence_embeddings_with_the_family_tokenizer(tmp_path):
+    # gte's convention is XLM-R's (transformers' tokenizer class for gte): a Unigram tokenizer.json framed
+    # <s> A </s>; bertblocks' tokenizer and mean-pooled embeddings equal transformers' tokenizer and model
+    tok = toks.unigram()
+    tok.post_processor = toks.xlmr_processor(tok)
+    reference = save_hf(SCALED, "GteModel", tmp_path, vocab_size=tok.get_vocab_size())
+    toks.save(tmp_path, tok, "XLMRobertaTokenizer")
+    texts = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog"]
+    theirs = dict(transformers.AutoTokenizer.from_pretrained(tmp_path)(texts, padding=True, return_tensors="pt"))
+    tokenizer = BertTokenizer.from_pretrained(tmp_path)
+    assert tokenizer.pad_token_id == SCALED.pad
+    assert tokenizer(texts, padding=True)["input_ids"].tolist() == theirs["input_ids"].tolist()
+    with torch.no_grad():
+        hidden = reference(**theirs).last_hidden_state
+    weights = theirs["attention_mask"][..., None].float()
+    want = torch.nn.functional.normalize((hidden * weights).sum(1) / weights.sum(1), dim=-1)
+    got = sentence.encode(bertblocks.from_pretrained(tmp_path).eval(), tokenizer, texts, batch_size=2)
+    assert_close(got, want)
 
 
 # ----------------------------------------------------------------------------------- the shared options
