@@ -7,7 +7,7 @@
   rotary positions, fixed NTK scaling, a packed QKV projection and a gated feed-forward), on tiny random checkpoints
   whose keys follow the published weight names; and every switch bertblocks cannot build is refused, naming it.
 
-Also the two shared options GTE brought: ``rope``'s ``ntk_factor`` and ``glu``'s ``input_bias``.
+Also the three shared options GTE brought: ``rope``'s ``ntk_factor`` and ``glu``'s ``input_bias`` and ``inner_dropout``.
 """
 
 from __future__ import annotations
