@@ -34,6 +34,16 @@ class GLUOptions(BaseModel):
         description="one input projection intermediate.dense of 2·intermediate_size outputs, the activated half "
         "first (ModernBERT's Wi); false: two, intermediate.gate (activated) and intermediate.up",
     )
+    input_bias: bool | None = Field(
+        None,
+        description="biases on the input projections (gate and up) alone; null = bias. GTE: none there, one on "
+        "the output projection",
+    )
+    inner_dropout: bool = Field(
+        False,
+        description="also drop out act(gate(x))·up(x) (at the hidden dropout rate) before the output projection, "
+        "as GTE does in training",
+    )
 
 
 class BertIntermediate(Intermediate):
@@ -56,10 +66,18 @@ class GLUIntermediate(Intermediate):
     """
 
     def __init__(
-        self, hidden_size: int, intermediate_size: int, activation: nn.Module, bias: bool, fused: bool
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        activation: nn.Module,
+        bias: bool,
+        fused: bool,
+        dropout: float | None = None,
     ) -> None:
         super().__init__()
         self.fused = fused
+        # GTE drops out the gated product too (training only); none by default, so other models' trees are unchanged
+        self.dropout = nn.Dropout(dropout) if dropout is not None else None
         if fused:
             self.dense = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
         else:
@@ -72,7 +90,8 @@ class GLUIntermediate(Intermediate):
             gate, up = self.dense(hidden_states).chunk(2, dim=-1)  # [b, q, I] each
         else:
             gate, up = self.gate(hidden_states), self.up(hidden_states)
-        return self.intermediate_act_fn(gate) * up
+        gated = self.intermediate_act_fn(gate) * up
+        return gated if self.dropout is None else self.dropout(gated)
 
 
 class ResidualOutput(nn.Module):
@@ -142,7 +161,14 @@ def build_glu_feedforward(
     norm: Callable[[], nn.Module] | str | None = "layernorm",
 ) -> FeedForward:
     return FeedForward(
-        intermediate=GLUIntermediate(hidden_size, intermediate_size, activation(), options.bias, options.fused),
+        intermediate=GLUIntermediate(
+            hidden_size,
+            intermediate_size,
+            activation(),
+            options.bias if options.input_bias is None else options.input_bias,
+            options.fused,
+            dropout if options.inner_dropout else None,
+        ),
         output=BertOutput(
             intermediate_size,
             hidden_size,

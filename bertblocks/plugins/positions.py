@@ -116,6 +116,12 @@ class RopeOptions(BaseModel):
         description="rotate pairs (2i, 2i+1) as RoFormer does; false: halves (i, i + rotary_dim/2) as GPT-NeoX, "
         "ModernBERT and transformers' rotate_half",
     )
+    ntk_factor: float = Field(
+        1.0,
+        ge=1.0,
+        description="fixed NTK-aware scaling by this factor k (GTE's rope_scaling type ntk): frequency i is "
+        "(base·k)^(-2i/rotary_dim) / k^(2/rotary_dim); 1 = none",
+    )
 
     @model_validator(mode="after")
     def _one_width(self) -> RopeOptions:
@@ -138,29 +144,37 @@ class RotaryEmbedding(Rotary):
     width. Scores then depend on positions only through ``p_query - p_key``.
 
     Pairs are ``(2i, 2i+1)`` (``interleaved``, RoFormer) or ``(i, i + r/2)`` (transformers' ``rotate_half``).
-    The tables are computed in float32 as transformers does (float64 for float64 inputs) and shared by every
-    layer of one forward pass with the same base and width.
+    With fixed NTK-aware scaling by ``k`` (``ntk_factor``, GTE's ``rope_scaling: {type: ntk}``) the frequencies
+    are ``θ_i = (base·k)^(-2i/r) / k^(2/r)``: every one lowered, the lowest by ``k``. The tables are computed in
+    float32 as transformers does (float64 for float64 inputs) and shared by every layer of one forward pass with
+    the same base and width.
     """
 
-    def __init__(self, rotary_dim: int, base: float, interleaved: bool) -> None:
+    def __init__(self, rotary_dim: int, base: float, interleaved: bool, ntk_factor: float = 1.0) -> None:
         super().__init__()
         self.rotary_dim = rotary_dim
         self.base = base
         self.interleaved = interleaved
+        self.ntk_factor = ntk_factor
 
     def extra_repr(self) -> str:
-        return f"rotary_dim={self.rotary_dim}, base={self.base:g}, interleaved={self.interleaved}"
+        ntk = f", ntk_factor={self.ntk_factor:g}" if self.ntk_factor != 1.0 else ""
+        return f"rotary_dim={self.rotary_dim}, base={self.base:g}, interleaved={self.interleaved}{ntk}"
 
     def _tables(
         self, positions: torch.Tensor, dtype: torch.dtype, memo: dict[Any, Any] | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos, sin [B|1, t, 1, r]`` for ``positions [B|1, t]``, laid out for this pairing."""
-        key = ("rope", self.rotary_dim, self.base, self.interleaved, dtype)
+        key = ("rope", self.rotary_dim, self.base, self.interleaved, self.ntk_factor, dtype)
         if memo is not None and key in memo and memo[key][0] is positions:
             return memo[key][1]
         compute = torch.float64 if dtype == torch.float64 else torch.float32
         exponent = torch.arange(0, self.rotary_dim, 2, device=positions.device, dtype=torch.int64).to(compute)
-        inv_freq = 1.0 / (self.base ** (exponent / self.rotary_dim))  # [r/2], transformers' formula
+        if self.ntk_factor == 1.0:
+            inv_freq = 1.0 / (self.base ** (exponent / self.rotary_dim))  # [r/2], transformers' formula
+        else:  # fixed NTK-aware scaling: a larger base, and every frequency divided by k^(2/r)
+            k = self.ntk_factor
+            inv_freq = 1.0 / ((self.base * k) ** (exponent / self.rotary_dim)) / k ** (2.0 / self.rotary_dim)
         angles = positions.to(compute)[..., None] * inv_freq  # [B, t, r/2]
         angles = angles.repeat_interleave(2, dim=-1) if self.interleaved else torch.cat((angles, angles), dim=-1)
         tables = (angles.cos().to(dtype)[:, :, None, :], angles.sin().to(dtype)[:, :, None, :])  # [B, t, 1, r]
@@ -198,7 +212,8 @@ class RopePositions(PositionScheme):
         self.options = options
 
     def rotary(self, num_heads: int, head_dim: int) -> RotaryEmbedding:
-        return RotaryEmbedding(self.options.width(head_dim), self.options.base, self.options.interleaved)
+        options = self.options
+        return RotaryEmbedding(options.width(head_dim), options.base, options.interleaved, options.ntk_factor)
 
     def problems(self, num_heads: int, head_dim: int) -> list[str]:
         width = self.options.width(head_dim)
