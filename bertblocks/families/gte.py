@@ -44,8 +44,8 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import Drop, KeyMap, Rename, Split
 
-from ._bertlike import bert_fields_from_hf, bert_fields_to_hf
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
+from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 from .roberta import roberta_tokenizer
 
 #: transformers' GteConfig.default_theta
