@@ -17,6 +17,7 @@ from . import (
     mpnet,
     nomic_bert,
     roberta,
+    roformer,
 )
 
 FAMILY_PLUGINS = (
@@ -31,6 +32,7 @@ FAMILY_PLUGINS = (
     nomic_bert,
     jina_embeddings_v3,
     deberta_v2,
+    roformer,
     hybrid,
 )
 

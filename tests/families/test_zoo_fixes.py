@@ -46,6 +46,7 @@ TINY_PRESETS = {
     "nomic_bert": "tiny-nomic-bert",
     "jina_embeddings_v3": "tiny-jina-embeddings-v3",
     "deberta-v2": "tiny-deberta-v2",
+    "roformer": "tiny-roformer",
 }
 REPO = Path(__file__).resolve().parents[2]
 

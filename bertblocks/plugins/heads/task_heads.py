@@ -52,8 +52,10 @@ class DenseClassificationOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    activation: Literal["tanh", "gelu", "relu"] = Field(
-        "tanh", description="between dense and out_proj: tanh (RoBERTa), gelu (ELECTRA), relu (DistilBERT)"
+    activation: Literal["tanh", "gelu", "relu", "hidden_act"] = Field(
+        "tanh",
+        description="between dense and out_proj: tanh (RoBERTa), gelu (ELECTRA), relu (DistilBERT), or the "
+        "config's hidden_act (RoFormer)",
     )
 
 
@@ -122,7 +124,8 @@ def _dense_classifier(
     """First token → ``classifier`` (RoBERTa's ``RobertaClassificationHead``: dropout, dense, activation,
     dropout, ``out_proj``): ``num_labels`` logits, or with ``choices`` one score per choice."""
     options: DenseClassificationOptions = a.options
-    steps = dropout_dense_act(a.hidden_size, _activation(options.activation), a.classifier_dropout)
+    activation = a.activation() if options.activation == "hidden_act" else _activation(options.activation)
+    steps = dropout_dense_act(a.hidden_size, activation, a.classifier_dropout)
     classifier = Steps(*steps, ("out_proj", nn.Linear(a.hidden_size, 1 if choices else a.num_labels)))
     return ComposedHead(
         name,
