@@ -293,13 +293,12 @@ class RopePositions(PositionScheme):
 
     def rotary(self, num_heads: int, head_dim: int) -> RotaryEmbedding:
         width = self.options.width(head_dim)
-        if self.options.table == "sinusoidal":
-            if self.table is None or self.table.weight.shape[1] != width:
-                # a per-layer scheme (an override) has no table of its own: the encoder holds the one stored
-                raise ValueError(
-                    "rope with table: sinusoidal keeps one table for the whole model; a layer cannot override the "
-                    "position scheme or its head width"
-                )
+        if self.options.table == "sinusoidal" and (self.table is None or self.table.weight.shape[1] != width):
+            # a per-layer scheme (an override) has no table of its own: the encoder holds the one stored
+            raise ValueError(
+                "rope with table: sinusoidal keeps one table for the whole model; a layer cannot override the "
+                "position scheme or its head width"
+            )
         return RotaryEmbedding(
             width, self.options.base, self.options.interleaved, table=self.table, rotate_value=self.options.rotate_value
         )

@@ -120,5 +120,14 @@ def test_the_rotation_reads_sines_then_cosines():
 
 
 def test_a_stored_table_with_another_base_is_refused():
-    with pytest.raises(Exception, match="table: sinusoidal"):
+    from bertblocks.errors import BertBlocksError
+
+    with pytest.raises(BertBlocksError, match="table: sinusoidal"):
         bertblocks.create_model("tiny-bert", ["position.name=rope", "position.table=sinusoidal", "position.base=500"])
+
+
+def test_a_layer_cannot_override_the_one_stored_table():
+    from bertblocks.errors import BertBlocksError
+
+    with pytest.raises(BertBlocksError, match="keeps one table for the whole model"):
+        bertblocks.create_model("tiny-roformer", ["encoder.overrides=[{layers: [1], position: {rotate_value: true}}]"])
