@@ -111,6 +111,10 @@ class Positions:
 class Embedding(nn.Module, ABC):
     """Token (+ token type, + position where the scheme is additive) embeddings → LayerNorm → dropout."""
 
+    #: the backbone passes the caller's ``attention_mask`` (``[b, k]``, ``[b, q, k]`` or ``None``, unchecked) as the
+    #: keyword ``attention_mask`` (ESM zeroes padded embeddings and rescales by the share of masked tokens)
+    reads_attention_mask: ClassVar[bool] = False
+
     @abstractmethod
     def forward(
         self,

@@ -11,6 +11,7 @@ from . import (
     distilbert,
     electra,
     ernie,
+    esm,
     hybrid,
     jina_embeddings_v3,
     modernbert,
@@ -33,6 +34,7 @@ FAMILY_PLUGINS = (
     jina_embeddings_v3,
     deberta_v2,
     roformer,
+    esm,
     hybrid,
 )
 

@@ -126,11 +126,12 @@ class RopeOptions(BaseModel):
         "ModernBERT and transformers' rotate_half",
     )
 
-    table: Literal["computed", "sinusoidal"] = Field(
+    table: Literal["computed", "sinusoidal", "inv_freq"] = Field(
         "computed",
         description="computed: sin/cos from base each pass; sinusoidal: RoFormer's fixed table, a frozen weight "
         "encoder.embed_positions.weight [max_positions, rotary_dim] (sines, then cosines, computed in float64) "
-        "that checkpoints carry and the rotation reads",
+        "that checkpoints carry and the rotation reads; inv_freq: ESM's stored inverse frequencies, a buffer "
+        "encoder.rotary_embeddings.inv_freq [rotary_dim/2] that checkpoints carry and the rotation reads",
     )
     rotate_value: bool = Field(False, description="rotate the values too (RoFormer's rotary_value)")
 
@@ -167,7 +168,7 @@ class RotaryEmbedding(Rotary):
         base: float,
         interleaved: bool,
         *,
-        table: SinusoidalTable | None = None,
+        table: SinusoidalTable | InverseFrequencies | None = None,
         rotate_value: bool = False,
     ) -> None:
         super().__init__()
@@ -180,7 +181,7 @@ class RotaryEmbedding(Rotary):
         self._table = (table,) if table is not None else ()
 
     def extra_repr(self) -> str:
-        stored = ", table=sinusoidal" if self._table else ""
+        stored = f", table={self._table[0].module_name}" if self._table else ""
         return f"rotary_dim={self.rotary_dim}, base={self.base:g}, interleaved={self.interleaved}{stored}"
 
     def _tables(
@@ -191,8 +192,7 @@ class RotaryEmbedding(Rotary):
         if memo is not None and key in memo and memo[key][0] is positions:
             return memo[key][1]
         if self._table:
-            # RoFormer's table: sines of the r/2 frequencies, then their cosines, read at each token's position
-            sin, cos = self._table[0].weight[positions].chunk(2, dim=-1)  # [B, t, r/2] each
+            cos, sin = self._table[0].cos_sin(positions)  # [B, t, r/2] each
         else:
             compute = torch.float64 if dtype == torch.float64 else torch.float32
             exponent = torch.arange(0, self.rotary_dim, 2, device=positions.device, dtype=torch.int64).to(compute)
@@ -269,8 +269,38 @@ class SinusoidalTable(SharedPositionTerm):
         with torch.no_grad():
             self.weight.copy_(sinusoidal_table(*self.weight.shape))
 
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos, sin [B, t, r/2]`` at ``positions [B, t]``: the halves of the stored rows."""
+        sin, cos = self.weight[positions].chunk(2, dim=-1)
+        return cos, sin
+
     def forward(self, positions: Positions, dtype: torch.dtype) -> StoredRotaryTable:
         return StoredRotaryTable(self.weight)
+
+
+class InverseFrequencies(SharedPositionTerm):
+    """ESM's stored inverse frequencies ``1 / base^(2i/r)`` (``encoder.rotary_embeddings.inv_freq [r/2]``, a
+    persistent buffer as transformers' is), read by every layer's rotation (``rope`` with ``table: inv_freq``).
+
+    The checkpoint's values are used, as transformers uses them (an old checkpoint may hold them rounded to
+    float16); the angles are computed in float32 from them, as ESM does.
+    """
+
+    module_name = "rotary_embeddings"
+    produces = StoredRotaryTable
+
+    def __init__(self, width: int, base: float) -> None:
+        super().__init__()
+        exponent = torch.arange(0, width, 2, dtype=torch.float) / width
+        self.register_buffer("inv_freq", 1.0 / (base**exponent))  # transformers' float32 formula
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos, sin [B, t, r/2]`` at ``positions [B, t]``, the angles in float32."""
+        angles = positions.float()[..., None] * self.inv_freq.float()
+        return angles.cos(), angles.sin()
+
+    def forward(self, positions: Positions, dtype: torch.dtype) -> StoredRotaryTable:
+        return StoredRotaryTable(self.inv_freq)
 
 
 class RopePositions(PositionScheme):
@@ -282,22 +312,27 @@ class RopePositions(PositionScheme):
     def __init__(self, max_positions: int, options: RopeOptions) -> None:
         super().__init__(max_positions)
         self.options = options
-        self.table: SinusoidalTable | None = None
+        self.table: SinusoidalTable | InverseFrequencies | None = None
+        self.table_width = 0
 
     def shared_terms(self, model: ModelDims) -> list[SharedPositionTerm]:
         if self.options.table == "computed":
             return []
         width = self.options.width(model.hidden_size // model.num_heads)
-        self.table = SinusoidalTable(self.max_positions, width)
+        self.table_width = width
+        if self.options.table == "sinusoidal":
+            self.table = SinusoidalTable(self.max_positions, width)
+        else:
+            self.table = InverseFrequencies(width, self.options.base)
         return [self.table]
 
     def rotary(self, num_heads: int, head_dim: int) -> RotaryEmbedding:
         width = self.options.width(head_dim)
-        if self.options.table == "sinusoidal" and (self.table is None or self.table.weight.shape[1] != width):
+        if self.options.table != "computed" and (self.table is None or self.table_width != width):
             # a per-layer scheme (an override) has no table of its own: the encoder holds the one stored
             raise ValueError(
-                "rope with table: sinusoidal keeps one table for the whole model; a layer cannot override the "
-                "position scheme or its head width"
+                f"rope with table: {self.options.table} keeps one table for the whole model; a layer cannot "
+                "override the position scheme or its head width"
             )
         return RotaryEmbedding(
             width, self.options.base, self.options.interleaved, table=self.table, rotate_value=self.options.rotate_value
