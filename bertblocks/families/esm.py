@@ -67,6 +67,7 @@ KEY_MAP = KeyMap(
 
 FIXED: dict[str, Any] = {
     "embedding.name": "esm",
+    "embedding.inputs_embeds_as_is": True,
     "encoder.layer.name": "pre_ln",
     "encoder.feedforward.activation": "gelu",
     "is_decoder": False,
@@ -97,6 +98,7 @@ def _from_hf(hf: Any) -> dict[str, Any]:
         "norm": bool(src.pop("emb_layer_norm_before", False)),
         "token_dropout": bool(src.pop("token_dropout", False)),
         "mask_token_id": src.pop("mask_token_id", None),
+        "inputs_embeds_as_is": True,  # EsmModel skips its embeddings for inputs_embeds
         # EsmModel's contact head reads every layer's every head's attention map
         "contact_head_features": src.get("num_hidden_layers", 12) * src.get("num_attention_heads", 12),
     }

@@ -15,7 +15,7 @@ The variations are options of the one ``bert`` embedding (so a hybrid can pick a
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
@@ -187,13 +187,20 @@ class EsmEmbeddingOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    norm: bool = Field(False, description="a LayerNorm after the sum (emb_layer_norm_before; ESM-1b: true, ESM-2: false)")
+    norm: bool = Field(
+        False, description="a LayerNorm after the sum (emb_layer_norm_before; ESM-1b: true, ESM-2: false)"
+    )
     token_dropout: bool = Field(
         False,
         description="zero the embeddings of mask tokens and rescale every embedding by (1 - 0.15·0.8) / (1 - the "
         "row's share of mask tokens), in training and evaluation alike (ESM's token_dropout)",
     )
     mask_token_id: NonNegativeInt | None = Field(None, description="the mask token token_dropout looks for")
+    inputs_embeds_as_is: bool = Field(
+        False,
+        description="inputs_embeds go to the encoder untouched (no position table, norm or padding zeroing), as "
+        "transformers' EsmModel skips its embeddings for them; false: they take the path looked-up ids take",
+    )
     contact_head_features: PositiveInt | None = Field(
         None,
         description="hold ESM's contact-prediction regression (contact_head.regression, this many inputs: layers × "
@@ -205,7 +212,9 @@ class EsmEmbeddings(Embedding):
     """transformers' ``EsmEmbeddings``: token embeddings (→ ``token_dropout`` rescaling) (+ the position scheme's
     table, positions past the padding index as RoBERTa's) (→ LayerNorm) → padded positions zeroed. No token types
     (``token_type_ids`` are ignored, as ``EsmModel`` takes none) and no dropout (transformers' ESM drops nothing
-    here). ``inputs_embeds`` pass through untouched: ``EsmModel`` skips its embeddings for them.
+    here). ``token_dropout`` needs ``input_ids`` (it looks for the mask token); with ``inputs_embeds_as_is`` (the
+    ESM family's setting) ``inputs_embeds`` skip everything, as ``EsmModel`` skips its embeddings for them.
+    An encoder's embeddings only (:func:`check_esm_embeddings` refuses ``is_decoder``).
     """
 
     reads_attention_mask = True
@@ -236,6 +245,7 @@ class EsmEmbeddings(Embedding):
         self.has_norm = options.norm
         self.token_dropout = options.token_dropout
         self.mask_token_id = options.mask_token_id
+        self.inputs_embeds_as_is = options.inputs_embeds_as_is
         if options.contact_head_features is not None:
             self.contact_head = nn.Module()
             self.contact_head.regression = nn.Linear(options.contact_head_features, 1)
@@ -254,15 +264,15 @@ class EsmEmbeddings(Embedding):
         past_length: int = 0,
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if inputs_embeds is not None:
+        if inputs_embeds is not None and self.inputs_embeds_as_is:
             return inputs_embeds  # EsmModel hands them to the encoder as they are
-        assert input_ids is not None
         if attention_mask is not None and attention_mask.dim() != 2:
             raise ValueError(
                 f"ESM's embeddings take a 2-D attention_mask [batch, seq]; got shape {tuple(attention_mask.shape)}"
             )
-        embeddings = self.word_embeddings(input_ids)  # [b, q, H]
-        if self.token_dropout:
+        embeddings = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # [b, q, H]
+        q = embeddings.shape[1]
+        if self.token_dropout and input_ids is not None:
             masked = input_ids == self.mask_token_id  # [b, q]
             embeddings = embeddings.masked_fill(masked[..., None], 0.0)
             mask_ratio_train = 0.15 * 0.8  # ESM's training runs: 15 % selected, 80 % of those masked
@@ -270,16 +280,28 @@ class EsmEmbeddings(Embedding):
             observed = masked.sum(-1).float() / lengths  # [b]
             embeddings = (embeddings * (1 - mask_ratio_train) / (1 - observed)[:, None, None]).to(embeddings.dtype)
         if self.has_position_table:
-            if position_ids is None:
+            assert self.padding_idx is not None
+            if position_ids is None and input_ids is not None:
                 # RoBERTa's rule (fairseq's make_positions): real tokens count from pad + 1, padding stays at pad
                 real = input_ids.ne(self.padding_idx).int()
-                position_ids = (torch.cumsum(real, dim=1).type_as(real) * real).long() + self.padding_idx
+                position_ids = ((torch.cumsum(real, dim=1).type_as(real) + past_length) * real).long()
+                position_ids = position_ids + self.padding_idx
+            elif position_ids is None:  # nothing says which embeddings are padding: sequential past the index
+                start = self.padding_idx + 1 + past_length
+                position_ids = torch.arange(start, start + q, device=embeddings.device)[None]
             embeddings = embeddings + self.position_embeddings(position_ids)
         if self.has_norm:
             embeddings = self.layer_norm(embeddings)
         if attention_mask is not None:
-            embeddings = (embeddings * attention_mask[..., None]).to(embeddings.dtype)
+            embeddings = (embeddings * attention_mask[:, -q:, None]).to(embeddings.dtype)
         return embeddings
+
+
+def check_esm_embeddings(config: Any, spec: Any, loc: str) -> list[str]:
+    """ESM's embeddings are an encoder's: padding zeroed and token dropout counted over the whole mask."""
+    if config.is_decoder:
+        return ["the esm embedding is an encoder's (transformers' ESM has no KV cache); set is_decoder: false"]
+    return []
 
 
 def build_esm_embeddings(
@@ -340,5 +362,6 @@ def bertblocks_register_components() -> list[Component]:
             build_esm_embeddings,
             EsmEmbeddingOptions,
             description="ESM: token (token_dropout rescaling) (+ position) (→ LN), padding zeroed, no dropout",
+            validate=check_esm_embeddings,
         ),
     ]
