@@ -127,7 +127,8 @@ def test_stored_inverse_frequencies_are_read_in_both_layouts(tmp_path):
     save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
     reference = transformers.EsmModel.from_pretrained(tmp_path).eval()
     ours, info = bertblocks.from_pretrained(tmp_path, output_loading_info=True)
-    assert info.missing_keys == [] and info.unexpected_keys == []
+    assert info.missing_keys == []
+    assert info.unexpected_keys == []
     assert torch.equal(ours.encoder.rotary_embeddings.inv_freq, value)
     inputs, mask = _masked_batch()
     with torch.no_grad():
