@@ -298,10 +298,20 @@ class EsmEmbeddings(Embedding):
 
 
 def check_esm_embeddings(config: Any, spec: Any, loc: str) -> list[str]:
-    """ESM's embeddings are an encoder's: padding zeroed and token dropout counted over the whole mask."""
+    """ESM's embeddings are an encoder's (padding zeroed and token dropout counted over the whole mask); the contact
+    head it carries reads every layer's every head."""
+    issues = []
     if config.is_decoder:
-        return ["the esm embedding is an encoder's (transformers' ESM has no KV cache); set is_decoder: false"]
-    return []
+        issues.append("the esm embedding is an encoder's (transformers' ESM has no KV cache); set is_decoder: false")
+    features = getattr(spec, "contact_head_features", None)
+    enc = config.encoder
+    if features is not None and features != enc.num_layers * enc.attention.num_heads:
+        issues.append(
+            f"contact_head_features {features} must be num_layers × num_heads = {enc.num_layers} × "
+            f"{enc.attention.num_heads} = {enc.num_layers * enc.attention.num_heads} (ESM's contact head reads "
+            "every attention map)"
+        )
+    return issues
 
 
 def build_esm_embeddings(

@@ -167,3 +167,9 @@ def test_a_three_dimensional_mask_is_refused_naming_the_shape(tmp_path):
 def test_token_dropout_without_a_mask_token_is_refused():
     with pytest.raises(BertBlocksError, match="mask_token_id"):
         bertblocks.create_model("tiny-esm", ["embedding.mask_token_id=null"])
+
+
+def test_a_contact_head_of_another_depth_is_refused_naming_the_field():
+    with pytest.raises(ConfigError, match="contact_head_features 8 must be num_layers × num_heads = 3 × 4"):
+        bertblocks.create_model("tiny-esm", ["encoder.num_layers=3"])
+    bertblocks.create_model("tiny-esm", ["encoder.num_layers=3", "embedding.contact_head_features=12"])
