@@ -131,3 +131,19 @@ def test_a_layer_cannot_override_the_one_stored_table():
 
     with pytest.raises(BertBlocksError, match="keeps one table for the whole model"):
         bertblocks.create_model("tiny-roformer", ["encoder.overrides=[{layers: [1], position: {rotate_value: true}}]"])
+
+
+def test_decoding_through_the_cache_gives_transformers_numbers(tmp_path):
+    """RoFormerForCausalLM: a 5-token prefix, then one token at a time through bertblocks' KV cache, matches
+    transformers' one pass (keys and rotated values are cached at their own positions of the stored table)."""
+    reference = save_hf(ROFORMER, "RoFormerForCausalLM", tmp_path, rotary_value=True)
+    ours = bertblocks.from_pretrained(tmp_path, head="auto").eval()
+    ids = torch.randint(3, 99, (2, 9), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = reference(input_ids=ids).logits
+        out = ours(input_ids=ids[:, :5], use_cache=True)
+        steps = [out.logits]
+        for t in range(5, 9):
+            out = ours(input_ids=ids[:, t : t + 1], past_key_values=out.past_key_values, use_cache=True)
+            steps.append(out.logits)
+    assert (torch.cat(steps, dim=1) - expected).abs().max().item() <= TOL
