@@ -70,7 +70,7 @@ def test_the_stored_table_is_read_not_recomputed(tmp_path):
 
 
 def test_long_positions_match_transformers(tmp_path):
-    """Up to the last row of the table (float64-computed values, where a float32 formula drifts)."""
+    """Up to the last row of the table; one token more is refused naming max_position_embeddings."""
     reference = save_hf(ROFORMER, "RoFormerModel", tmp_path, max_position_embeddings=1536)
     ids = torch.randint(3, 99, (1, 1536), generator=torch.Generator().manual_seed(2))
     ours = bertblocks.from_pretrained(tmp_path).eval()
