@@ -13,7 +13,7 @@ Heads: the masked LM (and causal LM) is BERT's ``cls.predictions`` with ``hidden
 classifier is ``dropout → dense → hidden_act → dropout → out_proj`` on the first token (``dense_classification``
 with ``activation: hidden_act``); the multiple-choice head is transformers' ``RoFormerSequenceSummary`` with
 RoFormerConfig's (absent) summary fields: the hidden state at the *last position* of each choice (padding or not;
-no projection, no dropout), then ``classifier`` to one score (``last_position_multiple_choice``, registered here).
+no projection, no dropout), then ``classifier`` to one score (the ``last_position_multiple_choice`` head).
 
 Differences kept on purpose: ``position_ids`` passed by a user rotate the queries and keys (transformers'
 RoFormer ignores them and always uses ``0, 1, …``); RoFormerConfig has no ``classifier_dropout`` (a config.json
@@ -25,16 +25,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import torch
-from torch import nn
-
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.core.outputs import MultipleChoiceModelOutput
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
-from bertblocks.plugins.heads.bert import CHOICE_LOSS
-from bertblocks.plugins.heads.composition import Branch, ComposedHead, HeadArguments, head_component
 
 from ._bertlike import bert_fields_from_hf, bert_fields_to_hf, default
 
@@ -93,29 +87,6 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
-class LastPosition(nn.Module):
-    """``RoFormerSequenceSummary`` as RoFormerConfig builds it (``summary_type`` absent: ``last``, no projection,
-    activation or dropout): ``[b·c, q, H]`` → ``[b·c, H]``, the last position whether it is padding or not."""
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return hidden_states[:, -1]
-
-
-def last_position_multiple_choice(name: str, a: HeadArguments) -> ComposedHead:
-    """RoFormer's multiple choice: each choice's last position → ``classifier`` (one score); cross-entropy."""
-    head = ComposedHead(
-        name,
-        modules={"sequence_summary": LastPosition(), "classifier": nn.Linear(a.hidden_size, 1)},
-        branches=(Branch(("logits",), "none", ("sequence_summary", "classifier")),),
-        loss=CHOICE_LOSS,
-        output=MultipleChoiceModelOutput,
-        choices=True,
-        reads_padded_positions=True,  # the last position of a right-padded choice is padding
-    )
-    head.pools_padded_positions = True
-    return head
-
-
 ROFORMER = Family(
     model_type="roformer",
     config_from_hf=_from_hf,
@@ -138,11 +109,4 @@ ROFORMER = Family(
 
 
 def bertblocks_register_components() -> list[Component]:
-    return [
-        Component("family", "roformer", lambda **_: ROFORMER, description=ROFORMER.description),
-        head_component(
-            MULTIPLE_CHOICE_HEAD,
-            last_position_multiple_choice,
-            "one score per choice from its last position (RoFormerForMultipleChoice)",
-        ),
-    ]
+    return [Component("family", "roformer", lambda **_: ROFORMER, description=ROFORMER.description)]

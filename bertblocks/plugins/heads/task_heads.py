@@ -8,6 +8,7 @@ bertblocks' canonical ones; each family's key map renames them to its own checkp
   ``classifier.dense``/``out_proj`` with tanh, ELECTRA's with gelu, DistilBERT's ``pre_classifier`` with relu).
 * ``dense_multiple_choice`` — the same, one score per choice (DistilBERT, ELECTRA's ``sequence_summary``).
 * ``replaced_token_detection`` — ELECTRA's discriminator: one logit per token, BCE over real tokens.
+* ``last_position_multiple_choice`` — RoFormer's: each choice's last position (padding or not) → ``classifier``.
 """
 
 from __future__ import annotations
@@ -148,6 +149,29 @@ def _discriminator(name: str, a: HeadArguments) -> ComposedHead:
     )
 
 
+class LastPosition(nn.Module):
+    """``RoFormerSequenceSummary`` as RoFormerConfig builds it (``summary_type`` absent: ``last``, no projection,
+    activation or dropout): ``[b·c, q, H]`` → ``[b·c, H]``, the last position whether it is padding or not."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states[:, -1]
+
+
+def _last_position_choices(name: str, a: HeadArguments) -> ComposedHead:
+    """RoFormer's multiple choice: each choice's last position → ``classifier`` (one score); cross-entropy."""
+    head = ComposedHead(
+        name,
+        modules={"sequence_summary": LastPosition(), "classifier": nn.Linear(a.hidden_size, 1)},
+        branches=(Branch(("logits",), "none", ("sequence_summary", "classifier")),),
+        loss=CHOICE_LOSS,
+        output=MultipleChoiceModelOutput,
+        choices=True,
+        reads_padded_positions=True,  # the last position of a right-padded choice is padding
+    )
+    head.pools_padded_positions = True
+    return head
+
+
 # ------------------------------------------------------------ the registered compositions (see .catalog)
 masked_lm_gelu = partial(_gelu_lm, causal=False)
 causal_lm_gelu = partial(_gelu_lm, causal=True)
@@ -155,3 +179,4 @@ sentence_order_pretraining = _sentence_order
 dense_classification = partial(_dense_classifier, loss=ProblemTypeLoss(), output=SequenceClassifierOutput)
 dense_multiple_choice = partial(_dense_classifier, loss=CHOICE_LOSS, output=MultipleChoiceModelOutput, choices=True)
 replaced_token_detection = _discriminator
+last_position_multiple_choice = _last_position_choices
