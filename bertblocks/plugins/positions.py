@@ -236,7 +236,8 @@ class RotaryEmbedding(Rotary):
 
 @dataclass(frozen=True)
 class StoredRotaryTable:
-    """What :class:`SinusoidalTable` hands the layers each pass: its ``[max_positions, r]`` weight."""
+    """What a stored rope table hands the layers each pass: RoFormer's ``[max_positions, r]`` weight or ESM's
+    ``[r/2]`` inverse frequencies."""
 
     weight: torch.Tensor
 
