@@ -390,7 +390,12 @@ class EncoderModel(nn.Module):
                 "encoder_hidden_states given, but this model has no cross-attention layers "
                 "(set is_decoder: true and add_cross_attention: true in its config)"
             )
-        hidden = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
+        if self.embeddings.reads_attention_mask:
+            hidden = self.embeddings(
+                input_ids, token_type_ids, position_ids, inputs_embeds, past_length, attention_mask=attention_mask
+            )
+        else:
+            hidden = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
         dtype, device = hidden.dtype, hidden.device
 
         mask = None

@@ -111,6 +111,10 @@ class Positions:
 class Embedding(nn.Module, ABC):
     """Token (+ token type, + position where the scheme is additive) embeddings → LayerNorm → dropout."""
 
+    #: the backbone passes the caller's ``attention_mask`` (``[b, k]``, ``[b, q, k]`` or ``None``, unchecked) as the
+    #: keyword ``attention_mask`` (ESM zeroes padded embeddings and rescales by the share of masked tokens)
+    reads_attention_mask: ClassVar[bool] = False
+
     @abstractmethod
     def forward(
         self,
@@ -241,11 +245,20 @@ class Rotary(nn.Module, ABC):
 
     #: dimensions of each head it rotates (from the first); the rest pass through unchanged
     rotary_dim: int
+    #: the attention also rotates the values (:meth:`rotate_value`), before they enter a cache (RoFormer's
+    #: ``rotary_value``)
+    rotates_value: bool = False
 
     @abstractmethod
     def forward(
         self, query: torch.Tensor, key: torch.Tensor, positions: torch.Tensor, memo: dict[Any, Any] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def rotate_value(
+        self, value: torch.Tensor, positions: torch.Tensor, memo: dict[Any, Any] | None = None
+    ) -> torch.Tensor:
+        """``value [B, t, h, d]`` rotated by its positions; called only when :attr:`rotates_value` is set."""
+        raise NotImplementedError(f"{type(self).__name__} declares rotates_value but does not rotate values")
 
 
 @dataclass
@@ -550,11 +563,15 @@ class Head(nn.Module, ABC):
             automatically (packing leaves zeros there).
         reshapes_inputs: :meth:`prepare_inputs` changes the inputs' shape (multiple choice: ``[b, c, q]`` →
             ``[b·c, q]``); the conformance suite then gives the head such inputs.
+        pools_padded_positions: a pooled (per-example) output reads a padded position, so changing the tokens
+            there changes it, as it does in transformers (RoFormer's multiple choice takes each choice's last
+            position); the conformance suite's padding check does not apply. Implies ``reads_padded_positions``.
     """
 
     # class-level defaults; a head may set any of them per instance (a composed head derives them from its parts)
     needs_pooler: bool = False
     reads_padded_positions: bool = False
+    pools_padded_positions: bool = False
     reshapes_inputs: bool = False
     label_names: tuple[str, ...] = ("labels",)
     config_fields: tuple[str, ...] = ()

@@ -11,6 +11,7 @@ from . import (
     distilbert,
     electra,
     ernie,
+    esm,
     gte,
     hybrid,
     jina_embeddings_v3,
@@ -18,6 +19,7 @@ from . import (
     mpnet,
     nomic_bert,
     roberta,
+    roformer,
 )
 
 FAMILY_PLUGINS = (
@@ -33,6 +35,8 @@ FAMILY_PLUGINS = (
     jina_embeddings_v3,
     deberta_v2,
     gte,
+    roformer,
+    esm,
     hybrid,
 )
 

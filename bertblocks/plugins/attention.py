@@ -211,6 +211,8 @@ class BertAttention(Attention):
                 # Keys are rotated by their own positions *before* they are cached: a cache then holds keys
                 # exactly as a single pass over the whole sequence would have them.
                 query, key = proj.rotary(query, key, positions.tokens(), positions.memo)
+                if proj.rotary.rotates_value:
+                    value = proj.rotary.rotate_value(value, positions.tokens(), positions.memo)
             query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # [b, h, q, d]
             if cache is not None:
                 key, value = cache.update(layer_index, key, value)  # [b, h, past + q, d]
@@ -293,6 +295,8 @@ class BertAttention(Attention):
         if proj.rotary is not None:
             # each packed sequence is rotated by its own positions (from 0), as it would be alone
             q, k = proj.rotary(q, k, positions.tokens(packed=True), positions.memo)
+            if proj.rotary.rotates_value:
+                v = proj.rotary.rotate_value(v, positions.tokens(packed=True), positions.memo)
         if (
             self.backend.accepts_varlen(dropout_p=self.dropout_p if self.training else 0.0)
             and proj.position_bias is None

@@ -15,10 +15,10 @@ The variations are options of the one ``bert`` embedding (so a hybrid can pick a
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 from torch import nn
 
 from bertblocks.core.component import Component
@@ -182,6 +182,158 @@ class BertEmbeddings(Embedding):
         )
 
 
+class EsmEmbeddingOptions(BaseModel):
+    """Options of the ``esm`` embedding (transformers' ``EsmEmbeddings``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    norm: bool = Field(
+        False, description="a LayerNorm after the sum (emb_layer_norm_before; ESM-1b: true, ESM-2: false)"
+    )
+    token_dropout: bool = Field(
+        False,
+        description="zero the embeddings of mask tokens and rescale every embedding by (1 - 0.15·0.8) / (1 - the "
+        "row's share of mask tokens), in training and evaluation alike (ESM's token_dropout)",
+    )
+    mask_token_id: NonNegativeInt | None = Field(None, description="the mask token token_dropout looks for")
+    inputs_embeds_as_is: bool = Field(
+        False,
+        description="inputs_embeds go to the encoder untouched (no position table, norm or padding zeroing), as "
+        "transformers' EsmModel skips its embeddings for them; false: they take the path looked-up ids take",
+    )
+    contact_head_features: PositiveInt | None = Field(
+        None,
+        description="hold ESM's contact-prediction regression (contact_head.regression, this many inputs: layers × "
+        "heads) so that checkpoints round-trip; frozen and never run (contact prediction is not implemented)",
+    )
+
+
+class EsmEmbeddings(Embedding):
+    """transformers' ``EsmEmbeddings``: token embeddings (→ ``token_dropout`` rescaling) (+ the position scheme's
+    table, positions past the padding index as RoBERTa's) (→ LayerNorm) → padded positions zeroed. No token types
+    (``token_type_ids`` are ignored, as ``EsmModel`` takes none) and no dropout (transformers' ESM drops nothing
+    here). ``token_dropout`` needs ``input_ids`` (it looks for the mask token); with ``inputs_embeds_as_is`` (the
+    ESM family's setting) ``inputs_embeds`` skip everything, as ``EsmModel`` skips its embeddings for them.
+    An encoder's embeddings only (:func:`check_esm_embeddings` refuses ``is_decoder``).
+    """
+
+    reads_attention_mask = True
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        hidden_size: int,
+        pad_token_id: int | None,
+        layer_norm_eps: float,
+        position: PositionScheme,
+        options: EsmEmbeddingOptions,
+    ) -> None:
+        super().__init__()
+        if options.token_dropout and options.mask_token_id is None:
+            raise ValueError("embedding.token_dropout needs embedding.mask_token_id (the mask token it rescales for)")
+        self.padding_idx = pad_token_id
+        self.word_embeddings = nn.Embedding(vocab_size, hidden_size, padding_idx=pad_token_id)
+        table = position.embedding(hidden_size)
+        if table is not None:
+            if pad_token_id is None:
+                raise ValueError("ESM's position table starts past the padding index: it needs a pad_token_id")
+            self.position_embeddings = table
+        self.has_position_table = table is not None
+        if options.norm:
+            self.layer_norm = nn.LayerNorm(hidden_size, eps=layer_norm_eps)  # ESM's key: embeddings.layer_norm
+        self.has_norm = options.norm
+        self.token_dropout = options.token_dropout
+        self.mask_token_id = options.mask_token_id
+        self.inputs_embeds_as_is = options.inputs_embeds_as_is
+        if options.contact_head_features is not None:
+            self.contact_head = nn.Module()
+            self.contact_head.regression = nn.Linear(options.contact_head_features, 1)
+            self.contact_head.requires_grad_(False)  # never run: a trainable parameter without gradient breaks DDP
+        self.register_buffer("position_ids", torch.arange(position.max_positions)[None], persistent=False)
+
+    def input_embeddings(self) -> nn.Embedding:
+        return self.word_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        position_ids: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+        past_length: int = 0,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if inputs_embeds is not None and self.inputs_embeds_as_is:
+            return inputs_embeds  # EsmModel hands them to the encoder as they are
+        if attention_mask is not None and attention_mask.dim() != 2:
+            raise ValueError(
+                f"ESM's embeddings take a 2-D attention_mask [batch, seq]; got shape {tuple(attention_mask.shape)}"
+            )
+        embeddings = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # [b, q, H]
+        q = embeddings.shape[1]
+        if self.token_dropout and input_ids is not None:
+            masked = input_ids == self.mask_token_id  # [b, q]
+            embeddings = embeddings.masked_fill(masked[..., None], 0.0)
+            mask_ratio_train = 0.15 * 0.8  # ESM's training runs: 15 % selected, 80 % of those masked
+            lengths = attention_mask.sum(-1) if attention_mask is not None else input_ids.shape[1]
+            observed = masked.sum(-1).float() / lengths  # [b]
+            embeddings = (embeddings * (1 - mask_ratio_train) / (1 - observed)[:, None, None]).to(embeddings.dtype)
+        if self.has_position_table:
+            assert self.padding_idx is not None
+            if position_ids is None and input_ids is not None:
+                # RoBERTa's rule (fairseq's make_positions): real tokens count from pad + 1, padding stays at pad
+                real = input_ids.ne(self.padding_idx).int()
+                position_ids = ((torch.cumsum(real, dim=1).type_as(real) + past_length) * real).long()
+                position_ids = position_ids + self.padding_idx
+            elif position_ids is None:  # nothing says which embeddings are padding: sequential past the index
+                start = self.padding_idx + 1 + past_length
+                position_ids = torch.arange(start, start + q, device=embeddings.device)[None]
+            embeddings = embeddings + self.position_embeddings(position_ids)
+        if self.has_norm:
+            embeddings = self.layer_norm(embeddings)
+        if attention_mask is not None:
+            embeddings = (embeddings * attention_mask[:, -q:, None]).to(embeddings.dtype)
+        return embeddings
+
+
+def check_esm_embeddings(config: Any, spec: Any, loc: str) -> list[str]:
+    """ESM's embeddings are an encoder's (padding zeroed and token dropout counted over the whole mask); the contact
+    head it carries reads every layer's every head."""
+    issues = []
+    if config.is_decoder:
+        issues.append("the esm embedding is an encoder's (transformers' ESM has no KV cache); set is_decoder: false")
+    features = getattr(spec, "contact_head_features", None)
+    enc = config.encoder
+    if features is not None and features != enc.num_layers * enc.attention.num_heads:
+        issues.append(
+            f"contact_head_features {features} must be num_layers × num_heads = {enc.num_layers} × "
+            f"{enc.attention.num_heads} = {enc.num_layers * enc.attention.num_heads} (ESM's contact head reads "
+            "every attention map)"
+        )
+    return issues
+
+
+def build_esm_embeddings(
+    *,
+    vocab_size: int,
+    hidden_size: int,
+    pad_token_id: int | None,
+    layer_norm_eps: float,
+    position: PositionScheme,
+    options: EsmEmbeddingOptions,
+    **_: object,
+) -> EsmEmbeddings:
+    return EsmEmbeddings(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        pad_token_id=pad_token_id,
+        layer_norm_eps=layer_norm_eps,
+        position=position,
+        options=options,
+    )
+
+
 def build_bert_embeddings(
     *,
     vocab_size: int,
@@ -213,5 +365,13 @@ def bertblocks_register_components() -> list[Component]:
             build_bert_embeddings,
             BertEmbeddingOptions,
             description="token + type (+ position) → LN (→ projection)",
-        )
+        ),
+        Component(
+            "embedding",
+            "esm",
+            build_esm_embeddings,
+            EsmEmbeddingOptions,
+            description="ESM: token (token_dropout rescaling) (+ position) (→ LN), padding zeroed, no dropout",
+            validate=check_esm_embeddings,
+        ),
     ]

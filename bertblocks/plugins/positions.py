@@ -9,14 +9,23 @@ adds ``k · E[i - j]``. ``E`` is a learned ``[2 * max_positions - 1, d]`` table 
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 from torch import nn
 
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import PositionBias, Positions, PositionScheme, Rotary, SharedPositionBias
+from bertblocks.core.interfaces import (
+    ModelDims,
+    PositionBias,
+    Positions,
+    PositionScheme,
+    Rotary,
+    SharedPositionBias,
+    SharedPositionTerm,
+)
 
 
 class AbsolutePositions(PositionScheme):
@@ -122,11 +131,26 @@ class RopeOptions(BaseModel):
         description="fixed NTK-aware scaling by this factor k (GTE's rope_scaling type ntk): frequency i is "
         "(base·k)^(-2i/rotary_dim) / k^(2/rotary_dim); 1 = none",
     )
+    table: Literal["computed", "sinusoidal", "inv_freq"] = Field(
+        "computed",
+        description="computed: sin/cos from base each pass; sinusoidal: RoFormer's fixed table, a frozen weight "
+        "encoder.embed_positions.weight [max_positions, rotary_dim] (sines, then cosines, computed in float64) "
+        "that checkpoints carry and the rotation reads; inv_freq: ESM's stored inverse frequencies, a buffer "
+        "encoder.rotary_embeddings.inv_freq [rotary_dim/2] that checkpoints carry and the rotation reads",
+    )
+    rotate_value: bool = Field(False, description="rotate the values too (RoFormer's rotary_value)")
 
     @model_validator(mode="after")
     def _one_width(self) -> RopeOptions:
         if self.rotary_dim is not None and self.rotary_fraction is not None:
             raise ValueError("give rotary_dim or rotary_fraction, not both")
+        if self.table == "sinusoidal" and self.base != 10000.0:
+            raise ValueError(f"table: sinusoidal is RoFormer's table of base 10000; base {self.base:g} needs computed")
+        if self.table != "computed" and self.ntk_factor != 1.0:
+            # a stored table holds its own frequencies: scaling them again would not be what the checkpoint has
+            raise ValueError(
+                f"ntk_factor {self.ntk_factor:g} needs table: computed (a stored {self.table} table is used as stored)"
+            )
         return self
 
     def width(self, head_dim: int) -> int:
@@ -150,34 +174,55 @@ class RotaryEmbedding(Rotary):
     the same base and width.
     """
 
-    def __init__(self, rotary_dim: int, base: float, interleaved: bool, ntk_factor: float = 1.0) -> None:
+    def __init__(
+        self,
+        rotary_dim: int,
+        base: float,
+        interleaved: bool,
+        *,
+        ntk_factor: float = 1.0,
+        table: SinusoidalTable | InverseFrequencies | None = None,
+        rotate_value: bool = False,
+    ) -> None:
         super().__init__()
         self.rotary_dim = rotary_dim
         self.base = base
         self.interleaved = interleaved
         self.ntk_factor = ntk_factor
+        self.rotates_value = rotate_value
+        # the encoder owns the stored table (one tensor for every layer, one checkpoint key); a tuple keeps it from
+        # being registered here as well
+        self._table = (table,) if table is not None else ()
 
     def extra_repr(self) -> str:
         ntk = f", ntk_factor={self.ntk_factor:g}" if self.ntk_factor != 1.0 else ""
-        return f"rotary_dim={self.rotary_dim}, base={self.base:g}, interleaved={self.interleaved}{ntk}"
+        stored = f", table={self._table[0].module_name}" if self._table else ""
+        return f"rotary_dim={self.rotary_dim}, base={self.base:g}, interleaved={self.interleaved}{ntk}{stored}"
 
     def _tables(
         self, positions: torch.Tensor, dtype: torch.dtype, memo: dict[Any, Any] | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``cos, sin [B|1, t, 1, r]`` for ``positions [B|1, t]``, laid out for this pairing."""
-        key = ("rope", self.rotary_dim, self.base, self.interleaved, self.ntk_factor, dtype)
+        key = ("rope", self.rotary_dim, self.base, self.interleaved, self.ntk_factor, bool(self._table), dtype)
         if memo is not None and key in memo and memo[key][0] is positions:
             return memo[key][1]
-        compute = torch.float64 if dtype == torch.float64 else torch.float32
-        exponent = torch.arange(0, self.rotary_dim, 2, device=positions.device, dtype=torch.int64).to(compute)
-        if self.ntk_factor == 1.0:
-            inv_freq = 1.0 / (self.base ** (exponent / self.rotary_dim))  # [r/2], transformers' formula
-        else:  # fixed NTK-aware scaling: a larger base, and every frequency divided by k^(2/r)
-            k = self.ntk_factor
-            inv_freq = 1.0 / ((self.base * k) ** (exponent / self.rotary_dim)) / k ** (2.0 / self.rotary_dim)
-        angles = positions.to(compute)[..., None] * inv_freq  # [B, t, r/2]
-        angles = angles.repeat_interleave(2, dim=-1) if self.interleaved else torch.cat((angles, angles), dim=-1)
-        tables = (angles.cos().to(dtype)[:, :, None, :], angles.sin().to(dtype)[:, :, None, :])  # [B, t, 1, r]
+        if self._table:
+            cos, sin = self._table[0].cos_sin(positions)  # [B, t, r/2] each
+        else:
+            compute = torch.float64 if dtype == torch.float64 else torch.float32
+            exponent = torch.arange(0, self.rotary_dim, 2, device=positions.device, dtype=torch.int64).to(compute)
+            if self.ntk_factor == 1.0:
+                inv_freq = 1.0 / (self.base ** (exponent / self.rotary_dim))  # [r/2], transformers' formula
+            else:  # fixed NTK-aware scaling: a larger base, and every frequency divided by k^(2/r)
+                k = self.ntk_factor
+                inv_freq = 1.0 / ((self.base * k) ** (exponent / self.rotary_dim)) / k ** (2.0 / self.rotary_dim)
+            angles = positions.to(compute)[..., None] * inv_freq  # [B, t, r/2]
+            cos, sin = angles.cos(), angles.sin()
+        if self.interleaved:
+            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        else:
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        tables = (cos.to(dtype)[:, :, None, :], sin.to(dtype)[:, :, None, :])  # [B, t, 1, r]
         if memo is not None:
             memo[key] = (positions, tables)  # valid for this positions tensor only
         return tables
@@ -200,6 +245,83 @@ class RotaryEmbedding(Rotary):
         cos, sin = self._tables(positions, query.dtype, memo)
         return self._rotate(query, cos, sin), self._rotate(key, cos, sin)
 
+    def rotate_value(
+        self, value: torch.Tensor, positions: torch.Tensor, memo: dict[Any, Any] | None = None
+    ) -> torch.Tensor:
+        """``value [B, t, h, d]`` rotated as the keys are (RoFormer's ``rotary_value``)."""
+        cos, sin = self._tables(positions, value.dtype, memo)
+        return self._rotate(value, cos, sin)
+
+
+@dataclass(frozen=True)
+class StoredRotaryTable:
+    """What a stored rope table hands the layers each pass: RoFormer's ``[max_positions, r]`` weight or ESM's
+    ``[r/2]`` inverse frequencies."""
+
+    weight: torch.Tensor
+
+
+def sinusoidal_table(max_positions: int, width: int) -> torch.Tensor:
+    """RoFormer's ``create_weight``: angle ``p / 10000^(2i/width)`` of pair ``i`` at position ``p``, computed in
+    float64; the sines of the ``width/2`` pairs, then their cosines, as float32 ``[max_positions, width]``."""
+    position = torch.arange(max_positions, dtype=torch.float64)[:, None]
+    inv_freq = 1.0 / torch.pow(10000.0, torch.arange(0, width, 2, dtype=torch.float64) / width)  # [width/2]
+    angles = position * inv_freq
+    return torch.cat((angles.sin(), angles.cos()), dim=-1).float()
+
+
+class SinusoidalTable(SharedPositionTerm):
+    """RoFormer's fixed sinusoidal table, kept where its checkpoint has it (``encoder.embed_positions.weight``,
+    frozen as transformers' is) and read by every layer's rotation (``rope`` with ``table: sinusoidal``).
+
+    The checkpoint's values are the ones used (transformers loads them too); a model built without a checkpoint
+    starts from :func:`sinusoidal_table`.
+    """
+
+    module_name = "embed_positions"
+    produces = StoredRotaryTable
+
+    def __init__(self, max_positions: int, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(sinusoidal_table(max_positions, width), requires_grad=False)
+
+    def reset_parameters_like_hf(self, std: float) -> None:
+        with torch.no_grad():
+            self.weight.copy_(sinusoidal_table(*self.weight.shape))
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos, sin [B, t, r/2]`` at ``positions [B, t]``: the halves of the stored rows."""
+        sin, cos = self.weight[positions].chunk(2, dim=-1)
+        return cos, sin
+
+    def forward(self, positions: Positions, dtype: torch.dtype) -> StoredRotaryTable:
+        return StoredRotaryTable(self.weight)
+
+
+class InverseFrequencies(SharedPositionTerm):
+    """ESM's stored inverse frequencies ``1 / base^(2i/r)`` (``encoder.rotary_embeddings.inv_freq [r/2]``, a
+    persistent buffer as transformers' is), read by every layer's rotation (``rope`` with ``table: inv_freq``).
+
+    The checkpoint's values are used, as transformers uses them (an old checkpoint may hold them rounded to
+    float16); the angles are computed in float32 from them, as ESM does.
+    """
+
+    module_name = "rotary_embeddings"
+    produces = StoredRotaryTable
+
+    def __init__(self, width: int, base: float) -> None:
+        super().__init__()
+        exponent = torch.arange(0, width, 2, dtype=torch.float) / width
+        self.register_buffer("inv_freq", 1.0 / (base**exponent))  # transformers' float32 formula
+
+    def cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos, sin [B, t, r/2]`` at ``positions [B, t]``, the angles in float32."""
+        angles = positions.float()[..., None] * self.inv_freq.float()
+        return angles.cos(), angles.sin()
+
+    def forward(self, positions: Positions, dtype: torch.dtype) -> StoredRotaryTable:
+        return StoredRotaryTable(self.inv_freq)
+
 
 class RopePositions(PositionScheme):
     """``rope``: rotary position embedding in every self-attention layer; nothing added to the embeddings."""
@@ -210,10 +332,36 @@ class RopePositions(PositionScheme):
     def __init__(self, max_positions: int, options: RopeOptions) -> None:
         super().__init__(max_positions)
         self.options = options
+        self.table: SinusoidalTable | InverseFrequencies | None = None
+        self.table_width = 0
+
+    def shared_terms(self, model: ModelDims) -> list[SharedPositionTerm]:
+        if self.options.table == "computed":
+            return []
+        width = self.options.width(model.hidden_size // model.num_heads)
+        self.table_width = width
+        if self.options.table == "sinusoidal":
+            self.table = SinusoidalTable(self.max_positions, width)
+        else:
+            self.table = InverseFrequencies(width, self.options.base)
+        return [self.table]
 
     def rotary(self, num_heads: int, head_dim: int) -> RotaryEmbedding:
-        options = self.options
-        return RotaryEmbedding(options.width(head_dim), options.base, options.interleaved, options.ntk_factor)
+        width = self.options.width(head_dim)
+        if self.options.table != "computed" and (self.table is None or self.table_width != width):
+            # a per-layer scheme (an override) has no table of its own: the encoder holds the one stored
+            raise ValueError(
+                f"rope with table: {self.options.table} keeps one table for the whole model; a layer cannot "
+                "override the position scheme or its head width"
+            )
+        return RotaryEmbedding(
+            width,
+            self.options.base,
+            self.options.interleaved,
+            ntk_factor=self.options.ntk_factor,
+            table=self.table,
+            rotate_value=self.options.rotate_value,
+        )
 
     def problems(self, num_heads: int, head_dim: int) -> list[str]:
         width = self.options.width(head_dim)

@@ -47,6 +47,8 @@ TINY_PRESETS = {
     "jina_embeddings_v3": "tiny-jina-embeddings-v3",
     "deberta-v2": "tiny-deberta-v2",
     "gte": "tiny-gte",
+    "roformer": "tiny-roformer",
+    "esm": "tiny-esm",
 }
 REPO = Path(__file__).resolve().parents[2]
 

@@ -35,6 +35,11 @@ FAMILY_HEADS = {
     "dense_classification": (task_heads, DenseClassificationOptions, "first token → dense → act → out_proj"),
     "dense_multiple_choice": (task_heads, DenseClassificationOptions, "one score per choice through out_proj"),
     "replaced_token_detection": (task_heads, NoOptions, "ELECTRA's discriminator: one logit per token"),
+    "last_position_multiple_choice": (
+        task_heads,
+        NoOptions,
+        "one score per choice from its last position, padding or not (RoFormerForMultipleChoice)",
+    ),
     "transform_masked_lm": (transform_heads, TransformLMOptions, "transform → vocabulary (ModernBertForMaskedLM)"),
     "transform_classification": (transform_heads, TransformPoolingOptions, "pool → transform → classifier"),
     "transform_token_classification": (transform_heads, TransformOptions, "transform → per-token classifier"),

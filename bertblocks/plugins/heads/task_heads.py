@@ -8,6 +8,7 @@ bertblocks' canonical ones; each family's key map renames them to its own checkp
   ``classifier.dense``/``out_proj`` with tanh, ELECTRA's with gelu, DistilBERT's ``pre_classifier`` with relu).
 * ``dense_multiple_choice`` — the same, one score per choice (DistilBERT, ELECTRA's ``sequence_summary``).
 * ``replaced_token_detection`` — ELECTRA's discriminator: one logit per token, BCE over real tokens.
+* ``last_position_multiple_choice`` — RoFormer's: each choice's last position (padding or not) → ``classifier``.
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ class DenseClassificationOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    activation: Literal["tanh", "gelu", "relu"] = Field(
-        "tanh", description="between dense and out_proj: tanh (RoBERTa), gelu (ELECTRA), relu (DistilBERT)"
+    activation: Literal["tanh", "gelu", "relu", "hidden_act"] = Field(
+        "tanh",
+        description="between dense and out_proj: tanh (RoBERTa), gelu (ELECTRA), relu (DistilBERT), or the "
+        "config's hidden_act (RoFormer)",
     )
 
 
@@ -122,7 +125,8 @@ def _dense_classifier(
     """First token → ``classifier`` (RoBERTa's ``RobertaClassificationHead``: dropout, dense, activation,
     dropout, ``out_proj``): ``num_labels`` logits, or with ``choices`` one score per choice."""
     options: DenseClassificationOptions = a.options
-    steps = dropout_dense_act(a.hidden_size, _activation(options.activation), a.classifier_dropout)
+    activation = a.activation() if options.activation == "hidden_act" else _activation(options.activation)
+    steps = dropout_dense_act(a.hidden_size, activation, a.classifier_dropout)
     classifier = Steps(*steps, ("out_proj", nn.Linear(a.hidden_size, 1 if choices else a.num_labels)))
     return ComposedHead(
         name,
@@ -145,6 +149,29 @@ def _discriminator(name: str, a: HeadArguments) -> ComposedHead:
     )
 
 
+class LastPosition(nn.Module):
+    """``RoFormerSequenceSummary`` as RoFormerConfig builds it (``summary_type`` absent: ``last``, no projection,
+    activation or dropout): ``[b·c, q, H]`` → ``[b·c, H]``, the last position whether it is padding or not."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states[:, -1]
+
+
+def _last_position_choices(name: str, a: HeadArguments) -> ComposedHead:
+    """RoFormer's multiple choice: each choice's last position → ``classifier`` (one score); cross-entropy."""
+    head = ComposedHead(
+        name,
+        modules={"sequence_summary": LastPosition(), "classifier": nn.Linear(a.hidden_size, 1)},
+        branches=(Branch(("logits",), "none", ("sequence_summary", "classifier")),),
+        loss=CHOICE_LOSS,
+        output=MultipleChoiceModelOutput,
+        choices=True,
+        reads_padded_positions=True,  # the last position of a right-padded choice is padding
+    )
+    head.pools_padded_positions = True
+    return head
+
+
 # ------------------------------------------------------------ the registered compositions (see .catalog)
 masked_lm_gelu = partial(_gelu_lm, causal=False)
 causal_lm_gelu = partial(_gelu_lm, causal=True)
@@ -152,3 +179,4 @@ sentence_order_pretraining = _sentence_order
 dense_classification = partial(_dense_classifier, loss=ProblemTypeLoss(), output=SequenceClassifierOutput)
 dense_multiple_choice = partial(_dense_classifier, loss=CHOICE_LOSS, output=MultipleChoiceModelOutput, choices=True)
 replaced_token_detection = _discriminator
+last_position_multiple_choice = _last_position_choices
