@@ -126,6 +126,15 @@ def test_a_stored_table_with_another_base_is_refused():
         bertblocks.create_model("tiny-bert", ["position.name=rope", "position.table=sinusoidal", "position.base=500"])
 
 
+@pytest.mark.parametrize("table", ["sinusoidal", "inv_freq"])
+def test_ntk_scaling_of_a_stored_table_is_refused(table):
+    """A stored table is used as stored: GTE's NTK scaling applies to computed frequencies only."""
+    from bertblocks.errors import BertBlocksError
+
+    with pytest.raises(BertBlocksError, match="ntk_factor 2 needs table: computed"):
+        bertblocks.create_model("tiny-bert", ["position.name=rope", f"position.table={table}", "position.ntk_factor=2"])
+
+
 def test_a_layer_cannot_override_the_one_stored_table():
     from bertblocks.errors import BertBlocksError
 
