@@ -12,6 +12,7 @@ from . import (
     electra,
     ernie,
     hybrid,
+    jina_bert,
     jina_embeddings_v3,
     modernbert,
     mpnet,
@@ -31,6 +32,7 @@ FAMILY_PLUGINS = (
     nomic_bert,
     jina_embeddings_v3,
     deberta_v2,
+    jina_bert,
     hybrid,
 )
 

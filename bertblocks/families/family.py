@@ -78,6 +78,10 @@ class Family:
         reads_remote_config: whether the family translates a ``config.json`` that names remote-code classes
             (``auto_map``) into its own model, given that config (NomicBERT's original format); a config.json
             with an ``auto_map`` that no family reads is refused, never built as the ``model_type``'s plain model.
+        hf_model_type: the ``model_type`` its config.json carries when that names another family: a remote-code
+            format published under a transformers ``model_type`` (Jina-embeddings-v2 says ``bert``). Such a
+            config.json is read by this family when :attr:`reads_remote_config` claims it, and saving writes this
+            ``model_type`` back; empty: :attr:`model_type`.
     """
 
     model_type: str
@@ -90,6 +94,12 @@ class Family:
     description: str = ""
     tokenizer: TokenizerConvention = field(default_factory=lambda: BERT_TOKENIZER)
     reads_remote_config: Callable[[Mapping[str, Any]], bool] | None = None
+    hf_model_type: str = ""
+
+    @property
+    def config_model_type(self) -> str:
+        """The ``model_type`` its config.json says (:attr:`hf_model_type`, else :attr:`model_type`)."""
+        return self.hf_model_type or self.model_type
 
     def head_for(self, architecture: str) -> dict[str, Any] | None:
         """The head spec (``{"name": ..., **options}``) transformers' class ``architecture`` means, or ``None``."""

@@ -29,6 +29,11 @@ class GLUOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bias: bool = Field(True, description="biases on the projections (ModernBERT's mlp_bias)")
+    output_bias: bool | None = Field(
+        None,
+        description="bias on the output projection (output.dense) alone; null: as bias. Jina-embeddings-v2 has "
+        "none on its gated input projection and one on its output",
+    )
     fused: bool = Field(
         False,
         description="one input projection intermediate.dense of 2·intermediate_size outputs, the activated half "
@@ -149,7 +154,7 @@ def build_glu_feedforward(
             layer_norm_eps,
             dropout,
             _norm(norm, hidden_size, layer_norm_eps),
-            options.bias,
+            options.bias if options.output_bias is None else options.output_bias,
         ),
     )
 
