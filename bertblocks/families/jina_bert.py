@@ -158,6 +158,7 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     out["feed_forward_type"] = next((name for name, act in GATED.items() if act == activation), "geglu")
     # a model with another gate activation reads back as geglu: config_to_hf then names the contradiction
     out.setdefault("auto_map", dict(AUTO_MAP))
+    out["model_type"] = "bert"  # the published format
     return out
 
 
@@ -178,7 +179,7 @@ JINA_BERT = Family(
     "and a gated (GEGLU) feed-forward",
     tokenizer=BERT_TOKENIZER,  # BertTokenizer; chosen by config.json's model_type (bert)
     reads_remote_config=is_jina_bert,
-    hf_model_type="bert",
+    remote_model_types=("bert",),
 )
 
 

@@ -111,7 +111,7 @@ def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[s
     """
     family = get_family(config.family, registry, source=None)
     out = family.config_to_hf(config)
-    out["model_type"] = family.config_model_type
+    out.setdefault("model_type", family.model_type)  # a remote format's family writes its published one
     head = config.head.name if config.head is not None else None
     out.setdefault("architectures", [family.architecture_for(head)])
     if BLOCK in out:  # a family that writes the block itself
@@ -137,12 +137,12 @@ def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[s
 def _claiming_family(family: Family, src: Mapping[str, Any], registry: Registry | None) -> Family:
     """The family that reads ``src``: the ``model_type``'s own, unless the file names remote-code classes
     (``auto_map``) that another family translates and publishes under this ``model_type``
-    (:attr:`Family.hf_model_type`: Jina-embeddings-v2 as ``bert``)."""
+    (:attr:`Family.remote_model_types`: Jina-embeddings-v2 as ``bert``, v3 as ``xlm-roberta``)."""
     if src.get("auto_map") is None or (family.reads_remote_config is not None and family.reads_remote_config(src)):
         return family
     for candidate in known_families(registry):
         claims = candidate.reads_remote_config
-        if candidate.hf_model_type == family.model_type and claims is not None and claims(src):
+        if family.model_type in candidate.remote_model_types and claims is not None and claims(src):
             return candidate
     return family
 

@@ -39,7 +39,7 @@ def test_every_family_has_presets_base_and_large_where_they_exist():
 
 #: presets of a remote-code format transformers has no class for (Jina-embeddings-v2): their keys and shapes are
 #: checked against the published names in their family's tests
-NATIVE_PRESETS = [n for n in FAMILY_PRESETS if not get_family(bertblocks.load_config(n).family).hf_model_type]
+NATIVE_PRESETS = [n for n in FAMILY_PRESETS if config_to_hf(c := bertblocks.load_config(n))["model_type"] == c.family]
 
 
 @pytest.mark.parametrize("name", NATIVE_PRESETS)
