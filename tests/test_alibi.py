@@ -229,3 +229,16 @@ def test_the_conformance_suite_passes():
             continue
         ran.append(case)
     assert len(ran) >= 3, [str(c) for c in cases]
+
+
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_analytic_flops_know_the_scheme_and_match_the_counter(backend):
+    """ALiBi adds a bias, no matrix product: the ablation's analytic count equals torch's flop counter."""
+    from bertblocks.ablation.flops import analytic_flops_per_token, counted_flops
+
+    model = _model(_config(**{"encoder.attention.backend": backend}))
+    for batch, length in [(2, 16), (1, 7)]:
+        counted = counted_flops(model, batch, length, model.config.vocab_size) / (batch * length)
+        analytic = analytic_flops_per_token(model.config, length)
+        assert analytic.note == ""  # not "assumed absolute"
+        assert analytic.per_token == pytest.approx(counted, rel=1e-9)
