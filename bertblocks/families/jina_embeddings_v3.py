@@ -17,7 +17,8 @@ to ``jinaai/xlm-roberta-flash-implementation``'s ``XLMRobertaLoRA``, ``position_
 ``task_instructions``). This family claims that config.json (its fields translated, nothing imported) and its
 weights: every linear and embedding weight ``W`` is stored as ``….parametrizations.weight.original`` beside
 ``….parametrizations.weight.0.lora_A`` / ``lora_B`` holding one low-rank pair per task. bertblocks merges the
-pair of **one chosen task** into the weights at load, in float64 (``scaling = lora_alpha / lora_rank``)::
+pair of **one chosen task** into the weights at load, in float64, stored in at least float32
+(``scaling = lora_alpha / lora_rank``)::
 
     linear    W [out, in]    A [tasks, r, in]    B [tasks, out, r]    W + scaling · B[t] @ A[t]
     embedding W [rows, dim]  A [tasks, rows, r]  B [tasks, r, dim]    W + scaling · A[t] @ B[t]
@@ -36,6 +37,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
+
+import torch
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
@@ -230,7 +233,9 @@ def merge_lora(state: Mapping[str, Any], config: BertConfig) -> dict[str, Any]:
 
 
 def _merged(module: str, weight: Any, state: Mapping[str, Any], index: int, scaling: float) -> Any:
-    """``weight`` plus this task's low-rank update, computed in float64 and stored in the weight's dtype."""
+    """``weight`` plus this task's low-rank update, computed in float64 and stored in at least float32 (the
+    published weights are bfloat16: rounding the sum back to it would throw away most of the update's precision;
+    the load casts to the model's dtype afterwards)."""
     a_key, b_key = f"{module}{_PARAMETRIZED}0.lora_A", f"{module}{_PARAMETRIZED}0.lora_B"
     if a_key not in state or b_key not in state:
         raise KeyMapError(f"{module}: a parametrized weight without its LoRA pair ({a_key}, {b_key})")
@@ -251,7 +256,7 @@ def _merged(module: str, weight: Any, state: Mapping[str, Any], index: int, scal
             f"{module}: LoRA pair of shapes {tuple(a.shape)}, {tuple(b.shape)} fits neither a linear nor an "
             f"embedding weight of shape {tuple(weight.shape)}"
         )
-    return (weight.double() + scaling * update).to(weight.dtype)
+    return (weight.double() + scaling * update).to(torch.promote_types(weight.dtype, torch.float32))
 
 
 def _from_hf(hf: Any) -> dict[str, Any]:

@@ -295,3 +295,17 @@ def test_other_remote_code_under_xlm_roberta_stays_refused():
     other = {k: v.replace(REMOTE, "someone/other-implementation") for k, v in PUBLISHED["auto_map"].items()}
     with pytest.raises(ConfigError, match=r"auto_map: names remote-code classes \(someone/other-implementation--"):
         bertblocks.load_config(config_from_hf({**PUBLISHED, "auto_map": other}))
+
+
+def test_bfloat16_adapters_merge_without_rounding_the_sum_to_bfloat16(tmp_path):
+    """The published weights are bfloat16: the merged weight keeps float32 precision (the float64 sum, rounded
+    once to float32), not the sum rounded back to bfloat16."""
+    published = {k: v.to(torch.bfloat16) for k, v in _published(_native_weights(tmp_path)).items()}
+    folder = _save_published(tmp_path, published, {**PUBLISHED, "torch_dtype": "bfloat16"})
+    ours = bertblocks.from_pretrained(folder, [f"hf.lora_task={TASKS[0]}"], dtype=torch.float32)
+    merged = _merged_reference(published, TASKS[0])  # float64 sum of the bfloat16 tensors, in float32
+    got = ours.state_dict()["encoder.layer.0.attention.self.Wqkv.weight"]
+    assert got.dtype == torch.float32
+    assert_close(got, merged["encoder.layers.0.mixer.Wqkv.weight"], atol=1e-6)
+    rounded = merged["encoder.layers.0.mixer.Wqkv.weight"].to(torch.bfloat16).float()
+    assert (rounded - merged["encoder.layers.0.mixer.Wqkv.weight"]).abs().max() > 1e-4  # what bfloat16 would lose
