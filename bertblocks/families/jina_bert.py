@@ -10,8 +10,7 @@ What differs from BERT, as components (from the published config fields and mode
   bias-free projection to ``2·intermediate_size`` whose first half is activated (GELU for geglu, ReLU for reglu)
   and multiplies the second; ``mlp.wo`` (with bias) projects back; ``mlp.layernorm`` normalises
   ``wo(…) + residual``: BERT's post-LN output, so it is the layer's ``output.LayerNorm`` here (the same
-  equation). One difference in training only: JinaBERT drops out the gated product before ``wo``, bertblocks'
-  feed-forward after it (the same numbers with dropout off, as in eval and inference);
+  equation). JinaBERT drops out the gated product before ``wo``: the glu option ``dropout_at: gated``;
 * everything else is BERT's: embeddings (word + token type → LayerNorm), post-LN layers, attention with biased
   query/key/value, pooler, heads and their weight names (prefix ``bert.``).
 
@@ -84,6 +83,7 @@ FIXED: dict[str, Any] = {
     "encoder.feedforward.bias": False,
     "encoder.feedforward.output_bias": True,
     "encoder.feedforward.fused": True,
+    "encoder.feedforward.dropout_at": "gated",
     "is_decoder": False,
     "add_cross_attention": False,
 }
@@ -145,6 +145,7 @@ def _from_hf(hf: Any) -> dict[str, Any]:
         "bias": False,
         "output_bias": True,
         "fused": True,
+        "dropout_at": "gated",
     }
     return data
 

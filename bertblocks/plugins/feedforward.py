@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,11 @@ class GLUOptions(BaseModel):
         description="one input projection intermediate.dense of 2·intermediate_size outputs, the activated half "
         "first (ModernBERT's Wi); false: two, intermediate.gate (activated) and intermediate.up",
     )
+    dropout_at: Literal["output", "gated"] = Field(
+        "output",
+        description="where the hidden dropout applies: output, after the output projection (BERT's place); gated, "
+        "on the gated product before it (JinaBERT's, MosaicBERT's). The same numbers without dropout",
+    )
 
 
 class BertIntermediate(Intermediate):
@@ -61,10 +67,18 @@ class GLUIntermediate(Intermediate):
     """
 
     def __init__(
-        self, hidden_size: int, intermediate_size: int, activation: nn.Module, bias: bool, fused: bool
+        self,
+        hidden_size: int,
+        intermediate_size: int,
+        activation: nn.Module,
+        bias: bool,
+        fused: bool,
+        dropout: float | None = None,
     ) -> None:
         super().__init__()
         self.fused = fused
+        if dropout is not None:  # dropout on the gated product (JinaBERT), not after the output projection
+            self.dropout = nn.Dropout(dropout)
         if fused:
             self.dense = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
         else:
@@ -77,7 +91,8 @@ class GLUIntermediate(Intermediate):
             gate, up = self.dense(hidden_states).chunk(2, dim=-1)  # [b, q, I] each
         else:
             gate, up = self.gate(hidden_states), self.up(hidden_states)
-        return self.intermediate_act_fn(gate) * up
+        gated = self.intermediate_act_fn(gate) * up
+        return self.dropout(gated) if hasattr(self, "dropout") else gated
 
 
 class ResidualOutput(nn.Module):
@@ -146,13 +161,16 @@ def build_glu_feedforward(
     options: GLUOptions,
     norm: Callable[[], nn.Module] | str | None = "layernorm",
 ) -> FeedForward:
+    gated = options.dropout_at == "gated"
     return FeedForward(
-        intermediate=GLUIntermediate(hidden_size, intermediate_size, activation(), options.bias, options.fused),
+        intermediate=GLUIntermediate(
+            hidden_size, intermediate_size, activation(), options.bias, options.fused, dropout if gated else None
+        ),
         output=BertOutput(
             intermediate_size,
             hidden_size,
             layer_norm_eps,
-            dropout,
+            0.0 if gated else dropout,
             _norm(norm, hidden_size, layer_norm_eps),
             options.bias if options.output_bias is None else options.output_bias,
         ),

@@ -259,7 +259,12 @@ def test_config_json_round_trips_and_maps_to_components():
     assert cfg.position.name == "symmetric_alibi"
     assert cfg.encoder.feedforward.name == "glu"
     assert cfg.encoder.feedforward.activation == "gelu"
-    assert cfg.encoder.feedforward.options() == {"bias": False, "output_bias": True, "fused": True}
+    assert cfg.encoder.feedforward.options() == {
+        "bias": False,
+        "output_bias": True,
+        "fused": True,
+        "dropout_at": "gated",
+    }
     assert cfg.encoder.attention.options() == {"qkv_bias": True, "output_bias": True, "fused_qkv": False}
     back = config_to_hf(cfg)
     for key in ("model_type", "auto_map", "position_embedding_type", "feed_forward_type", "emb_pooler"):
@@ -364,3 +369,32 @@ def test_presets_hold_the_published_keys_and_shapes(name, sizes, parameters):
     mapped = strip_prefix(model_to_checkpoint(add_prefix(model.state_dict(), "bert"), cfg), "bert")
     assert {k: tuple(v.shape) for k, v in mapped.items()} == expected
     assert model.num_parameters() == parameters
+
+
+def test_training_dropout_falls_on_the_gated_product_as_jinabert_drops_it():
+    """In training, the feed-forward equals JinaBERT's MLP with the dropout mask drawn on the gated product
+    (same RNG draws), not after the output projection."""
+    model = bertblocks.create_model("tiny-jina-v2", ["hidden_dropout_prob=0.5"]).train()
+    layer = model.encoder.layer[0]
+    x = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(0))
+    state = {k: v.detach().double() for k, v in layer.state_dict().items()}
+    torch.manual_seed(7)
+    with torch.no_grad():
+        got = layer.output(layer.intermediate(x), x)
+    torch.manual_seed(7)
+    g = x.double() @ state["intermediate.dense.weight"].T  # [b, t, 2I], no bias
+    inner = g.shape[-1] // 2
+    dropped = torch.nn.functional.dropout(torch.nn.functional.gelu(g[..., :inner]) * g[..., inner:], 0.5)
+    h = dropped @ state["output.dense.weight"].T + state["output.dense.bias"] + x.double()
+    ln = state["output.LayerNorm.weight"], state["output.LayerNorm.bias"]
+    want = torch.nn.functional.layer_norm(h, h.shape[-1:], *ln, 1e-12)
+    assert_close(got.double(), want)
+    bert_place = bertblocks.create_model(
+        "tiny-jina-v2", ["hidden_dropout_prob=0.5", "encoder.feedforward.dropout_at=output"]
+    )
+    bert_place.load_state_dict(model.state_dict())
+    bert_layer = bert_place.train().encoder.layer[0]
+    torch.manual_seed(7)
+    with torch.no_grad():
+        other = bert_layer.output(bert_layer.intermediate(x), x)
+    assert (other.double() - want).abs().max() > 1e-3  # the other place is another model in training
