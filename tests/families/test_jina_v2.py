@@ -398,3 +398,32 @@ def test_training_dropout_falls_on_the_gated_product_as_jinabert_drops_it():
     with torch.no_grad():
         other = bert_layer.output(bert_layer.intermediate(x), x)
     assert (other.double() - want).abs().max() > 1e-3  # the other place is another model in training
+
+
+def test_sentence_embeddings_and_embed_command_on_a_published_checkpoint(tmp_path, capsys):
+    """``bertblocks.sentence.encode`` and ``bertblocks embed`` on a Jina-v2 folder with its tokenizer.json: the
+    masked mean (JinaBERT's ``emb_pooler: mean``) of the float64 reference, L2-normalised."""
+    import numpy as np
+    from transformers import BertTokenizer
+
+    from bertblocks import cli, sentence
+    from tests.families import test_tokenizers as toks
+
+    tok = toks.wordpiece()
+    tok.post_processor = toks.bert_processor(tok)
+    config = {**PUBLISHED, "vocab_size": tok.get_vocab_size()}
+    weights = _published_weights(config, seed=4)
+    folder = _save(tmp_path / "published", config, weights)
+    toks.save(folder, tok, "BertTokenizer")
+    texts = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog"]
+    tokenizer = BertTokenizer.from_pretrained(folder)
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    hidden, _ = _reference(weights, config, batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+    m = batch["attention_mask"][..., None].double()
+    want = torch.nn.functional.normalize((hidden * m).sum(1) / m.sum(1), dim=-1)
+    model = bertblocks.from_pretrained(folder).eval()
+    assert_close(sentence.encode(model, tokenizer, texts, batch_size=2).double(), want)
+    out = tmp_path / "embeddings.npy"
+    code = cli.main(["embed", "--model", str(folder), "--batch-size", "2", "-o", str(out), *texts])
+    assert code == 0, capsys.readouterr().err
+    assert_close(torch.from_numpy(np.load(out)).double(), want)
