@@ -427,3 +427,15 @@ def test_sentence_embeddings_and_embed_command_on_a_published_checkpoint(tmp_pat
     code = cli.main(["embed", "--model", str(folder), "--batch-size", "2", "-o", str(out), *texts])
     assert code == 0, capsys.readouterr().err
     assert_close(torch.from_numpy(np.load(out)).double(), want)
+
+
+def test_choices_the_published_fields_cannot_say_travel_in_the_bertblocks_block(tmp_path):
+    model = bertblocks.create_model("tiny-jina-v2", ["encoder.attention.backend=eager", "position.max_bias=4.0"])
+    model.save_pretrained(tmp_path)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert written["model_type"] == "bert"
+    assert written["bertblocks"]["position"] == {"name": "symmetric_alibi", "max_bias": 4.0}
+    again = bertblocks.from_pretrained(tmp_path)
+    assert again.config.family == "jina_bert"
+    assert again.config.position.options()["max_bias"] == 4.0
+    assert again.encoder.alibi.slopes.tolist() == model.encoder.alibi.slopes.tolist()
