@@ -114,7 +114,7 @@ def test_unknown_name_lists_the_kind_and_the_closest():
         reg.get("position", "relative_kye")
     assert str(info.value) == (
         "unknown position 'relative_kye'; available: absolute, disentangled, none, relative_bucket, "
-        "relative_key, relative_key_query, rope (did you mean 'relative_key'?)"
+        "relative_key, relative_key_query, rope, symmetric_alibi (did you mean 'relative_key'?)"
     )
     with pytest.raises(UnknownComponentError, match=r"available: eager, sdpa, sliding_window$"):
         reg.get("backend", "flash")  # nothing close: no hint

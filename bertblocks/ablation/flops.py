@@ -11,7 +11,8 @@ For a sequence of ``L`` tokens, hidden size ``H``, feed-forward width ``I``, and
     attention      2·L·A + 2·L·A       scores QKᵀ and probabilities × V
     relative bias  2·A·(2L − 1)        relative_key: queries × the (2L − 1) reachable distance rows
                    × 2                 relative_key_query: the keys too
-                                       (rope, relative_bucket, none: no products, like absolute)
+                                       (rope, relative_bucket, symmetric_alibi, none: no products,
+                                       like absolute)
     feed-forward   2·H·I + 2·I·H       (glu: 2·H·2I + 2·I·H, the gate and the up projection)
     pooler         2·H² / L            one dense on the first token of each sequence
 
@@ -39,8 +40,17 @@ from bertblocks.config import BertConfig
 _KNOWN = {
     "attention": {"bert"},
     "feedforward": {"bert", "glu"},
-    # rope rotates elementwise, relative_bucket looks a shared table up, none adds nothing: no products
-    "position": {"absolute", "none", "rope", "relative_bucket", "relative_key", "relative_key_query"},
+    # rope rotates elementwise, relative_bucket looks a shared table up, symmetric_alibi adds slope × distance,
+    # none adds nothing: no products
+    "position": {
+        "absolute",
+        "none",
+        "rope",
+        "relative_bucket",
+        "relative_key",
+        "relative_key_query",
+        "symmetric_alibi",
+    },
 }
 
 

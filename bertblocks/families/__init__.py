@@ -14,6 +14,7 @@ from . import (
     esm,
     gte,
     hybrid,
+    jina_bert,
     jina_embeddings_v3,
     modernbert,
     mpnet,
@@ -37,6 +38,7 @@ FAMILY_PLUGINS = (
     gte,
     roformer,
     esm,
+    jina_bert,
     hybrid,
 )
 

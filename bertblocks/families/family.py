@@ -78,6 +78,15 @@ class Family:
         reads_remote_config: whether the family translates a ``config.json`` that names remote-code classes
             (``auto_map``) into its own model, given that config (NomicBERT's original format); a config.json
             with an ``auto_map`` that no family reads is refused, never built as the ``model_type``'s plain model.
+        remote_model_types: other ``model_type`` values whose config.json this family reads when
+            :attr:`reads_remote_config` claims it: a remote-code format published under a transformers
+            ``model_type`` (Jina-embeddings-v2 says ``bert``, v3 ``xlm-roberta``). What ``config_to_hf`` returns
+            as ``model_type`` is written (Jina-embeddings-v2 writes its published format back); without one, the
+            family's own.
+        prepare_checkpoint: what a key map cannot express, computed on the checkpoint's tensors (its own keys)
+            before the key map renames them, given the model's config: Jina-embeddings-v3's published LoRA
+            adapters merged into the weights for the task the config names. Raise ``KeyMapError`` for a
+            checkpoint it cannot prepare.
     """
 
     model_type: str
@@ -90,6 +99,8 @@ class Family:
     description: str = ""
     tokenizer: TokenizerConvention = field(default_factory=lambda: BERT_TOKENIZER)
     reads_remote_config: Callable[[Mapping[str, Any]], bool] | None = None
+    remote_model_types: tuple[str, ...] = ()
+    prepare_checkpoint: Callable[[Mapping[str, Any], Any], dict[str, Any]] | None = None
 
     def head_for(self, architecture: str) -> dict[str, Any] | None:
         """The head spec (``{"name": ..., **options}``) transformers' class ``architecture`` means, or ``None``."""

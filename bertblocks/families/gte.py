@@ -12,7 +12,7 @@ classes count them); the ``new`` format's ``rope_scaling: {type: ntk, factor: k}
 scaling (``ntk_factor: k``: ``θ_i = (θ·k)^(-2i/d) / k^(2/d)``); attention ``fused_qkv`` with biases; feed-forward
 ``glu`` (``down(act(gate(x)) · up(x))``, the activation ``hidden_act``), its gate and up projections without bias
 and its output projection with one (``input_bias: false``), the gated product dropped out in training
-(``inner_dropout``); BERT's post-LN layers; ``type_vocab_size: 0``
+(``dropout_at: both``); BERT's post-LN layers; ``type_vocab_size: 0``
 (gte-base-en-v1.5) means no token-type table. The backbone has no pooler (``GteModel(add_pooling_layer=False)``);
 the sequence classifier has BERT's. The masked LM's head is RoBERTa's gelu transform, its bias stored on the
 decoder.
@@ -99,7 +99,7 @@ FIXED: dict[str, Any] = {
     "encoder.feedforward.bias": True,
     "encoder.feedforward.input_bias": False,
     "encoder.feedforward.fused": False,
-    "encoder.feedforward.inner_dropout": True,
+    "encoder.feedforward.dropout_at": "both",
     "is_decoder": False,
     "add_cross_attention": False,
 }
@@ -125,7 +125,7 @@ def _components(src: dict[str, Any], position: dict[str, Any]) -> dict[str, Any]
         "name": "glu",
         "input_bias": False,
         "fused": False,
-        "inner_dropout": True,
+        "dropout_at": "both",
     }
     # GteModel builds no pooler; only the sequence classifier asks for one
     pooled = isinstance(architectures, list) and len(architectures) == 1 and architectures[0] in _POOLED

@@ -9,19 +9,41 @@ XLM-RoBERTa's (a gelu ``lm_head``, a ``dense → tanh → out_proj`` classifier)
 The checkpoint is what transformers writes (its ``save_pretrained`` reverts to Jina's original names):
 ``roberta.emb_ln``, ``roberta.encoder.layers.{i}.mixer.Wqkv`` (query, key, value rows), ``mixer.out_proj``,
 ``norm1``, ``mlp.fc1``, ``mlp.fc2``, ``norm2``; one under transformers' in-memory names
-(``save_original_format=False``: ``layers.{i}.self_attn.q_proj``, …) loads too. The published model's task
-LoRA adapters are not part of transformers' class and not of this family.
+(``save_original_format=False``: ``layers.{i}.self_attn.q_proj``, …) loads too.
+
+**The published format** (``jinaai/jina-embeddings-v3`` itself): ``model_type: xlm-roberta`` with an ``auto_map``
+to ``jinaai/xlm-roberta-flash-implementation``'s ``XLMRobertaLoRA``, ``position_embedding_type: rotary`` with
+``rotary_emb_base``, and per-task LoRA adapters (``lora_adaptations``, ``lora_rank``, ``lora_alpha``,
+``task_instructions``). This family claims that config.json (its fields translated, nothing imported) and its
+weights: every linear and embedding weight ``W`` is stored as ``….parametrizations.weight.original`` beside
+``….parametrizations.weight.0.lora_A`` / ``lora_B`` holding one low-rank pair per task. bertblocks merges the
+pair of **one chosen task** into the weights at load, in float64, stored in at least float32
+(``scaling = lora_alpha / lora_rank``)::
+
+    linear    W [out, in]    A [tasks, r, in]    B [tasks, out, r]    W + scaling · B[t] @ A[t]
+    embedding W [rows, dim]  A [tasks, rows, r]  B [tasks, r, dim]    W + scaling · A[t] @ B[t]
+
+The task is the config's ``hf.lora_task`` (``from_pretrained(path, ["hf.lora_task=retrieval.query"])``, or a
+``lora_task`` field in config.json); ``none`` keeps the weights without adapters (the remote code's ``task=None``).
+Loading the adapters without a task is refused, naming the tasks and how to pick one. The merged model is the
+native architecture, so it saves in transformers' native format (``model_type: jina_embeddings_v3``, no
+adapters, no ``auto_map``), which transformers' own class loads. The task instructions (``task_instructions``, the
+prefixes the remote ``encode()`` puts before texts) are kept in ``config.hf`` for the caller; the model does not
+add them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
+
+import torch
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
 from bertblocks.families.family import Family
-from bertblocks.families.keymap import Join, KeyMap, Rename
+from bertblocks.families.keymap import Join, KeyMap, KeyMapError, Rename
 
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
@@ -80,7 +102,166 @@ FIXED: dict[str, Any] = {
 }
 
 
+# ------------------------------------------------------------------------------------ the published format
+#: the published remote code this family's published format names
+REMOTE_REPOSITORY = "jinaai/xlm-roberta-flash-implementation"
+#: its classes whose modelling the native architecture (plus merged LoRA adapters) reproduces
+REMOTE_CLASSES = frozenset(
+    {
+        "configuration_xlm_roberta.XLMRobertaFlashConfig",
+        "modeling_lora.XLMRobertaLoRA",
+        "modeling_xlm_roberta.XLMRobertaModel",
+        "modeling_xlm_roberta.XLMRobertaForMaskedLM",
+        "modeling_xlm_roberta.XLMRobertaForPreTraining",
+    }
+)
+#: the published config.json's fields for its adapters, kept in ``config.hf`` to merge the chosen task at load and
+#: never written in the native format (the merged model has no adapters)
+LORA_FIELDS = ("lora_adaptations", "lora_rank", "lora_alpha", "task_instructions", "lora_task")
+#: kernels, training conveniences and encode()-time options of the published config: no effect on the numbers
+REMOTE_IGNORED = (
+    "auto_map",
+    "use_flash_attn",
+    "lora_dropout_p",
+    "lora_main_params_trainable",
+    "load_trained_adapters",
+    "num_loras",
+    "matryoshka_dimensions",
+    "truncate_dim",
+    "emb_pooler",
+    "output_past",
+    "use_reentrant",
+)
+#: the task choice that keeps the weights without adapters
+NO_TASK = "none"
+_PARAMETRIZED = ".parametrizations.weight."
+
+
+def _remote_class(value: object) -> str | None:
+    if not isinstance(value, str) or "--" not in value:
+        return None  # a folder's own *.py: code bertblocks has never seen
+    repository, _, name = value.partition("--")
+    return name if repository == REMOTE_REPOSITORY else None
+
+
+def is_published(hf: Mapping[str, Any]) -> bool:
+    """Whether a config.json is the published Jina-embeddings-v3 format: its ``auto_map`` names only
+    ``jinaai/xlm-roberta-flash-implementation``'s classes (the tokenizer aside)."""
+    auto_map = hf.get("auto_map")
+    if not isinstance(auto_map, Mapping):
+        return False
+    named = [_remote_class(value) for key, value in auto_map.items() if key != "AutoTokenizer"]
+    return bool(named) and all(name in REMOTE_CLASSES for name in named)
+
+
+def published_to_native(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """The published config.json's fields → the native ``JinaEmbeddingsV3Config``'s, the adapter fields kept.
+
+    Raises:
+        ValueError: a switch the native architecture does not implement (named), or adapter fields that do not
+            describe a task list.
+    """
+    src = dict(hf)
+    problems = []
+    position = src.pop("position_embedding_type", "rotary")
+    if position != "rotary":
+        problems.append(f"position_embedding_type is {position!r} (the native architecture is rotary)")
+    window = src.pop("window_size", None)
+    if window not in (None, [-1, -1]):
+        problems.append(f"window_size is {window!r} (local attention; the native architecture attends globally)")
+    adaptations = src.get("lora_adaptations")
+    if adaptations is not None and not (
+        isinstance(adaptations, list) and adaptations and all(isinstance(a, str) for a in adaptations)
+    ):
+        problems.append(f"lora_adaptations is {adaptations!r}, not a list of task names")
+    for field in ("lora_rank", "lora_alpha"):
+        value = src.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+            problems.append(f"{field} is {value!r}, not a positive number")
+    task = src.get("lora_task")
+    if task is not None and task != NO_TASK and isinstance(adaptations, list) and task not in adaptations:
+        problems.append(f"lora_task is {task!r}; the adapters are {', '.join(map(str, adaptations))} (or {NO_TASK!r})")
+    if problems:
+        raise ValueError("cannot read the published Jina-embeddings-v3 config.json: " + "; ".join(problems))
+    theta = src.pop("rotary_emb_base", DEFAULT_THETA)
+    src["rope_parameters"] = {"rope_theta": theta, "rope_type": "default"}
+    for key in REMOTE_IGNORED:
+        src.pop(key, None)
+    src["model_type"] = "jina_embeddings_v3"
+    return src
+
+
+def merge_lora(state: Mapping[str, Any], config: BertConfig) -> dict[str, Any]:
+    """The published checkpoint's tensors with the chosen task's LoRA pair merged into every parametrized weight
+    (``….parametrizations.weight.original`` + ``….0.lora_A`` / ``lora_B`` → ``….weight``); a checkpoint without
+    adapters passes through.
+
+    Raises:
+        KeyMapError: adapters but no task chosen (naming the tasks and how to choose), a task the adapters lack, or
+            an adapter whose shapes fit neither a linear nor an embedding weight.
+    """
+    if not any(_PARAMETRIZED in key for key in state):
+        return dict(state)
+    hf = config.hf
+    tasks = hf.get("lora_adaptations")
+    task = hf.get("lora_task")
+    if not isinstance(tasks, list):
+        raise KeyMapError(
+            "the checkpoint holds LoRA adapters (….parametrizations.weight.0.lora_A/lora_B) but config.json lists no "
+            "lora_adaptations"
+        )
+    if task is None:
+        raise KeyMapError(
+            f"the checkpoint holds LoRA adapters for the tasks {', '.join(map(str, tasks))}; choose the one to merge "
+            "into the weights: from_pretrained(path, ['hf.lora_task=<task>']) (or a lora_task field in config.json); "
+            f"'hf.lora_task={NO_TASK}' keeps the weights without adapters"
+        )
+    if task != NO_TASK and task not in tasks:
+        raise KeyMapError(f"lora_task {task!r} has no adapter; the adapters are {', '.join(map(str, tasks))}")
+    index = None if task == NO_TASK else tasks.index(task)
+    scaling = float(hf.get("lora_alpha", 1)) / float(hf.get("lora_rank", 4))
+    out: dict[str, Any] = {}
+    for key, tensor in state.items():
+        if _PARAMETRIZED not in key:
+            out[key] = tensor
+            continue
+        module, _, part = key.partition(_PARAMETRIZED)
+        if part != "original":
+            continue  # lora_A / lora_B: merged with their weight below
+        out[f"{module}.weight"] = tensor if index is None else _merged(module, tensor, state, index, scaling)
+    return out
+
+
+def _merged(module: str, weight: Any, state: Mapping[str, Any], index: int, scaling: float) -> Any:
+    """``weight`` plus this task's low-rank update, computed in float64 and stored in at least float32 (the
+    published weights are bfloat16: rounding the sum back to it would throw away most of the update's precision;
+    the load casts to the model's dtype afterwards)."""
+    a_key, b_key = f"{module}{_PARAMETRIZED}0.lora_A", f"{module}{_PARAMETRIZED}0.lora_B"
+    if a_key not in state or b_key not in state:
+        raise KeyMapError(f"{module}: a parametrized weight without its LoRA pair ({a_key}, {b_key})")
+    a, b = state[a_key], state[b_key]
+    if a.dim() != 3 or b.dim() != 3 or index >= min(a.shape[0], b.shape[0]):
+        raise KeyMapError(
+            f"{module}: LoRA tensors of shapes {tuple(a.shape)}, {tuple(b.shape)} hold no adapter {index} "
+            "([tasks, …, …] each)"
+        )
+    a, b = a[index].double(), b[index].double()
+    rows, cols = weight.shape
+    if a.shape[1] == cols and b.shape[0] == rows and a.shape[0] == b.shape[1]:  # linear: B @ A is [out, in]
+        update = b @ a
+    elif a.shape[0] == rows and b.shape[1] == cols and a.shape[1] == b.shape[0]:  # embedding: A @ B is [rows, dim]
+        update = a @ b
+    else:
+        raise KeyMapError(
+            f"{module}: LoRA pair of shapes {tuple(a.shape)}, {tuple(b.shape)} fits neither a linear nor an "
+            f"embedding weight of shape {tuple(weight.shape)}"
+        )
+    return (weight.double() + scaling * update).to(torch.promote_types(weight.dtype, torch.float32))
+
+
 def _from_hf(hf: Any) -> dict[str, Any]:
+    if is_published(hf):
+        hf = published_to_native(hf)
     src = {**DEFAULTS, **hf}
     position = rope_from_hf(src, DEFAULT_THETA)
     for absent in ("is_decoder", "add_cross_attention"):  # JinaEmbeddingsV3Config has neither
@@ -93,7 +274,8 @@ def _from_hf(hf: Any) -> dict[str, Any]:
 
 
 def _to_hf(config: BertConfig) -> dict[str, Any]:
-    out = bert_fields_to_hf(config, dropped=("position_embedding_type", "is_decoder", "add_cross_attention"))
+    dropped = ("position_embedding_type", "is_decoder", "add_cross_attention", *LORA_FIELDS)
+    out = bert_fields_to_hf(config, dropped=dropped)  # a merged published model saves as the native one
     out.update(rope_to_hf(config))
     return out
 
@@ -115,6 +297,10 @@ JINA_EMBEDDINGS_V3 = Family(
     # transformers maps jina_embeddings_v3 to XLMRobertaTokenizer; chosen by model_type only (the xlm-roberta
     # family claims that class name)
     tokenizer=replace(roberta_tokenizer("XLMRoberta"), tokenizer_classes=()),
+    # the published format (model_type xlm-roberta, auto_map to XLMRobertaLoRA) is translated, its adapters merged
+    reads_remote_config=is_published,
+    remote_model_types=("xlm-roberta",),
+    prepare_checkpoint=merge_lora,
 )
 
 

@@ -33,7 +33,7 @@ from ..config.schema import json_value_problem
 from ..families.bertlike import BERT_FIELD_NAMES
 from ..families.family import Family
 from ..registry import Registry, validate_config
-from .families import get_family
+from .families import get_family, known_families
 from .misspelt_keys import warn_misspelt_keys
 
 #: the family a config.json without ``model_type`` is read as (transformers' BERT)
@@ -65,7 +65,7 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> d
     model_type = src.get("model_type") or DEFAULT_FAMILY
     if not isinstance(model_type, str):
         raise ConfigError([ConfigIssue("model_type", f"must be a string, got {model_type!r}")], _SOURCE)
-    family = get_family(model_type, registry)
+    family = _claiming_family(get_family(model_type, registry), src, registry)
     _refuse_remote_code(family, src)
     ours = src.pop(BLOCK, {})
     if not isinstance(ours, Mapping):
@@ -74,7 +74,7 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> d
             _SOURCE,
         )
     data = _translate(family, src)
-    data["family"] = model_type
+    data["family"] = family.model_type  # a remote-code format's family, not the model_type it is published under
     warn_misspelt_keys(data.get("hf") or {}, (*BERT_FIELD_NAMES, "architectures", BLOCK))
     issues = contradictions(family, src, data, ours)
     if issues:
@@ -85,11 +85,16 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> d
         value = _get(data, path)
         if value is not _MISSING and value != required:
             issues.append(
-                ConfigIssue(path, f"is {value!r}, but the {model_type} family requires {required!r} (config.json)")
+                ConfigIssue(
+                    path, f"is {value!r}, but the {family.model_type} family requires {required!r} (config.json)"
+                )
             )
-    if data.get("family", model_type) != model_type:
+    if data.get("family", family.model_type) != family.model_type:
         issues.append(
-            ConfigIssue(f"{BLOCK}.family", f"is {data['family']!r}, but config.json's model_type is {model_type!r}")
+            ConfigIssue(
+                f"{BLOCK}.family",
+                f"is {data['family']!r}, but config.json's model_type is {model_type!r} (family {family.model_type!r})",
+            )
         )
     if issues:
         raise ConfigError(issues, _SOURCE)
@@ -106,7 +111,7 @@ def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[s
     """
     family = get_family(config.family, registry, source=None)
     out = family.config_to_hf(config)
-    out["model_type"] = family.model_type
+    out.setdefault("model_type", family.model_type)  # a remote format's family writes its published one
     head = config.head.name if config.head is not None else None
     out.setdefault("architectures", [family.architecture_for(head)])
     if BLOCK in out:  # a family that writes the block itself
@@ -127,6 +132,19 @@ def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[s
             raise ConfigError([*issues, hint], f"saving a {family.model_type} config.json")
         out[BLOCK] = extra
     return out
+
+
+def _claiming_family(family: Family, src: Mapping[str, Any], registry: Registry | None) -> Family:
+    """The family that reads ``src``: the ``model_type``'s own, unless the file names remote-code classes
+    (``auto_map``) that another family translates and publishes under this ``model_type``
+    (:attr:`Family.remote_model_types`: Jina-embeddings-v2 as ``bert``, v3 as ``xlm-roberta``)."""
+    if src.get("auto_map") is None or (family.reads_remote_config is not None and family.reads_remote_config(src)):
+        return family
+    for candidate in known_families(registry):
+        claims = candidate.reads_remote_config
+        if family.model_type in candidate.remote_model_types and claims is not None and claims(src):
+            return candidate
+    return family
 
 
 def _refuse_remote_code(family: Family, src: Mapping[str, Any]) -> None:

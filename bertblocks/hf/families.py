@@ -77,6 +77,11 @@ def checkpoint_to_model(
     """
     family = get_family(config.family, registry, source=None)
     key_map = family.key_map
+    if family.prepare_checkpoint is not None:  # what no rename expresses (LoRA adapters merged for a task)
+        try:
+            state = family.prepare_checkpoint(state, config)
+        except KeyMapError as e:
+            raise CheckpointError(f"{family.model_type} checkpoint: {e}") from None
     renamed: dict[str, torch.Tensor] = {}
     for key, tensor in state.items():
         for old, new in LEGACY_SUFFIXES.items():  # old Google conversions (see PARITY.md §2.3)

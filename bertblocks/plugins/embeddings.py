@@ -119,7 +119,12 @@ class BertEmbeddings(Embedding):
         embeddings = inputs_embeds
         if self.has_token_types:
             if token_type_ids is None:
-                token_type_ids = self.token_type_ids[:, :q].expand(b, q)
+                # the buffer is max_position_embeddings long; a scheme without a length limit (ALiBi) reads longer
+                token_type_ids = (
+                    self.token_type_ids[:, :q].expand(b, q)
+                    if q <= self.token_type_ids.shape[1]
+                    else torch.zeros(b, q, dtype=torch.long, device=inputs_embeds.device)
+                )
             embeddings = embeddings + self.token_type_embeddings(token_type_ids)
         elif token_type_ids is not None and not self.ignores_token_types:
             raise ValueError("this model has no token types (embedding.token_types: false); do not pass token_type_ids")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,11 @@ class GLUOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bias: bool = Field(True, description="biases on the projections (ModernBERT's mlp_bias)")
+    output_bias: bool | None = Field(
+        None,
+        description="bias on the output projection (output.dense) alone; null: as bias. Jina-embeddings-v2 has "
+        "none on its gated input projection and one on its output",
+    )
     fused: bool = Field(
         False,
         description="one input projection intermediate.dense of 2·intermediate_size outputs, the activated half "
@@ -36,13 +42,14 @@ class GLUOptions(BaseModel):
     )
     input_bias: bool | None = Field(
         None,
-        description="biases on the input projections (gate and up) alone; null = bias. GTE: none there, one on "
-        "the output projection",
+        description="biases on the input projections (gate and up) alone; null: as bias. GTE has none there and "
+        "one on its output projection",
     )
-    inner_dropout: bool = Field(
-        False,
-        description="also drop out act(gate(x))·up(x) (at the hidden dropout rate) before the output projection, "
-        "as GTE does in training",
+    dropout_at: Literal["output", "gated", "both"] = Field(
+        "output",
+        description="where the hidden dropout applies: output, after the output projection (BERT's place); gated, "
+        "on the gated product act(gate(x))·up(x) before it (JinaBERT's, MosaicBERT's); both (GTE's). The same "
+        "numbers without dropout",
     )
 
 
@@ -76,7 +83,7 @@ class GLUIntermediate(Intermediate):
     ) -> None:
         super().__init__()
         self.fused = fused
-        # GTE drops out the gated product too (training only); none by default, so other models' trees are unchanged
+        # dropout on the gated product (JinaBERT, GTE); none by default, so other models' module trees are unchanged
         self.dropout = nn.Dropout(dropout) if dropout is not None else None
         if fused:
             self.dense = nn.Linear(hidden_size, 2 * intermediate_size, bias=bias)
@@ -167,15 +174,15 @@ def build_glu_feedforward(
             activation(),
             options.bias if options.input_bias is None else options.input_bias,
             options.fused,
-            dropout if options.inner_dropout else None,
+            dropout if options.dropout_at in ("gated", "both") else None,
         ),
         output=BertOutput(
             intermediate_size,
             hidden_size,
             layer_norm_eps,
-            dropout,
+            0.0 if options.dropout_at == "gated" else dropout,
             _norm(norm, hidden_size, layer_norm_eps),
-            options.bias,
+            options.bias if options.output_bias is None else options.output_bias,
         ),
     )
 

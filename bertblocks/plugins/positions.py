@@ -1,5 +1,6 @@
 """Position schemes: ``absolute`` (BERT's learned table), the relative schemes of Shaw et al. / Huang et al.,
-rotary positions (``rope``), MPNet's bucketed relative bias (``relative_bucket``) and ``none``.
+rotary positions (``rope``), MPNet's bucketed relative bias (``relative_bucket``), symmetric ALiBi
+(``symmetric_alibi``, Jina-embeddings-v2's) and ``none``.
 
 ``relative_key`` adds ``q · E[i - j]`` to the score of query ``i`` and key ``j``; ``relative_key_query`` also
 adds ``k · E[i - j]``. ``E`` is a learned ``[2 * max_positions - 1, d]`` table per layer, stored at HF's key
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 from torch import nn
 
 from bertblocks.core.component import Component
@@ -471,6 +472,100 @@ class RelativeBucketPositions(PositionScheme):
         return []
 
 
+# ------------------------------------------------------------------------------------------ symmetric ALiBi
+class AlibiOptions(BaseModel):
+    """Options of the ``symmetric_alibi`` position scheme."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    slopes: Literal["geometric"] | list[PositiveFloat] = Field(
+        "geometric",
+        description="'geometric': the ALiBi paper's slopes for the layer's head count (see max_bias); or one "
+        "explicit slope per head",
+    )
+    max_bias: PositiveFloat = Field(
+        8.0, description="geometric slopes of n heads (n a power of two) are 2^(-max_bias·i/n), i = 1..n"
+    )
+
+
+def alibi_slopes(num_heads: int, max_bias: float = 8.0) -> list[float]:
+    """The ALiBi paper's per-head slopes (Press et al. 2022).
+
+    For ``n`` a power of two: ``2^(-max_bias·i/n)``, ``i = 1..n`` (a geometric sequence starting at its own
+    ratio). Otherwise the paper's workaround: the slopes of the largest power of two ``c < n``, then every
+    other slope of ``2c`` heads (its 1st, 3rd, 5th, …) until there are ``n``.
+
+    Raises:
+        ValueError: ``num_heads`` is not positive.
+    """
+    if num_heads < 1:
+        raise ValueError(f"ALiBi needs a positive number of heads, got {num_heads}")
+    closest = 2 ** (num_heads.bit_length() - 1)  # largest power of two <= num_heads, exactly (no log2 rounding)
+    slopes = [2.0 ** (-max_bias * i / closest) for i in range(1, closest + 1)]
+    odd = [2.0 ** (-max_bias * i / (2 * closest)) for i in range(1, 2 * closest, 2)]  # 2c heads' 1st, 3rd, …
+    return slopes + odd[: num_heads - closest]
+
+
+class AlibiBias(SharedPositionBias):
+    """``-m_h · |i - j|`` for query ``i``, key ``j`` and head ``h``: one ``[1, h, q, k]`` term per forward pass,
+    added to the *scaled* scores of every self-attention layer (as Jina-embeddings-v2 adds its ALiBi tensor).
+
+    The slopes are a non-persistent buffer: an ALiBi model's checkpoint holds no position key at all.
+    Distances come from :class:`Positions` (``query``/``key``: cache offset included), so a chunk after a KV
+    cache gets exactly the rows of the whole sequence's bias. Like transformers' relative schemes, it ignores
+    user ``position_ids``.
+    """
+
+    module_name: ClassVar[str] = "alibi"
+
+    def __init__(self, slopes: list[float]) -> None:
+        super().__init__()
+        # float64: the bias is computed in the activations' dtype from exact-as-possible slopes
+        self.register_buffer("slopes", torch.tensor(slopes, dtype=torch.float64), persistent=False)
+
+    def extra_repr(self) -> str:
+        return f"heads={self.slopes.numel()}"
+
+    def forward(self, positions: Positions, dtype: torch.dtype) -> torch.Tensor:
+        distance = (positions.query[:, None] - positions.key[None, :]).abs()  # [q, k] int64
+        # in the activations' dtype (float32: the float32 slope times an exact integer distance, one rounding)
+        slopes = self.slopes.to(dtype)[:, None, None]  # [h, 1, 1]
+        return (-slopes * distance.to(dtype))[None]  # [1, h, q, k]
+
+
+class AlibiPositions(PositionScheme):
+    """``symmetric_alibi``: no position embedding; every self-attention layer adds ``-m_h · |i - j|`` to its
+    scaled scores (ALiBi, Press et al. 2022, with the distance made symmetric for a bidirectional encoder, as
+    Jina-embeddings-v2 and MosaicBERT do). Under a causal mask it is the paper's decoder ALiBi (later keys are
+    masked anyway).
+
+    Sequences of any length work (nothing is learned per position): ``max_position_embeddings`` does not limit
+    them.
+    """
+
+    name = "symmetric_alibi"
+    adds_score_bias = False  # no per-layer bias: its one shared bias comes from shared_bias()
+    limits_length = False
+
+    def __init__(self, max_positions: int, options: AlibiOptions) -> None:
+        super().__init__(max_positions)
+        self.options = options
+
+    def shared_bias(self, num_heads: int) -> AlibiBias:
+        slopes = self.options.slopes
+        if slopes == "geometric":
+            return AlibiBias(alibi_slopes(num_heads, self.options.max_bias))
+        if len(slopes) != num_heads:
+            raise ValueError(f"symmetric_alibi: slopes lists {len(slopes)} values but the model has {num_heads} heads")
+        return AlibiBias(list(slopes))
+
+    def problems(self, num_heads: int, head_dim: int) -> list[str]:
+        slopes = self.options.slopes
+        if slopes != "geometric" and len(slopes) != num_heads:
+            return [f"slopes lists {len(slopes)} values, one per head, but the layer has {num_heads} heads"]
+        return []
+
+
 def _factory(cls: type[PositionScheme]):  # noqa: ANN202 - tiny closure
     def make(*, max_positions: int, options: object) -> PositionScheme:
         return cls(max_positions)
@@ -501,6 +596,13 @@ def bertblocks_register_components() -> list[Component]:
             _with_options(RelativeBucketPositions),
             RelativeBucketOptions,
             description="MPNet's bucketed relative bias, shared by all layers",
+        ),
+        Component(
+            "position",
+            "symmetric_alibi",
+            _with_options(AlibiPositions),
+            AlibiOptions,
+            description="ALiBi, bidirectional: -slope_h·|i-j| on every layer's scores (Jina-embeddings-v2)",
         ),
         Component("position", "absolute", _factory(AbsolutePositions), description="learned absolute embeddings"),
         Component("position", "relative_key", _factory(RelativeKeyPositions), description="relative bias q·E[i-j]"),

@@ -7,7 +7,8 @@
   rotary positions, fixed NTK scaling, a packed QKV projection and a gated feed-forward), on tiny random checkpoints
   whose keys follow the published weight names; and every switch bertblocks cannot build is refused, naming it.
 
-Also the three shared options GTE brought: ``rope``'s ``ntk_factor`` and ``glu``'s ``input_bias`` and ``inner_dropout``.
+Also the three shared options GTE brought: ``rope``'s ``ntk_factor`` and ``glu``'s ``input_bias`` and
+``dropout_at: both``.
 """
 
 from __future__ import annotations
@@ -495,7 +496,8 @@ def test_gradients_match_transformers(tmp_path):
 def test_training_dropout_matches_transformers_mask_for_mask(tmp_path):
     """In training, transformers' GTE drops out the embeddings, the attention output, the gated product inside the
     feed-forward and its output; bertblocks draws the same masks in the same order (same seed), so the outputs agree.
-    Without the gated product's dropout (``inner_dropout``) every mask after it is drawn at another offset."""
+    Without the gated product's dropout (``dropout_at: both`` rather than ``output``) every mask after it is drawn
+    at another offset."""
     settings = {"hidden_dropout_prob": 0.3, "attention_probs_dropout_prob": 0.0}
     reference = save_hf(SCALED, "GteModel", tmp_path, **settings).train()
     ours = bertblocks.from_pretrained(tmp_path, ["encoder.attention.backend=eager"]).train()

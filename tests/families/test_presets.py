@@ -37,7 +37,12 @@ def test_every_family_has_presets_base_and_large_where_they_exist():
     assert expected <= set(FAMILY_PRESETS)
 
 
-@pytest.mark.parametrize("name", FAMILY_PRESETS)
+#: presets of a remote-code format transformers has no class for (Jina-embeddings-v2): their keys and shapes are
+#: checked against the published names in their family's tests
+NATIVE_PRESETS = [n for n in FAMILY_PRESETS if config_to_hf(c := bertblocks.load_config(n))["model_type"] == c.family]
+
+
+@pytest.mark.parametrize("name", NATIVE_PRESETS)
 def test_family_preset_builds_what_transformers_builds(name):
     cfg = bertblocks.load_config(name)
     backbone_cfg = cfg.model_copy(update={"head": None})
