@@ -130,6 +130,12 @@ def train_model(
         if not math.isfinite(losses[-1]) and world_size == 1:
             break
     seconds = time.perf_counter() - start
+    if world_size > 1:  # each rank's loss is on its slice: the group's is their mean (what DDP minimises)
+        import torch.distributed as dist
+
+        gathered = torch.tensor(losses, dtype=torch.float64)
+        dist.all_reduce(gathered)
+        losses = (gathered / world_size).tolist()
     timing = {"train_seconds": seconds, "train_tokens": tokens, "train_tokens_per_s": tokens / seconds}
     diverged = next((step for step, loss in enumerate(losses, 1) if not math.isfinite(loss)), None)
     if diverged is not None:
