@@ -131,3 +131,11 @@ def test_unknown_strategy_is_refused_by_the_entry_point(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--strategy: invalid choice: 'zero3'" in err
     assert "'ddp', 'fsdp'" in err
+
+
+def test_unknown_strategy_from_python_is_refused_before_any_process_starts(tmp_path):
+    job = prepare_job(write_study(tmp_path / "study"), VARIANT, seed=0, out_dir=tmp_path / "out")
+    job.strategy = "zero3"  # type: ignore[assignment]
+    with pytest.raises(StudyError, match=r"strategy: unknown strategy 'zero3'; choose ddp or fsdp"):
+        train_ddp(job, world_size=2)
+    assert not (tmp_path / "out" / "ddp").exists()

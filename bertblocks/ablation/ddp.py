@@ -104,10 +104,20 @@ def prepare_job(
     )
 
 
+STRATEGIES = ("ddp", "fsdp")
+
+
+def check_strategy(job: DdpJob) -> None:
+    """Raises :class:`StudyError` for a ``job.strategy`` that is neither ``ddp`` nor ``fsdp``."""
+    if job.strategy not in STRATEGIES:
+        raise StudyError.single("strategy", f"unknown strategy {job.strategy!r}; choose {' or '.join(STRATEGIES)}")
+
+
 def run_rank(job: DdpJob, rank: int, world_size: int) -> dict[str, Any] | None:
     """One rank's share: an initialised process group must exist. Returns the record on rank 0."""
     from bertblocks.config_files import load_config
 
+    check_strategy(job)
     torch.set_num_threads(job.threads)
     config = load_config(job.config)
     spec = TrainSpec.model_validate(job.train)
@@ -212,6 +222,7 @@ def train_ddp(job: DdpJob, world_size: int = 2) -> dict[str, Any]:
     returns rank 0's record."""
     import torch.multiprocessing as mp
 
+    check_strategy(job)  # before any process starts
     with socket.socket() as s:  # a free loopback port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -230,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--save-weights", action="store_true", help="write each rank's initial and final weights")
     parser.add_argument(
         "--strategy",
-        choices=("ddp", "fsdp"),
+        choices=STRATEGIES,
         default="ddp",
         help="ddp: every rank holds the whole model (default); fsdp: parameters, gradients and optimizer "
         "state sharded over the ranks",
