@@ -19,6 +19,7 @@ Usage:
     python benchmarks/bench_pretrain.py               # bert-mini shape (4 x 256), batch 16, up to 128 tokens
     python benchmarks/bench_pretrain.py --quick       # 2 x 128, batch 8, up to 64 tokens: a smoke test
     python benchmarks/bench_pretrain.py --steps 30 --no-compile
+    python benchmarks/bench_pretrain.py --vocab 2000     # a small vocabulary: the encoder dominates the step
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="timed steps per contender (default 20; --quick 6)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per contender first (default 3)")
     parser.add_argument("--no-compile", action="store_true", help="leave out the compiled contender")
+    parser.add_argument(
+        "--vocab",
+        type=int,
+        default=30522,
+        help="the model's vocabulary (default BERT's 30522; the MLM head's share of the step grows with it)",
+    )
     args = parser.parse_args()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     hidden, layers, heads, batch, length = (128, 2, 2, 8, 64) if args.quick else (256, 4, 4, 16, 128)
@@ -94,7 +101,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     config = transformers.BertConfig(
-        vocab_size=max(vocab, 30522),  # BERT's vocabulary: the MLM head's share of the work is a real one
+        vocab_size=max(vocab, args.vocab),  # BERT's by default: the MLM head's share of the work is a real one
         hidden_size=hidden,
         num_hidden_layers=layers,
         num_attention_heads=heads,
