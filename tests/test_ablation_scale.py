@@ -39,7 +39,8 @@ def test_study_on_local_ray_and_one_variant_under_torchrun(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     [path] = (out / "ddp").glob("*__seed0__fsdp2.json")
     record = json.loads(path.read_text())
-    assert json.loads(done.stdout[done.stdout.index("{") :]) == record  # rank 0 printed what it wrote
+    printed = json.loads(done.stdout[done.stdout.index("{") :])
+    assert printed == {k: v for k, v in record.items() if k != "eval_samples"}  # rank 0 printed what it wrote
 
     ray_run = next(r for r in result.records if r["variant"] == VARIANT)
     assert record["world_size"] == 2
