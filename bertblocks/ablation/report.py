@@ -45,6 +45,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "perplexity": ("ppl", "eval perplexity"),
     "accuracy": ("accuracy", "eval accuracy"),
     "train_seconds": ("train s", "training time (s)"),
+    "train_tokens_per_s": ("train tok/s", "training throughput (real tokens/s)"),
 }
 #: what the plot shows, when present
 PLOTTED = ("params", "flops_per_token", "latency_ms", "peak_mem_mib", "eval_loss", "accuracy")

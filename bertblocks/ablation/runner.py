@@ -13,6 +13,7 @@ Output folder::
     tokenizer.json      the trained tokenizer (reused on resume, so token ids stay the same)
     runs/<variant>__seed<N>.json   one record per finished run, written atomically as it completes
     results.json, results.csv, results.png   the summaries, rewritten at the end
+    results-pareto.png  quality against each cost, the Pareto front marked (studies that train)
 
 A run whose record exists with the same fingerprint is not redone, so an interrupted study resumes where
 it stopped; a record whose fingerprint differs is run again and replaced. The fingerprint holds everything
@@ -184,6 +185,10 @@ def run_study(
         if importlib.util.find_spec("matplotlib") is not None:
             report.write_plot(out / "results.png", study.title, result.summaries)
             written.append(out / "results.png")
+            from .pareto import write_pareto_plot  # quality against cost (studies that train)
+
+            if write_pareto_plot(out / "results-pareto.png", study.title, result.summaries):
+                written.append(out / "results-pareto.png")
     finally:
         stack.close()  # the lock is held until the summaries are written
         if started_ray:

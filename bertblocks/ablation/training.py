@@ -91,7 +91,8 @@ def train_model(
     rank: int = 0,
     world_size: int = 1,
 ) -> dict[str, float]:
-    """Train ``model`` (maybe DDP-wrapped) for ``spec.steps`` steps; returns the final training loss and time.
+    """Train ``model`` (maybe DDP- or FSDP-wrapped) for ``spec.steps`` steps; returns the final training loss,
+    the time, and the throughput.
 
     Every rank draws the same global batch from a generator seeded with ``seed`` and keeps its slice of
     it, so one process with batch ``B`` and ``n`` processes with ``B / n`` each see the same examples.
@@ -99,6 +100,11 @@ def train_model(
     A loss that is not finite (NaN or inf) means the run diverged: the result then holds
     ``diverged_at_step`` (1-based) instead of ``train_loss``. A single process stops there; DDP ranks run
     every step (stopping one rank alone would leave the others waiting in the gradient all-reduce).
+
+    ``train_tokens`` counts the real (not padding) tokens of every global batch the steps took, over all
+    ranks, and ``train_tokens_per_s`` is that count over ``train_seconds`` (the wall time of the loop:
+    batching, forward, backward and optimizer steps), so a data-parallel run reports the throughput of
+    the whole group.
     """
     if spec.batch_size % world_size:
         raise ValueError(f"train.batch_size {spec.batch_size} must be divisible by the {world_size} DDP processes")
@@ -107,10 +113,12 @@ def train_model(
     model.train()
     per_rank = spec.batch_size // world_size
     losses: list[float] = []
+    tokens = 0
     start = time.perf_counter()
     for _ in range(spec.steps):
         rows = torch.randint(0, len(data.train_ids), (spec.batch_size,), generator=generator)
         batch = _batch(data, rows, spec, generator, train=True)
+        tokens += int(batch.attention_mask.sum())  # the global batch: every rank drew all of it
         part = slice(rank * per_rank, (rank + 1) * per_rank)
         out = model(
             input_ids=batch.input_ids[part], attention_mask=batch.attention_mask[part], labels=batch.labels[part]
@@ -122,11 +130,18 @@ def train_model(
         if not math.isfinite(losses[-1]) and world_size == 1:
             break
     seconds = time.perf_counter() - start
+    if world_size > 1:  # each rank's loss is on its slice: the group's is their mean (what DDP minimises)
+        import torch.distributed as dist
+
+        gathered = torch.tensor(losses, dtype=torch.float64)
+        dist.all_reduce(gathered)
+        losses = (gathered / world_size).tolist()
+    timing = {"train_seconds": seconds, "train_tokens": tokens, "train_tokens_per_s": tokens / seconds}
     diverged = next((step for step, loss in enumerate(losses, 1) if not math.isfinite(loss)), None)
     if diverged is not None:
-        return {"diverged_at_step": diverged, "train_seconds": seconds}
+        return {"diverged_at_step": diverged, **timing}
     tail = losses[-max(1, len(losses) // 10) :]  # the last tenth: less noisy than the very last step
-    return {"train_loss": sum(tail) / len(tail), "train_seconds": seconds}
+    return {"train_loss": sum(tail) / len(tail), **timing}
 
 
 def eval_rows(data: PreparedData, spec: Any) -> tuple[int, int | None]:
