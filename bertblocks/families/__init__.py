@@ -11,6 +11,7 @@ from . import (
     distilbert,
     electra,
     ernie,
+    eurobert,
     hybrid,
     jina_embeddings_v3,
     modernbert,
@@ -31,6 +32,7 @@ FAMILY_PLUGINS = (
     nomic_bert,
     jina_embeddings_v3,
     deberta_v2,
+    eurobert,
     hybrid,
 )
 
