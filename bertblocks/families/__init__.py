@@ -16,6 +16,7 @@ from . import (
     jina_embeddings_v3,
     modernbert,
     mpnet,
+    neobert,
     nomic_bert,
     roberta,
 )
@@ -33,6 +34,7 @@ FAMILY_PLUGINS = (
     jina_embeddings_v3,
     deberta_v2,
     eurobert,
+    neobert,
     hybrid,
 )
 

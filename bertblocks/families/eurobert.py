@@ -12,8 +12,8 @@ on the gate); heads ``linear_masked_lm``, ``dense_pooled_classification``, ``tok
 attention (``num_key_value_heads`` below ``num_attention_heads``, EuroBERT-610m and -2.1b) is the attention's
 ``num_kv_heads``. The key map only renames.
 
-Dropout: transformers' EuroBERT drops only attention probabilities (``attention_dropout``); bertblocks' other
-dropouts are fixed at 0, so training computes the same.
+Dropout: transformers' EuroBERT drops only attention probabilities (``attention_dropout``); a config.json sets
+bertblocks' other dropouts to 0, so training computes the same (other values travel in the ``bertblocks`` block).
 """
 
 from __future__ import annotations
@@ -91,7 +91,6 @@ FIXED: dict[str, Any] = {
     "pooler": None,
     "is_decoder": False,
     "add_cross_attention": False,
-    "hidden_dropout_prob": 0.0,
 }
 
 
@@ -208,19 +207,39 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _to_hf(config: BertConfig) -> dict[str, Any]:
-    enc = config.encoder
-    attention = enc.attention.options()
-    feedforward = enc.feedforward.options()
+def _check_saveable(config: BertConfig) -> None:
+    """Refuse, naming the field, what a eurobert config.json would state otherwise (one ``attention_bias`` for
+    every projection, the lm_head's bias is ``mlp_bias``, the classifier's gelu)."""
+    attention = config.encoder.attention.options()
     if attention.get("qkv_bias", True) != attention.get("output_bias", True):
         raise EuroBertConfigError(
             "encoder.attention: qkv_bias and output_bias differ; a eurobert config.json has one attention_bias"
         )
-    if config.hidden_dropout_prob or config.classifier_dropout:
+    head = config.head
+    if head is None:
+        return
+    options = head.options()
+    mlp_bias = config.encoder.feedforward.options().get("bias", True)
+    if head.name == "linear_masked_lm" and options.get("decoder_bias", True) != mlp_bias:
         raise EuroBertConfigError(
-            "hidden_dropout_prob / classifier_dropout: transformers' EuroBERT drops only attention probabilities; "
-            "set both to 0 to save a eurobert config.json"
+            "head.decoder_bias differs from encoder.feedforward.bias: EuroBertForMaskedLM's lm_head has a "
+            "bias exactly when mlp_bias is true"
         )
+    if head.name == "dense_pooled_classification" and options.get("activation", "gelu") != "gelu":
+        raise EuroBertConfigError(
+            f"head.activation={options['activation']!r}: EuroBertForSequenceClassification's is gelu"
+        )
+
+
+def _to_hf(config: BertConfig) -> dict[str, Any]:
+    """``config`` as EuroBertConfig's fields. A eurobert config that its fields cannot state is refused; a config of
+    another family is translated as far as the fields go (what they cannot say travels in the ``bertblocks``
+    block, written by the caller)."""
+    if config.family == "eurobert":
+        _check_saveable(config)
+    enc = config.encoder
+    attention = enc.attention.options()
+    feedforward = enc.feedforward.options()
     activation = enc.feedforward.activation
     out: dict[str, Any] = dict(config.hf)
     out.update(
@@ -248,18 +267,8 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
         }
     )
     head = config.head
-    decoder_bias = head.options().get("decoder_bias", True) if head is not None else None
-    if head is not None and head.name == "linear_masked_lm" and decoder_bias != out["mlp_bias"]:
-        raise EuroBertConfigError(
-            "head.decoder_bias differs from encoder.feedforward.bias: EuroBertForMaskedLM's lm_head has a "
-            "bias exactly when mlp_bias is true"
-        )
     if head is not None and head.name == "dense_pooled_classification":
         options = head.options()
-        if options.get("activation", "gelu") != "gelu":
-            raise EuroBertConfigError(
-                f"head.activation={options['activation']!r}: EuroBertForSequenceClassification's is gelu"
-            )
         by_pooling = {v: k for k, v in POOLING.items()}
         out["classifier_pooling"] = by_pooling[options.get("pooling", "late")]
     return out

@@ -4,7 +4,8 @@ keys), a backend kernel, output projection with residual and LayerNorm.
 Module names are HF's (``attention.self.query``, ``attention.output.LayerNorm``, …) so checkpoints load
 unchanged; ``LayerNorm`` is CamelCase for the same reason. Options: biases of the projections on or off
 (``qkv_bias``, ``output_bias``), one fused ``[3·h·d, H]`` projection (``fused_qkv``, key ``self.Wqkv``,
-the layout ModernBERT stores: all query rows, then key rows, then value rows), and grouped-query attention
+the layout ModernBERT stores: all query rows, then key rows, then value rows; or ``fused_layout: heads``, per
+head its query, key and value rows, as NeoBERT's ``qkv``), and grouped-query attention
 (``num_kv_heads``: fewer key/value heads, each shared by ``h / num_kv_heads`` consecutive query heads, as
 transformers' ``repeat_kv``; the cache holds the ``num_kv_heads`` heads).
 """
@@ -12,6 +13,7 @@ transformers' ``repeat_kv``; the cache holds the ``num_kv_heads`` heads).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
@@ -41,6 +43,11 @@ class AttentionOptions(BaseModel):
     qkv_bias: bool = Field(True, description="biases on the query, key and value projections")
     output_bias: bool = Field(True, description="bias on the output projection (attention.output.dense)")
     fused_qkv: bool = Field(False, description="one fused query/key/value projection (key self.Wqkv) instead of three")
+    fused_layout: Literal["blocks", "heads"] = Field(
+        "blocks",
+        description="rows of the fused Wqkv: blocks: all query rows, then key, then value (ModernBERT); heads: per "
+        "head its query, key and value rows (NeoBERT's qkv)",
+    )
     num_kv_heads: PositiveInt | None = Field(
         None,
         description="key/value heads (grouped-query attention; must divide num_heads); null: as many as num_heads",
@@ -61,9 +68,12 @@ class SelfAttentionProjections(nn.Module):
         qkv_bias: bool = True,
         fused: bool = False,
         kv_size: int | None = None,
+        per_head: int | None = None,
     ) -> None:
         super().__init__()
         self.fused = fused
+        # fused rows grouped per head ([q_h; k_h; v_h] for each of `per_head` heads) rather than in three blocks
+        self.per_head = per_head
         if fused:
             self.Wqkv = nn.Linear(hidden_size, 3 * all_head_size, bias=qkv_bias)  # ModernBERT's name
         else:
@@ -81,6 +91,11 @@ class SelfAttentionProjections(nn.Module):
 
     def project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``[..., H]`` → query, key, value ``[..., h·d]`` each."""
+        if self.fused and self.per_head:
+            fused = self.Wqkv(hidden_states)
+            lead, h = fused.shape[:-1], self.per_head
+            q, k, v = fused.view(*lead, h, 3, -1).unbind(-2)  # [..., h, d] each
+            return q.reshape(*lead, -1), k.reshape(*lead, -1), v.reshape(*lead, -1)
         if self.fused:
             return self.Wqkv(hidden_states).chunk(3, dim=-1)
         return self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
@@ -106,6 +121,10 @@ class SelfAttentionProjections(nn.Module):
 
     def _fused_part(self, i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         n = self.Wqkv.out_features // 3
+        if self.per_head:  # the i-th d rows of every head's 3·d
+            rows = torch.arange(3 * n, device=self.Wqkv.weight.device).view(self.per_head, 3, -1)[:, i].reshape(-1)
+            bias = self.Wqkv.bias[rows] if self.Wqkv.bias is not None else None
+            return self.Wqkv.weight[rows], bias
         bias = self.Wqkv.bias[i * n : (i + 1) * n] if self.Wqkv.bias is not None else None
         return self.Wqkv.weight[i * n : (i + 1) * n], bias
 
@@ -134,7 +153,7 @@ class BertAttention(Attention):
         norm: the norm after the residual (``output.LayerNorm``, post-LN); ``None`` for a layer that normalises
             itself (pre-LN, parallel): the sub-layer then returns ``dropout(dense(context))`` alone.
         rotary: rotation of queries and keys for this layer, or ``None``.
-        qkv_bias, output_bias, fused_qkv, num_kv_heads: see :class:`AttentionOptions`.
+        qkv_bias, output_bias, fused_qkv, fused_layout, num_kv_heads: see :class:`AttentionOptions`.
     """
 
     def __init__(
@@ -153,6 +172,7 @@ class BertAttention(Attention):
         output_bias: bool = True,
         fused_qkv: bool = False,
         num_kv_heads: int | None = None,
+        fused_layout: str = "blocks",
     ) -> None:
         super().__init__()
         if hidden_size % num_heads:
@@ -184,6 +204,7 @@ class BertAttention(Attention):
             qkv_bias=qkv_bias,
             fused=fused_qkv,
             kv_size=self.num_kv_heads * self.head_dim,
+            per_head=num_heads if fused_qkv and fused_layout == "heads" else None,
         )
         self.output = AttentionOutput(
             num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout, norm, bias=output_bias
@@ -372,7 +393,11 @@ class BertAttention(Attention):
         d = self.head_dim
         device = self.output.dense.weight.device
         index = torch.cat([torch.arange(i * d, (i + 1) * d) for i in keep_now]).to(device)
-        if self.self.fused:
+        if self.self.fused and self.self.per_head:  # each kept head's 3·d rows
+            fused_index = torch.cat([torch.arange(i * 3 * d, (i + 1) * 3 * d) for i in keep_now]).to(device)
+            self.self.Wqkv = _select_linear(self.self.Wqkv, fused_index, dim=0)
+            self.self.per_head = len(keep_now)
+        elif self.self.fused:
             width = self.num_heads * d  # rows per block of the fused [q; k; v] projection
             fused_index = torch.cat([index, index + width, index + 2 * width])
             self.self.Wqkv = _select_linear(self.self.Wqkv, fused_index, dim=0)
@@ -437,6 +462,7 @@ def build_bert_attention(
         output_bias=options.output_bias,
         fused_qkv=options.fused_qkv,
         num_kv_heads=options.num_kv_heads,
+        fused_layout=options.fused_layout,
     )
 
 

@@ -151,7 +151,6 @@ def test_fields_bertblocks_cannot_honour_are_refused_by_name(case):
         ({"encoder": {"attention": {"output_bias": True}}}, "qkv_bias and output_bias"),
         ({"head": {"name": "linear_masked_lm", "decoder_bias": True}}, "decoder_bias"),
         ({"head": {"name": "dense_pooled_classification", "activation": "tanh"}}, "head.activation='tanh'"),
-        ({"hidden_dropout_prob": 0.1}, "hidden_dropout_prob"),
     ],
 )
 def test_a_config_eurobert_cannot_state_is_refused_on_save(change, message):
