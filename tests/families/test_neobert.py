@@ -252,3 +252,45 @@ def test_pruning_a_head_of_the_per_head_fused_projection_equals_masking_it(tmp_p
         pruned = model(input_ids=ids, attention_mask=mask).last_hidden_state
     assert model.encoder.layer[0].attention.self.Wqkv.weight.shape == (3 * (HEADS - 1) * D, H)
     assert_close(pruned[mask.bool()], masked[mask.bool()], what="pruned vs masked")
+
+
+#: the published checkpoint's tensors (172: 4 outside the layers, 6 per layer), with their shapes
+PUBLISHED_SHAPES = {
+    "decoder.bias": (30522,),
+    "decoder.weight": (30522, 768),
+    "model.encoder.weight": (30522, 768),
+    "model.layer_norm.weight": (768,),
+    **{
+        f"model.transformer_encoder.{i}.{name}": shape
+        for i in range(28)
+        for name, shape in {
+            "attention_norm.weight": (768,),
+            "ffn.w12.weight": (4096, 768),
+            "ffn.w3.weight": (768, 2048),
+            "ffn_norm.weight": (768,),
+            "qkv.weight": (2304, 768),
+            "wo.weight": (768, 768),
+        }.items()
+    },
+}
+
+
+def test_the_neobert_preset_has_the_published_checkpoint_s_tensors():
+    from bertblocks.hf.families import model_to_checkpoint
+
+    config = validate_config({**bertblocks.load_config("neobert").model_dump(), "head": {"name": "linear_masked_lm"}})
+    with torch.device("meta"):
+        model = bertblocks.create_model(config)  # a task model: its keys are bert.… and decoder.…
+    mapped = model_to_checkpoint(model.state_dict(), config)
+    assert {k: tuple(v.shape) for k, v in mapped.items()} == PUBLISHED_SHAPES
+    assert len(PUBLISHED_SHAPES) == 172
+
+
+def test_tiny_neobert_saves_and_loads_back(tmp_path):
+    torch.manual_seed(0)
+    model = bertblocks.create_model("tiny-neobert").eval()
+    model.save_pretrained(tmp_path)
+    again = bertblocks.from_pretrained(tmp_path).eval()
+    ids = torch.randint(1, 1024, (2, 7))
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).last_hidden_state, again(input_ids=ids).last_hidden_state)

@@ -46,6 +46,8 @@ TINY_PRESETS = {
     "nomic_bert": "tiny-nomic-bert",
     "jina_embeddings_v3": "tiny-jina-embeddings-v3",
     "deberta-v2": "tiny-deberta-v2",
+    "eurobert": "tiny-eurobert",
+    "neobert": "tiny-neobert",
 }
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,7 +69,9 @@ def test_every_family_has_a_tiny_preset_listed_by_the_cli(capsys):
 
 
 # ------------------------------------------------------------------- saved config.json loads in transformers
-@pytest.mark.parametrize("name", sorted(TINY_PRESETS.values()))
+#: NeoBERT ships remote code only: transformers has no class to load it (tests/families/test_neobert.py compares it
+#: with a reference of its equations instead)
+@pytest.mark.parametrize("name", sorted(n for f, n in TINY_PRESETS.items() if f != "neobert"))
 def test_saved_config_of_every_family_loads_in_transformers(name, tmp_path):
     torch.manual_seed(0)
     model = bertblocks.create_model(name)
