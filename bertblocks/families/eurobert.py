@@ -139,9 +139,35 @@ def kv_heads_from_hf(src: dict[str, Any], heads: Any, hidden: Any, model_type: s
     return kv
 
 
+def reads_remote_config(src: Mapping[str, Any]) -> bool:
+    """The published EuroBERT checkpoints still name their own remote classes (``auto_map`` to
+    ``modeling_eurobert.EuroBertModel`` …), the code transformers' native classes were ported from: such a config.json
+    is translated like a native one. An ``auto_map`` naming any other class is refused as for every family."""
+    auto_map = src.get("auto_map")
+    if not isinstance(auto_map, Mapping):
+        return False
+    classes = [str(v).rsplit(".", 1)[-1] for k, v in auto_map.items() if k != "AutoTokenizer"]
+    return all(name.startswith("EuroBert") for name in classes)
+
+
 def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     src = {k: v for k, v in hf.items() if k != "model_type"}
     architectures = src.pop("architectures", None)
+    if isinstance(architectures, list) and len(architectures) == 1:
+        name = architectures[0]
+        if name.startswith("EuroBert") and name not in (*EUROBERT_ARCHITECTURES, "EuroBertModel"):
+            raise _refuse(
+                "architectures",
+                architectures,
+                f"{name} exists only as remote code; transformers' EuroBERT classes are EuroBertModel, "
+                + ", ".join(EUROBERT_ARCHITECTURES),
+            )
+    if "clf_pooling" in src:  # the remote code's name of classifier_pooling (fine-tuned checkpoints carry it)
+        old = src.pop("clf_pooling")
+        if src.setdefault("classifier_pooling", old) != old:
+            raise _refuse(
+                "clf_pooling", old, f"it contradicts classifier_pooling={src['classifier_pooling']!r} (its new name)"
+            )
     f = {key: src.pop(key, default) for key, default in DEFAULTS.items() if key not in ("num_key_value_heads",)}
     check_layer_count(f["num_hidden_layers"])
     kv = kv_heads_from_hf(
@@ -305,6 +331,7 @@ EUROBERT = Family(
     fixed=FIXED,
     description="EuroBERT: Llama-style encoder, pre-RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases",
     tokenizer=EUROBERT_TOKENIZER,
+    reads_remote_config=reads_remote_config,
 )
 
 

@@ -133,6 +133,9 @@ REFUSED = {
     "rope_scaling": ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
     "classifier_pooling": ({"classifier_pooling": "max"}, "classifier_pooling='max'"),
     "is_decoder": ({"is_decoder": True}, "is_decoder=True"),
+    "clf_pooling": ({"clf_pooling": "bos", "classifier_pooling": "mean"}, "clf_pooling='bos'"),
+    "architectures": ({"architectures": ["EuroBertForQuestionAnswering"]}, "EuroBertForQuestionAnswering exists only"),
+    "auto_map": ({"auto_map": {"AutoModel": "modeling_other.OtherModel"}}, "modeling_other.OtherModel"),
 }
 
 
@@ -174,3 +177,34 @@ def test_written_config_json_is_eurobert_s_own(tmp_path):
     assert written["hidden_act"] == "silu"
     assert written["classifier_pooling"] == "late"
     assert written["mask_token_id"] == 3
+
+
+#: the remote-code classes the published EuroBERT config.json files name (the code transformers' classes were
+#: ported from)
+AUTO_MAP = {
+    "AutoConfig": "configuration_eurobert.EuroBertConfig",
+    "AutoModel": "modeling_eurobert.EuroBertModel",
+    "AutoModelForPreTraining": "modeling_eurobert.EuroBertPreTrainedModel",
+    "AutoModelForMaskedLM": "modeling_eurobert.EuroBertForMaskedLM",
+    "AutoModelForSequenceClassification": "modeling_eurobert.EuroBertForSequenceClassification",
+    "AutoModelForQuestionAnswering": "modeling_eurobert.EuroBertForQuestionAnswering",
+}
+
+
+def test_a_published_config_json_with_its_own_auto_map_and_clf_pooling_loads(tmp_path):
+    """The published files name EuroBERT's own remote classes, and fine-tuned ones the remote code's clf_pooling:
+    both are read as transformers' native fields (nothing named is imported), and the numbers are transformers'."""
+    reference = save_hf(EUROBERT, "EuroBertForSequenceClassification", tmp_path, classifier_pooling="mean")
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["auto_map"] = AUTO_MAP
+    config["clf_pooling"] = config.pop("classifier_pooling")
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    ours = bertblocks.from_pretrained(tmp_path, head="auto").eval()
+    assert ours.config.head.options()["pooling"] == "mean"
+    inputs, _ = batch(EUROBERT, "EuroBertForSequenceClassification")
+    with torch.no_grad():
+        assert (reference(**inputs).logits - ours(**inputs).logits).abs().max().item() <= 1e-5
+    ours.save_pretrained(tmp_path / "ours")
+    written = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert written["classifier_pooling"] == "mean"  # the native name
+    assert "clf_pooling" not in written
