@@ -7,8 +7,9 @@ the SiLU-gated half first, then the linear half; ``ffn.w3``) of width ``int(2·i
 a multiple of 8, a final RMSNorm (``model.layer_norm``). No dropout in the encoder.
 
 Heads: ``NeoBERTLMHead`` is one linear ``decoder`` with a bias, not tied to the embeddings
-(``linear_masked_lm``); ``NeoBERTForSequenceClassification`` reads the first token through dropout → ``dense`` →
-tanh → dropout → ``classifier`` (``dense_pooled_classification``, ``classifier_dropout``, 0.1 by default).
+(``linear_masked_lm``; later exports' ``lm_head_bias: false`` and ``tie_word_embeddings: true`` are read too);
+``NeoBERTForSequenceClassification`` reads the first token through dropout → ``dense`` → tanh → dropout →
+``classifier`` (``dense_pooled_classification``, ``classifier_dropout``, 0.1 by default).
 
 Composition: ``bert`` embedding (``norm: false``, no token types), ``rope`` (``interleaved``), ``pre_ln`` layers
 with ``rmsnorm``, ``bert`` attention (``fused_qkv``, ``fused_layout: heads``, no biases), fused ``glu`` (swiglu,
@@ -89,7 +90,6 @@ FIXED: dict[str, Any] = {
     "pooler": None,
     "is_decoder": False,
     "add_cross_attention": False,
-    "tie_word_embeddings": False,
     "hidden_dropout_prob": 0.0,
 }
 
@@ -132,6 +132,9 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     theta = src.pop("rope_theta", THETA)
     if theta != THETA:
         raise _refuse("rope_theta", theta, f"NeoBERT's rotary base is fixed at {THETA:g}")
+    # later exports may say these; the published checkpoints do not (an untied decoder with a bias)
+    tie = src.pop("tie_word_embeddings", False)
+    lm_head_bias = src.pop("lm_head_bias", True)
     if isinstance(size, bool) or not isinstance(size, int) or size < 2:
         raise _refuse("intermediate_size", size, "must be an integer of at least 2")
     data: dict[str, Any] = {
@@ -143,7 +146,7 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "layer_norm_eps": f["norm_eps"],
         "hidden_dropout_prob": 0.0,
         "classifier_dropout": f["classifier_dropout"],
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": tie,
         "embedding": {"name": "bert", "token_types": False, "norm": False},
         "position": {"name": "rope", "base": THETA, "interleaved": True},
         "encoder": {
@@ -176,6 +179,10 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     name = NEOBERT_ARCHITECTURES.get(architectures[0]) if isinstance(architectures, list) else None
     if name is not None and len(architectures) == 1:
         data["head"] = dict(name)
+        if data["head"]["name"] == "linear_masked_lm":
+            data["head"]["decoder_bias"] = lm_head_bias
+    if not lm_head_bias and data.get("head", {}).get("name") != "linear_masked_lm":
+        data["hf"]["lm_head_bias"] = False  # kept for the round trip
     return data
 
 
@@ -198,8 +205,6 @@ def _check_saveable(config: BertConfig) -> None:
     if enc.attention.dropout:
         raise NeoBertConfigError("encoder.attention.dropout: NeoBERT's encoder drops nothing; set it to 0")
     head = config.head
-    if head is not None and head.name == "linear_masked_lm" and not head.options().get("decoder_bias", True):
-        raise NeoBertConfigError("head.decoder_bias=False: NeoBERTLMHead's decoder has a bias")
     if head is not None and head.name == "dense_pooled_classification":
         options = head.options()
         if (options.get("pooling", "late"), options.get("activation", "gelu")) != ("first", "tanh"):
@@ -231,11 +236,17 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
             "pad_token_id": config.pad_token_id,
             "dim_head": config.hidden_size // enc.attention.num_heads,
             "classifier_dropout": config.classifier_dropout if config.classifier_dropout is not None else 0.0,
+            "tie_word_embeddings": config.tie_word_embeddings,
             "id2label": {str(k): v for k, v in (config.id2label or {}).items()},
             "label2id": config.label2id,
             "problem_type": config.problem_type,
         }
     )
+    if config.head is not None and config.head.name == "linear_masked_lm":
+        if config.head.options().get("decoder_bias", True):
+            out.pop("lm_head_bias", None)  # the published format's decoder has a bias: no field says so
+        else:
+            out["lm_head_bias"] = False
     return out
 
 

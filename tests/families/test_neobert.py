@@ -58,14 +58,14 @@ CONFIG: dict[str, Any] = {
 H, HEADS, D, WIDTH, VOCAB, LAYERS = 32, 4, 8, 40, 99, 2
 
 
-def _weights(head: str | None, seed: int = 0) -> dict[str, torch.Tensor]:
+def _weights(head: str | None, seed: int = 0, tied: bool = False, bias: bool = True) -> dict[str, torch.Tensor]:
     """Random float32 tensors under the published key names (scales that make attention and norms matter)."""
     g = torch.Generator().manual_seed(seed)
 
     def rand(*shape: int, scale: float = 0.3) -> torch.Tensor:
         return torch.randn(*shape, generator=g) * scale
 
-    w = {"model.encoder.weight": rand(VOCAB, H, scale=1.0), "model.layer_norm.weight": 1 + rand(H, scale=0.1)}
+    w = {"model.encoder.weight": rand(VOCAB, H), "model.layer_norm.weight": 1 + rand(H, scale=0.1)}
     for i in range(LAYERS):
         p = f"model.transformer_encoder.{i}."
         w[p + "attention_norm.weight"] = 1 + rand(H, scale=0.1)
@@ -75,7 +75,10 @@ def _weights(head: str | None, seed: int = 0) -> dict[str, torch.Tensor]:
         w[p + "ffn.w12.weight"] = rand(2 * WIDTH, H)
         w[p + "ffn.w3.weight"] = rand(H, WIDTH)
     if head == "NeoBERTLMHead":
-        w["decoder.weight"], w["decoder.bias"] = rand(VOCAB, H), rand(VOCAB)
+        if not tied:
+            w["decoder.weight"] = rand(VOCAB, H)
+        if bias:
+            w["decoder.bias"] = rand(VOCAB)
     elif head == "NeoBERTForSequenceClassification":
         w["dense.weight"], w["dense.bias"] = rand(H, H), rand(H)
         w["classifier.weight"], w["classifier.bias"] = rand(3, H), rand(3)
@@ -108,7 +111,9 @@ def _rope(x: torch.Tensor) -> torch.Tensor:
     return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 
-def reference(weights: dict[str, torch.Tensor], ids: torch.Tensor, mask: torch.Tensor, eps: float = 1e-5) -> Any:
+def reference(
+    weights: dict[str, torch.Tensor], ids: torch.Tensor, mask: torch.Tensor, eps: float = 1e-5, lm: bool = False
+) -> Any:
     """NeoBERT's equations in float64: the last hidden state, and the heads' logits where their weights exist."""
     w = {k.removeprefix("model."): v.double() for k, v in weights.items()}
     b, s = ids.shape
@@ -127,8 +132,9 @@ def reference(weights: dict[str, torch.Tensor], ids: torch.Tensor, mask: torch.T
         x = x + (torch.nn.functional.silu(gate) * up) @ w[p + "ffn.w3.weight"].T
     x = _rmsnorm(x, w["layer_norm.weight"], eps)
     out = {"last_hidden_state": x}
-    if "decoder.weight" in w:
-        out["logits"] = x @ w["decoder.weight"].T + w["decoder.bias"]
+    if lm or "decoder.weight" in w:
+        decoder = w.get("decoder.weight", w["encoder.weight"])  # tied: the embedding table
+        out["logits"] = x @ decoder.T + w.get("decoder.bias", 0.0)
     if "classifier.weight" in w:
         pooled = torch.tanh(x[:, 0] @ w["dense.weight"].T + w["dense.bias"])
         out["logits"] = pooled @ w["classifier.weight"].T + w["classifier.bias"]
@@ -225,7 +231,6 @@ def test_fields_bertblocks_cannot_honour_are_refused_by_name(case):
     [
         ({"encoder": {"feedforward": {"intermediate_size": 44}}}, "intermediate_size=44"),
         ({"position": {"base": 500.0}}, "position.base=500.0"),
-        ({"head": {"name": "linear_masked_lm", "decoder_bias": False}}, "decoder_bias=False"),
         ({"head": {"name": "dense_pooled_classification", "pooling": "mean"}}, "pooling: first"),
     ],
 )
@@ -294,3 +299,28 @@ def test_tiny_neobert_saves_and_loads_back(tmp_path):
     ids = torch.randint(1, 1024, (2, 7))
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).last_hidden_state, again(input_ids=ids).last_hidden_state)
+
+
+@pytest.mark.parametrize(("tied", "bias"), [(True, True), (False, False), (True, False)])
+def test_later_exports_tied_decoder_and_no_decoder_bias(tmp_path, tied, bias):
+    """Later NeoBERT exports may tie the decoder to the embeddings and drop its bias (``tie_word_embeddings``,
+    ``lm_head_bias``): the checkpoint then holds no decoder weight (tied) or no bias."""
+    weights = _weights("NeoBERTLMHead", tied=tied, bias=bias)
+    folder = tmp_path / "neo"
+    folder.mkdir()
+    save_file(weights, str(folder / "model.safetensors"))
+    fields = {"tie_word_embeddings": tied, "lm_head_bias": bias}
+    (folder / "config.json").write_text(json.dumps({**CONFIG, **fields}))
+    ours, info = bertblocks.from_pretrained(folder, head="auto", output_loading_info=True)
+    assert info.missing_keys == []
+    assert info.unexpected_keys == []
+    ids, mask = _batch()
+    with torch.no_grad():
+        got = ours.eval()(input_ids=ids, attention_mask=mask).logits
+    expected = reference(weights, ids, mask, lm=True)["logits"].float()
+    assert_close(got[mask.bool()], expected[mask.bool()], what="logits")
+    ours.save_pretrained(tmp_path / "ours")
+    assert sorted(load_file(str(tmp_path / "ours" / "model.safetensors"))) == sorted(weights)
+    written = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert written["tie_word_embeddings"] is tied
+    assert written.get("lm_head_bias", True) is bias
