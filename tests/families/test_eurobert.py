@@ -208,3 +208,30 @@ def test_a_published_config_json_with_its_own_auto_map_and_clf_pooling_loads(tmp
     written = json.loads((tmp_path / "ours" / "config.json").read_text())
     assert written["classifier_pooling"] == "mean"  # the native name
     assert "clf_pooling" not in written
+
+
+def test_a_tokenizer_json_without_post_processor_is_framed_eurobert_s_way(tmp_path):
+    """Llama-3's specials with EuroBERT's mask: <|begin_of_text|> A <|end_of_text|>, no token types; the byte-level
+    vocabulary has no unknown token, so <|end_of_text|> stands in for one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from bertblocks import BertTokenizer
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|mask|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 20, trainer)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "eurobert"}))
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    encoded = ours("the fox", "a dog", return_tensors=None)
+    assert "token_type_ids" not in encoded
+    bos, eos = tok.token_to_id("<|begin_of_text|>"), tok.token_to_id("<|end_of_text|>")
+    a, b = (tok.encode(text, add_special_tokens=False).ids for text in ("the fox", "a dog"))
+    assert encoded["input_ids"] == [bos, *a, eos, *b, eos]
+    assert ours.mask_token_id == tok.token_to_id("<|mask|>")
+    assert ours.pad_token_id == eos

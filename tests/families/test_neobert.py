@@ -324,3 +324,27 @@ def test_later_exports_tied_decoder_and_no_decoder_bias(tmp_path, tied, bias):
     written = json.loads((tmp_path / "ours" / "config.json").read_text())
     assert written["tie_word_embeddings"] is tied
     assert written.get("lm_head_bias", True) is bias
+
+
+def test_the_tokenizer_is_bert_s_wordpiece_without_token_types(tmp_path):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    from bertblocks import BertTokenizer
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(
+        ["the quick brown fox jumps over the lazy dog"] * 20,
+        trainers.WordPieceTrainer(vocab_size=100, special_tokens=specials),
+    )
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))  # the published file, auto_map included
+    ours = BertTokenizer.from_pretrained(tmp_path)
+    encoded = ours("the fox", "a dog", return_tensors=None)
+    assert "token_type_ids" not in encoded
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    a, b = (tok.encode(text, add_special_tokens=False).ids for text in ("the fox", "a dog"))
+    assert encoded["input_ids"] == [cls, *a, sep, *b, sep]
