@@ -70,6 +70,7 @@ def test_cached_decoding_with_grouped_heads_equals_one_pass():
     [
         ({"num_heads": 4, "num_kv_heads": 3}, "num_kv_heads 3 must divide num_heads 4"),
         ({"num_heads": 4, "num_kv_heads": 2, "fused_qkv": True}, "needs fused_qkv: false"),
+        ({"num_heads": 4, "qkv_layout": "heads"}, "set fused_qkv: true"),
     ],
 )
 def test_what_grouped_heads_cannot_do_is_refused_naming_the_option(attention, message):

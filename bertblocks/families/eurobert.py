@@ -124,6 +124,8 @@ def kv_heads_from_hf(src: dict[str, Any], heads: Any, hidden: Any, model_type: s
     kv = src.pop("num_key_value_heads", None)
     head_dim = src.pop("head_dim", None)
     error = EuroBertConfigError
+    if head_dim is not None and (isinstance(head_dim, bool) or not isinstance(head_dim, int)):
+        raise error(f"{model_type} config.json: head_dim={head_dim!r} is not supported: it must be an integer")
     if head_dim is not None and isinstance(heads, int) and heads > 0 and head_dim * heads != hidden:
         raise error(
             f"{model_type} config.json: head_dim={head_dim!r} is not supported: heads are hidden_size / "
@@ -183,7 +185,7 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     for flag in ("is_decoder", "add_cross_attention"):  # EuroBertConfig has neither: the model is an encoder
         if src.pop(flag, False):
             raise _refuse(flag, True, "EuroBERT's attention is bidirectional (an encoder)")
-    if f["classifier_pooling"] not in POOLING:
+    if not isinstance(f["classifier_pooling"], str) or f["classifier_pooling"] not in POOLING:
         raise _refuse("classifier_pooling", f["classifier_pooling"], f"transformers has {', '.join(POOLING)}")
     head = _head(architectures, f)
     attention: dict[str, Any] = {

@@ -12,7 +12,7 @@ Heads: ``NeoBERTLMHead`` is one linear ``decoder`` with a bias, not tied to the 
 ``classifier`` (``dense_pooled_classification``, ``classifier_dropout``, 0.1 by default).
 
 Composition: ``bert`` embedding (``norm: false``, no token types), ``rope`` (``interleaved``), ``pre_ln`` layers
-with ``rmsnorm``, ``bert`` attention (``fused_qkv``, ``fused_layout: heads``, no biases), fused ``glu`` (swiglu,
+with ``rmsnorm``, ``bert`` attention (``fused_qkv``, ``qkv_layout: heads``, no biases), fused ``glu`` (swiglu,
 no bias). The key map only renames. There is no transformers class: the tests compare with a float64 reference
 of these equations (docs/explanation/model-families.md).
 """
@@ -80,7 +80,7 @@ FIXED: dict[str, Any] = {
     "encoder.norm.name": "rmsnorm",
     "encoder.attention.name": "bert",
     "encoder.attention.fused_qkv": True,
-    "encoder.attention.fused_layout": "heads",
+    "encoder.attention.qkv_layout": "heads",
     "encoder.attention.qkv_bias": False,
     "encoder.attention.output_bias": False,
     "encoder.attention.num_kv_heads": None,
@@ -124,6 +124,8 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         if value != built:
             raise _refuse(field, value, f"bertblocks builds NeoBERT with {field}={built!r}")
     dim_head = src.pop("dim_head", None)
+    if dim_head is not None and (isinstance(dim_head, bool) or not isinstance(dim_head, int)):
+        raise _refuse("dim_head", dim_head, "it must be an integer")
     if dim_head is not None and isinstance(heads, int) and heads > 0 and dim_head * heads != hidden:
         raise _refuse("dim_head", dim_head, f"heads are hidden_size / num_attention_heads = {hidden}/{heads} wide")
     positions = src.pop("max_position_embeddings", None)
@@ -157,7 +159,7 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                 "qkv_bias": False,
                 "output_bias": False,
                 "fused_qkv": True,
-                "fused_layout": "heads",
+                "qkv_layout": "heads",
             },
             "feedforward": {
                 "name": "glu",

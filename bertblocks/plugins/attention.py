@@ -4,7 +4,7 @@ keys), a backend kernel, output projection with residual and LayerNorm.
 Module names are HF's (``attention.self.query``, ``attention.output.LayerNorm``, …) so checkpoints load
 unchanged; ``LayerNorm`` is CamelCase for the same reason. Options: biases of the projections on or off
 (``qkv_bias``, ``output_bias``), one fused ``[3·h·d, H]`` projection (``fused_qkv``, key ``self.Wqkv``,
-the layout ModernBERT stores: all query rows, then key rows, then value rows; or ``fused_layout: heads``, per
+the layout ModernBERT stores: all query rows, then key rows, then value rows; or ``qkv_layout: heads``, per
 head its query, key and value rows, as NeoBERT's ``qkv``), and grouped-query attention
 (``num_kv_heads``: fewer key/value heads, each shared by ``h / num_kv_heads`` consecutive query heads, as
 transformers' ``repeat_kv``; the cache holds the ``num_kv_heads`` heads).
@@ -43,7 +43,7 @@ class AttentionOptions(BaseModel):
     qkv_bias: bool = Field(True, description="biases on the query, key and value projections")
     output_bias: bool = Field(True, description="bias on the output projection (attention.output.dense)")
     fused_qkv: bool = Field(False, description="one fused query/key/value projection (key self.Wqkv) instead of three")
-    fused_layout: Literal["blocks", "heads"] = Field(
+    qkv_layout: Literal["blocks", "heads"] = Field(
         "blocks",
         description="rows of the fused Wqkv: blocks: all query rows, then key, then value (ModernBERT); heads: per "
         "head its query, key and value rows (NeoBERT's qkv)",
@@ -153,7 +153,7 @@ class BertAttention(Attention):
         norm: the norm after the residual (``output.LayerNorm``, post-LN); ``None`` for a layer that normalises
             itself (pre-LN, parallel): the sub-layer then returns ``dropout(dense(context))`` alone.
         rotary: rotation of queries and keys for this layer, or ``None``.
-        qkv_bias, output_bias, fused_qkv, fused_layout, num_kv_heads: see :class:`AttentionOptions`.
+        qkv_bias, output_bias, fused_qkv, qkv_layout, num_kv_heads: see :class:`AttentionOptions`.
     """
 
     def __init__(
@@ -172,7 +172,7 @@ class BertAttention(Attention):
         output_bias: bool = True,
         fused_qkv: bool = False,
         num_kv_heads: int | None = None,
-        fused_layout: str = "blocks",
+        qkv_layout: str = "blocks",
     ) -> None:
         super().__init__()
         if hidden_size % num_heads:
@@ -182,6 +182,8 @@ class BertAttention(Attention):
         self.num_kv_heads = num_kv_heads or num_heads
         if num_heads % self.num_kv_heads:
             raise ValueError(f"encoder.attention.num_kv_heads {num_kv_heads} must divide num_heads {num_heads}")
+        if qkv_layout == "heads" and not fused_qkv:
+            raise ValueError("encoder.attention.qkv_layout 'heads' orders a fused Wqkv's rows: set fused_qkv: true")
         grouped = self.num_kv_heads != num_heads
         if grouped and fused_qkv:
             raise ValueError("encoder.attention.num_kv_heads (grouped-query attention) needs fused_qkv: false")
@@ -204,7 +206,7 @@ class BertAttention(Attention):
             qkv_bias=qkv_bias,
             fused=fused_qkv,
             kv_size=self.num_kv_heads * self.head_dim,
-            per_head=num_heads if fused_qkv and fused_layout == "heads" else None,
+            per_head=num_heads if fused_qkv and qkv_layout == "heads" else None,
         )
         self.output = AttentionOutput(
             num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout, norm, bias=output_bias
@@ -462,7 +464,7 @@ def build_bert_attention(
         output_bias=options.output_bias,
         fused_qkv=options.fused_qkv,
         num_kv_heads=options.num_kv_heads,
-        fused_layout=options.fused_layout,
+        qkv_layout=options.qkv_layout,
     )
 
 

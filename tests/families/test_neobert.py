@@ -187,7 +187,7 @@ def test_the_reference_is_sensitive_to_what_the_family_must_get_right(tmp_path):
     ids, mask = _batch()
     real = mask.bool()
     expected = reference(weights, ids, mask)["last_hidden_state"][real].float()
-    for override in ("encoder.attention.fused_layout=blocks", "position.interleaved=false"):
+    for override in ("encoder.attention.qkv_layout=blocks", "position.interleaved=false"):
         wrong = bertblocks.from_pretrained(tmp_path / "neo", [override]).eval()
         with torch.no_grad():
             got = wrong(input_ids=ids, attention_mask=mask).last_hidden_state[real]
@@ -241,8 +241,8 @@ def test_a_neobert_config_its_fields_cannot_state_is_refused_on_save(change, mes
 
 
 def test_the_family_fixes_its_composition():
-    with pytest.raises(ConfigError, match=r"encoder\.attention\.fused_layout"):
-        config_from_hf({**CONFIG, "bertblocks": {"encoder": {"attention": {"fused_layout": "blocks"}}}})
+    with pytest.raises(ConfigError, match=r"encoder\.attention\.qkv_layout"):
+        config_from_hf({**CONFIG, "bertblocks": {"encoder": {"attention": {"qkv_layout": "blocks"}}}})
 
 
 def test_pruning_a_head_of_the_per_head_fused_projection_equals_masking_it(tmp_path):
