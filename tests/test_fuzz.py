@@ -309,7 +309,14 @@ def _family_configs() -> dict[str, dict[str, Any]]:
     from bertblocks.hf.config_json import config_to_hf
     from bertblocks.hf.families import known_families
 
-    return {f.model_type: config_to_hf(bertblocks.load_config({"model_type": f.model_type})) for f in known_families()}
+    # fields a family's config.json must carry because their defaults live in remote code bertblocks never reads
+    required = {"new": {"rope_theta": 500000.0}}
+    return {
+        f.model_type: config_to_hf(
+            bertblocks.load_config({"model_type": f.model_type, **required.get(f.model_type, {})})
+        )
+        for f in known_families()
+    }
 
 
 FAMILY_CONFIGS = _family_configs()

@@ -34,6 +34,8 @@ MASK_READERS = [
     {"name": "transform_classification", "pooling": "first_real"},
     {"name": "transform_multiple_choice", "pooling": "mean"},
     {"name": "transform_masked_lm", "sparse_prediction": True},
+    {"name": "dense_pooled_classification", "pooling": "mean"},
+    {"name": "dense_pooled_classification", "pooling": "late"},
 ]
 
 
@@ -63,7 +65,7 @@ def _labels(name: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     tokens = torch.where(mask.bool(), ids, -100)
     per_example = torch.arange(b) % 2
-    if name in ("masked_lm", "causal_lm", "masked_lm_gelu", "causal_lm_gelu", "transform_masked_lm"):
+    if name.endswith("_lm") or name in ("masked_lm_gelu", "causal_lm_gelu"):
         return {"labels": tokens}
     if name == "pretraining":
         return {"labels": tokens, "next_sentence_label": per_example}
@@ -83,7 +85,7 @@ def _tensors(out) -> dict[str, torch.Tensor]:
 
 
 def test_every_builtin_head_is_a_composition():
-    assert len(BUILTIN_HEADS) == 20
+    assert len(BUILTIN_HEADS) == 22
     for name in BUILTIN_HEADS:
         model = bertblocks.create_model(_config({"name": name}))
         assert isinstance(model.head, ComposedHead), name

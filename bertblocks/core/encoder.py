@@ -514,10 +514,11 @@ class EncoderModel(nn.Module):
 
     def _cache_shape(self) -> tuple[tuple[int, int], ...]:
         """``(heads, head_dim)`` of each layer, as its attention module has them (per-layer overrides and pruning
-        included): what a cache must match; kept until pruning."""
+        included; the key/value heads under grouped-query attention, which the cache holds): what a cache must
+        match; kept until pruning."""
         if self._cache_shape_memo is None:
             attentions = [self.encoder.layer_at(i).attention for i in range(self.encoder.num_layers)]
-            self._cache_shape_memo = tuple((a.num_heads, a.head_dim) for a in attentions)
+            self._cache_shape_memo = tuple((getattr(a, "num_kv_heads", a.num_heads), a.head_dim) for a in attentions)
         return self._cache_shape_memo
 
     # --------------------------------------------------------------------------------------- input checks

@@ -12,12 +12,14 @@ from . import (
     electra,
     ernie,
     esm,
+    eurobert,
     gte,
     hybrid,
     jina_bert,
     jina_embeddings_v3,
     modernbert,
     mpnet,
+    neobert,
     nomic_bert,
     roberta,
     roformer,
@@ -39,6 +41,8 @@ FAMILY_PLUGINS = (
     roformer,
     esm,
     jina_bert,
+    eurobert,
+    neobert,
     hybrid,
 )
 

@@ -34,6 +34,8 @@ def rope_from_hf(src: dict[str, Any], default_theta: float) -> dict[str, Any]:
     if not isinstance(params, Mapping):
         raise ValueError(f"rope_parameters must be a mapping, got {params!r}")
     theta = params.get("rope_theta", src.pop("rope_theta", default_theta))
+    if isinstance(theta, bool) or not isinstance(theta, int | float):
+        raise ValueError(f"rope_theta must be a number; got {theta!r}")
     rope_type = params.get("rope_type", "default")
     if rope_type != "default":
         raise ValueError(

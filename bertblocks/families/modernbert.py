@@ -105,6 +105,8 @@ def _rope_bases(src: dict[str, Any]) -> dict[str, float]:
     if src.pop("rope_scaling", None) is not None:
         raise ValueError("rope_scaling is not supported (bertblocks' rope is the default, unscaled RoPE)")
     params = src.pop("rope_parameters", None) or {}
+    if not isinstance(params, Mapping) or any(not isinstance(v, Mapping | None) for v in params.values()):
+        raise ValueError(f"rope_parameters must map layer types to their rope fields; got {params!r}")
     old = {FULL: src.pop("global_rope_theta", None), SLIDING: src.pop("local_rope_theta", None)}
     bases = {}
     for kind in (FULL, SLIDING):

@@ -3,16 +3,20 @@ keys), a backend kernel, output projection with residual and LayerNorm.
 
 Module names are HF's (``attention.self.query``, ``attention.output.LayerNorm``, …) so checkpoints load
 unchanged; ``LayerNorm`` is CamelCase for the same reason. Options: biases of the projections on or off
-(``qkv_bias``, ``output_bias``), and one fused ``[3·h·d, H]`` projection (``fused_qkv``, key ``self.Wqkv``,
-the layout ModernBERT stores: all query rows, then key rows, then value rows).
+(``qkv_bias``, ``output_bias``), one fused ``[3·h·d, H]`` projection (``fused_qkv``, key ``self.Wqkv``,
+the layout ModernBERT stores: all query rows, then key rows, then value rows; or ``qkv_layout: heads``, per
+head its query, key and value rows, as NeoBERT's ``qkv``), and grouped-query attention
+(``num_kv_heads``: fewer key/value heads, each shared by ``h / num_kv_heads`` consecutive query heads, as
+transformers' ``repeat_kv``; the cache holds the ``num_kv_heads`` heads).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
 from bertblocks.core.cache import KVCache
@@ -39,6 +43,15 @@ class AttentionOptions(BaseModel):
     qkv_bias: bool = Field(True, description="biases on the query, key and value projections")
     output_bias: bool = Field(True, description="bias on the output projection (attention.output.dense)")
     fused_qkv: bool = Field(False, description="one fused query/key/value projection (key self.Wqkv) instead of three")
+    qkv_layout: Literal["blocks", "heads"] = Field(
+        "blocks",
+        description="rows of the fused Wqkv: blocks: all query rows, then key, then value (ModernBERT); heads: per "
+        "head its query, key and value rows (NeoBERT's qkv)",
+    )
+    num_kv_heads: PositiveInt | None = Field(
+        None,
+        description="key/value heads (grouped-query attention; must divide num_heads); null: as many as num_heads",
+    )
 
 
 class SelfAttentionProjections(nn.Module):
@@ -54,15 +67,19 @@ class SelfAttentionProjections(nn.Module):
         *,
         qkv_bias: bool = True,
         fused: bool = False,
+        kv_size: int | None = None,
+        per_head: int | None = None,
     ) -> None:
         super().__init__()
         self.fused = fused
+        # fused rows grouped per head ([q_h; k_h; v_h] for each of `per_head` heads) rather than in three blocks
+        self.per_head = per_head
         if fused:
             self.Wqkv = nn.Linear(hidden_size, 3 * all_head_size, bias=qkv_bias)  # ModernBERT's name
         else:
             self.query = nn.Linear(hidden_size, all_head_size, bias=qkv_bias)
-            self.key = nn.Linear(hidden_size, all_head_size, bias=qkv_bias)
-            self.value = nn.Linear(hidden_size, all_head_size, bias=qkv_bias)
+            self.key = nn.Linear(hidden_size, kv_size or all_head_size, bias=qkv_bias)
+            self.value = nn.Linear(hidden_size, kv_size or all_head_size, bias=qkv_bias)
         self.position_bias_name = bias.module_name if bias is not None else None
         if bias is not None:
             self.add_module(bias.module_name, bias)
@@ -74,6 +91,11 @@ class SelfAttentionProjections(nn.Module):
 
     def project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``[..., H]`` → query, key, value ``[..., h·d]`` each."""
+        if self.fused and self.per_head:
+            fused = self.Wqkv(hidden_states)
+            lead, h = fused.shape[:-1], self.per_head
+            q, k, v = fused.view(*lead, h, 3, -1).unbind(-2)  # [..., h, d] each
+            return q.reshape(*lead, -1), k.reshape(*lead, -1), v.reshape(*lead, -1)
         if self.fused:
             return self.Wqkv(hidden_states).chunk(3, dim=-1)
         return self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
@@ -99,6 +121,10 @@ class SelfAttentionProjections(nn.Module):
 
     def _fused_part(self, i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         n = self.Wqkv.out_features // 3
+        if self.per_head:  # the i-th d rows of every head's 3·d
+            rows = torch.arange(3 * n, device=self.Wqkv.weight.device).view(self.per_head, 3, -1)[:, i].reshape(-1)
+            bias = self.Wqkv.bias[rows] if self.Wqkv.bias is not None else None
+            return self.Wqkv.weight[rows], bias
         bias = self.Wqkv.bias[i * n : (i + 1) * n] if self.Wqkv.bias is not None else None
         return self.Wqkv.weight[i * n : (i + 1) * n], bias
 
@@ -127,7 +153,7 @@ class BertAttention(Attention):
         norm: the norm after the residual (``output.LayerNorm``, post-LN); ``None`` for a layer that normalises
             itself (pre-LN, parallel): the sub-layer then returns ``dropout(dense(context))`` alone.
         rotary: rotation of queries and keys for this layer, or ``None``.
-        qkv_bias, output_bias, fused_qkv: see :class:`AttentionOptions`.
+        qkv_bias, output_bias, fused_qkv, qkv_layout, num_kv_heads: see :class:`AttentionOptions`.
     """
 
     def __init__(
@@ -145,12 +171,27 @@ class BertAttention(Attention):
         qkv_bias: bool = True,
         output_bias: bool = True,
         fused_qkv: bool = False,
+        num_kv_heads: int | None = None,
+        qkv_layout: str = "blocks",
     ) -> None:
         super().__init__()
         if hidden_size % num_heads:
             raise ValueError(f"num_heads {num_heads} must divide hidden_size {hidden_size}")
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
+        self.num_kv_heads = num_kv_heads or num_heads
+        if num_heads % self.num_kv_heads:
+            raise ValueError(f"encoder.attention.num_kv_heads {num_kv_heads} must divide num_heads {num_heads}")
+        if qkv_layout == "heads" and not fused_qkv:
+            raise ValueError("encoder.attention.qkv_layout 'heads' orders a fused Wqkv's rows: set fused_qkv: true")
+        grouped = self.num_kv_heads != num_heads
+        if grouped and fused_qkv:
+            raise ValueError("encoder.attention.num_kv_heads (grouped-query attention) needs fused_qkv: false")
+        if grouped and position_bias is not None and position_bias.reads_projections:
+            raise ValueError(
+                "encoder.attention.num_kv_heads (grouped-query attention) cannot be combined with a position term "
+                "that projects through the layer's keys (disentangled attention)"
+            )
         # a position term may widen the denominator (DeBERTa: √(d · (1 + number of position terms)))
         factor = position_bias.score_scale_factor if position_bias is not None else 1.0
         self.scale = (self.head_dim * factor) ** -0.5
@@ -158,7 +199,14 @@ class BertAttention(Attention):
         self.backend = backend
         # `self` is HF's name for this child; kept for checkpoint compatibility.
         self.self = SelfAttentionProjections(
-            hidden_size, num_heads * self.head_dim, position_bias, rotary, qkv_bias=qkv_bias, fused=fused_qkv
+            hidden_size,
+            num_heads * self.head_dim,
+            position_bias,
+            rotary,
+            qkv_bias=qkv_bias,
+            fused=fused_qkv,
+            kv_size=self.num_kv_heads * self.head_dim,
+            per_head=num_heads if fused_qkv and qkv_layout == "heads" else None,
         )
         self.output = AttentionOutput(
             num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout, norm, bias=output_bias
@@ -201,12 +249,14 @@ class BertAttention(Attention):
             cached = cache.cross(layer_index) if cache is not None else None
             if cached is None:
                 k, v = proj.project_key_value(encoder_hidden_states)
-                cached = (self._heads(k), self._heads(v))
+                cached = (self._heads(k, self.num_kv_heads), self._heads(v, self.num_kv_heads))
                 if cache is not None:
                     cache.set_cross(layer_index, *cached)
-            key, value = cached  # [b, h, s, d]
+            key, value = cached  # [b, kv, s, d]
         else:
-            query, key, value = (x.view(b, q, h, d) for x in proj.project(hidden_states))  # [b, q, h, d]
+            query, key, value = proj.project(hidden_states)
+            kv = self.num_kv_heads
+            query, key, value = query.view(b, q, h, d), key.view(b, q, kv, d), value.view(b, q, kv, d)  # [b, q, ·, d]
             if proj.rotary is not None:
                 # Keys are rotated by their own positions *before* they are cached: a cache then holds keys
                 # exactly as a single pass over the whole sequence would have them.
@@ -215,7 +265,8 @@ class BertAttention(Attention):
                     value = proj.rotary.rotate_value(value, positions.tokens(), positions.memo)
             query, key, value = (x.transpose(1, 2) for x in (query, key, value))  # [b, h, q, d]
             if cache is not None:
-                key, value = cache.update(layer_index, key, value)  # [b, h, past + q, d]
+                key, value = cache.update(layer_index, key, value)  # [b, kv, past + q, d]
+        key, value = self._share_kv(key), self._share_kv(value)  # [b, h, ·, d]
 
         self_attention = encoder_hidden_states is None
         context, weights = self._attend(
@@ -290,8 +341,9 @@ class BertAttention(Attention):
         """Projections on the real tokens; attention per sequence (varlen) or in the padded layout."""
         proj = self.self
         h, d = self.num_heads, self.head_dim
-        t = hidden_states.shape[1]
-        q, k, v = (x.view(1, t, h, d) for x in proj.project(hidden_states))  # [1, T, h, d]
+        t, kv = hidden_states.shape[1], self.num_kv_heads
+        q, k, v = proj.project(hidden_states)
+        q, k, v = q.view(1, t, h, d), k.view(1, t, kv, d), v.view(1, t, kv, d)  # [1, T, ·, d]
         if proj.rotary is not None:
             # each packed sequence is rotated by its own positions (from 0), as it would be alone
             q, k = proj.rotary(q, k, positions.tokens(packed=True), positions.memo)
@@ -306,8 +358,8 @@ class BertAttention(Attention):
         ):
             context = self.backend.varlen(
                 q[0],
-                k[0],
-                v[0],
+                self._share_kv(k[0], dim=1),  # [T, h, d]
+                self._share_kv(v[0], dim=1),
                 cu_seqlens=packing.cu_seqlens,
                 max_seqlen=packing.max_seqlen,
                 scale=self.scale,
@@ -316,28 +368,42 @@ class BertAttention(Attention):
             return self.output(context[None], hidden_states), None
         # Re-pad Q/K/V for this call only: [T, h·d] → [b, h, L, d]. Padded query rows are zeros and are
         # dropped again below; padded keys are hidden by the mask as usual.
-        query, key, value = (self._heads(packing.unpack(x[0].reshape(t, h * d))) for x in (q, k, v))
+        query = self._heads(packing.unpack(q[0].reshape(t, h * d)))  # [b, h, L, d]
+        key, value = (self._share_kv(self._heads(packing.unpack(x[0].reshape(t, kv * d)), kv)) for x in (k, v))
         context, weights = self._attend(query, key, value, mask, positions, head_mask, output_attentions, False)
         b, _, length, _ = context.shape
         context = packing.pack(context.transpose(1, 2).reshape(b, length, h * d))  # [T, h·d]
         return self.output(context[None], hidden_states), weights
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        """``[b, t, h·d]`` → ``[b, h, t, d]``."""
+    def _heads(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """``[b, t, n·d]`` → ``[b, n, t, d]`` (``n``: ``heads``, default the query heads)."""
         b, t, _ = x.shape
-        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        return x.view(b, t, heads or self.num_heads, self.head_dim).transpose(1, 2)
+
+    def _share_kv(self, x: torch.Tensor, dim: int = 1) -> torch.Tensor:
+        """Grouped-query attention: each of the ``kv`` heads along ``dim`` repeated for its ``h / kv`` consecutive
+        query heads (transformers' ``repeat_kv``); unchanged without grouping."""
+        if self.num_kv_heads == self.num_heads:
+            return x
+        return x.repeat_interleave(self.num_heads // self.num_kv_heads, dim=dim)
 
     def prune_heads(self, heads: set[int]) -> None:
         drop = {head for head in heads if head in self.kept_heads}
         if not drop:
             return
+        if self.num_kv_heads != self.num_heads:
+            raise ValueError("pruning heads of grouped-query attention (num_kv_heads) is not supported")
         keep_now = [i for i, head in enumerate(self.kept_heads) if head not in drop]  # current numbering
         if not keep_now:
             raise ValueError("cannot prune every head of a layer")
         d = self.head_dim
         device = self.output.dense.weight.device
         index = torch.cat([torch.arange(i * d, (i + 1) * d) for i in keep_now]).to(device)
-        if self.self.fused:
+        if self.self.fused and self.self.per_head:  # each kept head's 3·d rows
+            fused_index = torch.cat([torch.arange(i * 3 * d, (i + 1) * 3 * d) for i in keep_now]).to(device)
+            self.self.Wqkv = _select_linear(self.self.Wqkv, fused_index, dim=0)
+            self.self.per_head = len(keep_now)
+        elif self.self.fused:
             width = self.num_heads * d  # rows per block of the fused [q; k; v] projection
             fused_index = torch.cat([index, index + width, index + 2 * width])
             self.self.Wqkv = _select_linear(self.self.Wqkv, fused_index, dim=0)
@@ -347,6 +413,7 @@ class BertAttention(Attention):
         self.output.dense = _select_linear(self.output.dense, index, dim=1)
         self.kept_heads = [self.kept_heads[i] for i in keep_now]
         self.num_heads = len(self.kept_heads)
+        self.num_kv_heads = self.num_heads  # ungrouped (refused above otherwise): one key/value head per query head
         self.kept_head_index = torch.tensor(self.kept_heads, device=self.kept_head_index.device)
 
 
@@ -400,6 +467,8 @@ def build_bert_attention(
         qkv_bias=options.qkv_bias,
         output_bias=options.output_bias,
         fused_qkv=options.fused_qkv,
+        num_kv_heads=options.num_kv_heads,
+        qkv_layout=options.qkv_layout,
     )
 
 

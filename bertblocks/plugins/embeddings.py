@@ -10,7 +10,9 @@ The variations are options of the one ``bert`` embedding (so a hybrid can pick a
   (ELECTRA's ``embeddings_project``, ALBERT's ``embedding_hidden_mapping_in``);
 * ``extra_type_tables`` — further per-token type tables, added like token types (ERNIE's
   ``task_type_embeddings``); their ids default to 0, as ERNIE's do;
-* ``norm_bias: false`` — the LayerNorm scales only (ModernBERT's ``norm_bias: false``).
+* ``norm_bias: false`` — the LayerNorm scales only (ModernBERT's ``norm_bias: false``);
+* ``norm: false`` — no LayerNorm at all (Llama-style encoders, EuroBERT and NeoBERT, whose pre-LN layers
+  normalise their input themselves).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class BertEmbeddingOptions(BaseModel):
         "task_type_embeddings)",
     )
     norm_bias: bool = Field(True, description="a bias in the LayerNorm; false: scale only (ModernBERT)")
+    norm: bool = Field(
+        True, description="a LayerNorm after the tables; false: none, the first pre-LN layer normalises (EuroBERT)"
+    )
 
 
 class BertEmbeddings(Embedding):
@@ -87,7 +92,10 @@ class BertEmbeddings(Embedding):
         self.extra_type_names = tuple(opts.extra_type_tables)
         for name, size in opts.extra_type_tables.items():
             self.add_module(name, nn.Embedding(size, width))  # the family's key: `embeddings.<name>.weight`
-        self.LayerNorm = nn.LayerNorm(width, eps=layer_norm_eps, bias=opts.norm_bias)  # CamelCase: HF checkpoint key
+        # CamelCase: HF checkpoint key; an identity holds no parameters, so a norm-free model stores none
+        self.LayerNorm: nn.Module = (
+            nn.LayerNorm(width, eps=layer_norm_eps, bias=opts.norm_bias) if opts.norm else nn.Identity()
+        )
         self.dropout = nn.Dropout(dropout)
         # a factorized embedding is projected even at equal widths (ALBERT always has the projection)
         self.has_projection = opts.embedding_size is not None

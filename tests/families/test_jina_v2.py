@@ -259,14 +259,18 @@ def test_config_json_round_trips_and_maps_to_components():
     assert cfg.position.name == "symmetric_alibi"
     assert cfg.encoder.feedforward.name == "glu"
     assert cfg.encoder.feedforward.activation == "gelu"
-    assert cfg.encoder.feedforward.options() == {
+    assert cfg.encoder.feedforward.changed_options() == {
         "bias": False,
         "output_bias": True,
         "fused": True,
-        "input_bias": None,
         "dropout_at": "gated",
     }
-    assert cfg.encoder.attention.options() == {"qkv_bias": True, "output_bias": True, "fused_qkv": False}
+    attention = cfg.encoder.attention.options()
+    assert {k: attention[k] for k in ("qkv_bias", "output_bias", "fused_qkv")} == {
+        "qkv_bias": True,
+        "output_bias": True,
+        "fused_qkv": False,
+    }
     back = config_to_hf(cfg)
     for key in ("model_type", "auto_map", "position_embedding_type", "feed_forward_type", "emb_pooler"):
         assert back[key] == PUBLISHED[key], key

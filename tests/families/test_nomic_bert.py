@@ -125,7 +125,7 @@ def test_config_maps_to_the_components_it_is_made_of():
     cfg = bertblocks.load_config(config_from_hf(NOMIC.hf_config()))
     assert cfg.position.name == "rope"
     assert cfg.position.options()["base"] == 50.0
-    assert cfg.encoder.attention.options() == {"qkv_bias": False, "output_bias": False, "fused_qkv": True}
+    assert cfg.encoder.attention.changed_options() == {"qkv_bias": False, "output_bias": False, "fused_qkv": True}
     assert cfg.encoder.feedforward.name == "glu"
     assert cfg.encoder.feedforward.activation == "silu"
     assert cfg.encoder.feedforward.options()["bias"] is False

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from bertblocks.core.component import Component, NoOptions
 
-from . import bert, task_heads, transform_heads
+from . import bert, linear_heads, task_heads, transform_heads
 from .composition import head_component
+from .linear_heads import DensePooledOptions, LinearLMOptions
 from .task_heads import DenseClassificationOptions, GeluLMOptions
 from .transform_heads import TransformLMOptions, TransformOptions, TransformPoolingOptions
 
@@ -45,6 +46,8 @@ FAMILY_HEADS = {
     "transform_token_classification": (transform_heads, TransformOptions, "transform → per-token classifier"),
     "transform_question_answering": (transform_heads, TransformOptions, "transform → start/end span logits"),
     "transform_multiple_choice": (transform_heads, TransformPoolingOptions, "each choice pooled → transform → a score"),
+    "linear_masked_lm": (linear_heads, LinearLMOptions, "one linear map onto the vocabulary (EuroBERT, NeoBERT)"),
+    "dense_pooled_classification": (linear_heads, DensePooledOptions, "pool → dense → act → classifier, or late"),
 }
 
 

@@ -44,6 +44,8 @@ class Branch:
         split: split the last dimension among ``fields``.
         sparse_ignore_index: with labels, run the modules only on positions whose label is not this
             (ModernBERT's ``sparse_prediction``: logits ``[n, vocab]`` for the ``n`` labelled positions).
+        late: the modules run on every position and ``pooling`` then pools their output (EuroBERT's
+            ``classifier_pooling: late``: per-token logits averaged over the real tokens).
     """
 
     fields: tuple[str, ...]
@@ -51,6 +53,7 @@ class Branch:
     modules: tuple[str, ...]
     split: bool = False
     sparse_ignore_index: int | None = None
+    late: bool = False
 
 
 class ComposedHead(Head):
@@ -119,12 +122,14 @@ class ComposedHead(Head):
             )
         values: dict[str, torch.Tensor] = {}
         for branch in self.branches:
-            hidden = pool(output, attention_mask, branch.pooling)
+            hidden = pool(output, attention_mask, "none" if branch.late else branch.pooling)
             if branch.sparse_ignore_index is not None and "labels" in labels:
                 hidden, target = _labelled_positions(hidden, labels["labels"], branch.sparse_ignore_index)
                 labels = {**labels, "labels": target}
             for name in branch.modules:
                 hidden = self.get_submodule(name)(hidden)
+            if branch.late:  # [b, q, n] → [b, n]
+                hidden = pool(ModelOutputWithPooling(last_hidden_state=hidden), attention_mask, branch.pooling)
             if self.choices:
                 hidden = hidden.view(batch_shape)  # [b·c, 1] → [b, c]
             if branch.split:
