@@ -23,6 +23,7 @@ from conftest import TINY
 from bertblocks.ablation import StudyError, load_study, run_study
 from bertblocks.ablation.corpus import _PLURAL, _SINGULAR, generate_sentences
 from bertblocks.ablation.data import train_tokenizer
+from bertblocks.ablation.doctables import table_from_results
 from bertblocks.ablation.downstream import _encode, bootstrap_interval, metric_batch
 from bertblocks.ablation.stats import interval, paired_difference
 from bertblocks.ablation.tasks import Example, embedded_examples
@@ -141,6 +142,8 @@ def test_downstream_metrics_have_intervals_and_paired_differences_in_table_csv_a
     assert float(rows[1]["similarity/spearman"]) == pytest.approx(other.downstream["similarity/spearman"].mean)
     assert rows[0]["number/accuracy_delta"] == ""
     assert rows[1]["number/f1_delta_distinguishable"] in ("True", "False", "")
+
+    assert table_from_results(out / "results.json") == result.table  # the docs' tables, rebuilt from the JSON
 
     data = json.loads((out / "results.json").read_text())
     entry = data["variants"][1]["downstream"]["number/f1"]
