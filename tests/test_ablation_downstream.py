@@ -397,3 +397,14 @@ def test_interval_of_one_seed_and_nan_free_summary_of_a_diverged_fine_tuning():
     assert math.isfinite(summaries[0].downstream["t/f1"].interval.half_width)
     assert summaries[1].downstream["t/accuracy"].diverged == [0]
     assert not summaries[1].downstream["t/accuracy"].seeds
+
+
+def test_modern_encoder_example_fine_tunes_on_the_embedded_number_task():
+    study = load_study(Path(__file__).parents[1] / "examples" / "studies" / "modern-encoder.yaml")
+    (task,) = study.spec.downstream
+    assert (task.source, task.kind, task.title, task.reported) == (
+        "embedded:number",
+        "classification",
+        "number",
+        ["accuracy", "f1"],
+    )
