@@ -181,7 +181,7 @@ class DownstreamTaskSpec(_Strict):
         None, description="eval examples (embedded: generated, default 400; else the first N; default all)"
     )
     steps: PositiveInt = Field(60, description="fine-tuning optimizer steps")
-    lr: float = Field(1e-3, gt=0, description="AdamW learning rate (constant)")
+    lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant)")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
     batch_size: PositiveInt = Field(16, description="examples per step")
     seq_len: PositiveInt | None = Field(None, description="tokens per example (truncated); default: train.seq_len")
