@@ -182,6 +182,28 @@ def test_missing_weights_redo_only_that_pretraining_and_give_the_same_numbers(tm
     assert len(changed.downstream_reused) == len(VARIANTS) * len(SEEDS)
 
 
+def test_fine_tunings_on_ray_match_those_of_a_local_worker(tmp_path, killed_then_resumed):
+    """The killed study's fine-tunings (a local worker process, then this process) done again as Ray tasks,
+    from the same saved weights: the same predictions."""
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+    local, _, out = killed_then_resumed
+    copy = tmp_path / "out"
+    subprocess.run(["cp", "-r", str(out), str(copy)], check=True)
+    for record in (copy / "downstream").glob("*.json"):
+        record.unlink()
+    ray.init(num_cpus=2, object_store_memory=100 * 2**20, include_dashboard=False, log_to_driver=False)
+    try:
+        result = run_study(copy / "study.yaml", copy, executor="ray", progress=False, echo=None)
+    finally:
+        ray.shutdown()
+    assert result.executed == []
+    assert len(result.downstream_executed) == len(VARIANTS) * len(SEEDS) * len(TASKS)
+    expected = {r["run_id"]: r for r in local.downstream_records}
+    for record in result.downstream_records:
+        assert record["predictions"] == expected[record["run_id"]]["predictions"], record["run_id"]
+        assert record["metrics"]["train_loss"] == expected[record["run_id"]]["metrics"]["train_loss"]
+
+
 # ------------------------------------------------------------------------------------------- metrics
 def test_macro_f1_spearman_and_pearson_match_reference_implementations():
     sklearn = pytest.importorskip("sklearn.metrics")
