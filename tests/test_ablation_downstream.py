@@ -229,7 +229,7 @@ def test_bootstrap_interval_agrees_with_the_analytic_one_for_accuracy():
     """For a mean of per-example values the analytic interval is exact; the bootstrap must come close, with
     one seed (examples only) and with several (seeds and examples, the interaction taken out)."""
     gen = torch.Generator().manual_seed(1)
-    gold = torch.randint(0, 2, (600,)).tolist()
+    gold = torch.randint(0, 2, (600,), generator=gen).tolist()
     shared = torch.rand(600, generator=gen) < 0.75  # the examples' difficulty, common to the seeds
     preds, correct, values = {}, {}, {}
     for seed in range(4):
