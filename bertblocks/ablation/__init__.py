@@ -2,7 +2,8 @@
 
 A study file names a base config (a preset or a file), what to vary (dotted keys with value lists, or named
 variants of overrides, per-layer overrides included), the input shape to measure costs at, and optionally a
-short training run for a quality number. :func:`run_study` runs every variant × seed in local worker
+short training run for a quality number, and downstream tasks each pre-trained run is fine-tuned on
+(:mod:`~bertblocks.ablation.downstream`). :func:`run_study` runs every variant × seed in local worker
 processes or on a Ray cluster, writes each run as it finishes (an interrupted study resumes), and summarises
 the results as a table, CSV, JSON and a PNG plot. ``bertblocks ablate STUDY.yaml`` is the command line.
 

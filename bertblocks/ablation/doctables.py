@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BertBlocksError
-from . import report
+from . import downstream, report
 
 #: a marked block; the markers start their lines (an indented one, e.g. in an example, is left alone)
 BLOCK = re.compile(
@@ -87,7 +87,18 @@ def table_from_results(path: Path) -> str:
         raise DocTableError(f"no results at {path}: run the study first (or pass --run)") from None
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise DocTableError(f"{path} is not the results.json of a study ({e})") from None
-    return report.format_table(title, report.summarize(variants, records, baseline=baseline))
+    summaries = report.summarize(variants, records, baseline=baseline)
+    table = report.format_table(title, summaries)
+    fine_tunings = [run for v in data["variants"] for run in v.get("downstream_runs", [])]
+    if fine_tunings:  # the downstream block, as the runner appends it
+        keys = [key for v in data["variants"] for key in v.get("downstream", {})]
+        tasks: dict[str, list[str]] = {}
+        for key in dict.fromkeys(keys):
+            task, metric = key.rsplit("/", 1)
+            tasks.setdefault(task, []).append(metric)
+        downstream.attach(summaries, fine_tunings, list(tasks.items()), baseline)
+        table += "\n\n" + downstream.format_table(summaries)
+    return table
 
 
 def update_page(

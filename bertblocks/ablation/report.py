@@ -88,6 +88,8 @@ class VariantSummary:
     eval_rows_asked: int | None = None
     #: the sequence length ``params_used`` was counted at
     params_used_at: int | None = None
+    #: ``task/metric`` → its :class:`~bertblocks.ablation.downstream.DownstreamSummary` (``downstream:`` tasks)
+    downstream: dict[str, Any] = field(default_factory=dict)
 
 
 def _samples(run: dict[str, Any], metric: str) -> list[float] | None:
@@ -309,10 +311,13 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
     return "\n".join(lines)
 
 
-def write_csv(path: Path, summaries: list[VariantSummary]) -> None:
+def write_csv(
+    path: Path, summaries: list[VariantSummary], extra: tuple[list[str], list[list[Any]]] | None = None
+) -> None:
     """One row per variant: ``METRIC`` (mean) and ``METRIC_std`` columns; for quality metrics also the
     interval (``METRIC_ci_low``, ``METRIC_ci_high``) and the paired difference with the baseline
-    (``delta_METRIC``, ``delta_METRIC_ci_low``, ``delta_METRIC_ci_high``, ``delta_METRIC_distinguishable``)."""
+    (``delta_METRIC``, ``delta_METRIC_ci_low``, ``delta_METRIC_ci_high``, ``delta_METRIC_distinguishable``).
+    ``extra``: more columns at the end, a header and one row per summary (the downstream metrics)."""
     metrics = [m for m in METRICS if any(m in s.mean for s in summaries)]
     quality = [m for m in QUALITY if any(m in s.intervals for s in summaries)]
     interval_columns = [f"{m}_{end}" for m in quality for end in ("ci_low", "ci_high")]
@@ -329,9 +334,10 @@ def write_csv(path: Path, summaries: list[VariantSummary]) -> None:
             "baseline",
             *delta_columns,
             "eval_samples",
+            *(extra[0] if extra else []),
         ]
     )
-    for s in summaries:
+    for index, s in enumerate(summaries):
         values = [v for m in metrics for v in (s.mean.get(m, ""), s.std.get(m, ""))]
         ends: list[Any] = []
         for m in quality:
@@ -361,6 +367,7 @@ def write_csv(path: Path, summaries: list[VariantSummary]) -> None:
                 s.baseline or "",
                 *deltas,
                 s.eval_samples or "",
+                *(extra[1][index] if extra else []),
             ]
         )
     write_text(path, buffer.getvalue())
@@ -383,17 +390,27 @@ def summary_dict(s: VariantSummary) -> dict[str, Any]:
         "eval_rows_asked": s.eval_rows_asked,
         "notes": s.notes,
         "diverged_seeds": s.diverged,
+        "downstream": {key: entry.as_dict() for key, entry in s.downstream.items()},
     }
 
 
-def write_json(path: Path, title: str, summaries: list[VariantSummary], records: list[dict[str, Any]]) -> None:
-    """Summaries (with intervals and paired differences) and every run's record."""
+def write_json(
+    path: Path,
+    title: str,
+    summaries: list[VariantSummary],
+    records: list[dict[str, Any]],
+    *,
+    downstream: list[dict[str, Any]] | None = None,
+) -> None:
+    """Summaries (with intervals and paired differences) and every run's record; with ``downstream``, each
+    variant's fine-tuning records too (``downstream_runs``)."""
     data = {
         "study": title,
         "variants": [
             {
                 **summary_dict(s),
                 "runs": sorted((r for r in records if r["variant"] == s.variant), key=lambda r: r["seed"]),
+                **({"downstream_runs": [r for r in downstream if r["variant"] == s.variant]} if downstream else {}),
             }
             for s in summaries
         ],

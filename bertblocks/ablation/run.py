@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from .data import PreparedData
+from .downstream import DownstreamRunTask, run_downstream
 from .measure import measure_costs, used_parameters
 from .study import MeasureSpec, TrainSpec
 
@@ -44,12 +45,22 @@ class RunTask:
     threads: int
     fingerprint: str
     run_id: str
+    #: return the pre-trained ``state_dict`` (``torch.save`` bytes) as the record's ``weights``, for the
+    #: study's downstream tasks (:mod:`bertblocks.ablation.downstream`); the runner stores it apart
+    keep_weights: bool = False
 
 
-def execute(task: RunTask) -> dict[str, Any]:
-    """Build the variant, measure its costs, train and evaluate when asked; return the run's record."""
+def execute(task: RunTask | DownstreamRunTask) -> dict[str, Any]:
+    """Build the variant, measure its costs, train and evaluate when asked; return the run's record.
+
+    A :class:`~bertblocks.ablation.downstream.DownstreamRunTask` is a fine-tuning of a pre-trained run
+    instead (:func:`~bertblocks.ablation.downstream.run_downstream`), so every executor runs both.
+    """
     from bertblocks.config_files import load_config
     from bertblocks.zoo import create_model
+
+    if isinstance(task, DownstreamRunTask):
+        return run_downstream(task)
 
     torch.set_num_threads(task.threads)
     config = load_config(task.config)
@@ -68,9 +79,14 @@ def execute(task: RunTask) -> dict[str, Any]:
         from .training import train_and_evaluate
 
         assert task.data is not None
-        metrics.update(train_and_evaluate(config, task.data, TrainSpec.model_validate(task.train), task.seed))
+        metrics.update(
+            train_and_evaluate(
+                config, task.data, TrainSpec.model_validate(task.train), task.seed, keep_weights=task.keep_weights
+            )
+        )
     diverged = "diverged_at_step" in metrics
     samples = metrics.pop("eval_samples", None)
+    weights = metrics.pop("weights", None)
     record: dict[str, Any] = {
         "variant": task.variant,
         "seed": task.seed,
@@ -85,4 +101,6 @@ def execute(task: RunTask) -> dict[str, Any]:
     }
     if samples is not None:  # per-token (per-example) eval values, for the intervals of the summaries
         record["eval_samples"] = samples
+    if weights is not None:
+        record["weights"] = weights
     return record

@@ -12,6 +12,8 @@ Output folder::
     study.yaml          the study as run (after --set)
     tokenizer.json      the trained tokenizer (reused on resume, so token ids stay the same)
     runs/<variant>__seed<N>.json   one record per finished run, written atomically as it completes
+    weights/<run>__<fingerprint>.pt   a run's pre-trained weights (only with ``downstream:`` tasks)
+    downstream/<run>__<task>.json    one record per fine-tuning of a run on a downstream task
     results.json, results.csv, results.png   the summaries, rewritten at the end
     results-pareto.png  quality against each cost, the Pareto front marked (studies that train)
 
@@ -27,14 +29,21 @@ second study into the same folder is refused with :class:`~bertblocks.ablation.l
 
 A run whose training diverges (NaN or inf loss) is recorded with ``status: diverged`` and no quality
 metrics; the summaries are written for every variant and say which seeds diverged.
+
+With ``downstream:`` tasks (:mod:`bertblocks.ablation.downstream`), the pre-training runs come first, each
+keeping its weights; then every finished run is fine-tuned on every task. A fine-tuning whose record exists
+with the same fingerprint (the pre-training run's, the task's settings and tensors, the code) is not redone;
+a pre-training run is redone only when a fine-tuning still to do needs weights that are not on disk.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -45,8 +54,9 @@ from typing import Any, Literal
 import yaml
 
 from ..errors import BertBlocksError
-from . import report
+from . import downstream, report
 from .data import PreparedData, get_tokenizer, load_texts, prepare, tokenizer_key
+from .downstream import DownstreamData, DownstreamRunTask, finetune_config, prepare_downstream, spec_metrics
 from .executors import Executor, InlineExecutor, LocalExecutor, RayExecutor, connect_ray, describe
 from .lock import FolderLock
 from .provenance import code_version, data_fingerprint, plugin_versions
@@ -76,6 +86,10 @@ class StudyResult:
     executed: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
     table: str = ""
+    #: the downstream fine-tunings (``<run>__<task>``) done by this call, and those found on disk
+    downstream_executed: list[str] = field(default_factory=list)
+    downstream_reused: list[str] = field(default_factory=list)
+    downstream_records: list[dict[str, Any]] = field(default_factory=list)
 
 
 def run_study(
@@ -114,6 +128,7 @@ def run_study(
     out = Path(out_dir) if out_dir is not None else Path("ablation") / study.title
 
     data, tokenizer_json, texts = None, None, None
+    tasks_data: list[DownstreamData] = []
     if study.spec.train is not None:
         texts, labels = load_texts(study)
         tokenizer = get_tokenizer(study, texts, saved=out / "tokenizer.json")
@@ -126,6 +141,7 @@ def run_study(
             overrides_for_data["id2label"] = None
             overrides_for_data["label2id"] = None
         study.variants = expand_variants(study, overrides_for_data)
+        tasks_data = prepare_downstream(study, tokenizer)  # every task read and checked before anything is written
 
     started_ray = False
     if executor == "ray":
@@ -133,6 +149,9 @@ def run_study(
     stack = ExitStack()
     try:
         tasks = _tasks(study, data, tokenizer_json)
+        for task in tasks:
+            task.keep_weights = bool(tasks_data)
+        plans = _downstream_plans(tasks, tasks_data)
         # one study per folder: a second one is refused before it writes anything (released at exit, or
         # with the process if it is killed)
         stack.enter_context(FolderLock(out))
@@ -143,15 +162,34 @@ def run_study(
             _write_atomic(out / "tokenizer.json", tokenizer_json)
             _write_atomic(out / "tokenizer.key", tokenizer_key(study, texts))
 
+        downstream_dir, weights_dir = out / "downstream", out / "weights"
+        if plans:
+            downstream_dir.mkdir(exist_ok=True)
+            weights_dir.mkdir(exist_ok=True)
+        ds_records: dict[str, dict[str, Any]] = {}
+        ds_todo: dict[str, list[_Plan]] = {}  # pre-training run id → the fine-tunings still to do
+        for plan in plans:
+            previous = _read_downstream_record(downstream_dir / f"{plan.run_id}.json")
+            if previous is not None and previous["fingerprint"] == plan.fingerprint:
+                ds_records[plan.run_id] = previous
+            else:
+                ds_todo.setdefault(plan.pretrain.run_id, []).append(plan)
+
         records: dict[str, dict[str, Any]] = {}
         todo: list[RunTask] = []
         for task in tasks:
             previous = _read_record(runs_dir / f"{task.run_id}.json")
-            if previous is not None and previous["fingerprint"] == task.fingerprint:
+            needs_weights = (
+                task.run_id in ds_todo
+                and previous is not None
+                and previous.get("status") == "ok"
+                and not _weights_path(weights_dir, task).is_file()
+            )
+            if previous is not None and previous["fingerprint"] == task.fingerprint and not needs_weights:
                 records[task.run_id] = previous
             else:
                 todo.append(task)
-        result = StudyResult(study, out, [], [], reused=list(records))
+        result = StudyResult(study, out, [], [], reused=list(records), downstream_reused=list(ds_records))
 
         failures: dict[str, str] = {}
         engine: Executor
@@ -159,15 +197,28 @@ def run_study(
             engine = RayExecutor(study.spec.threads)
         else:
             engine = LocalExecutor(workers) if workers else InlineExecutor()
-        bar = _progress(len(tasks), len(records), study.title, progress)
+        bar = _progress(len(tasks) + len(plans), len(records) + len(ds_records), study.title, progress)
         try:
             for task, outcome in engine.run(todo):
                 if isinstance(outcome, BaseException):
                     failures[task.run_id] = describe(outcome)
                 else:
+                    weights = outcome.pop("weights", None)
+                    if weights is not None:  # before the record: a record on disk means its weights are too
+                        _write_weights(weights_dir, task, weights)  # type: ignore[arg-type]
                     _write_atomic(runs_dir / f"{task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
                     records[task.run_id] = outcome
                     result.executed.append(task.run_id)
+                bar.update(1)
+            engine.close()  # the pre-training pool; the fine-tunings start their own
+            fine_tunings = _downstream_tasks(tasks, records, ds_todo, weights_dir, study.spec.threads, bar)
+            for ds_task, outcome in engine.run(fine_tunings):  # type: ignore[arg-type]
+                if isinstance(outcome, BaseException):
+                    failures[ds_task.run_id] = describe(outcome)
+                else:
+                    _write_atomic(downstream_dir / f"{ds_task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
+                    ds_records[ds_task.run_id] = outcome
+                    result.downstream_executed.append(ds_task.run_id)
                 bar.update(1)
         finally:
             bar.close()
@@ -178,9 +229,22 @@ def run_study(
         result.summaries = report.summarize(
             [(v.name, v.overrides) for v in study.variants], ordered, baseline=study.baseline
         )
+        result.downstream_records = [ds_records[p.run_id] for p in plans if p.run_id in ds_records]
+        downstream.attach(
+            result.summaries,
+            result.downstream_records,
+            [(d.name, spec_metrics(d.spec)) for d in tasks_data],
+            study.baseline,
+        )
         result.table = report.format_table(study.title, result.summaries)
-        report.write_json(out / "results.json", study.title, result.summaries, ordered)
-        report.write_csv(out / "results.csv", result.summaries)
+        if tasks_data:
+            result.table += "\n\n" + downstream.format_table(result.summaries)
+        report.write_json(
+            out / "results.json", study.title, result.summaries, ordered, downstream=result.downstream_records
+        )
+        report.write_csv(
+            out / "results.csv", result.summaries, downstream.csv_columns(result.summaries) if tasks_data else None
+        )
         written = [out / "results.csv", out / "results.json"]
         if importlib.util.find_spec("matplotlib") is not None:
             report.write_plot(out / "results.png", study.title, result.summaries)
@@ -248,6 +312,107 @@ def _tasks(study: Study, data: PreparedData | None, tokenizer_json: str | None) 
                 )
             )
     return tasks
+
+
+@dataclass
+class _Plan:
+    """A fine-tuning to have: a pre-training run on a downstream task."""
+
+    pretrain: RunTask
+    data: DownstreamData
+    fingerprint: str
+    run_id: str
+
+
+def _downstream_plans(tasks: list[RunTask], tasks_data: list[DownstreamData]) -> list[_Plan]:
+    """Every pre-training run × downstream task, with the fingerprint its record must have to be reused."""
+    plans = []
+    for data in tasks_data:
+        shared = {"task": data.spec, "data": data.digest(), "code": code_version()}
+        slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", data.name).strip("_")[:40] or "task"
+        slug = f"{slug}-{hashlib.sha1(data.name.encode()).hexdigest()[:6]}"
+        for task in tasks:
+            plans.append(
+                _Plan(
+                    pretrain=task,
+                    data=data,
+                    fingerprint=fingerprint({**shared, "pretrain": task.fingerprint}),
+                    run_id=f"{task.run_id}__{slug}",
+                )
+            )
+    return plans
+
+
+def _weights_path(folder: Path, task: RunTask) -> Path:
+    # the fingerprint in the name: weights of an earlier, different run are never taken for this one's
+    return folder / f"{task.run_id}__{task.fingerprint}.pt"
+
+
+def _write_weights(folder: Path, task: RunTask, weights: bytes) -> None:
+    path = _weights_path(folder, task)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(weights)
+    os.replace(tmp, path)
+    for stale in folder.glob(f"{task.run_id}__*.pt"):  # an earlier fingerprint's weights
+        if stale != path:
+            stale.unlink(missing_ok=True)
+
+
+def _downstream_tasks(
+    tasks: list[RunTask],
+    records: dict[str, dict[str, Any]],
+    todo: dict[str, list[_Plan]],
+    weights_dir: Path,
+    threads: int,
+    bar: Any,
+) -> list[DownstreamRunTask]:
+    """The fine-tunings still to do, of the runs that pre-trained (one that failed or diverged has none:
+    its fine-tunings are counted done on the progress bar and left out of the summaries)."""
+    out = []
+    for task in tasks:
+        plans = todo.get(task.run_id, [])
+        record = records.get(task.run_id)
+        path = _weights_path(weights_dir, task)
+        if not plans:
+            continue
+        if record is None or record.get("status") != "ok" or not path.is_file():
+            bar.update(len(plans))
+            continue
+        weights = path.read_bytes()
+        for plan in plans:
+            out.append(
+                DownstreamRunTask(
+                    variant=task.variant,
+                    seed=task.seed,
+                    config=finetune_config(task.config, plan.data),
+                    task=plan.data.spec,
+                    data=plan.data,
+                    weights=weights,
+                    threads=threads,
+                    fingerprint=plan.fingerprint,
+                    run_id=plan.run_id,
+                    pretrain_run=task.run_id,
+                )
+            )
+    return out
+
+
+def _read_downstream_record(path: Path) -> dict[str, Any] | None:
+    """A fine-tuning's record (as :func:`_read_record`), or ``None`` when it must be done (again)."""
+    record = _read_record(path)
+    if record is None:
+        return None
+    if not isinstance(record.get("task"), str):
+        return _unreadable(path, "is not a downstream record (no 'task')")
+    if record.get("status") == "ok":
+        kept = record.get("predictions")
+        lists = [kept.get("pred"), kept.get("gold")] if isinstance(kept, dict) else [None]
+        if not all(
+            isinstance(v, list) and len(v) == len(lists[0]) and all(isinstance(x, int | float) for x in v)
+            for v in lists
+        ):
+            return _unreadable(path, "holds predictions that are not two equally long lists of numbers")
+    return record
 
 
 def _read_record(path: Path) -> dict[str, Any] | None:

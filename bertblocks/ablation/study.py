@@ -128,6 +128,132 @@ class TokenizerSpec(_Strict):
     path: str | None = Field(None, description="use this tokenizer.json instead of training one")
 
 
+DownstreamKind = Literal["classification", "pair-classification", "similarity-regression"]
+DownstreamMetric = Literal["accuracy", "f1", "spearman", "pearson"]
+#: the metrics each kind of downstream task can report, and those reported when ``metrics`` is left out
+DOWNSTREAM_METRICS: dict[str, tuple[DownstreamMetric, ...]] = {
+    "classification": ("accuracy", "f1"),
+    "pair-classification": ("accuracy", "f1"),
+    "similarity-regression": ("spearman", "pearson"),
+}
+DEFAULT_DOWNSTREAM_METRICS: dict[str, tuple[DownstreamMetric, ...]] = {
+    "classification": ("accuracy", "f1"),
+    "pair-classification": ("accuracy", "f1"),
+    "similarity-regression": ("spearman",),
+}
+#: the tasks shipped with the package (``source: embedded:NAME``) and their kinds
+EMBEDDED_TASKS: dict[str, DownstreamKind] = {
+    "number": "classification",
+    "agreement": "classification",
+    "similarity": "similarity-regression",
+    "paraphrase": "pair-classification",
+}
+DOWNSTREAM_FILE_SUFFIXES = (".csv", ".tsv", ".jsonl")
+
+
+class ColumnsSpec(_Strict):
+    """Which columns (CSV/TSV header names, JSONL keys, dataset features) hold the text and the label."""
+
+    text: str | None = Field(None, description="the (first) text; default: sentence, or sentence1 for pairs")
+    text_pair: str | None = Field(None, description="the second text of a pair; default: sentence2 (pair kinds)")
+    label: str = Field("label", description="the class (an integer or a name) or the similarity score")
+
+
+class DownstreamTaskSpec(_Strict):
+    """A task every pre-trained run is fine-tuned and evaluated on (see docs/how-to/ablation-studies.md)."""
+
+    name: str | None = Field(None, description="column title; default: the embedded name, file stem or dataset")
+    kind: DownstreamKind | None = Field(None, description="required unless the source is embedded")
+    source: str = Field(
+        description="embedded:NAME, a .csv/.tsv/.jsonl file (relative to the study), or hf:DATASET[/CONFIG]"
+    )
+    eval_source: str | None = Field(
+        None, description="held-out file (or, for hf:, the split); default: hold out eval_fraction of source"
+    )
+    split: str = Field("train", description="the training split (hf: sources)")
+    columns: ColumnsSpec = Field(default_factory=ColumnsSpec)
+    num_labels: PositiveInt | None = Field(None, description="classes; default: from the labels")
+    eval_fraction: float = Field(0.2, gt=0, lt=1, description="share held out when there is no eval_source")
+    train_examples: PositiveInt | None = Field(
+        None, description="training examples (embedded: generated, default 1000; else the first N; default all)"
+    )
+    eval_examples: PositiveInt | None = Field(
+        None, description="eval examples (embedded: generated, default 400; else the first N; default all)"
+    )
+    steps: PositiveInt = Field(60, description="fine-tuning optimizer steps")
+    lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant)")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
+    batch_size: PositiveInt = Field(16, description="examples per step")
+    seq_len: PositiveInt | None = Field(None, description="tokens per example (truncated); default: train.seq_len")
+    metrics: list[DownstreamMetric] | None = Field(
+        None, min_length=1, description="accuracy, f1 (macro) / spearman, pearson; default by kind"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DownstreamTaskSpec:
+        prefix, _, rest = self.source.partition(":")
+        if prefix == "embedded" and rest:
+            if rest not in EMBEDDED_TASKS:
+                hint = closest(rest, list(EMBEDDED_TASKS))
+                raise ValueError(
+                    f"source: no embedded task {rest!r}; there are: {', '.join(EMBEDDED_TASKS)}"
+                    + (f" (did you mean {hint!r}?)" if hint else "")
+                )
+            if self.kind is not None and self.kind != EMBEDDED_TASKS[rest]:
+                raise ValueError(f"kind: the embedded task {rest!r} is {EMBEDDED_TASKS[rest]}, not {self.kind}")
+            self.kind = EMBEDDED_TASKS[rest]
+            if self.eval_source is not None:
+                raise ValueError("eval_source: an embedded task generates its own eval examples")
+        elif prefix == "hf":
+            if not rest.strip("/"):
+                raise ValueError("source: hf: needs a dataset name, e.g. hf:glue/sst2")
+        elif not self.source.lower().endswith(DOWNSTREAM_FILE_SUFFIXES):
+            raise ValueError(
+                f"source: {self.source!r} is neither embedded:NAME, hf:DATASET[/CONFIG] nor a file ending in "
+                + ", ".join(DOWNSTREAM_FILE_SUFFIXES)
+            )
+        elif self.eval_source is not None and not self.eval_source.lower().endswith(DOWNSTREAM_FILE_SUFFIXES):
+            raise ValueError(
+                f"eval_source: {self.eval_source!r} is not a file ending in {', '.join(DOWNSTREAM_FILE_SUFFIXES)}"
+            )
+        if self.kind is None:
+            raise ValueError(
+                f"kind: required for source {self.source!r}; choose one of {', '.join(DOWNSTREAM_METRICS)}"
+            )
+        allowed = DOWNSTREAM_METRICS[self.kind]
+        wrong = [m for m in self.metrics or () if m not in allowed]
+        if wrong:
+            raise ValueError(
+                f"metrics: {', '.join(wrong)} cannot be computed for {self.kind}; it reports {', '.join(allowed)}"
+            )
+        if self.metrics is not None and len(set(self.metrics)) != len(self.metrics):
+            raise ValueError(f"metrics: listed twice in {self.metrics}")
+        if self.kind == "similarity-regression" and self.num_labels is not None:
+            raise ValueError("num_labels: a similarity-regression task has one output (the score)")
+        return self
+
+    @property
+    def title(self) -> str:
+        """The task's name in the table: ``name``, else from the source."""
+        if self.name:
+            return self.name
+        prefix, _, rest = self.source.partition(":")
+        if prefix in ("embedded", "hf"):
+            return rest.strip("/").replace("/", "-")
+        return Path(self.source).stem
+
+    @property
+    def reported(self) -> list[str]:
+        """The metrics reported: ``metrics``, else the kind's defaults."""
+        assert self.kind is not None
+        return list(self.metrics or DEFAULT_DOWNSTREAM_METRICS[self.kind])
+
+    @property
+    def pair(self) -> bool:
+        """Whether examples are text pairs."""
+        return self.kind != "classification"
+
+
 class StudySpec(_Strict):
     """The whole study file."""
 
@@ -143,6 +269,9 @@ class StudySpec(_Strict):
     threads: PositiveInt = Field(1, description="torch threads per run (equal everywhere: identical numbers)")
     baseline: str | None = Field(
         None, description="the variant the others are compared with (paired differences); default: the first"
+    )
+    downstream: list[DownstreamTaskSpec] = Field(
+        default_factory=list, description="tasks each pre-trained run is fine-tuned and evaluated on"
     )
 
 
@@ -193,6 +322,10 @@ class Study:
         for section in ("corpus", "tokenizer"):
             if data[section].get("path"):
                 data[section]["path"] = str(self.resolve(data[section]["path"]).resolve())
+        for task in data.get("downstream") or []:  # local task files, as the corpus file
+            for key in ("source", "eval_source"):
+                if task.get(key) and str(task[key]).lower().endswith(DOWNSTREAM_FILE_SUFFIXES):
+                    task[key] = str(self.resolve(task[key]).resolve())
         return data
 
     def resolve(self, relative: str) -> Path:
@@ -269,6 +402,7 @@ def load_study(
             where,
         )
     issues = [ConfigIssue(f"vary.{key}", "needs at least one value") for key, values in spec.vary.items() if not values]
+    issues += _downstream_issues(spec)
     if issues:
         raise StudyError(issues, where)
 
@@ -288,6 +422,25 @@ def load_study(
             where,
         )
     return study
+
+
+def _downstream_issues(spec: StudySpec) -> list[ConfigIssue]:
+    """What makes ``downstream:`` impossible: no masked-LM pre-training to fine-tune, or two tasks of one name."""
+    if not spec.downstream:
+        return []
+    if spec.train is None or spec.train.task != "mlm":
+        return [
+            ConfigIssue(
+                "downstream",
+                "fine-tunes the weights of masked-LM pre-training: it needs `train:` with task: mlm",
+            )
+        ]
+    titles = [task.title for task in spec.downstream]
+    return [
+        ConfigIssue(f"downstream.{i}.name", f"{title!r} names two tasks; give each a distinct name")
+        for i, title in enumerate(titles)
+        if titles.index(title) != i
+    ]
 
 
 def _from_set(issue: ConfigIssue, index: int, text: str) -> ConfigIssue:

@@ -11,6 +11,7 @@ global batch, and DDP averages the gradients.
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from dataclasses import dataclass
@@ -200,12 +201,19 @@ def evaluate(model: nn.Module, data: PreparedData, spec: Any) -> dict[str, Any]:
     return result
 
 
-def train_and_evaluate(config: BertConfig, data: PreparedData, spec: Any, seed: int) -> dict[str, Any]:
+def train_and_evaluate(
+    config: BertConfig, data: PreparedData, spec: Any, seed: int, *, keep_weights: bool = False
+) -> dict[str, Any]:
     """One single-process training run: model from ``seed``, training, evaluation (with the per-sample
-    values in ``eval_samples``, see :func:`evaluate`)."""
+    values in ``eval_samples``, see :func:`evaluate`); with ``keep_weights``, also the trained
+    ``state_dict`` as ``torch.save`` bytes in ``weights`` (for downstream fine-tuning)."""
     torch.manual_seed(seed)
     model = task_model(data.task, config)
     result: dict[str, Any] = dict(train_model(model, data, spec, seed))
     if "diverged_at_step" not in result:  # a diverged model has nothing to evaluate
         result.update(evaluate(model, data, spec))
+        if keep_weights:
+            buffer = io.BytesIO()
+            torch.save(model.state_dict(), buffer)
+            result["weights"] = buffer.getvalue()
     return result

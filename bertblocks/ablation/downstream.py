@@ -1,0 +1,673 @@
+"""Downstream evaluation: fine-tune each pre-trained run on the study's ``downstream:`` tasks, and summarise.
+
+After a run's masked-LM pre-training, its weights are saved beside its record (``weights/``); each
+downstream task then builds the variant's sequence-classification model (the head the family gives that
+task, as :func:`~bertblocks.ablation.training.task_model` does; one output and an MSE loss for
+similarity-regression), loads the pre-trained backbone into it (every weight the two models share by name),
+fine-tunes it with the run's seed (head initialisation, batch order, dropout), and predicts the held-out
+examples. A run × task is one record (``downstream/<run>__<task>.json``, written atomically), so a killed
+study resumes without redoing the fine-tunings that finished, or the pre-training they came from.
+
+Metrics, one value per seed: ``accuracy``, ``f1`` (macro-F1 over the classes present in the gold labels or
+the predictions, as scikit-learn's default), ``spearman`` (Pearson's correlation of average ranks, ties
+shared) and ``pearson``; a correlation with a constant side (a model that predicts one score) is 0.
+
+Intervals, as the eval loss's (:mod:`bertblocks.ablation.stats`): every run predicts the same eval examples,
+so the runs of a variant are a seeds × examples layout. Accuracy is the mean of per-example 0/1 values and
+gets the same analytic interval as the eval loss. F1 and the correlations are not means of per-example
+values; their eval-sample noise comes from a bootstrap over examples (``RESAMPLES`` resamples with one fixed
+generator, the same index sets for every run, so differences stay paired). With per-seed bootstrap variances
+``V_s`` and the variance ``V̄`` of the seed-averaged metric over the resamples, the examples' share is
+``V̄ − (mean V_s − V̄)/(S − 1)`` (the seed × example interaction taken out, as the residual mean square does
+for the eval loss), added to the spread of the per-seed values over ``S``; Welch–Satterthwaite degrees of
+freedom, Student's t. Paired differences against the baseline apply the same to ``variant − baseline``
+per seed and per resample; ``≈`` marks a difference whose interval contains 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .stats import LEVEL, Interval, interval, paired_difference, t_quantile
+from .study import DownstreamTaskSpec, Study, StudyError
+from .tasks import EMBEDDED_SIZES, Example, TaskDataError, embedded_examples, load_hf, read_examples
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from .report import VariantSummary
+
+#: bootstrap resamples of the eval examples, and the seed of the one generator that draws them
+RESAMPLES = 1000
+BOOTSTRAP_SEED = 20240917
+#: metric → its short title in the table
+TITLES = {"accuracy": "acc", "f1": "F1", "spearman": "ρ", "pearson": "r"}
+
+
+# ------------------------------------------------------------------------------------------------ data
+@dataclass
+class DownstreamData:
+    """One task's token tensors, identical for every run.
+
+    Attributes:
+        name: the task's title (its column in the table, its record files).
+        index: its position in ``downstream:`` (for messages).
+        spec: the task's :class:`~bertblocks.study.DownstreamTaskSpec` as a dict.
+        train_ids, eval_ids: ``[n, seq_len]`` token ids (``[CLS] a [SEP]`` or ``[CLS] a [SEP] b [SEP]``).
+        train_mask, eval_mask: 1 for tokens, 0 for padding.
+        train_types, eval_types: token type ids (0 for the first text, 1 for the second).
+        train_labels, eval_labels: class ids (long) or scores (float).
+        num_labels: classes, or 1 for similarity-regression.
+        label_names: class names when the labels were names (their ids follow sorted order).
+    """
+
+    name: str
+    index: int
+    spec: dict[str, Any]
+    train_ids: torch.Tensor
+    train_mask: torch.Tensor
+    train_types: torch.Tensor
+    train_labels: torch.Tensor
+    eval_ids: torch.Tensor
+    eval_mask: torch.Tensor
+    eval_types: torch.Tensor
+    eval_labels: torch.Tensor
+    num_labels: int
+    label_names: list[str] | None = None
+
+    @property
+    def regression(self) -> bool:
+        return self.spec["kind"] == "similarity-regression"
+
+    def digest(self) -> str:
+        """A hash of the tensors (what a finished fine-tuning's reuse depends on)."""
+        h = hashlib.sha256()
+        for t in (self.train_ids, self.train_mask, self.train_types, self.train_labels):
+            h.update(str((tuple(t.shape), t.dtype)).encode() + t.contiguous().numpy().tobytes())
+        for t in (self.eval_ids, self.eval_mask, self.eval_types, self.eval_labels):
+            h.update(str((tuple(t.shape), t.dtype)).encode() + t.contiguous().numpy().tobytes())
+        return h.hexdigest()[:16]
+
+
+def prepare_downstream(study: Study, tokenizer: Tokenizer) -> list[DownstreamData]:
+    """Read and tokenise every ``downstream:`` task with the study's tokenizer.
+
+    Raises:
+        StudyError: a missing or malformed file, an unloadable dataset, bad labels, or a ``seq_len`` longer
+            than a variant's positions; located at the task's field in the study.
+    """
+    out = []
+    for index, task in enumerate(study.spec.downstream):
+        train, evaluation = _examples(study, index, task)
+        seq_len = task.seq_len or (study.spec.train.seq_len if study.spec.train else 64)
+        for variant in study.variants:
+            if seq_len > variant.config.max_position_embeddings:
+                raise StudyError.single(
+                    f"downstream.{index}.seq_len",
+                    f"{seq_len} tokens exceed max_position_embeddings={variant.config.max_position_embeddings} "
+                    f"of variant {variant.name!r}",
+                    study,
+                )
+        labels, num_labels, names = _labels(study, index, task, [e.label for e in train + evaluation])
+        ids = {t: tokenizer.token_to_id(t) for t in ("[PAD]", "[CLS]", "[SEP]")}
+        if any(i is None for i in ids.values()):
+            raise StudyError.single("tokenizer", "the tokenizer lacks [PAD], [CLS] or [SEP]", study)
+        tensors = [
+            _encode(tokenizer, part, seq_len, ids["[PAD]"], ids["[CLS]"], ids["[SEP]"])  # type: ignore[arg-type]
+            for part in (train, evaluation)
+        ]
+        label_dtype = torch.float32 if task.kind == "similarity-regression" else torch.long
+        out.append(
+            DownstreamData(
+                name=task.title,
+                index=index,
+                spec={**task.model_dump(mode="json"), "seq_len": seq_len},
+                train_ids=tensors[0][0],
+                train_mask=tensors[0][1],
+                train_types=tensors[0][2],
+                train_labels=torch.tensor(labels[: len(train)], dtype=label_dtype),
+                eval_ids=tensors[1][0],
+                eval_mask=tensors[1][1],
+                eval_types=tensors[1][2],
+                eval_labels=torch.tensor(labels[len(train) :], dtype=label_dtype),
+                num_labels=num_labels,
+                label_names=names,
+            )
+        )
+    return out
+
+
+def _examples(study: Study, index: int, task: DownstreamTaskSpec) -> tuple[list[Example], list[Example]]:
+    """The task's training and eval examples."""
+    loc = f"downstream.{index}"
+    prefix, _, rest = task.source.partition(":")
+    if prefix == "embedded":
+        return (
+            embedded_examples(rest, "train", task.train_examples or EMBEDDED_SIZES["train"]),
+            embedded_examples(rest, "eval", task.eval_examples or EMBEDDED_SIZES["eval"]),
+        )
+    pair = task.columns.text_pair or ("sentence2" if task.pair else None)
+    text = task.columns.text or ("sentence1" if task.pair else "sentence")
+    label = task.columns.label
+    try:
+        if prefix == "hf":
+            train = load_hf(rest, task.split, text, pair, label)
+            evaluation = load_hf(rest, task.eval_source or "validation", text, pair, label)
+        else:
+            train = read_examples(study.resolve(task.source), text, pair, label)
+            evaluation = read_examples(study.resolve(task.eval_source), text, pair, label) if task.eval_source else []
+    except FileNotFoundError as e:
+        where = "eval_source" if task.eval_source and str(e.filename or "").endswith(task.eval_source) else "source"
+        raise StudyError.single(f"{loc}.{where}", f"file not found: {e.filename}", study) from None
+    except TaskDataError as e:
+        raise StudyError.single(f"{loc}.source", str(e), study) from None
+    if not evaluation:  # no eval file: hold out the last eval_fraction of the training examples
+        held = max(1, round(len(train) * task.eval_fraction))
+        if len(train) - held < 1:
+            raise StudyError.single(f"{loc}.source", f"{len(train)} example(s) are too few to hold some out", study)
+        train, evaluation = train[:-held], train[-held:]
+    if task.train_examples:
+        train = train[: task.train_examples]
+    if task.eval_examples:
+        evaluation = evaluation[: task.eval_examples]
+    return train, evaluation
+
+
+def _labels(
+    study: Study, index: int, task: DownstreamTaskSpec, raw: list[Any]
+) -> tuple[list[float] | list[int], int, list[str] | None]:
+    """Labels as numbers: scores for regression; class ids from integers, or from names in sorted order."""
+    loc = f"downstream.{index}.columns.label"
+    if task.kind == "similarity-regression":
+        try:
+            scores = [float(v) for v in raw]
+        except (TypeError, ValueError) as e:
+            raise StudyError.single(loc, f"a similarity score is not a number ({e})", study) from None
+        if not all(math.isfinite(v) for v in scores):
+            raise StudyError.single(loc, "a similarity score is not finite", study)
+        return scores, 1, None
+    if all(_integer(v) for v in raw):
+        ids = [int(v) for v in raw]
+        names = None
+    else:  # class names (or booleans): ids in sorted order of the names
+        names = sorted({str(v) for v in raw})
+        ids = [names.index(str(v)) for v in raw]
+    num_labels = task.num_labels or max(ids) + 1
+    if num_labels < 2:
+        raise StudyError.single(loc, "every example has the same class: nothing to classify", study)
+    if max(ids) >= num_labels:
+        raise StudyError.single(
+            f"downstream.{index}.num_labels", f"is {num_labels}, but the data have class {max(ids)}", study
+        )
+    return ids, num_labels, names
+
+
+def _integer(value: Any) -> bool:
+    """An integer label: an int (not a bool), or a string of digits (a CSV cell)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
+
+
+def _encode(
+    tokenizer: Tokenizer, examples: list[Example], length: int, pad: int, cls: int, sep: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``[CLS] a [SEP] (b [SEP])`` per example, the longer text cut first, padded to ``length``."""
+    first = [e.ids for e in tokenizer.encode_batch([x.text for x in examples], add_special_tokens=False)]
+    second: list[list[int] | None] = [None] * len(examples)
+    if examples and examples[0].pair is not None:
+        second = [e.ids for e in tokenizer.encode_batch([x.pair or "" for x in examples], add_special_tokens=False)]
+    ids = torch.full((len(examples), length), pad, dtype=torch.long)
+    mask = torch.zeros((len(examples), length), dtype=torch.long)
+    types = torch.zeros((len(examples), length), dtype=torch.long)
+    for row, (a, b) in enumerate(zip(first, second, strict=True)):
+        a = list(a)
+        b = list(b) if b is not None else None
+        budget = length - (3 if b is not None else 2)
+        while len(a) + len(b or []) > budget:  # longest first, as transformers' default truncation
+            (a if b is None or len(a) >= len(b) else b).pop()
+        tokens = [cls, *a, sep] + ([*b, sep] if b is not None else [])
+        ids[row, : len(tokens)] = torch.tensor(tokens)
+        mask[row, : len(tokens)] = 1
+        types[row, len(a) + 2 : len(tokens)] = 1
+    return ids, mask, types
+
+
+# ---------------------------------------------------------------------------------------- one fine-tune
+@dataclass
+class DownstreamRunTask:
+    """One fine-tuning: a pre-trained run (variant and seed) on one task. Plain data, as
+    :class:`~bertblocks.ablation.run.RunTask`, so that every executor runs it the same way.
+
+    Attributes:
+        variant, seed: the pre-trained run's; the seed also draws the head, the batches and the dropout.
+        config: the variant's config with the task's ``num_labels`` / ``problem_type``.
+        task: the task's spec as a dict (with its resolved ``seq_len``).
+        data: the task's tensors.
+        weights: the pre-trained model's ``state_dict``, saved with ``torch.save``.
+        threads, fingerprint, run_id: as for a pre-training run; ``pretrain_run`` is that run's id.
+    """
+
+    variant: str
+    seed: int
+    config: dict[str, Any]
+    task: dict[str, Any]
+    data: DownstreamData | None
+    weights: bytes
+    threads: int
+    fingerprint: str
+    run_id: str
+    pretrain_run: str
+
+
+def finetune_config(config: dict[str, Any], data: DownstreamData) -> dict[str, Any]:
+    """The variant's config for the task: its label count, and regression for a similarity task."""
+    return {
+        **config,
+        "num_labels": data.num_labels,
+        "id2label": None,
+        "label2id": None,
+        "problem_type": "regression" if data.regression else "single_label_classification",
+    }
+
+
+def run_downstream(task: DownstreamRunTask) -> dict[str, Any]:
+    """Fine-tune the pre-trained weights on the task, predict its eval examples; return the record."""
+    from bertblocks.config_files import load_config
+
+    from .training import task_model
+
+    assert task.data is not None
+    data, spec = task.data, task.task
+    torch.set_num_threads(task.threads)
+    started = time.time()
+    config = load_config(task.config)
+    torch.manual_seed(task.seed)
+    model = task_model("classification", config)
+    pretrained = torch.load(io.BytesIO(task.weights), map_location="cpu", weights_only=True)
+    own = model.state_dict()
+    shared = {k: v for k, v in pretrained.items() if k in own and own[k].shape == v.shape}
+    if not shared:
+        raise RuntimeError(f"the pre-trained weights of {task.pretrain_run} share no weight with the task model")
+    model.load_state_dict(shared, strict=False)
+    types = config.type_vocab_size >= 2  # a model without token types (ModernBERT) reads the pair untyped
+
+    generator = torch.Generator().manual_seed(task.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
+    model.train()
+    losses: list[float] = []
+    for _ in range(spec["steps"]):
+        rows = torch.randint(0, len(data.train_ids), (spec["batch_size"],), generator=generator)
+        out = model(
+            input_ids=data.train_ids[rows],
+            attention_mask=data.train_mask[rows],
+            labels=data.train_labels[rows],
+            **({"token_type_ids": data.train_types[rows]} if types else {}),
+        )
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        optimizer.step()
+        losses.append(float(out.loss.detach()))
+        if not math.isfinite(losses[-1]):
+            break
+    record: dict[str, Any] = {
+        "variant": task.variant,
+        "seed": task.seed,
+        "run_id": task.run_id,
+        "pretrain_run": task.pretrain_run,
+        "task": data.name,
+        "kind": spec["kind"],
+        "fingerprint": task.fingerprint,
+        "status": "ok",
+        "metrics": {},
+        "shared_weights": len(shared),
+        "torch": torch.__version__,
+        "threads": task.threads,
+    }
+    if not math.isfinite(losses[-1]):
+        record["status"] = "diverged"
+        record["metrics"] = {"diverged_at_step": len(losses)}
+        record["seconds"] = time.time() - started
+        return record
+    model.eval()
+    predictions: list[torch.Tensor] = []
+    with torch.no_grad():
+        for start in range(0, len(data.eval_ids), spec["batch_size"]):
+            part = slice(start, start + spec["batch_size"])
+            logits = model(
+                input_ids=data.eval_ids[part],
+                attention_mask=data.eval_mask[part],
+                **({"token_type_ids": data.eval_types[part]} if types else {}),
+            ).logits.float()
+            predictions.append(logits[:, 0] if data.regression else logits.argmax(-1))
+    pred = torch.cat(predictions)
+    gold = data.eval_labels
+    tail = losses[-max(1, len(losses) // 10) :]
+    record["metrics"] = {
+        **{m: float(metric_batch(m, pred[None], gold[None])[0]) for m in spec_metrics(spec)},
+        "train_loss": sum(tail) / len(tail),
+        "eval_examples": len(gold),
+    }
+    # per-example predictions and gold labels: what the intervals resample (7 significant digits, float32's)
+    record["predictions"] = {
+        "pred": [float(f"{v:.7g}") for v in pred.tolist()] if data.regression else pred.tolist(),
+        "gold": [float(f"{v:.7g}") for v in gold.tolist()] if data.regression else gold.tolist(),
+    }
+    record["seconds"] = time.time() - started
+    return record
+
+
+def spec_metrics(spec: dict[str, Any]) -> list[str]:
+    """The metrics a task's spec (as a dict) reports."""
+    return DownstreamTaskSpec.model_validate(spec).reported
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def metric_batch(metric: str, pred: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """``metric`` of each row of ``pred`` against the same row of ``gold`` (``[B, n]`` each): ``[B]`` doubles."""
+    if metric == "accuracy":
+        return (pred == gold).double().mean(-1)
+    if metric == "f1":
+        return _macro_f1(pred.long(), gold.long())
+    if metric == "spearman":
+        return _pearson(_average_ranks(pred.double()), _average_ranks(gold.double()))
+    if metric == "pearson":
+        return _pearson(pred.double(), gold.double())
+    raise ValueError(f"unknown downstream metric {metric!r}")
+
+
+def _macro_f1(pred: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    classes = int(max(pred.max(), gold.max())) + 1
+    p = torch.nn.functional.one_hot(pred, classes).double()
+    g = torch.nn.functional.one_hot(gold, classes).double()
+    tp = (p * g).sum(-2)
+    fp = (p * (1 - g)).sum(-2)
+    fn = ((1 - p) * g).sum(-2)
+    denominator = 2 * tp + fp + fn
+    present = denominator > 0  # a class in neither the gold labels nor the predictions does not count
+    f1 = torch.where(present, 2 * tp / denominator.clamp(min=1), torch.zeros_like(tp))
+    return f1.sum(-1) / present.sum(-1).clamp(min=1)
+
+
+def _average_ranks(x: torch.Tensor) -> torch.Tensor:
+    """1-based ranks along the last dimension, tied values sharing their average rank."""
+    ordered = x.sort(-1).values
+    below = torch.searchsorted(ordered, x, right=False)
+    up_to = torch.searchsorted(ordered, x, right=True)
+    return (below + up_to + 1).double() / 2
+
+
+def _pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    x = x - x.mean(-1, keepdim=True)
+    y = y - y.mean(-1, keepdim=True)
+    scale = (x.square().sum(-1) * y.square().sum(-1)).sqrt()
+    return torch.where(scale > 0, (x * y).sum(-1) / scale.clamp(min=1e-300), torch.zeros_like(scale))
+
+
+def resample_indices(n: int, resamples: int = RESAMPLES) -> torch.Tensor:
+    """``[resamples, n]`` bootstrap index sets: a function of ``n`` only, so every run gets the same ones."""
+    generator = torch.Generator().manual_seed(BOOTSTRAP_SEED)
+    return torch.randint(0, n, (resamples, n), generator=generator)
+
+
+def bootstrap_interval(
+    metric: str,
+    gold: Sequence[float],
+    preds: dict[int, Sequence[float]],
+    baseline: dict[int, Sequence[float]] | None = None,
+    level: float = LEVEL,
+    resamples: int = RESAMPLES,
+) -> Interval | None:
+    """The interval of ``metric`` over seeds and eval examples (see the module doc), or of its paired
+    difference with ``baseline`` (seed → predictions) over the seeds both have; ``None`` without a seed."""
+    seeds = sorted(set(preds) & set(baseline)) if baseline is not None else sorted(preds)
+    if not seeds:
+        return None
+    target = torch.tensor(gold, dtype=torch.float64)
+    index = resample_indices(len(target), resamples)
+
+    def values(predictions: Sequence[float], rows: torch.Tensor | None) -> torch.Tensor:
+        p = torch.tensor(predictions, dtype=torch.float64)
+        if rows is None:
+            return metric_batch(metric, p[None], target[None])
+        return metric_batch(metric, p[rows], target[rows])
+
+    per_seed, boot = [], []
+    for seed in seeds:
+        full, resampled = values(preds[seed], None), values(preds[seed], index)
+        if baseline is not None:
+            full, resampled = full - values(baseline[seed], None), resampled - values(baseline[seed], index)
+        per_seed.append(float(full[0]))
+        boot.append(resampled)
+    matrix = torch.stack(boot)  # [seeds, resamples]
+    count, samples = len(seeds), len(target)
+    estimate = math.fsum(per_seed) / count
+    terms: list[tuple[float, float]] = []
+    if count > 1:
+        terms.append((statistics.variance(per_seed) / count, count - 1))
+        each = float(matrix.var(-1).mean())
+        averaged = float(matrix.mean(0).var())
+        terms.append((max(0.0, averaged - (each - averaged) / (count - 1)), samples - 1))
+        sources = "seeds+samples"
+    else:
+        terms.append((float(matrix[0].var()), samples - 1))
+        sources = "samples"
+    var = sum(v for v, _ in terms)
+    if samples < 2 or var == 0:
+        ends = (estimate, estimate) if var == 0 and samples > 1 else (math.nan, math.nan)
+        return Interval(estimate, *ends, count, samples, sources if samples > 1 else "none", level)
+    df = var**2 / sum(v**2 / d for v, d in terms if v > 0)
+    half = t_quantile(0.5 + level / 2, df) * math.sqrt(var)
+    return Interval(estimate, estimate - half, estimate + half, count, samples, sources, level)
+
+
+# ---------------------------------------------------------------------------------------------- summary
+@dataclass
+class DownstreamSummary:
+    """One task metric of one variant: the mean over seeds, its interval, the paired difference."""
+
+    task: str
+    metric: str
+    seeds: list[int]
+    mean: float
+    interval: Interval | None
+    difference: Interval | None = None
+    examples: int = 0
+    diverged: list[int] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.task}/{self.metric}"
+
+    def as_dict(self) -> dict[str, Any]:
+        from .report import distinguishable
+
+        return {
+            "task": self.task,
+            "metric": self.metric,
+            "seeds": self.seeds,
+            "mean": self.mean,
+            "interval": self.interval.as_dict() if self.interval is not None else None,
+            "difference": {**self.difference.as_dict(), "distinguishable": distinguishable(self.difference)}
+            if self.difference is not None
+            else None,
+            "examples": self.examples,
+            "diverged_seeds": self.diverged,
+        }
+
+
+def attach(
+    summaries: list[VariantSummary],
+    records: list[dict[str, Any]],
+    tasks: list[tuple[str, list[str]]],
+    baseline: str | None,
+    level: float = LEVEL,
+) -> None:
+    """Fill each summary's ``downstream`` (``task/metric`` → :class:`DownstreamSummary`) from the records.
+
+    Args:
+        summaries: the variants' summaries (:func:`~bertblocks.ablation.report.summarize`).
+        records: the downstream records.
+        tasks: ``(task name, metrics)`` in study order.
+        baseline: the variant differences are against.
+        level: the confidence level.
+    """
+
+    def runs(variant: str, task: str) -> dict[int, dict[str, Any]]:
+        return {r["seed"]: r for r in records if r["variant"] == variant and r["task"] == task}
+
+    for summary in summaries:
+        for task, metrics in tasks:
+            mine = runs(summary.variant, task)
+            ok = {s: r for s, r in sorted(mine.items()) if r.get("status") == "ok"}
+            diverged = sorted(s for s, r in mine.items() if r.get("status") == "diverged")
+            theirs = (
+                {s: r for s, r in runs(baseline, task).items() if r.get("status") == "ok"}
+                if baseline is not None and summary.variant != baseline
+                else None
+            )
+            for metric in metrics:
+                if not ok:
+                    if diverged:
+                        summary.downstream[f"{task}/{metric}"] = DownstreamSummary(
+                            task, metric, [], math.nan, None, diverged=diverged
+                        )
+                    continue
+                gold = next(iter(ok.values()))["predictions"]["gold"]
+                entry = DownstreamSummary(
+                    task,
+                    metric,
+                    list(ok),
+                    statistics.fmean(float(r["metrics"][metric]) for r in ok.values()),
+                    _interval(metric, ok, gold, None, level),
+                    examples=len(gold),
+                    diverged=diverged,
+                )
+                if theirs:
+                    entry.difference = _interval(metric, ok, gold, theirs, level)
+                summary.downstream[entry.key] = entry
+
+
+def _interval(
+    metric: str,
+    runs: dict[int, dict[str, Any]],
+    gold: list[float],
+    baseline: dict[int, dict[str, Any]] | None,
+    level: float,
+) -> Interval | None:
+    preds = {s: r["predictions"]["pred"] for s, r in runs.items()}
+    if metric == "accuracy":  # a mean of per-example 0/1 values: the eval loss's analytic interval
+        correct = {s: [float(p == g) for p, g in zip(pred, gold, strict=True)] for s, pred in preds.items()}
+        values = {s: float(r["metrics"][metric]) for s, r in runs.items()}
+        if baseline is None:
+            return interval(list(correct.values()), list(values.values()), level)
+        base = {s: r["predictions"]["pred"] for s, r in baseline.items()}
+        base_correct = {s: [float(p == g) for p, g in zip(pred, gold, strict=True)] for s, pred in base.items()}
+        base_values = {s: float(r["metrics"][metric]) for s, r in baseline.items()}
+        return paired_difference(correct, base_correct, values, base_values, level)  # type: ignore[arg-type]
+    base_preds = {s: r["predictions"]["pred"] for s, r in baseline.items()} if baseline is not None else None
+    return bootstrap_interval(metric, gold, preds, base_preds, level)
+
+
+def format_table(summaries: list[VariantSummary]) -> str:
+    """The downstream block of the study's table: per task metric, ``mean ± half-width`` and the paired
+    difference against the baseline (``≈`` when not distinguishable); empty without downstream tasks."""
+    from .report import _pm, _signed
+
+    keys: list[str] = []
+    for s in summaries:
+        keys += [k for k in s.downstream if k not in keys]
+    if not keys:
+        return ""
+    baseline = next((s.baseline for s in summaries if s.baseline), None)
+    header = ["variant"]
+    for key in keys:
+        task, metric = key.rsplit("/", 1)
+        header += [f"{task} {TITLES.get(metric, metric)}", f"Δ vs {baseline}" if baseline else "Δ"]
+    rows = []
+    for s in summaries:
+        cells = [s.variant]
+        for key in keys:
+            entry = s.downstream.get(key)
+            if entry is None or not entry.seeds:
+                cells += ["-", "-"]
+                continue
+            iv = entry.interval
+            cells.append(_pm(iv.estimate, iv.half_width) if iv is not None and iv.known else f"{entry.mean:.3f}")
+            if entry.difference is not None:
+                cells.append(_signed(entry.difference))
+            else:
+                cells.append("(baseline)" if s.baseline is None else "-")
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        pairs = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs)
+
+    lines = ["downstream: each run fine-tuned from its pre-trained weights", line(header)]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += [line(cells) for cells in rows]
+    examples = {}
+    for s in summaries:
+        for entry in s.downstream.values():
+            if entry.examples:
+                examples.setdefault(entry.task, entry.examples)
+    level = next((e.interval.level for s in summaries for e in s.downstream.values() if e.interval), LEVEL)
+    notes = [
+        f"± is the half-width of a {level:.0%} interval over seeds and eval examples ("
+        + ", ".join(f"{task}: {n:,}" for task, n in examples.items())
+        + f"); accuracy's is analytic, F1's and the correlations' from {RESAMPLES:,} bootstrap resamples",
+        f"Δ is paired with {baseline} (same seeds, same eval examples); ≈: its interval contains 0, "
+        "not distinguishable",
+    ]
+    notes += sorted(
+        {
+            f"{s.variant}: fine-tuning on {e.task} diverged for seed(s) {', '.join(map(str, e.diverged))}; left out"
+            for s in summaries
+            for e in s.downstream.values()
+            if e.diverged
+        }
+    )
+    lines += [f"note: {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def csv_columns(summaries: list[VariantSummary]) -> tuple[list[str], list[list[Any]]]:
+    """Header and one row of cells per summary for results.csv: ``TASK/METRIC`` (mean), its interval, and
+    the paired difference with its interval and whether it is distinguishable."""
+    from .report import distinguishable
+
+    keys: list[str] = []
+    for s in summaries:
+        keys += [k for k in s.downstream if k not in keys]
+    header = [
+        f"{k}{end}"
+        for k in keys
+        for end in ("", "_ci_low", "_ci_high", "_delta", "_delta_ci_low", "_delta_ci_high", "_delta_distinguishable")
+    ]
+    rows = []
+    for s in summaries:
+        cells: list[Any] = []
+        for key in keys:
+            e = s.downstream.get(key)
+            iv = e.interval if e is not None else None
+            d = e.difference if e is not None else None
+            cells += [e.mean if e is not None and e.seeds else ""]
+            cells += [iv.low, iv.high] if iv is not None and iv.known else ["", ""]
+            cells += (
+                [d.estimate, d.low, d.high, distinguishable(d)]
+                if d is not None and d.known
+                else [d.estimate if d is not None else "", "", "", ""]
+            )
+        rows.append(cells)
+    return header, rows
