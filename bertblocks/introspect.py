@@ -376,11 +376,15 @@ def mermaid(config: BertConfig, counts: ParameterCount | None = None) -> str:
     overridden = {i for o in config.encoder.overrides for i in o.layers}
     h = config.hidden_size
     lines = ["flowchart TD"]
-    lines.append('    inputs["input_ids, token_type_ids, attention_mask<br/>[b, q]"]')
+    # type_vocab_size 0 (DeBERTa-v3, GTE): no token-type table, and token_type_ids are ignored
+    types = config.type_vocab_size > 0
+    inputs = "input_ids, token_type_ids, attention_mask" if types else "input_ids, attention_mask"
+    lines.append(f'    inputs["{inputs}<br/>[b, q]"]')
     pos = config.position.name
     emb = (
-        f"embeddings: {config.embedding.name}<br/>word {config.vocab_size}×{h} + type {config.type_vocab_size}×{h}"
-        f"<br/>position: {pos}"
+        f"embeddings: {config.embedding.name}<br/>word {config.vocab_size}×{h}"
+        + (f" + type {config.type_vocab_size}×{h}" if types else "")
+        + f"<br/>position: {pos}"
         + (f" {config.max_position_embeddings}×{h}" if pos == "absolute" else "")
         + "<br/>→ LayerNorm → dropout"
     )

@@ -42,7 +42,7 @@ from typing import Any
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
-from bertblocks.families.keymap import Drop, KeyMap, Rename, Split
+from bertblocks.families.keymap import Drop, Join, KeyMap, Rename, Split
 
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
@@ -60,6 +60,23 @@ DEFAULTS: dict[str, Any] = {
 }
 #: the task classes whose backbone is built with its pooler (``GteModel`` itself has none)
 _POOLED = ("GteForSequenceClassification", "NewForSequenceClassification")
+
+
+def _in_memory_rules(prefix: str) -> tuple[Join | Rename, ...]:
+    """transformers' own names, in checkpoints its GTE classes save with ``save_original_format=False``
+    (``{prefix}.layers.{i}.self_attn.q_proj``, ``mlp.gate_proj``, ``lm_head.layer_norm``, …): read, never written
+    (the published names' rules come first and match every model key)."""
+    layer, ours = f"{prefix}.layers.{{i}}", "bert.encoder.layer.{i}"
+    return (
+        Join(tuple(f"{layer}.self_attn.{p}_proj" for p in "qkv"), f"{ours}.attention.self.Wqkv"),
+        Rename(f"{layer}.self_attn.o_proj", f"{ours}.attention.output.dense"),
+        Rename(f"{layer}.post_attention_layernorm", f"{ours}.attention.output.LayerNorm"),
+        Rename(f"{layer}.mlp.up_proj", f"{ours}.intermediate.up"),
+        Rename(f"{layer}.mlp.gate_proj", f"{ours}.intermediate.gate"),
+        Rename(f"{layer}.mlp.down_proj", f"{ours}.output.dense"),
+        Rename(f"{layer}.post_mlp_layernorm", f"{ours}.output.LayerNorm"),
+        Rename("lm_head.layer_norm", "cls.predictions.transform.LayerNorm"),
+    )
 
 
 def key_map(prefix: str) -> KeyMap:
@@ -83,6 +100,7 @@ def key_map(prefix: str) -> KeyMap:
             # rotary tables recomputed from the config (transformers ignores them on load too: inv_freq)
             Drop(f"{prefix}.embeddings.rotary_emb"),
             Drop(f"{prefix}.rotary_emb"),
+            *(_in_memory_rules(prefix) if prefix == "gte" else ()),
         ),
         head_prefixes=("lm_head.", "classifier."),
     )

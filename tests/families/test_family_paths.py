@@ -10,7 +10,6 @@ transformers model's on the ids of transformers' tokenizer class of the family o
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,71 +18,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 import bertblocks
 from bertblocks import BertTokenizer, cli, sentence
 from tests.families import test_tokenizers as toks
-from tests.families.reference import FAMILIES, save_hf
+from tests.families.reference import FAMILIES, rows, save_hf
 from tests.tolerances import assert_close
-
-
-def deberta_unigram() -> Tokenizer:
-    """DeBERTa-v3's kind: a SentencePiece-style Unigram with BERT's special tokens at DeBERTa-v3's ids ([PAD] 0,
-    [CLS] 1, [SEP] 2, [UNK] 3; its [MASK] is last in the published vocabulary, here after them)."""
-    tok = Tokenizer(models.Unigram())
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
-    tok.train_from_iterator(
-        toks.CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="[UNK]")
-    )
-    return tok
-
 
 TEXTS = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog", "save them again"]
 
 
-@dataclass(frozen=True)
-class Case:
-    family: str  # key of test_FAMILIES: the transformers config of the family
-    model: str  # the transformers backbone class
-    train: Callable[[], Tokenizer]
-    processor: Callable[[Tokenizer], processors.PostProcessor]
-    tokenizer_class: str  # transformers' tokenizer class of the family (ElectraTokenizer is BertTokenizer in 5.x)
-    # written into tokenizer_config.json, as a family whose tokenizer class is the generic one (ModernBERT) has them
-    special_tokens: dict[str, str] | None = None
-
-
-CASES = {
-    "roberta": Case("roberta", "RobertaModel", toks.bpe, toks.roberta_processor, "RobertaTokenizer"),
-    "xlm-roberta": Case("xlm-roberta", "XLMRobertaModel", toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"),
-    "camembert": Case("camembert", "CamembertModel", toks.unigram, toks.xlmr_processor, "CamembertTokenizer"),
-    "electra": Case("electra", "ElectraModel", toks.wordpiece, toks.bert_processor, "ElectraTokenizer"),
-    "distilbert": Case("distilbert", "DistilBertModel", toks.wordpiece, toks.bert_processor, "DistilBertTokenizer"),
-    "albert": Case("albert", "AlbertModel", toks.albert_unigram, toks.bert_processor, "AlbertTokenizer"),
-    "mpnet": Case("mpnet", "MPNetModel", toks.mpnet_wordpiece, toks.roberta_processor, "MPNetTokenizer"),
-    "ernie": Case("ernie", "ErnieModel", toks.wordpiece, toks.bert_processor, "BertTokenizer"),
-    "modernbert": Case(
-        "modernbert",
-        "ModernBertModel",
-        toks.wordpiece,
-        toks.bert_processor,
-        "PreTrainedTokenizerFast",
-        {
-            "pad_token": "[PAD]",
-            "unk_token": "[UNK]",
-            "cls_token": "[CLS]",
-            "sep_token": "[SEP]",
-            "mask_token": "[MASK]",
-        },
-    ),
-    "nomic_bert": Case("nomic_bert", "NomicBertModel", toks.wordpiece, toks.bert_processor, "BertTokenizer"),
-    "jina_embeddings_v3": Case(
-        "jina_embeddings_v3", "JinaEmbeddingsV3Model", toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"
-    ),
-    "deberta-v2": Case("deberta-v2", "DebertaV2Model", deberta_unigram, toks.bert_processor, "DebertaV2Tokenizer"),
-}
+#: the rows of the family table with the family's tokenizer: one per family, its backbone (``classes[0]``) on every
+#: path (a new family joins by giving its row of tests/families/reference.py a ``tokenizer``)
+CASES = rows(lambda family: family.tokenizer is not None)
 
 
 @dataclass
@@ -101,19 +48,20 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checkpoin
 
     def get(name: str) -> Checkpoint:
         if name not in made:
-            case = CASES[name]
+            family = FAMILIES[name]
+            tokenizing = family.tokenizer
+            assert tokenizing is not None
             directory = tmp_path_factory.mktemp(name)
-            tok = case.train()
-            tok.post_processor = case.processor(tok)
-            family = FAMILIES[case.family]
-            size = "dim" if case.family == "distilbert" else "hidden_size"
+            tok = tokenizing.train()
+            tok.post_processor = tokenizing.processor(tok)
+            size = "dim" if family.model_type == "distilbert" else "hidden_size"
             assert family.settings[size] == 32
             # the model's vocabulary is the one the tokenizer learnt
-            reference = save_hf(family, case.model, directory, vocab_size=tok.get_vocab_size())
-            toks.save(directory, tok, case.tokenizer_class)
-            if case.special_tokens:
+            reference = save_hf(family, family.classes[0], directory, vocab_size=tok.get_vocab_size())
+            toks.save(directory, tok, tokenizing.tokenizer_class)
+            if tokenizing.special_tokens:
                 settings = json.loads((directory / "tokenizer_config.json").read_text())
-                settings.update(case.special_tokens)
+                settings.update(tokenizing.special_tokens)
                 (directory / "tokenizer_config.json").write_text(json.dumps(settings))
             theirs = transformers.AutoTokenizer.from_pretrained(directory)
             batch = dict(theirs(TEXTS, padding=True, return_tensors="pt"))
@@ -144,7 +92,7 @@ def _assert_close_on_real_tokens(a: torch.Tensor, b: torch.Tensor, mask: torch.T
 
 # --------------------------------------------------------------------------------------------------- packing
 @pytest.mark.parametrize("packing", ["auto", "always"])
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", CASES)
 def test_packed_path_equals_transformers_on_a_padded_batch(checkpoints, name, packing):
     checkpoint = checkpoints(name)
     batch = _padded_batch(checkpoint)
@@ -161,7 +109,7 @@ def test_packed_path_equals_transformers_on_a_padded_batch(checkpoints, name, pa
 
 # --------------------------------------------------------------------------------------------------- compile
 @pytest.mark.compile
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", CASES)
 def test_compiled_model_equals_transformers(checkpoints, name):
     checkpoint = checkpoints(name)
     batch = _padded_batch(checkpoint)
@@ -186,7 +134,7 @@ def _mean_pooled_reference(checkpoint: Checkpoint) -> torch.Tensor:
     return F.normalize((hidden * weights).sum(1) / weights.sum(1), dim=-1)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", CASES)
 def test_sentence_encode_embed_and_similarity_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, name):
     checkpoint = checkpoints(name)
     want = _mean_pooled_reference(checkpoint)
@@ -213,12 +161,12 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
     return json.loads(out)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", CASES)
 def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, name):
     checkpoint = checkpoints(name)
     config_json = str(checkpoint.directory / "config.json")
     model = bertblocks.from_pretrained(checkpoint.directory)
-    family = FAMILIES[CASES[name].family]
+    family = FAMILIES[name]
 
     validated = _json(capsys, "validate", config_json)
     assert validated["valid"] is True
@@ -231,6 +179,12 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
 
     diagram = _json(capsys, "diagram", config_json)["mermaid"]
     assert diagram.startswith("flowchart")
+    # the token-type table and its input exactly where the family has one (DeBERTa-v3's and GTE's
+    # type_vocab_size 0: none, and token_type_ids are ignored)
+    types = model.config.type_vocab_size
+    assert (f"type {types}×32" in diagram) == (types > 0)
+    assert ("token_type_ids" in diagram) == (types > 0)
+    assert "type 0×" not in diagram
 
     # trace on the checkpoint: its weights, its tokenizer.json, and the family's special tokens
     traced = _json(capsys, "trace", str(checkpoint.directory), "--text", TEXTS[0])
@@ -249,10 +203,7 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
     assert bertblocks.load_config(back) == bertblocks.load_config(config_json)
 
 
-@pytest.mark.parametrize(
-    "name",
-    list(CASES),
-)
+@pytest.mark.parametrize("name", CASES)
 def test_an_ablation_study_runs_on_the_family(checkpoints, tmp_path, name):
     """`bertblocks ablate` with the family's config.json as the base: both variants build, train and are measured
     (the study's own tokenizer sets the vocabulary)."""
