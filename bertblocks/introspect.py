@@ -371,7 +371,9 @@ def layer_groups(config: BertConfig) -> list[tuple[int, int, str]]:
 def mermaid(config: BertConfig, counts: ParameterCount | None = None) -> str:
     """A Mermaid flowchart: inputs → embeddings → groups of identical layers → pooler → head.
 
-    Layers changed by a per-layer override are marked, so an ablation's shape is visible at a glance.
+    The token-type table and the ``token_type_ids`` input are drawn only where the model has the table
+    (``type_vocab_size`` > 0). Layers changed by a per-layer override are marked, so an ablation's shape is
+    visible at a glance.
     """
     overridden = {i for o in config.encoder.overrides for i in o.layers}
     h = config.hidden_size

@@ -21,7 +21,9 @@ The checkpoint (what transformers' GTE classes write; the published ``new`` chec
 the prefix ``new.``): ``gte.embeddings.{word_embeddings,token_type_embeddings,LayerNorm}``,
 ``gte.encoder.layer.{i}.attention.qkv_proj`` (query, key, value rows), ``attention.o_proj``, ``attn_ln``,
 ``mlp.up_gate_proj`` (up rows, then gate rows), ``mlp.down_proj``, ``mlp_ln``; ``gte.pooler.dense``,
-``classifier``; ``lm_head.dense``, ``lm_head.norm``, ``lm_head.decoder``.
+``classifier``; ``lm_head.dense``, ``lm_head.norm``, ``lm_head.decoder``. A ``gte`` checkpoint under transformers'
+in-memory names (``save_original_format=False``: ``gte.layers.{i}.self_attn.q_proj``, ``mlp.gate_proj``,
+``lm_head.layer_norm``, …) loads too; bertblocks writes the names above.
 
 What the ``new`` format is refused for, naming the field: ``position_embedding_type`` other than ``rope``,
 ``layer_norm_type`` other than ``layer_norm``, ``pack_qkv: false`` (separate projections under names no published
