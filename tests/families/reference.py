@@ -37,7 +37,9 @@ fallback, or the clear error) in the family's own test file. A variant of a fami
 such as ``gte-ntk`` or ``modernbert-biased``) is a further row with fewer classes and no ``tokenizer``; what only
 one family does (a format transformers has no class for, its float64 reference, gradients, dropout) stays in
 ``test_<family>.py``. A family transformers has no class for (remote code only) cannot be a row: its file tests it
-against a float64 reference of the published equations.
+against a float64 reference of the published equations, and joins the per-family paths as one row of
+``REMOTE`` in ``test_family_paths.py`` (its tokenizer, and a function of its test file that writes a published-format
+checkpoint and returns that reference as a module; GTE's ``new`` format is the example).
 """
 
 from __future__ import annotations

@@ -1,15 +1,19 @@
 """Every family on the paths beyond plain loading: the packed encoder path, ``torch.compile``, sentence
 embeddings (``bertblocks.sentence.encode`` and ``bertblocks embed``) with the family's own tokenizer.json, and
-the CLI commands (build, validate, diagram, trace, convert) on its checkpoint.
+the CLI commands (build, validate, diagram, trace, convert) on its checkpoint, and an ablation study based on it.
 
-Each case is a tiny random backbone saved by transformers' own class of the family, with a tokenizer.json of the
-family's kind (WordPiece, BPE or Unigram, trained in the test) beside it; the reference numbers are that
-transformers model's on the ids of transformers' tokenizer class of the family on the same files.
+Each case is a tiny random backbone saved by transformers' own class of the family (the row of
+``tests/families/reference.py`` that has the family's ``tokenizer``), with a tokenizer.json of the family's kind
+(WordPiece, BPE or Unigram, trained in the test) beside it; the reference numbers are that transformers model's on
+the ids of transformers' tokenizer class of the family on the same files. A family transformers has no class for
+(remote code only) is a row of :data:`REMOTE` instead: its own test file writes a checkpoint in the published
+format and gives the float64 reference of the published equations as the model to compare with.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,24 +25,55 @@ import transformers
 
 import bertblocks
 from bertblocks import BertTokenizer, cli, sentence
+from tests.families import test_gte
 from tests.families import test_tokenizers as toks
-from tests.families.reference import FAMILIES, rows, save_hf
+from tests.families.reference import FAMILIES, Tokenizing, rows, save_hf
 from tests.tolerances import assert_close
 
 TEXTS = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog", "save them again"]
 
 
+@dataclass(frozen=True)
+class Remote:
+    """A family transformers has no class for (remote code only), on the same paths.
+
+    Attributes:
+        tokenizer: the family's tokenizer (transformers' ``tokenizer_class`` gives the reference ids).
+        pad: the padding index.
+        token_types: whether the family's tokenizer frames a pair with token types (then the CLI traces a pair).
+        checkpoint: writes a published-format backbone checkpoint (config.json and weights, ``vocab_size`` words,
+            hidden size 32) to a directory and returns the reference: a module called like a model that returns
+            ``last_hidden_state`` (the family's float64 equations) and whose parameters are the checkpoint's tensors.
+    """
+
+    tokenizer: Tokenizing
+    pad: int
+    token_types: bool
+    checkpoint: Callable[[Path, int], torch.nn.Module]
+
+
+#: families with no transformers class, one row each (the reference lives in the family's test file)
+REMOTE: dict[str, Remote] = {
+    # GTE's published format (model_type new): BERT's WordPiece convention (the English models' vocabulary)
+    "new": Remote(
+        Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+        pad=0,
+        token_types=True,
+        checkpoint=test_gte.published_reference,
+    ),
+}
 #: the rows of the family table with the family's tokenizer: one per family, its backbone (``classes[0]``) on every
-#: path (a new family joins by giving its row of tests/families/reference.py a ``tokenizer``)
-CASES = rows(lambda family: family.tokenizer is not None)
+#: path (a new family joins by giving its row of tests/families/reference.py a ``tokenizer``); then :data:`REMOTE`
+CASES = [*rows(lambda family: family.tokenizer is not None), *REMOTE]
 
 
 @dataclass
 class Checkpoint:
     directory: Path
-    reference: torch.nn.Module  # the transformers model that wrote it
+    reference: torch.nn.Module  # the transformers model that wrote it (or a remote family's written-out equations)
     tokenizer: BertTokenizer
     batch: dict[str, torch.Tensor]  # transformers' tokenizer of the family on TEXTS, padded
+    token_types: bool  # whether the family's tokenizer gives a pair token types
 
 
 @pytest.fixture(scope="module")
@@ -48,26 +83,35 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checkpoin
 
     def get(name: str) -> Checkpoint:
         if name not in made:
-            family = FAMILIES[name]
-            tokenizing = family.tokenizer
+            remote = REMOTE.get(name)
+            tokenizing = FAMILIES[name].tokenizer if remote is None else remote.tokenizer
             assert tokenizing is not None
             directory = tmp_path_factory.mktemp(name)
             tok = tokenizing.train()
             tok.post_processor = tokenizing.processor(tok)
-            size = "dim" if family.model_type == "distilbert" else "hidden_size"
-            assert family.settings[size] == 32
             # the model's vocabulary is the one the tokenizer learnt
-            reference = save_hf(family, family.classes[0], directory, vocab_size=tok.get_vocab_size())
+            if remote is None:
+                family = FAMILIES[name]
+                size = "dim" if family.model_type == "distilbert" else "hidden_size"
+                assert family.settings[size] == 32
+                reference = save_hf(family, family.classes[0], directory, vocab_size=tok.get_vocab_size())
+                pad, token_types = family.pad, family.token_types
+            else:
+                reference = remote.checkpoint(directory, tok.get_vocab_size())
+                pad, token_types = remote.pad, remote.token_types
             toks.save(directory, tok, tokenizing.tokenizer_class)
             if tokenizing.special_tokens:
                 settings = json.loads((directory / "tokenizer_config.json").read_text())
                 settings.update(tokenizing.special_tokens)
                 (directory / "tokenizer_config.json").write_text(json.dumps(settings))
-            theirs = transformers.AutoTokenizer.from_pretrained(directory)
+            if remote is None:
+                theirs = transformers.AutoTokenizer.from_pretrained(directory)
+            else:  # config.json names remote classes: transformers' tokenizer class of the family, named
+                theirs = getattr(transformers, tokenizing.tokenizer_class).from_pretrained(directory)
             batch = dict(theirs(TEXTS, padding=True, return_tensors="pt"))
             tokenizer = BertTokenizer.from_pretrained(directory)
-            assert tokenizer.pad_token_id == family.pad  # padding positions are the family's padding index
-            made[name] = Checkpoint(directory, reference, tokenizer, batch)
+            assert tokenizer.pad_token_id == pad  # padding positions are the family's padding index
+            made[name] = Checkpoint(directory, reference, tokenizer, batch, token_types)
         return made[name]
 
     return get  # type: ignore[return-value]
@@ -166,7 +210,6 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
     checkpoint = checkpoints(name)
     config_json = str(checkpoint.directory / "config.json")
     model = bertblocks.from_pretrained(checkpoint.directory)
-    family = FAMILIES[name]
 
     validated = _json(capsys, "validate", config_json)
     assert validated["valid"] is True
@@ -191,7 +234,7 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
     assert traced["input_ids"] == checkpoint.tokenizer(TEXTS[0])["input_ids"][0].tolist()
     assert traced["steps"], "no step traced"
     assert traced["steps"][-1]["outputs"]
-    if family.token_types:  # a pair gets the family's pair template
+    if checkpoint.token_types:  # a pair gets the family's pair template
         pair = _json(capsys, "trace", str(checkpoint.directory), "--text", TEXTS[0], "--pair", TEXTS[2])
         assert pair["input_ids"] == checkpoint.tokenizer([TEXTS[0]], [TEXTS[2]])["input_ids"][0].tolist()
 

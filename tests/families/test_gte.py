@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -148,7 +149,8 @@ def published_weights(cls: str, config: dict[str, Any], seed: int = 0) -> dict[s
         return {f"{name}.weight": 1 + t(H), f"{name}.bias": t(H)}
 
     prefix = "" if cls == "NewModel" else "new."
-    w: dict[str, torch.Tensor] = {"embeddings.word_embeddings.weight": t(VOCAB, H), **norm("embeddings.LayerNorm")}
+    vocab = config["vocab_size"]
+    w: dict[str, torch.Tensor] = {"embeddings.word_embeddings.weight": t(vocab, H), **norm("embeddings.LayerNorm")}
     if config["type_vocab_size"]:
         w["embeddings.token_type_embeddings.weight"] = t(config["type_vocab_size"], H)
     for i in range(LAYERS):
@@ -163,7 +165,7 @@ def published_weights(cls: str, config: dict[str, Any], seed: int = 0) -> dict[s
     out = {prefix + k: v for k, v in w.items()}
     if cls == "NewForMaskedLM":  # the decoder's weight is the tied word embeddings (not stored)
         out |= {"lm_head.dense.weight": t(H, H), "lm_head.dense.bias": t(H), **norm("lm_head.norm")}
-        out["lm_head.decoder.bias"] = t(VOCAB)
+        out["lm_head.decoder.bias"] = t(vocab)
     if cls in ("NewForSequenceClassification", "NewForTokenClassification"):
         out |= {"classifier.weight": t(LABELS, H), "classifier.bias": t(LABELS)}
     return out
@@ -246,6 +248,33 @@ def reference(
     elif "classifier.weight" in w:
         out["logits"] = h @ w["classifier.weight"].T + w["classifier.bias"]
     return out
+
+
+class PublishedReference(torch.nn.Module):
+    """The written-out equations (:func:`reference`) as a backbone, for the shared per-family path tests
+    (``tests/families/test_family_paths.py``): called like a model, returns ``last_hidden_state`` in float32; its
+    parameters are the published checkpoint's tensors (what a parameter count of the checkpoint counts)."""
+
+    def __init__(self, config: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self.published = config
+        self.weights = torch.nn.ParameterDict(
+            {key.replace(".", ":"): torch.nn.Parameter(value, requires_grad=False) for key, value in weights.items()}
+        )
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> SimpleNamespace:
+        weights = {key.replace(":", "."): value for key, value in self.weights.items()}
+        out = reference(self.published, weights, input_ids, attention_mask, token_type_ids)
+        return SimpleNamespace(last_hidden_state=out["last_hidden_state"].float())
+
+
+def published_reference(directory: Path, vocab_size: int) -> PublishedReference:
+    """A published-format ``NewModel`` checkpoint of gte-base-en-v1.5's shape (NTK scaling, no token-type table)
+    with ``vocab_size`` words, written to ``directory``; and its written-out equations."""
+    config, weights = published_checkpoint(directory, "NewModel", vocab_size=vocab_size, type_vocab_size=0)
+    return PublishedReference(config, weights)
 
 
 def _inputs(type_vocab_size: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
