@@ -28,9 +28,11 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 import bertblocks
+from bertblocks import BertTokenizer
 from bertblocks.config import ConfigError
 from bertblocks.hf.config_json import config_from_hf, config_to_hf
 from bertblocks.plugins.positions import RotaryEmbedding
+from tests.families import test_tokenizers as toks
 from tests.families.reference import FAMILIES, batch, call_inputs, round_trip, save_hf
 from tests.tolerances import assert_close, assert_grads_close
 
@@ -517,3 +519,21 @@ def test_tiny_preset_saves_a_gte_checkpoint_transformers_loads(tmp_path):
     ids = torch.randint(3, 1000, (2, 7))
     with torch.no_grad():
         assert_close(model(input_ids=ids).last_hidden_state, theirs.eval()(input_ids=ids).last_hidden_state)
+
+
+def test_the_published_format_frames_texts_as_bert_without_a_post_processor(tmp_path):
+    # `new` cannot be a row of the shared tables (no transformers class), so its tokenizer convention is tested
+    # here: a WordPiece tokenizer.json with no post-processor beside a published config.json gets BERT's template
+    # ([CLS] A [SEP] B [SEP], token types 0/1), as transformers' BertTokenizer frames it
+    tok = toks.wordpiece()
+    directory = toks.save(tmp_path, tok, "BertTokenizer")
+    (directory / "config.json").write_text(json.dumps(NEW_CONFIG))
+    theirs = transformers.BertTokenizer.from_pretrained(directory)
+    ours = BertTokenizer.from_pretrained(directory)
+    for args in ((toks.TEXTS,), (toks.TEXTS, toks.PAIRS)):
+        expected = theirs(*args, padding=True, return_tensors="pt")
+        got = ours(*args)
+        assert sorted(got) == sorted(expected.keys())
+        for key in got:
+            assert got[key].tolist() == expected[key].tolist(), key
+    assert ours.pad_token_id == theirs.pad_token_id == 0
