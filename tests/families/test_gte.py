@@ -537,3 +537,59 @@ def test_the_published_format_frames_texts_as_bert_without_a_post_processor(tmp_
         for key in got:
             assert got[key].tolist() == expected[key].tolist(), key
     assert ours.pad_token_id == theirs.pad_token_id == 0
+
+
+@pytest.mark.parametrize(
+    ("head", "source", "labels", "block", "head_keys"),
+    [
+        (
+            "question_answering",
+            "GteModel",
+            2,
+            {"head": {"name": "question_answering"}},
+            {"qa_outputs.weight", "qa_outputs.bias"},
+        ),
+        # GteForSequenceClassification's pooler and a one-label classifier: the multiple-choice head's shapes; GteModel
+        # has no pooler, so the block keeps it too
+        (
+            "multiple_choice",
+            "GteForSequenceClassification",
+            1,
+            {"head": {"name": "multiple_choice"}, "pooler": {"name": "first_token"}},
+            {"classifier.weight", "classifier.bias", "gte.pooler.dense.weight", "gte.pooler.dense.bias"},
+        ),
+    ],
+)
+def test_a_head_transformers_has_no_gte_class_for_is_kept_in_the_bertblocks_block(
+    tmp_path, head, source, labels, block, head_keys
+):
+    """transformers has no GteForQuestionAnswering or GteForMultipleChoice, so the table cannot compare them: saved,
+    such a model's config.json names GteModel and keeps the head in its ``bertblocks`` block; bertblocks reloads the
+    head and its numbers, and transformers' GteModel loads the backbone (the head's tensors its only unexpected
+    keys) and gives the backbone's numbers."""
+    save_hf(GTE, source, tmp_path / "hf", num_labels=labels)
+    torch.manual_seed(3)  # the question-answering head is new: initialised at random
+    ours = bertblocks.from_pretrained(tmp_path / "hf", head=head).eval()
+    ours.save_pretrained(tmp_path / "ours")
+    written = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert written["model_type"] == "gte"
+    assert written["architectures"] == ["GteModel"]
+    assert written["bertblocks"] == block
+    again, info = bertblocks.from_pretrained(tmp_path / "ours", head="auto", output_loading_info=True)
+    assert again.config.head is not None
+    assert again.config.head.name == head
+    assert info.missing_keys == info.unexpected_keys == []
+    inputs, _ = batch(GTE, "ForMultipleChoice" if head == "multiple_choice" else "ForQuestionAnswering")
+    inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():  # the same weights in the same modules
+        for a, b in zip(ours(**inputs).to_tuple(), again.eval()(**inputs).to_tuple(), strict=True):
+            assert torch.equal(a, b)
+    theirs, hf_info = transformers.GteModel.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not hf_info["missing_keys"]
+    assert set(hf_info["unexpected_keys"]) == head_keys
+    backbone, backbone_mask = batch(GTE, "GteModel")
+    backbone = call_inputs("GteModel", backbone)
+    with torch.no_grad():
+        want = theirs.eval()(**backbone).last_hidden_state
+        got = again.bert(**backbone).last_hidden_state
+    assert_close(got[backbone_mask.bool()], want[backbone_mask.bool()])
