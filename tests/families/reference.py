@@ -6,20 +6,28 @@ reload-in-transformers round trip that every family and head goes through.
 
 Imported by the test modules of this folder (``from tests.families.reference import ...``); it holds no tests.
 
-How a new family joins the table: add one row to :data:`FAMILIES` (nothing else in this folder lists families)::
+How a new family joins the table: add one row to :data:`FAMILIES` (nothing else in this folder lists families).
+For example (the fields after ``classes`` are optional, each one a shared test the row joins)::
 
-    "eurobert": Family(
-        "EuroBertConfig",                       # transformers' config class (its model_type is the family's)
+    "roformer": Family(
+        "RoFormerConfig",                       # transformers' config class (its model_type is the family's)
         {**COMMON, ...},                        # tiny settings: choose values far from the defaults (a rope base,
                                                 # an eps), so that a field read wrongly changes the numbers
-        pad=...,                                # what padded positions hold (the tokenizer's pad id)
-        classes=_classes("EuroBert", "Model", "ForMaskedLM", ...),  # backbone first, then every head class
+        pad=0,                                  # what padded positions hold (the tokenizer's pad id)
+        classes=_classes("RoFormer", "Model", "ForMaskedLM", *_TASKS),  # backbone first, then every head class
                                                 # transformers has (check ``dir(transformers)``)
-        config_fields=("rope_parameters", ...), # fields transformers must read back unchanged
-        tokenizer=Tokenizing(train, processor, "TokenizerClass"),   # then the per-family paths run on it
-        tokenizer_convention=True, both_paddings=True, hidden_states="EuroBertForMaskedLM",
-        in_memory_key=(...), refusals=((change, "message"), ...), presets=("eurobert-210m", ...),
+        config_fields=("rotary_value", ...),    # fields transformers must read back unchanged
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "RoFormerTokenizer"),  # the per-family paths
+        tokenizer_convention=True,              # its template from model_type alone, as transformers'
+        both_paddings=True,                     # positions enter as differences only (rotary, relative)
+        hidden_states="RoFormerForMaskedLM",    # hidden states and eager attention probabilities, layer by layer
+        in_memory_key=None,                     # (class, key) if transformers renames tensors in memory
+        refusals=(({"rotary_value": True}, "rotary_value"), ...),  # config.json it cannot represent
+        presets=("roformer-...",),              # its presets
     ),
+
+The tokenizer is trained in the test: ``tests/families/test_tokenizers.py``'s trainers (WordPiece, BPE, Unigram and
+their families' post-processors) or one of the family's kind written here (:func:`deberta_unigram`).
 
 Then, with no other edit:
 
@@ -34,12 +42,14 @@ Then, with no other edit:
 
 A path that cannot apply to the family is not left out silently: assert what really happens there (the exact
 fallback, or the clear error) in the family's own test file. A variant of a family (other settings that matter,
-such as ``gte-ntk`` or ``modernbert-biased``) is a further row with fewer classes and no ``tokenizer``; what only
-one family does (a format transformers has no class for, its float64 reference, gradients, dropout) stays in
-``test_<family>.py``. A family transformers has no class for (remote code only) cannot be a row: its file tests it
-against a float64 reference of the published equations, and joins the per-family paths as one row of
-``REMOTE`` in ``test_family_paths.py`` (its tokenizer, and a function of its test file that writes a published-format
-checkpoint and returns that reference as a module; GTE's ``new`` format is the example).
+such as ``gte-ntk`` or ``modernbert-biased``) is a further row, usually with fewer classes; one row per family has
+the ``tokenizer`` (GTE's is ``gte-ntk``, so that the paths run its NTK-scaled rope). What only one family does (a
+format transformers has no class for, its float64 reference, gradients, dropout) stays in ``test_<family>.py``.
+
+A family transformers has no class for (remote code only) cannot be a row: its file tests it against a float64
+reference of the published equations, and it joins the per-family paths as one row of ``REMOTE`` in
+``test_family_paths.py`` (its tokenizer, and a function of its test file that writes a published-format checkpoint
+and returns that reference as a module; GTE's ``new`` format is the example).
 """
 
 from __future__ import annotations
@@ -475,9 +485,9 @@ FAMILIES: dict[str, Family] = {
         hidden_states="GteForMaskedLM",
     ),
 }
-FAMILIES["modernbert-biased"] = dataclasses.replace(  # every bias and the other choices flipped from the defaults
-    FAMILIES["modernbert"],
-    settings={
+FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flipped from the defaults; round trip only
+    "ModernBertConfig",
+    {
         **MODERNBERT,
         "attention_bias": True,
         "mlp_bias": True,
@@ -488,12 +498,12 @@ FAMILIES["modernbert-biased"] = dataclasses.replace(  # every bias and the other
         "classifier_activation": "silu",
         "hidden_activation": "gelu_pytorch_tanh",
     },
-    # the variant goes through the round trip only
-    tokenizer=None,
-    both_paddings=False,
-    hidden_states=None,
-    refusals=(),
-    presets=(),
+    pad=0,
+    token_types=False,
+    classes=FAMILIES["modernbert"].classes,
+    length=14,
+    real=9,
+    config_fields=MODERNBERT_FIELDS,
 )
 
 
