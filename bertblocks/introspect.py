@@ -371,16 +371,22 @@ def layer_groups(config: BertConfig) -> list[tuple[int, int, str]]:
 def mermaid(config: BertConfig, counts: ParameterCount | None = None) -> str:
     """A Mermaid flowchart: inputs → embeddings → groups of identical layers → pooler → head.
 
-    Layers changed by a per-layer override are marked, so an ablation's shape is visible at a glance.
+    The token-type table and the ``token_type_ids`` input are drawn only where the model has the table
+    (``type_vocab_size`` > 0). Layers changed by a per-layer override are marked, so an ablation's shape is
+    visible at a glance.
     """
     overridden = {i for o in config.encoder.overrides for i in o.layers}
     h = config.hidden_size
     lines = ["flowchart TD"]
-    lines.append('    inputs["input_ids, token_type_ids, attention_mask<br/>[b, q]"]')
+    # type_vocab_size 0 (DeBERTa-v3, GTE): no token-type table, and token_type_ids are ignored
+    types = config.type_vocab_size > 0
+    inputs = "input_ids, token_type_ids, attention_mask" if types else "input_ids, attention_mask"
+    lines.append(f'    inputs["{inputs}<br/>[b, q]"]')
     pos = config.position.name
     emb = (
-        f"embeddings: {config.embedding.name}<br/>word {config.vocab_size}×{h} + type {config.type_vocab_size}×{h}"
-        f"<br/>position: {pos}"
+        f"embeddings: {config.embedding.name}<br/>word {config.vocab_size}×{h}"
+        + (f" + type {config.type_vocab_size}×{h}" if types else "")
+        + f"<br/>position: {pos}"
         + (f" {config.max_position_embeddings}×{h}" if pos == "absolute" else "")
         + "<br/>→ LayerNorm → dropout"
     )

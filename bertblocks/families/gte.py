@@ -21,7 +21,9 @@ The checkpoint (what transformers' GTE classes write; the published ``new`` chec
 the prefix ``new.``): ``gte.embeddings.{word_embeddings,token_type_embeddings,LayerNorm}``,
 ``gte.encoder.layer.{i}.attention.qkv_proj`` (query, key, value rows), ``attention.o_proj``, ``attn_ln``,
 ``mlp.up_gate_proj`` (up rows, then gate rows), ``mlp.down_proj``, ``mlp_ln``; ``gte.pooler.dense``,
-``classifier``; ``lm_head.dense``, ``lm_head.norm``, ``lm_head.decoder``.
+``classifier``; ``lm_head.dense``, ``lm_head.norm``, ``lm_head.decoder``. A ``gte`` checkpoint under transformers'
+in-memory names (``save_original_format=False``: ``gte.layers.{i}.self_attn.q_proj``, ``mlp.gate_proj``,
+``lm_head.layer_norm``, …) loads too; bertblocks writes the names above.
 
 What the ``new`` format is refused for, naming the field: ``position_embedding_type`` other than ``rope``,
 ``layer_norm_type`` other than ``layer_norm``, ``pack_qkv: false`` (separate projections under names no published
@@ -42,7 +44,7 @@ from typing import Any
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
-from bertblocks.families.keymap import Drop, KeyMap, Rename, Split
+from bertblocks.families.keymap import Drop, Join, KeyMap, Rename, Split
 
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
@@ -60,6 +62,23 @@ DEFAULTS: dict[str, Any] = {
 }
 #: the task classes whose backbone is built with its pooler (``GteModel`` itself has none)
 _POOLED = ("GteForSequenceClassification", "NewForSequenceClassification")
+
+
+def _in_memory_rules(prefix: str) -> tuple[Join | Rename, ...]:
+    """transformers' own names, in checkpoints its GTE classes save with ``save_original_format=False``
+    (``{prefix}.layers.{i}.self_attn.q_proj``, ``mlp.gate_proj``, ``lm_head.layer_norm``, …): read, never written
+    (the published names' rules come first and match every model key)."""
+    layer, ours = f"{prefix}.layers.{{i}}", "bert.encoder.layer.{i}"
+    return (
+        Join(tuple(f"{layer}.self_attn.{p}_proj" for p in "qkv"), f"{ours}.attention.self.Wqkv"),
+        Rename(f"{layer}.self_attn.o_proj", f"{ours}.attention.output.dense"),
+        Rename(f"{layer}.post_attention_layernorm", f"{ours}.attention.output.LayerNorm"),
+        Rename(f"{layer}.mlp.up_proj", f"{ours}.intermediate.up"),
+        Rename(f"{layer}.mlp.gate_proj", f"{ours}.intermediate.gate"),
+        Rename(f"{layer}.mlp.down_proj", f"{ours}.output.dense"),
+        Rename(f"{layer}.post_mlp_layernorm", f"{ours}.output.LayerNorm"),
+        Rename("lm_head.layer_norm", "cls.predictions.transform.LayerNorm"),
+    )
 
 
 def key_map(prefix: str) -> KeyMap:
@@ -83,6 +102,7 @@ def key_map(prefix: str) -> KeyMap:
             # rotary tables recomputed from the config (transformers ignores them on load too: inv_freq)
             Drop(f"{prefix}.embeddings.rotary_emb"),
             Drop(f"{prefix}.rotary_emb"),
+            *(_in_memory_rules(prefix) if prefix == "gte" else ()),
         ),
         head_prefixes=("lm_head.", "classifier."),
     )

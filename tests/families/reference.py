@@ -1,9 +1,55 @@
 """The transformers side of the family tests, in one place: a table of families (transformers' config class, tiny
-settings, padding index, the head classes to compare), a checkpoint saved by transformers' own class, a padded
-batch with labels of each head's kind, the comparison of two outputs at the float32 parity tolerance, and the
-whole load → compare → save → reload-in-transformers round trip that every family and head goes through.
+settings, padding index, the head classes to compare, the family's tokenizer, and which shared tests the row
+joins), a checkpoint saved by transformers' own class, a padded batch with labels of each head's kind, the
+comparison of two outputs at the float32 parity tolerance, and the whole load → compare → save →
+reload-in-transformers round trip that every family and head goes through.
 
 Imported by the test modules of this folder (``from tests.families.reference import ...``); it holds no tests.
+
+How a new family joins the table: add one row to :data:`FAMILIES` (nothing else in this folder lists families).
+For example (the fields after ``classes`` are optional, each one a shared test the row joins)::
+
+    "roformer": Family(
+        "RoFormerConfig",                       # transformers' config class (its model_type is the family's)
+        {**COMMON, ...},                        # tiny settings: choose values far from the defaults (a rope base,
+                                                # an eps), so that a field read wrongly changes the numbers
+        pad=0,                                  # what padded positions hold (the tokenizer's pad id)
+        classes=_classes("RoFormer", "Model", "ForMaskedLM", *_TASKS),  # backbone first, then every head class
+                                                # transformers has (check ``dir(transformers)``)
+        config_fields=("rotary_value", ...),    # fields transformers must read back unchanged
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "RoFormerTokenizer"),  # the per-family paths
+        tokenizer_convention=True,              # its template from model_type alone, as transformers'
+        both_paddings=True,                     # positions enter as differences only (rotary, relative)
+        hidden_states="RoFormerForMaskedLM",    # hidden states and eager attention probabilities, layer by layer
+        in_memory_key=None,                     # (class, key) if transformers renames tensors in memory
+        refusals=(({"rotary_value": True}, "rotary_value"), ...),  # config.json it cannot represent
+        presets=("roformer-...",),              # its presets
+    ),
+
+The tokenizer is trained in the test: ``tests/families/test_tokenizers.py``'s trainers (WordPiece, BPE, Unigram and
+their families' post-processors) or one of the family's kind written here (:func:`deberta_unigram`).
+
+Then, with no other edit:
+
+* ``test_parity.py`` runs the round trip for each of ``classes`` (transformers' checkpoint loads with no missing or
+  unexpected keys and gives its numbers; bertblocks' save loads back in transformers), and each shared test the
+  row opts into (``both_paddings``, ``hidden_states``, ``in_memory_key``, ``refusals``, ``tokenizer_convention``,
+  ``presets``: see :class:`Family`);
+* ``test_family_paths.py`` runs, on the backbone of the row that has a ``tokenizer``, the packed encoder path,
+  ``torch.compile`` (one graph), sentence embeddings and ``bertblocks embed``/``similarity`` with the family's
+  tokenizer, the CLI (validate, build, diagram, trace, convert) and an ablation study;
+* ``tests/test_quantize.py`` quantizes each class of the row.
+
+A path that cannot apply to the family is not left out silently: assert what really happens there (the exact
+fallback, or the clear error) in the family's own test file. A variant of a family (other settings that matter,
+such as ``gte-ntk`` or ``modernbert-biased``) is a further row, usually with fewer classes; one row per family has
+the ``tokenizer`` (GTE's is ``gte-ntk``, so that the paths run its NTK-scaled rope). What only one family does (a
+format transformers has no class for, its float64 reference, gradients, dropout) stays in ``test_<family>.py``.
+
+A family transformers has no class for (remote code only) cannot be a row: its file tests it against a float64
+reference of the published equations, and it joins the per-family paths as one row of ``REMOTE`` in
+``test_family_paths.py`` (its tokenizer, and a function of its test file that writes a published-format checkpoint
+and returns that reference as a module; GTE's ``new`` format is the example).
 """
 
 from __future__ import annotations
@@ -11,14 +57,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 import bertblocks
 from tests.conftest import TINY_HF
+from tests.families import test_tokenizers as toks
 
 #: float32 parity with transformers on the same weights (the project's tolerance policy)
 TOL = 1e-5
@@ -88,20 +137,92 @@ MODERNBERT_FIELDS = (
 )
 
 
+#: GTE (transformers' gte) at test size: a rope base far from the default 160000 and two token types (the second
+#: segment from position 3), so that a base read wrongly or a token-type table skipped changes the numbers
+GTE: dict[str, Any] = {
+    **COMMON,
+    "pad_token_id": 1,
+    "type_vocab_size": 2,
+    "rope_parameters": {"rope_theta": 30.0, "rope_type": "default"},
+}
+#: gte-base-en-v1.5's shape: no token-type table, and NTK-scaled rope as transformers' GteConfig states it (linear
+#: scaling of the base θ·k by k^(2/d): the fixed-NTK frequencies), so that the scaled tables run every path
+GTE_NTK: dict[str, Any] = {
+    **GTE,
+    "type_vocab_size": 0,
+    "rope_parameters": {"rope_theta": 400.0, "rope_type": "linear", "factor": 1.5},
+}
+
+
+def deberta_unigram() -> Tokenizer:
+    """DeBERTa-v3's kind: a SentencePiece-style Unigram with BERT's special tokens at DeBERTa-v3's ids ([PAD] 0,
+    [CLS] 1, [SEP] 2, [UNK] 3; its [MASK] is last in the published vocabulary, here after them)."""
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    tok.train_from_iterator(
+        toks.CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="[UNK]")
+    )
+    return tok
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokenizing:
+    """A family's tokenizer, as the tests make one: a tokenizer.json of the family's kind trained in the test, the
+    family's post-processor, and transformers' tokenizer class of the family (what the reference ids come from).
+
+    Attributes:
+        train: trains the tokenizer (WordPiece, BPE or Unigram; no post-processor).
+        processor: the family's post-processor (its single and pair templates) for that tokenizer.
+        tokenizer_class: transformers' tokenizer class of the family (ElectraTokenizer is BertTokenizer in 5.x).
+        special_tokens: written into tokenizer_config.json, as a family whose tokenizer class is the generic one
+            (ModernBERT's ``PreTrainedTokenizerFast``) has them.
+    """
+
+    train: Callable[[], Tokenizer]
+    processor: Callable[[Tokenizer], processors.PostProcessor]
+    tokenizer_class: str
+    special_tokens: dict[str, str] | None = None
+
+
+#: (change to config.json, the error message's pattern): one refusal of a family (see :attr:`Family.refusals`)
+Refusal = tuple[dict[str, Any], str]
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
-    """One row of the table: a transformers family at test size.
+    """One row of the table: a transformers family at test size, and which shared tests it takes part in.
+
+    The first group of attributes says how to build and compare the family (every row goes through the round
+    trip of ``test_parity.py`` on each of its ``classes``); the second says which of the shared tests beyond it
+    the row joins: each defaults to "not this one", so that a row states only what applies to it.
 
     Attributes:
         config: transformers' config class of the family.
         settings: its tiny settings.
         pad: the padding index (what padded positions hold).
         token_types: whether the batch carries ``token_type_ids``.
-        classes: the transformers classes (backbone and heads) compared in the round trip.
+        classes: the transformers classes (backbone first, then heads) compared in the round trip.
         length: the batch's sequence length.
         real: real tokens in the padded (second) row.
         second_segment: from this position the token types are 1, so that the token-type table is read.
         config_fields: config fields transformers must read back unchanged from bertblocks' config.json.
+        tokenizer: the family's tokenizer; with it, the row's backbone (``classes[0]``) runs every per-family path
+            of ``test_family_paths.py`` (packing, compile, sentence embeddings, CLI, ablation study). One row per
+            family sets it (a family's variants, such as ``modernbert-biased``, leave it out).
+        tokenizer_convention: ``test_parity.py`` checks that ``tokenizer``'s files without a post-processor get the
+            family's template from config.json's ``model_type`` alone, with transformers' ids.
+        both_paddings: the padded and packed paths agree with transformers under right and left padding (families
+            whose positions enter only as differences: rotary, DeBERTa's relative table).
+        hidden_states: the class whose hidden states (and, with ``attentions``, attention probabilities under the
+            eager backend) are compared layer by layer.
+        attentions: whether ``hidden_states`` compares attention probabilities too.
+        in_memory_key: ``(class, a key)``: the class's checkpoint saved under transformers' in-memory names
+            (``save_original_format=False``; the key is one of them) loads and gives its numbers.
+        refusals: config.json changes the family cannot represent, each with the pattern of the error that names
+            the field (tested on config.json as transformers writes it and as a sparse one).
+        presets: presets of the family (tests/families/test_presets.py builds each against transformers).
     """
 
     config: str
@@ -113,6 +234,14 @@ class Family:
     real: int = 5
     second_segment: int | None = None
     config_fields: tuple[str, ...] = ()
+    tokenizer: Tokenizing | None = None
+    tokenizer_convention: bool = False
+    both_paddings: bool = False
+    hidden_states: str | None = None
+    attentions: bool = True
+    in_memory_key: tuple[str, str] | None = None
+    refusals: tuple[Refusal, ...] = ()
+    presets: tuple[str, ...] = ()
 
     @property
     def model_type(self) -> str:
@@ -130,6 +259,14 @@ def _classes(prefix: str, *heads: str) -> tuple[str, ...]:
 #: the task heads most families have, in transformers' class names (after the family's prefix)
 _TASKS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering", "ForMultipleChoice")
 _ROBERTA_HEADS = ("Model", "ForMaskedLM", "ForCausalLM", *_TASKS)
+#: the post-processor and special tokens of a family whose tokenizer class is the generic one (ModernBERT)
+_BERT_SPECIALS = {
+    "pad_token": "[PAD]",
+    "unk_token": "[UNK]",
+    "cls_token": "[CLS]",
+    "sep_token": "[SEP]",
+    "mask_token": "[MASK]",
+}
 
 FAMILIES: dict[str, Family] = {
     "roberta": Family(
@@ -137,24 +274,28 @@ FAMILIES: dict[str, Family] = {
         {**COMMON, "type_vocab_size": 1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2},
         pad=1,
         classes=_classes("Roberta", *_ROBERTA_HEADS),
+        tokenizer=Tokenizing(toks.bpe, toks.roberta_processor, "RobertaTokenizer"),
     ),
     "xlm-roberta": Family(
         "XLMRobertaConfig",
         {**COMMON, "type_vocab_size": 1, "pad_token_id": 1},
         pad=1,
         classes=_classes("XLMRoberta", *_ROBERTA_HEADS),
+        tokenizer=Tokenizing(toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"),
     ),
     "camembert": Family(
         "CamembertConfig",
         {**COMMON, "type_vocab_size": 1, "pad_token_id": 1},
         pad=1,
         classes=_classes("Camembert", *_ROBERTA_HEADS),
+        tokenizer=Tokenizing(toks.unigram, toks.xlmr_processor, "CamembertTokenizer"),
     ),
     "electra": Family(
         "ElectraConfig",
         {**COMMON, "embedding_size": 16},
         pad=0,
         classes=_classes("Electra", "Model", "ForPreTraining", "ForMaskedLM", "ForCausalLM", *_TASKS),
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "ElectraTokenizer"),
     ),
     "distilbert": Family(
         "DistilBertConfig",
@@ -162,12 +303,14 @@ FAMILIES: dict[str, Family] = {
         pad=0,
         token_types=False,
         classes=_classes("DistilBert", "Model", "ForMaskedLM", *_TASKS),
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "DistilBertTokenizer"),
     ),
     "albert": Family(
         "AlbertConfig",
         {**COMMON, "embedding_size": 16, "hidden_act": "gelu_new"},
         pad=0,
         classes=_classes("Albert", "Model", "ForPreTraining", "ForMaskedLM", *_TASKS),
+        tokenizer=Tokenizing(toks.albert_unigram, toks.bert_processor, "AlbertTokenizer"),
     ),
     "distilbert-sinusoidal": Family(
         "DistilBertConfig",
@@ -182,6 +325,7 @@ FAMILIES: dict[str, Family] = {
         pad=1,
         token_types=False,
         classes=_classes("MPNet", "Model", "ForMaskedLM", *_TASKS),
+        tokenizer=Tokenizing(toks.mpnet_wordpiece, toks.roberta_processor, "MPNetTokenizer"),
     ),
     "mpnet-table-40": Family(  # the table has 40 rows, of which transformers' MPNet reads the 32 buckets
         "MPNetConfig",
@@ -198,6 +342,18 @@ FAMILIES: dict[str, Family] = {
         classes=_classes("NomicBert", "Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification"),
         second_segment=3,
         config_fields=("rope_parameters",),
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+        tokenizer_convention=True,
+        both_paddings=True,
+        hidden_states="NomicBertForSequenceClassification",
+        in_memory_key=("NomicBertForMaskedLM", "nomic_bert.layers.0.self_attn.q_proj.weight"),
+        refusals=(
+            ({"rope_parameters": {"rope_theta": 10.0, "rope_type": "linear", "factor": 2.0}}, "rope_type is 'linear'"),
+            ({"head_dim": 16}, "head_dim 16"),
+            ({"bertblocks": {"encoder": {"attention": {"fused_qkv": False}}}}, "encoder.attention.fused_qkv"),
+            ({"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
+        ),
+        presets=("nomic-bert-2048", "nomic-embed-text-v1.5"),
     ),
     "jina_embeddings_v3": Family(
         "JinaEmbeddingsV3Config",
@@ -214,6 +370,20 @@ FAMILIES: dict[str, Family] = {
             "ForQuestionAnswering",
         ),
         config_fields=("rope_parameters",),
+        tokenizer=Tokenizing(toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"),
+        tokenizer_convention=True,
+        both_paddings=True,
+        hidden_states="JinaEmbeddingsV3ForMaskedLM",
+        in_memory_key=("JinaEmbeddingsV3ForSequenceClassification", "roberta.layers.0.self_attn.q_proj.bias"),
+        refusals=(
+            (
+                {"rope_parameters": {"rope_theta": 10.0, "rope_type": "dynamic", "factor": 2.0}},
+                "rope_type is 'dynamic'",
+            ),
+            ({"bertblocks": {"embedding": {"position_offset": "padding"}}}, "embedding.position_offset"),
+            ({"bertblocks": {"encoder": {"feedforward": {"name": "glu"}}}}, "encoder.feedforward.name"),
+        ),
+        presets=("jina-embeddings-v3",),
     ),
     "modernbert": Family(
         "ModernBertConfig",
@@ -224,6 +394,18 @@ FAMILIES: dict[str, Family] = {
         length=14,  # longer than the local window
         real=9,
         config_fields=MODERNBERT_FIELDS,
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "PreTrainedTokenizerFast", _BERT_SPECIALS),
+        both_paddings=True,
+        # the local layers need their sliding-window backend: the default backends, hidden states only
+        hidden_states="ModernBertModel",
+        attentions=False,
+        refusals=(
+            ({"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0}}}, "rope_type 'linear'"),
+            ({"layer_types": ["full_attention"]}, "layer_types must list"),
+            ({"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling is not supported"),
+            ({"bertblocks": {"encoder": {"layer": {"name": "post_ln"}}}}, "encoder.layer.name"),
+        ),
+        presets=("modernbert-base", "modernbert-large"),
     ),
     "deberta-v2": Family(
         "DebertaV2Config",
@@ -231,6 +413,22 @@ FAMILIES: dict[str, Family] = {
         pad=0,
         classes=_classes("DebertaV2", "Model", "ForMaskedLM", *_TASKS),
         config_fields=DEBERTA_FIELDS,
+        tokenizer=Tokenizing(deberta_unigram, toks.bert_processor, "DebertaV2Tokenizer"),
+        tokenizer_convention=True,
+        both_paddings=True,
+        hidden_states="DebertaV2ForSequenceClassification",
+        refusals=(
+            ({"conv_kernel_size": 4}, "conv_kernel_size=4"),
+            ({"embedding_size": 16}, "embedding_size=16"),
+            ({"attention_head_size": 4}, "attention_head_size=4"),
+            ({"norm_rel_ebd": "batch_norm"}, "norm_rel_ebd='batch_norm'"),
+            ({"relative_attention": False}, "norm_rel_ebd='layer_norm'.*without relative_attention"),
+            ({"pos_att_type": ["p2p"]}, "pos_att_type=.*'p2p'"),
+            ({"pooler_hidden_size": 16}, "pooler_hidden_size=16"),
+            ({"pooler_dropout": 0.1}, "pooler_dropout=0.1"),
+            ({"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
+        ),
+        presets=("deberta-v3-xsmall", "deberta-v3-small", "deberta-v3-base", "deberta-v3-large", "mdeberta-v3-base"),
     ),
     "ernie": Family(
         "ErnieConfig",
@@ -245,11 +443,51 @@ FAMILIES: dict[str, Family] = {
             "ForNextSentencePrediction",
             *_TASKS,
         ),
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+    ),
+    "gte": Family(
+        "GteConfig",
+        GTE,
+        pad=1,
+        # transformers has no GteForQuestionAnswering or GteForMultipleChoice
+        classes=_classes("Gte", "Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification"),
+        second_segment=3,
+        config_fields=("rope_parameters", "type_vocab_size"),
+        tokenizer_convention=True,  # with gte-ntk's tokenizer: the same model_type
+        both_paddings=True,
+        in_memory_key=("GteForMaskedLM", "gte.layers.0.self_attn.q_proj.weight"),
+        refusals=(
+            (
+                {"rope_parameters": {"rope_theta": 30.0, "rope_type": "dynamic", "factor": 2.0}},
+                "rope_type is 'dynamic'",
+            ),
+            (
+                {"rope_parameters": {"rope_theta": 30.0, "rope_type": "linear", "factor": 0.5}},
+                "rope_parameters.factor must be a number >= 1",
+            ),
+            ({"tie_word_embeddings": False, "architectures": ["GteForMaskedLM"]}, "tie_word_embeddings is false"),
+            ({"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
+            ({"bertblocks": {"encoder": {"feedforward": {"name": "mlp"}}}}, "encoder.feedforward.name"),
+        ),
+        presets=("gte-base-en-v1.5", "gte-large-en-v1.5", "gte-multilingual-base"),
+    ),
+    "gte-ntk": Family(
+        "GteConfig",
+        GTE_NTK,
+        pad=1,
+        token_types=False,  # no table; and gte's tokenizer (XLM-R's) returns none
+        classes=("GteModel", "GteForMaskedLM"),
+        # rope_parameters reads back as the same frequencies, its numbers rounded (test_gte.py checks them)
+        config_fields=("type_vocab_size",),
+        # gte's convention is XLM-R's (transformers' tokenizer class for gte): a Unigram framed <s> A </s>
+        tokenizer=Tokenizing(toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"),
+        both_paddings=True,
+        hidden_states="GteForMaskedLM",
     ),
 }
-FAMILIES["modernbert-biased"] = dataclasses.replace(  # every bias and the other choices flipped from the defaults
-    FAMILIES["modernbert"],
-    settings={
+FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flipped from the defaults; round trip only
+    "ModernBertConfig",
+    {
         **MODERNBERT,
         "attention_bias": True,
         "mlp_bias": True,
@@ -260,7 +498,31 @@ FAMILIES["modernbert-biased"] = dataclasses.replace(  # every bias and the other
         "classifier_activation": "silu",
         "hidden_activation": "gelu_pytorch_tanh",
     },
+    pad=0,
+    token_types=False,
+    classes=FAMILIES["modernbert"].classes,
+    length=14,
+    real=9,
+    config_fields=MODERNBERT_FIELDS,
 )
+
+
+def rows(joins: Callable[[Family], object]) -> list[str]:
+    """The names of the rows that take part in a shared test (``joins(row)`` truthy), in the table's order."""
+    return [name for name, family in FAMILIES.items() if joins(family)]
+
+
+def tokenizer_of(name: str) -> Tokenizing:
+    """The family's tokenizer: the row's own, or that of the row of the same ``model_type`` that has one."""
+    family = FAMILIES[name]
+    if family.tokenizer is not None:
+        return family.tokenizer
+    for other in FAMILIES.values():
+        if other.tokenizer is not None and other.model_type == family.model_type:
+            return other.tokenizer
+    raise LookupError(f"no row of model_type {family.model_type!r} has a tokenizer")
+
+
 #: every family and head: the rows of the round-trip table
 CASES = [(name, cls) for name, family in FAMILIES.items() for cls in family.classes]
 

@@ -274,7 +274,7 @@ def test_the_tokenizer_convention_is_transformers_deberta_v2_tokenizer(tmp_path)
     same files (without a post-processor, the family's template: test_parity.py's tokenizer table)."""
     from bertblocks import BertTokenizer
     from tests.families import test_tokenizers as toks
-    from tests.families.test_family_paths import deberta_unigram
+    from tests.families.reference import deberta_unigram
 
     tok = deberta_unigram()
     tok.post_processor = toks.bert_processor(tok)

@@ -1,10 +1,13 @@
 """Every family on the paths beyond plain loading: the packed encoder path, ``torch.compile``, sentence
 embeddings (``bertblocks.sentence.encode`` and ``bertblocks embed``) with the family's own tokenizer.json, and
-the CLI commands (build, validate, diagram, trace, convert) on its checkpoint.
+the CLI commands (build, validate, diagram, trace, convert) on its checkpoint, and an ablation study based on it.
 
-Each case is a tiny random backbone saved by transformers' own class of the family, with a tokenizer.json of the
-family's kind (WordPiece, BPE or Unigram, trained in the test) beside it; the reference numbers are that
-transformers model's on the ids of transformers' tokenizer class of the family on the same files.
+Each case is a tiny random backbone saved by transformers' own class of the family (the row of
+``tests/families/reference.py`` that has the family's ``tokenizer``), with a tokenizer.json of the family's kind
+(WordPiece, BPE or Unigram, trained in the test) beside it; the reference numbers are that transformers model's on
+the ids of transformers' tokenizer class of the family on the same files. A family transformers has no class for
+(remote code only) is a row of :data:`REMOTE` instead: its own test file writes a checkpoint in the published
+format and gives the float64 reference of the published equations as the model to compare with.
 """
 
 from __future__ import annotations
@@ -19,79 +22,58 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 import bertblocks
 from bertblocks import BertTokenizer, cli, sentence
+from tests.families import test_gte
 from tests.families import test_tokenizers as toks
-from tests.families.reference import FAMILIES, save_hf
+from tests.families.reference import FAMILIES, Tokenizing, rows, save_hf
 from tests.tolerances import assert_close
-
-
-def deberta_unigram() -> Tokenizer:
-    """DeBERTa-v3's kind: a SentencePiece-style Unigram with BERT's special tokens at DeBERTa-v3's ids ([PAD] 0,
-    [CLS] 1, [SEP] 2, [UNK] 3; its [MASK] is last in the published vocabulary, here after them)."""
-    tok = Tokenizer(models.Unigram())
-    tok.pre_tokenizer = pre_tokenizers.Metaspace()
-    tok.decoder = decoders.Metaspace()
-    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
-    tok.train_from_iterator(
-        toks.CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="[UNK]")
-    )
-    return tok
-
 
 TEXTS = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog", "save them again"]
 
 
 @dataclass(frozen=True)
-class Case:
-    family: str  # key of test_FAMILIES: the transformers config of the family
-    model: str  # the transformers backbone class
-    train: Callable[[], Tokenizer]
-    processor: Callable[[Tokenizer], processors.PostProcessor]
-    tokenizer_class: str  # transformers' tokenizer class of the family (ElectraTokenizer is BertTokenizer in 5.x)
-    # written into tokenizer_config.json, as a family whose tokenizer class is the generic one (ModernBERT) has them
-    special_tokens: dict[str, str] | None = None
+class Remote:
+    """A family transformers has no class for (remote code only), on the same paths.
+
+    Attributes:
+        tokenizer: the family's tokenizer (transformers' ``tokenizer_class`` gives the reference ids).
+        pad: the padding index.
+        token_types: whether the family's tokenizer frames a pair with token types (then the CLI traces a pair).
+        checkpoint: writes a published-format backbone checkpoint (config.json and weights, ``vocab_size`` words,
+            hidden size 32) to a directory and returns the reference: a module called like a model that returns
+            ``last_hidden_state`` (the family's float64 equations) and whose parameters are the checkpoint's tensors.
+    """
+
+    tokenizer: Tokenizing
+    pad: int
+    token_types: bool
+    checkpoint: Callable[[Path, int], torch.nn.Module]
 
 
-CASES = {
-    "roberta": Case("roberta", "RobertaModel", toks.bpe, toks.roberta_processor, "RobertaTokenizer"),
-    "xlm-roberta": Case("xlm-roberta", "XLMRobertaModel", toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"),
-    "camembert": Case("camembert", "CamembertModel", toks.unigram, toks.xlmr_processor, "CamembertTokenizer"),
-    "electra": Case("electra", "ElectraModel", toks.wordpiece, toks.bert_processor, "ElectraTokenizer"),
-    "distilbert": Case("distilbert", "DistilBertModel", toks.wordpiece, toks.bert_processor, "DistilBertTokenizer"),
-    "albert": Case("albert", "AlbertModel", toks.albert_unigram, toks.bert_processor, "AlbertTokenizer"),
-    "mpnet": Case("mpnet", "MPNetModel", toks.mpnet_wordpiece, toks.roberta_processor, "MPNetTokenizer"),
-    "ernie": Case("ernie", "ErnieModel", toks.wordpiece, toks.bert_processor, "BertTokenizer"),
-    "modernbert": Case(
-        "modernbert",
-        "ModernBertModel",
-        toks.wordpiece,
-        toks.bert_processor,
-        "PreTrainedTokenizerFast",
-        {
-            "pad_token": "[PAD]",
-            "unk_token": "[UNK]",
-            "cls_token": "[CLS]",
-            "sep_token": "[SEP]",
-            "mask_token": "[MASK]",
-        },
+#: families with no transformers class, one row each (the reference lives in the family's test file)
+REMOTE: dict[str, Remote] = {
+    # GTE's published format (model_type new): BERT's WordPiece convention (the English models' vocabulary)
+    "new": Remote(
+        Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+        pad=0,
+        token_types=True,
+        checkpoint=test_gte.published_reference,
     ),
-    "nomic_bert": Case("nomic_bert", "NomicBertModel", toks.wordpiece, toks.bert_processor, "BertTokenizer"),
-    "jina_embeddings_v3": Case(
-        "jina_embeddings_v3", "JinaEmbeddingsV3Model", toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"
-    ),
-    "deberta-v2": Case("deberta-v2", "DebertaV2Model", deberta_unigram, toks.bert_processor, "DebertaV2Tokenizer"),
 }
+#: the rows of the family table with the family's tokenizer: one per family, its backbone (``classes[0]``) on every
+#: path (a new family joins by giving its row of tests/families/reference.py a ``tokenizer``); then :data:`REMOTE`
+CASES = [*rows(lambda family: family.tokenizer is not None), *REMOTE]
 
 
 @dataclass
 class Checkpoint:
     directory: Path
-    reference: torch.nn.Module  # the transformers model that wrote it
+    reference: torch.nn.Module  # the transformers model that wrote it (or a remote family's written-out equations)
     tokenizer: BertTokenizer
     batch: dict[str, torch.Tensor]  # transformers' tokenizer of the family on TEXTS, padded
+    token_types: bool  # whether the family's tokenizer gives a pair token types
 
 
 @pytest.fixture(scope="module")
@@ -101,25 +83,35 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checkpoin
 
     def get(name: str) -> Checkpoint:
         if name not in made:
-            case = CASES[name]
+            remote = REMOTE.get(name)
+            tokenizing = FAMILIES[name].tokenizer if remote is None else remote.tokenizer
+            assert tokenizing is not None
             directory = tmp_path_factory.mktemp(name)
-            tok = case.train()
-            tok.post_processor = case.processor(tok)
-            family = FAMILIES[case.family]
-            size = "dim" if case.family == "distilbert" else "hidden_size"
-            assert family.settings[size] == 32
+            tok = tokenizing.train()
+            tok.post_processor = tokenizing.processor(tok)
             # the model's vocabulary is the one the tokenizer learnt
-            reference = save_hf(family, case.model, directory, vocab_size=tok.get_vocab_size())
-            toks.save(directory, tok, case.tokenizer_class)
-            if case.special_tokens:
+            if remote is None:
+                family = FAMILIES[name]
+                size = "dim" if family.model_type == "distilbert" else "hidden_size"
+                assert family.settings[size] == 32
+                reference = save_hf(family, family.classes[0], directory, vocab_size=tok.get_vocab_size())
+                pad, token_types = family.pad, family.token_types
+            else:
+                reference = remote.checkpoint(directory, tok.get_vocab_size())
+                pad, token_types = remote.pad, remote.token_types
+            toks.save(directory, tok, tokenizing.tokenizer_class)
+            if tokenizing.special_tokens:
                 settings = json.loads((directory / "tokenizer_config.json").read_text())
-                settings.update(case.special_tokens)
+                settings.update(tokenizing.special_tokens)
                 (directory / "tokenizer_config.json").write_text(json.dumps(settings))
-            theirs = transformers.AutoTokenizer.from_pretrained(directory)
+            if remote is None:
+                theirs = transformers.AutoTokenizer.from_pretrained(directory)
+            else:  # config.json names remote classes: transformers' tokenizer class of the family, named
+                theirs = getattr(transformers, tokenizing.tokenizer_class).from_pretrained(directory)
             batch = dict(theirs(TEXTS, padding=True, return_tensors="pt"))
             tokenizer = BertTokenizer.from_pretrained(directory)
-            assert tokenizer.pad_token_id == family.pad  # padding positions are the family's padding index
-            made[name] = Checkpoint(directory, reference, tokenizer, batch)
+            assert tokenizer.pad_token_id == pad  # padding positions are the family's padding index
+            made[name] = Checkpoint(directory, reference, tokenizer, batch, token_types)
         return made[name]
 
     return get  # type: ignore[return-value]
@@ -144,7 +136,7 @@ def _assert_close_on_real_tokens(a: torch.Tensor, b: torch.Tensor, mask: torch.T
 
 # --------------------------------------------------------------------------------------------------- packing
 @pytest.mark.parametrize("packing", ["auto", "always"])
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", CASES)
 def test_packed_path_equals_transformers_on_a_padded_batch(checkpoints, name, packing):
     checkpoint = checkpoints(name)
     batch = _padded_batch(checkpoint)
@@ -161,7 +153,7 @@ def test_packed_path_equals_transformers_on_a_padded_batch(checkpoints, name, pa
 
 # --------------------------------------------------------------------------------------------------- compile
 @pytest.mark.compile
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", CASES)
 def test_compiled_model_equals_transformers(checkpoints, name):
     checkpoint = checkpoints(name)
     batch = _padded_batch(checkpoint)
@@ -186,7 +178,7 @@ def _mean_pooled_reference(checkpoint: Checkpoint) -> torch.Tensor:
     return F.normalize((hidden * weights).sum(1) / weights.sum(1), dim=-1)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", CASES)
 def test_sentence_encode_embed_and_similarity_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, name):
     checkpoint = checkpoints(name)
     want = _mean_pooled_reference(checkpoint)
@@ -213,12 +205,11 @@ def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
     return json.loads(out)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", CASES)
 def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, name):
     checkpoint = checkpoints(name)
     config_json = str(checkpoint.directory / "config.json")
     model = bertblocks.from_pretrained(checkpoint.directory)
-    family = FAMILIES[CASES[name].family]
 
     validated = _json(capsys, "validate", config_json)
     assert validated["valid"] is True
@@ -231,13 +222,19 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
 
     diagram = _json(capsys, "diagram", config_json)["mermaid"]
     assert diagram.startswith("flowchart")
+    # the token-type table and its input exactly where the family has one (DeBERTa-v3's and GTE's
+    # type_vocab_size 0: none, and token_type_ids are ignored)
+    types = model.config.type_vocab_size
+    assert (f"type {types}×32" in diagram) == (types > 0)
+    assert ("token_type_ids" in diagram) == (types > 0)
+    assert "type 0×" not in diagram
 
     # trace on the checkpoint: its weights, its tokenizer.json, and the family's special tokens
     traced = _json(capsys, "trace", str(checkpoint.directory), "--text", TEXTS[0])
     assert traced["input_ids"] == checkpoint.tokenizer(TEXTS[0])["input_ids"][0].tolist()
     assert traced["steps"], "no step traced"
     assert traced["steps"][-1]["outputs"]
-    if family.token_types:  # a pair gets the family's pair template
+    if checkpoint.token_types:  # a pair gets the family's pair template
         pair = _json(capsys, "trace", str(checkpoint.directory), "--text", TEXTS[0], "--pair", TEXTS[2])
         assert pair["input_ids"] == checkpoint.tokenizer([TEXTS[0]], [TEXTS[2]])["input_ids"][0].tolist()
 
@@ -249,10 +246,7 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
     assert bertblocks.load_config(back) == bertblocks.load_config(config_json)
 
 
-@pytest.mark.parametrize(
-    "name",
-    list(CASES),
-)
+@pytest.mark.parametrize("name", CASES)
 def test_an_ablation_study_runs_on_the_family(checkpoints, tmp_path, name):
     """`bertblocks ablate` with the family's config.json as the base: both variants build, train and are measured
     (the study's own tokenizer sets the vocabulary)."""

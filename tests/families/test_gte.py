@@ -1,7 +1,11 @@
 """GTE in both config formats.
 
-* ``model_type: gte`` (transformers' own ``GteConfig``/``GteModel``): parity both ways with transformers' classes on
-  tiny checkpoints they saved (backbone and every head transformers has), through ``tests/families/reference.py``.
+* ``model_type: gte`` (transformers' own ``GteConfig``/``GteModel``): the rows ``gte`` and ``gte-ntk`` of the
+  shared family table (``tests/families/reference.py``) give parity both ways with every transformers class, and run
+  the shared tests and every per-family path (packed and padded under both paddings, hidden states and attentions,
+  in-memory names, refusals, tokenizer convention, presets; packing, compile, embed, CLI, ablation). Here: what only
+  GTE does with them (other activations, the class defaults, NTK scaling read from and written as transformers'
+  linear rope, gradients and training dropout against transformers).
 * ``model_type: new`` (Alibaba's published remote-code format): transformers has no class for it, so the tests
   compare with a float64 reference of the published equations written out below (BERT's post-LN encoder with
   rotary positions, fixed NTK scaling, a packed QKV projection and a gated feed-forward), on tiny random checkpoints
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,48 +29,30 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 import bertblocks
-from bertblocks import BertTokenizer, sentence
+from bertblocks import BertTokenizer
 from bertblocks.config import ConfigError
 from bertblocks.hf.config_json import config_from_hf, config_to_hf
 from bertblocks.plugins.positions import RotaryEmbedding
 from tests.families import test_tokenizers as toks
-from tests.families.reference import COMMON, Family, assert_same, batch, call_inputs, round_trip, save_hf
+from tests.families.reference import FAMILIES, batch, call_inputs, round_trip, save_hf
 from tests.tolerances import assert_close, assert_grads_close
 
 # ------------------------------------------------------------------------------------- transformers' gte
-#: a rope base far from the default 160000 and two token types, so that a base read wrongly or a token-type table
-#: skipped changes the numbers
-SETTINGS: dict[str, Any] = {
-    **COMMON,
-    "pad_token_id": 1,
-    "type_vocab_size": 2,
-    "rope_parameters": {"rope_theta": 30.0, "rope_type": "default"},
-}
-GTE = Family("GteConfig", SETTINGS, pad=1, second_segment=3, config_fields=("rope_parameters", "type_vocab_size"))
-CLASSES = ("GteModel", "GteForMaskedLM", "GteForSequenceClassification", "GteForTokenClassification")
-
-
-@pytest.mark.parametrize("cls", CLASSES)
-def test_every_transformers_class_matches_both_ways(tmp_path, cls):
-    round_trip(tmp_path, GTE, cls)
+#: the table's rows (tests/families/reference.py): ``gte`` (two token types, a rope base far from the default) and
+#: ``gte-ntk`` (gte-base-en-v1.5's shape: no token-type table, NTK scaling as transformers' linear rope_parameters)
+GTE, SCALED = FAMILIES["gte"], FAMILIES["gte-ntk"]
 
 
 @pytest.mark.parametrize(
     "extra",
     [
-        {"type_vocab_size": 0},  # gte-base-en-v1.5: no token-type table at all
         {"hidden_act": "silu"},  # the gate's activation is hidden_act
         {"layer_norm_eps": 1e-5},
     ],
-    ids=["no-token-types", "silu-gate", "eps"],
+    ids=["silu-gate", "eps"],
 )
 def test_variants_match_both_ways(tmp_path, extra):
     round_trip(tmp_path, GTE, "GteForMaskedLM", **extra)
-
-
-def test_an_untied_masked_lm_is_refused_naming_the_field():
-    with pytest.raises(ConfigError, match="tie_word_embeddings is false"):
-        config_from_hf({**GTE.hf_config(tie_word_embeddings=False), "architectures": ["GteForMaskedLM"]})
 
 
 def test_config_maps_to_the_components_it_is_made_of():
@@ -95,18 +82,13 @@ def test_class_defaults_fill_a_sparse_config_json():
     assert cfg.position.options()["base"] == theirs.rope_parameters["rope_theta"]
 
 
-def test_a_rope_type_with_other_frequencies_is_refused_naming_it():
-    hf = GTE.hf_config(rope_parameters={"rope_theta": 30.0, "rope_type": "dynamic", "factor": 2.0})
-    with pytest.raises(ConfigError, match="rope_type is 'dynamic'"):
-        config_from_hf(hf)
-
-
-def test_linear_rope_scaling_is_ntk_scaling_both_ways(tmp_path):
+def test_linear_rope_scaling_is_read_as_ntk_scaling_and_written_back_as_linear():
     # transformers' linear scaling (base T, factor c) has the frequencies of NTK scaling by k = c^(d/2) of the base
-    # T/k: bertblocks reads it as that, gives transformers' numbers, and writes it back as linear
-    linear = {"rope_theta": 400.0, "rope_type": "linear", "factor": 1.5}
-    round_trip(tmp_path, Family("GteConfig", SETTINGS, pad=1, second_segment=3), "GteModel", rope_parameters=linear)
-    cfg = bertblocks.load_config(config_from_hf(GTE.hf_config(rope_parameters=linear)))
+    # T/k: bertblocks reads it as that (the gte-ntk row of the table gives transformers' numbers with it on every
+    # path) and writes it back as linear, to rounding
+    linear = SCALED.settings["rope_parameters"]
+    assert linear == {"rope_theta": 400.0, "rope_type": "linear", "factor": 1.5}
+    cfg = bertblocks.load_config(config_from_hf(SCALED.hf_config()))
     k = 1.5 ** (8 / 2)  # head size 8
     assert cfg.position.options()["ntk_factor"] == pytest.approx(k, rel=1e-12)
     assert cfg.position.options()["base"] == pytest.approx(400.0 / k, rel=1e-12)
@@ -170,7 +152,8 @@ def published_weights(cls: str, config: dict[str, Any], seed: int = 0) -> dict[s
         return {f"{name}.weight": 1 + t(H), f"{name}.bias": t(H)}
 
     prefix = "" if cls == "NewModel" else "new."
-    w: dict[str, torch.Tensor] = {"embeddings.word_embeddings.weight": t(VOCAB, H), **norm("embeddings.LayerNorm")}
+    vocab = config["vocab_size"]
+    w: dict[str, torch.Tensor] = {"embeddings.word_embeddings.weight": t(vocab, H), **norm("embeddings.LayerNorm")}
     if config["type_vocab_size"]:
         w["embeddings.token_type_embeddings.weight"] = t(config["type_vocab_size"], H)
     for i in range(LAYERS):
@@ -185,7 +168,7 @@ def published_weights(cls: str, config: dict[str, Any], seed: int = 0) -> dict[s
     out = {prefix + k: v for k, v in w.items()}
     if cls == "NewForMaskedLM":  # the decoder's weight is the tied word embeddings (not stored)
         out |= {"lm_head.dense.weight": t(H, H), "lm_head.dense.bias": t(H), **norm("lm_head.norm")}
-        out["lm_head.decoder.bias"] = t(VOCAB)
+        out["lm_head.decoder.bias"] = t(vocab)
     if cls in ("NewForSequenceClassification", "NewForTokenClassification"):
         out |= {"classifier.weight": t(LABELS, H), "classifier.bias": t(LABELS)}
     return out
@@ -268,6 +251,33 @@ def reference(
     elif "classifier.weight" in w:
         out["logits"] = h @ w["classifier.weight"].T + w["classifier.bias"]
     return out
+
+
+class PublishedReference(torch.nn.Module):
+    """The written-out equations (:func:`reference`) as a backbone, for the shared per-family path tests
+    (``tests/families/test_family_paths.py``): called like a model, returns ``last_hidden_state`` in float32; its
+    parameters are the published checkpoint's tensors (what a parameter count of the checkpoint counts)."""
+
+    def __init__(self, config: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self.published = config
+        self.weights = torch.nn.ParameterDict(
+            {key.replace(".", ":"): torch.nn.Parameter(value, requires_grad=False) for key, value in weights.items()}
+        )
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> SimpleNamespace:
+        weights = {key.replace(":", "."): value for key, value in self.weights.items()}
+        out = reference(self.published, weights, input_ids, attention_mask, token_type_ids)
+        return SimpleNamespace(last_hidden_state=out["last_hidden_state"].float())
+
+
+def published_reference(directory: Path, vocab_size: int) -> PublishedReference:
+    """A published-format ``NewModel`` checkpoint of gte-base-en-v1.5's shape (NTK scaling, no token-type table)
+    with ``vocab_size`` words, written to ``directory``; and its written-out equations."""
+    config, weights = published_checkpoint(directory, "NewModel", vocab_size=vocab_size, type_vocab_size=0)
+    return PublishedReference(config, weights)
 
 
 def _inputs(type_vocab_size: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -431,44 +441,7 @@ def test_a_new_config_naming_other_remote_classes_is_refused():
         config_from_hf({**NEW_CONFIG, "auto_map": auto_map})
 
 
-# ------------------------------------------------------------------------ paths shared with other families
-#: NTK scaling in transformers' terms (linear rope_parameters), so that the scaled tables run every path below
-SCALED = Family(
-    "GteConfig",
-    {**SETTINGS, "rope_parameters": {"rope_theta": 400.0, "rope_type": "linear", "factor": 1.5}},
-    pad=1,
-    second_segment=3,
-)
-
-
-@pytest.mark.parametrize("side", ["right", "left"])
-@pytest.mark.parametrize("packing", ["never", "always"])
-def test_padded_and_packed_paths_agree_with_transformers(tmp_path, packing, side):
-    reference = save_hf(SCALED, "GteModel", tmp_path)
-    inputs, mask = batch(SCALED, "GteModel", left=side == "left")
-    inputs = call_inputs("GteModel", inputs)
-    ours = bertblocks.from_pretrained(tmp_path, [f"encoder.packing={packing}"]).eval()
-    with torch.no_grad():
-        assert_same(reference(**inputs), ours(**inputs), mask)
-
-
-def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path):
-    cls = "GteForMaskedLM"
-    save_hf(SCALED, cls, tmp_path)
-    reference = transformers.GteForMaskedLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
-    inputs, mask = batch(SCALED, cls)
-    ours = bertblocks.from_pretrained(tmp_path, ["encoder.attention.backend=eager"], head="auto").eval()
-    with torch.no_grad():
-        theirs = reference(**inputs, output_hidden_states=True, output_attentions=True)
-        got = ours(**inputs, output_hidden_states=True, output_attentions=True)
-    assert len(got.hidden_states) == len(theirs.hidden_states)
-    for a, b in zip(theirs.hidden_states, got.hidden_states, strict=True):
-        assert_close(b[mask.bool()], a[mask.bool()], what="hidden state")
-    assert len(got.attentions) == len(theirs.attentions) == SETTINGS["num_hidden_layers"]
-    for a, b in zip(theirs.attentions, got.attentions, strict=True):  # [b, h, q, k]; rows of real queries
-        assert_close(b.transpose(1, 2)[mask.bool()], a.transpose(1, 2)[mask.bool()], what="attention")
-
-
+# ------------------------------------------------------------------------------- training, against transformers
 def test_gradients_match_transformers(tmp_path):
     """Backward through the NTK-scaled rotary attention, the split gated feed-forward and the tied masked LM: the
     gradients of the loss equal transformers' (dropout off), relative to their magnitude."""
@@ -479,13 +452,15 @@ def test_gradients_match_transformers(tmp_path):
     reference(**inputs).loss.backward()
     ours(**inputs).loss.backward()
     theirs, mine = dict(reference.named_parameters()), dict(ours.named_parameters())
-    wqkv = mine["bert.encoder.layer.0.attention.self.Wqkv.weight"].grad
+    wqkv, h = mine["bert.encoder.layer.0.attention.self.Wqkv.weight"].grad, SCALED.settings["hidden_size"]
     pairs = {
         "gte.layers.1.mlp.gate_proj.weight": mine["bert.encoder.layer.1.intermediate.gate.weight"].grad,
         "gte.layers.1.mlp.up_proj.weight": mine["bert.encoder.layer.1.intermediate.up.weight"].grad,
         "gte.layers.0.mlp.down_proj.bias": mine["bert.encoder.layer.0.output.dense.bias"].grad,
-        "gte.layers.0.self_attn.q_proj.weight": wqkv[: SETTINGS["hidden_size"]],
-        "gte.layers.0.self_attn.k_proj.weight": wqkv[SETTINGS["hidden_size"] : 2 * SETTINGS["hidden_size"]],
+        "gte.layers.0.self_attn.q_proj.weight": wqkv[:h],
+        "gte.layers.0.self_attn.k_proj.weight": wqkv[
+            SCALED.settings["hidden_size"] : 2 * SCALED.settings["hidden_size"]
+        ],
         "gte.embeddings.word_embeddings.weight": mine["bert.embeddings.word_embeddings.weight"].grad,
         "lm_head.layer_norm.weight": mine["cls.predictions.transform.LayerNorm.weight"].grad,
     }
@@ -508,44 +483,6 @@ def test_training_dropout_matches_transformers_mask_for_mask(tmp_path):
     torch.manual_seed(5)
     got = ours(**inputs).last_hidden_state
     assert_close(got[mask.bool()], theirs[mask.bool()], what="last_hidden_state in training")
-
-
-@pytest.mark.compile
-def test_compiled_model_equals_transformers(tmp_path):
-    reference = save_hf(SCALED, "GteModel", tmp_path)
-    inputs, mask = batch(SCALED, "GteModel")
-    inputs = call_inputs("GteModel", inputs)
-    model = bertblocks.from_pretrained(tmp_path).eval()
-    torch._dynamo.reset()
-    try:
-        # aot_eager: dynamo and AOT autograd without C++ code generation; fullgraph: no graph break anywhere
-        compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-        with torch.no_grad():
-            got = compiled(**inputs).last_hidden_state
-            want = reference(**inputs).last_hidden_state
-    finally:
-        torch._dynamo.reset()
-    assert_close(got[mask.bool()], want[mask.bool()])
-
-
-def test_sentence_embeddings_with_the_family_tokenizer(tmp_path):
-    # gte's convention is XLM-R's (transformers' tokenizer class for gte): a Unigram tokenizer.json framed
-    # <s> A </s>; bertblocks' tokenizer and mean-pooled embeddings equal transformers' tokenizer and model
-    tok = toks.unigram()
-    tok.post_processor = toks.xlmr_processor(tok)
-    reference = save_hf(SCALED, "GteModel", tmp_path, vocab_size=tok.get_vocab_size())
-    toks.save(tmp_path, tok, "XLMRobertaTokenizer")
-    texts = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog"]
-    theirs = dict(transformers.AutoTokenizer.from_pretrained(tmp_path)(texts, padding=True, return_tensors="pt"))
-    tokenizer = BertTokenizer.from_pretrained(tmp_path)
-    assert tokenizer.pad_token_id == SCALED.pad
-    assert tokenizer(texts, padding=True)["input_ids"].tolist() == theirs["input_ids"].tolist()
-    with torch.no_grad():
-        hidden = reference(**theirs).last_hidden_state
-    weights = theirs["attention_mask"][..., None].float()
-    want = torch.nn.functional.normalize((hidden * weights).sum(1) / weights.sum(1), dim=-1)
-    got = sentence.encode(bertblocks.from_pretrained(tmp_path).eval(), tokenizer, texts, batch_size=2)
-    assert_close(got, want)
 
 
 # ----------------------------------------------------------------------------------- the shared options
@@ -584,3 +521,77 @@ def test_tiny_preset_saves_a_gte_checkpoint_transformers_loads(tmp_path):
     ids = torch.randint(3, 1000, (2, 7))
     with torch.no_grad():
         assert_close(model(input_ids=ids).last_hidden_state, theirs.eval()(input_ids=ids).last_hidden_state)
+
+
+def test_the_published_format_frames_texts_as_bert_without_a_post_processor(tmp_path):
+    # `new` cannot be a row of the shared tables (no transformers class), so its tokenizer convention is tested
+    # here: a WordPiece tokenizer.json with no post-processor beside a published config.json gets BERT's template
+    # ([CLS] A [SEP] B [SEP], token types 0/1), as transformers' BertTokenizer frames it
+    tok = toks.wordpiece()
+    directory = toks.save(tmp_path, tok, "BertTokenizer")
+    (directory / "config.json").write_text(json.dumps(NEW_CONFIG))
+    theirs = transformers.BertTokenizer.from_pretrained(directory)
+    ours = BertTokenizer.from_pretrained(directory)
+    for args in ((toks.TEXTS,), (toks.TEXTS, toks.PAIRS)):
+        expected = theirs(*args, padding=True, return_tensors="pt")
+        got = ours(*args)
+        assert sorted(got) == sorted(expected.keys())
+        for key in got:
+            assert got[key].tolist() == expected[key].tolist(), key
+    assert ours.pad_token_id == theirs.pad_token_id == 0
+
+
+@pytest.mark.parametrize(
+    ("head", "source", "labels", "block", "head_keys"),
+    [
+        (
+            "question_answering",
+            "GteModel",
+            2,
+            {"head": {"name": "question_answering"}},
+            {"qa_outputs.weight", "qa_outputs.bias"},
+        ),
+        # GteForSequenceClassification's pooler and a one-label classifier: the multiple-choice head's shapes; GteModel
+        # has no pooler, so the block keeps it too
+        (
+            "multiple_choice",
+            "GteForSequenceClassification",
+            1,
+            {"head": {"name": "multiple_choice"}, "pooler": {"name": "first_token"}},
+            {"classifier.weight", "classifier.bias", "gte.pooler.dense.weight", "gte.pooler.dense.bias"},
+        ),
+    ],
+)
+def test_a_head_transformers_has_no_gte_class_for_is_kept_in_the_bertblocks_block(
+    tmp_path, head, source, labels, block, head_keys
+):
+    """transformers has no GteForQuestionAnswering or GteForMultipleChoice, so the table cannot compare them: saved,
+    such a model's config.json names GteModel and keeps the head in its ``bertblocks`` block; bertblocks reloads the
+    head and its numbers, and transformers' GteModel loads the backbone (the head's tensors its only unexpected
+    keys) and gives the backbone's numbers."""
+    save_hf(GTE, source, tmp_path / "hf", num_labels=labels)
+    torch.manual_seed(3)  # the question-answering head is new: initialised at random
+    ours = bertblocks.from_pretrained(tmp_path / "hf", head=head).eval()
+    ours.save_pretrained(tmp_path / "ours")
+    written = json.loads((tmp_path / "ours" / "config.json").read_text())
+    assert written["model_type"] == "gte"
+    assert written["architectures"] == ["GteModel"]
+    assert written["bertblocks"] == block
+    again, info = bertblocks.from_pretrained(tmp_path / "ours", head="auto", output_loading_info=True)
+    assert again.config.head is not None
+    assert again.config.head.name == head
+    assert info.missing_keys == info.unexpected_keys == []
+    inputs, _ = batch(GTE, "ForMultipleChoice" if head == "multiple_choice" else "ForQuestionAnswering")
+    inputs = {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():  # the same weights in the same modules
+        for a, b in zip(ours(**inputs).to_tuple(), again.eval()(**inputs).to_tuple(), strict=True):
+            assert torch.equal(a, b)
+    theirs, hf_info = transformers.GteModel.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not hf_info["missing_keys"]
+    assert set(hf_info["unexpected_keys"]) == head_keys
+    backbone, backbone_mask = batch(GTE, "GteModel")
+    backbone = call_inputs("GteModel", backbone)
+    with torch.no_grad():
+        want = theirs.eval()(**backbone).last_hidden_state
+        got = again.bert(**backbone).last_hidden_state
+    assert_close(got[backbone_mask.bool()], want[backbone_mask.bool()])

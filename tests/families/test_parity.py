@@ -6,8 +6,10 @@ loads it with no missing or unexpected keys, reads the family's config back and 
 Then the behaviours several families share, each a table of the families it concerns: padded and packed paths
 under right and left padding (rotary families), hidden states and attention probabilities, checkpoints under
 transformers' in-memory names, config.json the family cannot represent, the tokenizer convention and the presets.
-What only one family does is tested in its own file (``test_nomic_bert.py``, ``test_jina_v3.py``,
-``test_modernbert.py``, ``test_deberta_v2.py``)."""
+Each of them reads the rows that join it from the table (:class:`tests.families.reference.Family`'s attributes):
+a new family is one row of ``reference.py`` and lists nothing here. What only one family does is tested in its
+own file (``test_nomic_bert.py``, ``test_jina_v3.py``, ``test_modernbert.py``, ``test_deberta_v2.py``,
+``test_gte.py``)."""
 
 from __future__ import annotations
 
@@ -23,9 +25,8 @@ from bertblocks import BertTokenizer
 from bertblocks.config import ConfigError
 from bertblocks.hf.config_json import config_from_hf
 
-from .reference import CASES, FAMILIES, TOL, assert_same, batch, call_inputs, round_trip, save_hf
-from .test_family_paths import deberta_unigram
-from .test_tokenizers import PAIRS, TEXTS, save, unigram, wordpiece
+from .reference import CASES, FAMILIES, TOL, assert_same, batch, call_inputs, round_trip, rows, save_hf, tokenizer_of
+from .test_tokenizers import PAIRS, TEXTS, save
 
 
 @pytest.mark.parametrize(("family_name", "cls"), CASES, ids=[f"{f}-{c}" for f, c in CASES])
@@ -35,7 +36,7 @@ def test_loads_transformers_checkpoint_and_saves_one_it_loads(tmp_path, family_n
 
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("packing", ["never", "always"])
-@pytest.mark.parametrize("family_name", ["nomic_bert", "jina_embeddings_v3", "modernbert", "deberta-v2"])
+@pytest.mark.parametrize("family_name", rows(lambda family: family.both_paddings))
 def test_padded_and_packed_paths_agree_with_transformers(tmp_path, family_name, packing, side):
     """transformers counts positions 0, 1, … over left padding too; packed, bertblocks restarts them at each
     sequence's first real token: RoPE scores (and DeBERTa's relative table, read at query - key) depend on
@@ -51,18 +52,13 @@ def test_padded_and_packed_paths_agree_with_transformers(tmp_path, family_name, 
         assert_same(reference(**inputs), ours(**inputs), mask)
 
 
-@pytest.mark.parametrize(
-    ("family_name", "cls", "attentions"),
-    [
-        ("nomic_bert", "NomicBertForSequenceClassification", True),
-        ("jina_embeddings_v3", "JinaEmbeddingsV3ForMaskedLM", True),
-        # ModernBERT's local layers need their sliding-window backend: the default backends, hidden states only
-        ("modernbert", "ModernBertModel", False),
-        ("deberta-v2", "DebertaV2ForSequenceClassification", True),
-    ],
-)
-def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path, family_name, cls, attentions):
+@pytest.mark.parametrize("family_name", rows(lambda family: family.hidden_states))
+def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path, family_name):
+    """Attention probabilities under the eager backend, unless the row says otherwise (ModernBERT's local layers
+    need their sliding-window backend: the default backends, hidden states only)."""
     family = FAMILIES[family_name]
+    cls, attentions = family.hidden_states, family.attentions
+    assert cls is not None
     save_hf(family, cls, tmp_path)
     implementation = {"attn_implementation": "eager"} if attentions else {}
     reference = getattr(transformers, cls).from_pretrained(tmp_path, **implementation).eval()
@@ -83,17 +79,13 @@ def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path, 
             assert (a - b).transpose(1, 2)[mask.bool()].abs().max() <= TOL
 
 
-@pytest.mark.parametrize(
-    ("family_name", "cls", "in_memory_key"),
-    [
-        ("nomic_bert", "NomicBertForMaskedLM", "nomic_bert.layers.0.self_attn.q_proj.weight"),
-        ("jina_embeddings_v3", "JinaEmbeddingsV3ForSequenceClassification", "roberta.layers.0.self_attn.q_proj.bias"),
-    ],
-)
-def test_checkpoint_under_transformers_in_memory_names_loads(tmp_path, family_name, cls, in_memory_key):
+@pytest.mark.parametrize("family_name", rows(lambda family: family.in_memory_key))
+def test_checkpoint_under_transformers_in_memory_names_loads(tmp_path, family_name):
     from safetensors.torch import load_file
 
     family = FAMILIES[family_name]
+    assert family.in_memory_key is not None
+    cls, in_memory_key = family.in_memory_key
     reference = save_hf(family, cls, tmp_path / "original")
     reference.save_pretrained(tmp_path, save_original_format=False)  # q_proj/k_proj/v_proj, … as in memory
     assert in_memory_key in load_file(tmp_path / "model.safetensors")
@@ -105,51 +97,11 @@ def test_checkpoint_under_transformers_in_memory_names_loads(tmp_path, family_na
         assert_same(reference(**inputs), ours.eval()(**inputs), mask)
 
 
-@pytest.mark.parametrize(
-    ("family_name", "change", "message"),
-    [
-        (
-            "jina_embeddings_v3",
-            {"rope_parameters": {"rope_theta": 10.0, "rope_type": "dynamic", "factor": 2.0}},
-            "rope_type is 'dynamic'",
-        ),
-        (
-            "jina_embeddings_v3",
-            {"bertblocks": {"embedding": {"position_offset": "padding"}}},
-            "embedding.position_offset",
-        ),
-        (
-            "jina_embeddings_v3",
-            {"bertblocks": {"encoder": {"feedforward": {"name": "glu"}}}},
-            "encoder.feedforward.name",
-        ),
-        (
-            "nomic_bert",
-            {"rope_parameters": {"rope_theta": 10.0, "rope_type": "linear", "factor": 2.0}},
-            "rope_type is 'linear'",
-        ),
-        ("nomic_bert", {"head_dim": 16}, "head_dim 16"),
-        ("nomic_bert", {"bertblocks": {"encoder": {"attention": {"fused_qkv": False}}}}, "encoder.attention.fused_qkv"),
-        ("nomic_bert", {"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
-        (
-            "modernbert",
-            {"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0}}},
-            "rope_type 'linear'",
-        ),
-        ("modernbert", {"layer_types": ["full_attention"]}, "layer_types must list"),
-        ("modernbert", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}}, "rope_scaling is not supported"),
-        ("modernbert", {"bertblocks": {"encoder": {"layer": {"name": "post_ln"}}}}, "encoder.layer.name"),
-        ("deberta-v2", {"conv_kernel_size": 4}, "conv_kernel_size=4"),
-        ("deberta-v2", {"embedding_size": 16}, "embedding_size=16"),
-        ("deberta-v2", {"attention_head_size": 4}, "attention_head_size=4"),
-        ("deberta-v2", {"norm_rel_ebd": "batch_norm"}, "norm_rel_ebd='batch_norm'"),
-        ("deberta-v2", {"relative_attention": False}, "norm_rel_ebd='layer_norm'.*without relative_attention"),
-        ("deberta-v2", {"pos_att_type": ["p2p"]}, "pos_att_type=.*'p2p'"),
-        ("deberta-v2", {"pooler_hidden_size": 16}, "pooler_hidden_size=16"),
-        ("deberta-v2", {"pooler_dropout": 0.1}, "pooler_dropout=0.1"),
-        ("deberta-v2", {"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
-    ],
-)
+#: every refusal of every row: (family, change to config.json, the error's pattern)
+REFUSALS = [(name, change, message) for name in FAMILIES for change, message in FAMILIES[name].refusals]
+
+
+@pytest.mark.parametrize(("family_name", "change", "message"), REFUSALS, ids=[f"{n}-{m}" for n, _, m in REFUSALS])
 @pytest.mark.parametrize("form", ["written by transformers", "sparse"])
 def test_config_json_the_family_cannot_represent_is_an_error_naming_the_field(family_name, change, message, form):
     """Both as transformers writes config.json (every field; ModernBERT's layer_types and per-kind rope) and as
@@ -164,17 +116,11 @@ def test_config_json_the_family_cannot_represent_is_an_error_naming_the_field(fa
         bertblocks.load_config(config_from_hf({**base, **change}))
 
 
-@pytest.mark.parametrize(
-    ("family_name", "train", "tokenizer_class"),
-    [
-        ("nomic_bert", wordpiece, "BertTokenizer"),
-        ("jina_embeddings_v3", unigram, "XLMRobertaTokenizer"),
-        ("deberta-v2", deberta_unigram, "DebertaV2Tokenizer"),
-    ],
-)
-def test_tokenizer_follows_the_family_convention_as_transformers(tmp_path, family_name, train, tokenizer_class):
-    tok: Tokenizer = train()  # no post-processor: the family's template frames the texts
-    directory = save(tmp_path, tok, tokenizer_class)
+@pytest.mark.parametrize("family_name", rows(lambda family: family.tokenizer_convention))
+def test_tokenizer_follows_the_family_convention_as_transformers(tmp_path, family_name):
+    tokenizing = tokenizer_of(family_name)
+    tok: Tokenizer = tokenizing.train()  # no post-processor: the family's template frames the texts
+    directory = save(tmp_path, tok, tokenizing.tokenizer_class)
     (directory / "config.json").write_text(json.dumps({"model_type": FAMILIES[family_name].model_type}))
     theirs = transformers.AutoTokenizer.from_pretrained(directory)
     ours = BertTokenizer.from_pretrained(directory)
@@ -187,21 +133,11 @@ def test_tokenizer_follows_the_family_convention_as_transformers(tmp_path, famil
     assert ours.pad_token_id == theirs.pad_token_id
 
 
-@pytest.mark.parametrize(
-    ("preset", "family_name"),
-    [
-        ("nomic-bert-2048", "nomic_bert"),
-        ("nomic-embed-text-v1.5", "nomic_bert"),
-        ("jina-embeddings-v3", "jina_embeddings_v3"),
-        ("modernbert-base", "modernbert"),
-        ("modernbert-large", "modernbert"),
-        ("deberta-v3-xsmall", "deberta-v2"),
-        ("deberta-v3-small", "deberta-v2"),
-        ("deberta-v3-base", "deberta-v2"),
-        ("deberta-v3-large", "deberta-v2"),
-        ("mdeberta-v3-base", "deberta-v2"),
-    ],
-)
+#: every preset of every row: (preset, family)
+PRESETS = [(preset, name) for name in FAMILIES for preset in FAMILIES[name].presets]
+
+
+@pytest.mark.parametrize(("preset", "family_name"), PRESETS, ids=[p for p, _ in PRESETS])
 def test_family_preset_exists(preset, family_name):
     # tests/families/test_presets.py builds every family preset against transformers' own model
     assert preset in bertblocks.list_presets()
