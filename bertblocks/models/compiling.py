@@ -16,8 +16,9 @@ entry of a compiled model:
 
 Inside a graph (the model called from a compiled wrapper of the user's) it marks nothing and is traced through,
 with no graph break: the wrapper's inputs are the compiler's, and the user's to mark. No compiler setting is read
-or changed; the marks sit on the call's tensors (``maybe_mark_dynamic`` is a hint: a dimension the graph needs
-static, such as a size of 1, stays static).
+or changed; the marks sit on the call's tensors while it runs (``maybe_mark_dynamic`` is a hint: a dimension the
+graph needs static, such as a size of 1, stays static) and go again when it returns, so the caller's tensors leave
+as they came (a tensor the caller marked itself is left alone).
 
 Packing inside the graph needs no setting either: see :func:`bertblocks.core.packing.real_token_index`.
 """
@@ -39,20 +40,33 @@ class CompileEntry(nn.Module):
     graph (see the module)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # Everything is inline: the compiler skips this frame but would compile any Python function it called
-        # (and fail on maybe_mark_dynamic there). is_compiling() is a constant True while the compiler traces
-        # this call from a wrapper's graph: the branch is then gone, and nothing here is a graph break.
+        # Everything is inline: the compiler skips this frame but compiles the frames it calls, so a function of
+        # ours called from here would be compiled (and fail on maybe_mark_dynamic); torch's own it leaves alone.
+        # is_compiling() is a constant True while the compiler traces this call from a wrapper's graph: the branch
+        # is then gone, and nothing here is a graph break.
         dynamo = sys.modules.get("torch._dynamo")  # not loaded: nothing was compiled in this process
         if (
-            dynamo is not None
-            and not torch.compiler.is_compiling()
-            # torch.compile(model)'s wrapper is calling, or model.compile() (or optimize_for_inference) set the call
-            and (dynamo.eval_frame._is_in_optimized_module() or self._compiled_call_impl is not None)
+            dynamo is None
+            or torch.compiler.is_compiling()
+            # neither torch.compile(model)'s wrapper is calling nor model.compile() (or optimize_for_inference) set
+            # the call: an eager call
+            or not (dynamo.eval_frame._is_in_optimized_module() or self._compiled_call_impl is not None)
         ):
-            for value in (*args, *kwargs.values()):
-                if isinstance(value, torch.Tensor) and value.ndim:
-                    dynamo.maybe_mark_dynamic(value, list(range(min(value.ndim, DYNAMIC_DIMS))))
-        return super().__call__(*args, **kwargs)
+            return super().__call__(*args, **kwargs)
+        # the caller's tensors, unless the caller marked them: the marks go again after the call, so that the
+        # same tensors given to another compiled function find it as they left it (a mark present at one call
+        # and absent at the next recompiles a graph)
+        # (plain loops: a comprehension is a frame of its own before Python 3.12, which the compiler would compile)
+        marked: list[torch.Tensor] = []
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.Tensor) and value.ndim and not hasattr(value, "_has_dynamo_dim_marking"):
+                dynamo.maybe_mark_dynamic(value, list(range(min(value.ndim, DYNAMIC_DIMS))))
+                marked.append(value)  # once: a tensor given twice is marked the first time
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            for value in marked:
+                del value._dynamo_weak_dynamic_indices, value._has_dynamo_dim_marking
 
 
 def _skip_entry_frame() -> None:
