@@ -116,7 +116,8 @@ def test_route_packs_trains_and_evaluates_in_one_graph_across_ten_lengths(route)
     assert backend.graphs == 1, f"{backend.graphs} graphs for ten lengths in training"
     assert backend.packing_graphs == 1
 
-    model.eval(), reference.eval()
+    model.eval()
+    reference.eval()
     with torch.no_grad():
         for length in LENGTHS:
             inputs = _batch(length, seed=1)
