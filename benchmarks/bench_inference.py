@@ -5,8 +5,8 @@ exports transformers' model to ONNX for ONNX Runtime (all graph optimisations on
 
 - ``transformers``: ``BertModel`` with SDPA (the baseline, 1.00x);
 - ``bertblocks eager``: ``encoder.packing: auto`` (padded batches run their dense layers on real tokens);
-- ``bertblocks torch.compile``: plain ``torch.compile(model, dynamic=True)`` with
-  ``torch._dynamo.config.capture_dynamic_output_shape_ops = True``, so packing is in the graph;
+- ``bertblocks torch.compile``: plain ``torch.compile(model, dynamic=True)`` (packing is in the graph with no
+  dynamo setting);
 - ``bertblocks fast path``: :func:`bertblocks.optimize_for_inference` (packed, frozen, fused);
 - ``ONNX Runtime``: the exported transformers graph.
 
@@ -198,7 +198,6 @@ def main() -> None:
         ort_run = (
             None if args.no_onnx else _ort_session(hf, Path(tmp), {"input_ids": ids, "attention_mask": padded_mask})
         )
-        torch._dynamo.config.capture_dynamic_output_shape_ops = True  # packing inside torch.compile's graph
         compiled = torch.compile(compiled_model, dynamic=True)
 
         print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")

@@ -6,7 +6,7 @@ by transformers' ``DataCollatorForLanguageModeling`` (15% masked BERT's way, pad
 of the batch). transformers builds a ``BertForMaskedLM`` with random weights (SDPA, BERT's dropout 0.1) and
 saves it; bertblocks loads that checkpoint with ``encoder.packing=always`` (the dense layers and their
 backward see the real tokens only) and, a third contender, the same model under ``torch.compile``
-(``dynamic=True``, with ``capture_dynamic_output_shape_ops`` so the packed token count stays symbolic).
+(``dynamic=True``; packing stays in the graph with no dynamo setting, its token count symbolic).
 Each contender has its own AdamW; a step is ``zero_grad`` + forward with labels + ``backward`` + ``step``.
 
 Before timing, the eval-mode MLM loss of the first batch is compared with transformers' (it must agree to
@@ -137,7 +137,6 @@ def main() -> None:
     steppers = {"transformers": _stepper(hf.train(), hf), "bertblocks packed": _stepper(ours.train(), ours)}
     compile_seconds = None
     if ours_c is not None:
-        torch._dynamo.config.capture_dynamic_output_shape_ops = True  # packing inside the graph
         compiled = torch.compile(ours_c.train(), dynamic=True)
         steppers["bertblocks packed+compiled"] = _stepper(ours_c, compiled)
     names = list(steppers)

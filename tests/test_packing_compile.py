@@ -25,12 +25,13 @@ def _padded_batch(batch: int, length: int, seed: int) -> dict[str, torch.Tensor]
     return {"input_ids": torch.randint(1, TINY["vocab_size"], (batch, length), generator=g), "attention_mask": mask}
 
 
-@pytest.fixture
-def capture_dynamic_sizes():
-    """What a user sets to get packing under torch.compile (the fast path sets it for its own calls)."""
+@pytest.fixture(params=[False, True], ids=["default-settings", "capture-dynamic-output-shapes"])
+def capture_dynamic_sizes(request):
+    """Packing is traced with dynamo's default settings, and with the process-wide setting that captures
+    ``nonzero`` (which a user may have on for code of their own)."""
     torch._dynamo.reset()
     counters.clear()
-    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=request.param):
         yield
     torch._dynamo.reset()
 
@@ -101,7 +102,7 @@ def test_fast_path_equals_eager_on_real_tokens_and_keeps_module_names():
         assert fired  # a hook registered before the call is traced into the graph
         assert list(model.state_dict()) == keys
         assert [name for name, _ in model.named_modules()] == names
-        assert not torch._dynamo.config.capture_dynamic_output_shape_ops  # scoped to the model's calls
+        assert not torch._dynamo.config.capture_dynamic_output_shape_ops  # packing needs no dynamo setting
     finally:
         bertblocks.models.inference.restore_eager(model)
         torch._dynamo.reset()
@@ -125,7 +126,7 @@ def test_fast_path_compiles_with_its_own_inductor_settings_and_leaves_the_proces
     with model._compiled_call_impl._settings():
         assert inductor.freezing
         assert inductor.cpp.weight_prepack is prepack
-        assert torch._dynamo.config.capture_dynamic_output_shape_ops
+        assert not torch._dynamo.config.capture_dynamic_output_shape_ops  # packing needs no dynamo setting
     assert (inductor.freezing, inductor.cpp.weight_prepack) == before
     bertblocks.models.inference.restore_eager(model)
 

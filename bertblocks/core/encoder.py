@@ -32,7 +32,7 @@ from .interfaces import (
 )
 from .masks import additive_mask, causal_mask, check_attention_mask, is_all_visible
 from .outputs import EncoderOutput, ModelOutputWithPooling
-from .packing import Packing, packing_traceable, right_padded_lengths
+from .packing import Packing, right_padded_lengths
 
 
 class TransformerLayer(Layer):
@@ -478,7 +478,6 @@ class EncoderModel(nn.Module):
             or attention_mask is None
             or attention_mask.dim() != 2
             or self.config.is_decoder
-            or not packing_traceable()  # compiled without capture of data-dependent sizes: stay padded
         ):
             return None
         if enc.packing == "auto" and (self.training or torch.is_grad_enabled() or not self.auto_packing):

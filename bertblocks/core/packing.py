@@ -11,11 +11,13 @@ gets Q/K/V scattered back into the padded layout for that one call (its cost is 
 dense layers at BERT lengths), with the usual padding mask and position bias, so every backend and every
 position scheme works unchanged.
 
-Under ``torch.compile`` the token count ``T`` is data-dependent (it comes from ``nonzero``). The compiler
-captures it as a symbolic size when ``torch._dynamo.config.capture_dynamic_output_shape_ops`` is on
-(:func:`packing_traceable`); one graph then serves every ``T``, with no host sync. ``max_seqlen`` is the
-padded length ``L`` there (an upper bound, which is all a varlen kernel needs to size its grid), since reading
-the longest row would sync.
+Under ``torch.compile`` the token count ``T`` is data-dependent (it comes from ``nonzero``). ``nonzero`` runs
+inside one custom op, ``bertblocks::real_token_index`` (:func:`real_token_index`), whose fake kernel gives the
+compiler a symbolic size of its own, so packing is traced into the graph under any compile route and any
+compiler settings (plain ``nonzero`` is captured only when the process-wide
+``torch._dynamo.config.capture_dynamic_output_shape_ops`` is on). One graph then serves every ``T``, with no host
+sync. ``max_seqlen`` is the padded length ``L`` there (an upper bound, which is all a varlen kernel needs to
+size its grid), since reading the longest row would sync.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class Packing:
             empty = ~real.any()
             real = torch.cat([real[:1] | empty, real[1:]])
         # Row-major order keeps each row's real tokens adjacent, so cu_seqlens holds for any padding side.
-        index = real.nonzero().squeeze(1)  # [T]
+        index = real_token_index(real)  # [T]
         if empty is not None:
             torch._check(index.shape[0] >= 1, lambda: "a compiled packed batch packs at least one token")
         lengths = attention_mask.sum(dim=1, dtype=torch.int32)  # [b]
@@ -81,19 +83,42 @@ class Packing:
         return out.view(self.batch, self.length, *x.shape[1:])
 
 
+@torch.library.custom_op("bertblocks::real_token_index", mutates_args=())
+def _real_token_index(real: torch.Tensor) -> torch.Tensor:
+    """``[N]`` bool → ``[T]`` int64 positions of the true entries (``nonzero``); at least one must be true."""
+    index = real.nonzero().squeeze(1)
+    # the fake kernel promises T >= 1 (Packing.from_mask stands position 0 in for a batch without a real token)
+    torch._check(index.shape[0] >= 1, lambda: "bertblocks::real_token_index: no true entry")
+    return index
+
+
+@_real_token_index.register_fake
+def _real_token_index_fake(real: torch.Tensor) -> torch.Tensor:
+    # A fake kernel that asks for a data-dependent size through the public `ctx.new_dynamic_size()` is refused
+    # unless the *process-wide* `torch._dynamo.config.capture_dynamic_output_shape_ops` is on (or the call uses
+    # fullgraph=True): dynamo would then break the graph at `nonzero` and run the model padded. The size made
+    # here directly in the compiler's shape environment (as torch's own device-mesh op does) is the same
+    # unbacked symbol `nonzero` gets under that flag, without anyone having to set it.
+    from torch._library.fake_impl import allocate_size
+
+    shape_env = torch.library.get_ctx()._shape_env
+    if shape_env is None:  # a fake mode without symbolic shapes cannot hold a data-dependent size
+        raise torch._subclasses.fake_tensor.DynamicOutputShapeException(torch.ops.bertblocks.real_token_index.default)
+    return real.new_empty((allocate_size(shape_env, 1),), dtype=torch.int64)
+
+
+def real_token_index(real: torch.Tensor) -> torch.Tensor:
+    """``[N]`` bool → ``[T]`` positions of the true entries: ``nonzero``, as one custom op under ``torch.compile``
+    (a symbolic ``T`` in one graph, whatever the compiler settings; see the module). An exported graph
+    (``torch.export``, ONNX) keeps ``nonzero``: export captures its size itself, and ONNX has no translation of the
+    custom op."""
+    if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
+        return torch.ops.bertblocks.real_token_index(real)
+    return real.nonzero().squeeze(1)
+
+
 def right_padded_lengths(attention_mask: torch.Tensor) -> torch.Tensor | None:
     """Row lengths if every row of the ``[b, L]`` mask is ones then zeros (right padding), else ``None``."""
     lengths = attention_mask.sum(dim=1)
     expected = torch.arange(attention_mask.shape[1], device=attention_mask.device)[None, :] < lengths[:, None]
     return lengths if bool((attention_mask.bool() == expected).all()) else None
-
-
-def packing_traceable() -> bool:
-    """Whether ``torch.compile`` can trace packing in one graph: ``nonzero`` (whose output size depends on the
-    data) is captured only when ``torch._dynamo.config.capture_dynamic_output_shape_ops`` is set; otherwise it
-    would break the graph, so a compiled model then runs the padded path. Outside compilation: ``True``."""
-    if not torch.compiler.is_compiling():
-        return True
-    # Compiling, so the compiler is loaded: `torch._dynamo` (a lazy attribute of torch) costs nothing here, where
-    # importing it with this module would add about a second to every `import bertblocks`.
-    return bool(torch._dynamo.config.capture_dynamic_output_shape_ops)

@@ -9,6 +9,10 @@ share memory"). :class:`Trainer` here is transformers' class with that one metho
 ``save_model`` and every checkpoint write what :meth:`bertblocks.BertModel.save_pretrained` writes: loadable
 by bertblocks and by transformers' Auto classes.
 
+``TrainingArguments(torch_compile=True)`` needs nothing from this class: accelerate calls ``torch.compile(model)``,
+and a bertblocks model keeps packing in that graph, one graph for every padded length, with no compiler setting
+(:mod:`bertblocks.models.compiling`, docs/explanation/packing.md).
+
 Example:
     >>> from bertblocks.integrations.trainer import Trainer          # instead of `from transformers import Trainer`
     >>> trainer = Trainer(model=model, args=args, train_dataset=rows, eval_dataset=rows)

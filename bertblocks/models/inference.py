@@ -35,9 +35,10 @@ MODES = (None, "default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-
 
 
 class FastCall:
-    """A model's compiled ``__call__``: applies the compiler settings the fast path needs around each call
+    """A model's compiled ``__call__``: applies the Inductor settings the fast path needs around each call
     (they are read when a graph is compiled; scoping them here leaves other compiled code in the process
-    untouched) and runs the call in inference mode."""
+    untouched) and runs the call in inference mode. Packing needs no setting (see
+    :func:`bertblocks.core.packing.real_token_index`)."""
 
     def __init__(self, compiled: Callable[..., Any], freeze: bool, weight_prepack: bool = False) -> None:
         self.compiled = compiled
@@ -47,12 +48,9 @@ class FastCall:
     @contextlib.contextmanager
     def _settings(self) -> Iterator[None]:
         # imported where used: the compiler's modules cost about a second, which `import bertblocks` must not pay
-        import torch._dynamo
         import torch._inductor.config
 
-        # nonzero (packing) gives a data-dependent size: captured symbolically instead of breaking the graph
         with (
-            torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True),
             torch._inductor.config.patch({"freezing": self.freeze, "cpp.weight_prepack": self.weight_prepack}),
             torch.inference_mode(),
         ):

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
-from torch import nn
 
 from ..config import BertConfig
 from ..config_files import with_backend
@@ -50,6 +49,7 @@ from ..hf.weights import (
     tied_parameters,
     write_checkpoint,
 )
+from .compiling import CompileEntry
 from .meta_device import deferred_init, load_into, materialize, non_finite
 from .surface import (
     LOAD_OPTIONS,
@@ -132,7 +132,7 @@ def _warn_non_finite(source: str | Path, state: Mapping[str, torch.Tensor]) -> N
         )
 
 
-class PretrainedModel(nn.Module):
+class PretrainedModel(CompileEntry):
     """Loading and saving HF checkpoints, once, for every model class (see the module docstring for the steps).
 
     Subclasses implement ``_from_config(config, overrides, *, registry, **build_options)`` and the three
