@@ -130,6 +130,22 @@ def test_published_config_builds_what_transformers_builds(name):
     assert count == sum(p.numel() for p in theirs.parameters())
 
 
+WITH_TASK_CLASS = [n for n in NATIVE if _published(n)["architectures"][0] not in ("BertModel",)]
+
+
+@pytest.mark.parametrize("name", WITH_TASK_CLASS)
+def test_published_task_model_has_the_task_class_parameter_count(name):
+    """The head the file's ``architectures`` names: bertblocks' task model holds as many parameters as that
+    transformers class (ESM's EsmForMaskedLM: no pooler, its own LM head; BERT's: the tied decoder counted once)."""
+    published = _published(name)
+    cfg = _config(name)
+    assert cfg.head is not None
+    with torch.device("meta"):
+        ours = bertblocks.create_model(cfg)
+        theirs = getattr(transformers, published["architectures"][0])(transformers.AutoConfig.for_model(**published))
+    assert ours.num_parameters() == sum(p.numel() for p in theirs.parameters())
+
+
 @pytest.mark.parametrize("name", REMOTE)
 def test_remote_published_config_builds_the_published_weight_names(name):
     published = _published(name)
