@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bertblocks.errors import BertBlocksError
+
 from .corpus import _ADJECTIVES, _PLACES, _PLURAL, _PREPOSITIONS, _SINGULAR
 
 
@@ -47,7 +49,7 @@ class Example:
     label: Any
 
 
-class TaskDataError(ValueError):
+class TaskDataError(BertBlocksError, ValueError):
     """Task data that cannot be read: the message names the file (and line) or the dataset."""
 
 
