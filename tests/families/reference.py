@@ -484,6 +484,38 @@ FAMILIES: dict[str, Family] = {
         both_paddings=True,
         hidden_states="GteForMaskedLM",
     ),
+    "roformer": Family(
+        "RoFormerConfig",
+        COMMON,
+        pad=0,
+        classes=_classes("RoFormer", "Model", "ForMaskedLM", "ForCausalLM", *_TASKS),
+        second_segment=3,
+        config_fields=("embedding_size", "rotary_value", "hidden_act"),
+        # transformers' RoFormerTokenizer pre-splits Chinese with jieba (a package outside tokenizer.json that it
+        # needs installed); on the WordPiece tokenizer.json it frames and numbers as BertTokenizer does
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+        tokenizer_convention=True,
+        both_paddings=True,
+        hidden_states="RoFormerForMaskedLM",
+        refusals=(
+            ({"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
+            ({"bertblocks": {"position": {"interleaved": False}}}, "position.interleaved"),
+            ({"bertblocks": {"encoder": {"layer": {"name": "pre_ln"}}}}, "encoder.layer.name"),
+        ),
+        presets=("roformer-chinese-base",),
+    ),
+    # a narrower embedding_size (the projection, and the LM heads narrowing to it), rotated values, and relu (the
+    # classifier and LM transform use hidden_act, not gelu or tanh): each read wrongly changes the numbers
+    "roformer-narrow": Family(
+        "RoFormerConfig",
+        {**COMMON, "embedding_size": 16, "rotary_value": True, "hidden_act": "relu"},
+        pad=0,
+        classes=_classes("RoFormer", "Model", "ForMaskedLM", "ForCausalLM", "ForSequenceClassification"),
+        second_segment=3,
+        config_fields=("embedding_size", "rotary_value", "hidden_act"),
+        both_paddings=True,
+        hidden_states="RoFormerForMaskedLM",
+    ),
 }
 FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flipped from the defaults; round trip only
     "ModernBertConfig",
