@@ -154,6 +154,20 @@ GTE_NTK: dict[str, Any] = {
 }
 
 
+#: ESM-2's settings at test size (rotary positions, token dropout, no LayerNorm before the stack; mask token 4, which
+#: :func:`batch` puts in every row), a rope base far from the default so that a base read wrongly changes the numbers
+ESM2: dict[str, Any] = {
+    **COMMON,
+    "pad_token_id": 1,
+    "mask_token_id": 4,
+    "position_embedding_type": "rotary",
+    "token_dropout": True,
+    "emb_layer_norm_before": False,
+    "rope_theta": 50.0,
+}
+ESM_FIELDS = ("position_embedding_type", "token_dropout", "emb_layer_norm_before", "mask_token_id", "rope_theta")
+
+
 def deberta_unigram() -> Tokenizer:
     """DeBERTa-v3's kind: a SentencePiece-style Unigram with BERT's special tokens at DeBERTa-v3's ids ([PAD] 0,
     [CLS] 1, [SEP] 2, [UNK] 3; its [MASK] is last in the published vocabulary, here after them)."""
@@ -178,12 +192,53 @@ class Tokenizing:
         tokenizer_class: transformers' tokenizer class of the family (ElectraTokenizer is BertTokenizer in 5.x).
         special_tokens: written into tokenizer_config.json, as a family whose tokenizer class is the generic one
             (ModernBERT's ``PreTrainedTokenizerFast``) has them.
+        vocab_txt: the family's checkpoints ship a ``vocab.txt`` and no ``tokenizer.json`` (ESM's): the trained
+            vocabulary is written so (:func:`save_tokenizer`), and both tokenizers split text their family's way.
+        texts: texts of the family's kind for the per-family paths and the convention (ESM's: protein
+            sequences, very different lengths); ``None``: the English test texts.
     """
 
     train: Callable[[], Tokenizer]
     processor: Callable[[Tokenizer], processors.PostProcessor]
     tokenizer_class: str
     special_tokens: dict[str, str] | None = None
+    vocab_txt: bool = False
+    texts: tuple[str, ...] | None = None
+
+
+def save_tokenizer(directory: Path, tokenizing: Tokenizing, tok: Tokenizer) -> Path:
+    """``tok`` written as the family ships it: ``tokenizer.json`` (or, for ``vocab_txt``, its vocabulary as
+    ``vocab.txt``, line i = id i) and ``tokenizer_config.json`` naming transformers' tokenizer class (with the
+    family's ``special_tokens``)."""
+    toks.save(directory, tok, tokenizing.tokenizer_class)
+    if tokenizing.vocab_txt:
+        (directory / "tokenizer.json").unlink()
+        vocab = sorted(tok.get_vocab().items(), key=lambda item: item[1])
+        assert [i for _, i in vocab] == list(range(len(vocab)))
+        (directory / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in vocab))
+    if tokenizing.special_tokens:
+        settings = json.loads((directory / "tokenizer_config.json").read_text())
+        settings.update(tokenizing.special_tokens)
+        (directory / "tokenizer_config.json").write_text(json.dumps(settings))
+    return directory
+
+
+#: ESM-2's vocabulary as its vocab.txt lists it (the specials, the residues, gaps, <null_1>, <mask>)
+ESM_VOCAB = ("<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO.-", "<null_1>", "<mask>")
+#: protein sequences of very different lengths (a third of a padded batch is padding), one with an unknown residue
+PROTEINS = ("MKTAYIAKQRQISFVKSHFSRQ", "GSHMLEDPVAJ", "MKV", "ACDEFGHIKLMNPQRSTVWY")
+
+
+def esm_vocabulary() -> Tokenizer:
+    """ESM's vocabulary (its ids are the line numbers of vocab.txt: nothing to train)."""
+    return Tokenizer(models.WordLevel({token: i for i, token in enumerate(ESM_VOCAB)}, unk_token="<unk>"))
+
+
+def esm_processor(tok: Tokenizer) -> processors.TemplateProcessing:
+    cls, eos = tok.token_to_id("<cls>"), tok.token_to_id("<eos>")
+    return processors.TemplateProcessing(
+        single="<cls> $A <eos>", pair="<cls> $A <eos> $B <eos>", special_tokens=[("<cls>", cls), ("<eos>", eos)]
+    )
 
 
 #: (change to config.json, the error message's pattern): one refusal of a family (see :attr:`Family.refusals`)
@@ -223,6 +278,8 @@ class Family:
         refusals: config.json changes the family cannot represent, each with the pattern of the error that names
             the field (tested on config.json as transformers writes it and as a sparse one).
         presets: presets of the family (tests/families/test_presets.py builds each against transformers).
+        mask_token: put at positions 2 of the first row and 1 and 3 of the padded one by :func:`batch`, so that
+            a family that rescales by the share of mask tokens (ESM's token dropout) does so in every row.
     """
 
     config: str
@@ -242,6 +299,7 @@ class Family:
     in_memory_key: tuple[str, str] | None = None
     refusals: tuple[Refusal, ...] = ()
     presets: tuple[str, ...] = ()
+    mask_token: int | None = None
 
     @property
     def model_type(self) -> str:
@@ -484,6 +542,47 @@ FAMILIES: dict[str, Family] = {
         both_paddings=True,
         hidden_states="GteForMaskedLM",
     ),
+    "esm": Family(
+        "EsmConfig",
+        ESM2,
+        pad=1,
+        token_types=False,
+        classes=_classes("Esm", "Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification"),
+        config_fields=ESM_FIELDS,
+        # ESM ships vocab.txt only; transformers' EsmTokenizer splits one token per residue
+        tokenizer=Tokenizing(esm_vocabulary, esm_processor, "EsmTokenizer", vocab_txt=True, texts=PROTEINS),
+        tokenizer_convention=True,
+        both_paddings=True,
+        hidden_states="EsmForMaskedLM",
+        in_memory_key=("EsmForMaskedLM", "esm.encoder.layer.0.LayerNorm.weight"),  # written .gamma/.beta
+        refusals=(
+            ({"is_folding_model": True}, "is_folding_model=True"),
+            ({"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),
+            ({"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
+        ),
+        presets=("esm2-t6-8m", "esm2-t12-35m", "esm2-t30-150m", "esm2-t33-650m"),
+        mask_token=4,
+    ),
+    # ESM-1b: a learned table with RoBERTa's positions past the padding index, a LayerNorm before the stack
+    "esm-1b": Family(
+        "EsmConfig",
+        {**ESM2, "position_embedding_type": "absolute", "emb_layer_norm_before": True},
+        pad=1,
+        token_types=False,
+        classes=("EsmModel", "EsmForMaskedLM"),
+        config_fields=ESM_FIELDS,
+        hidden_states="EsmForMaskedLM",
+        mask_token=4,
+    ),
+    "esm-no-token-dropout": Family(
+        "EsmConfig",
+        {**ESM2, "token_dropout": False},
+        pad=1,
+        token_types=False,
+        classes=("EsmModel", "EsmForMaskedLM"),
+        config_fields=ESM_FIELDS,
+        mask_token=4,
+    ),
     "roformer": Family(
         "RoFormerConfig",
         COMMON,
@@ -584,6 +683,8 @@ def batch(family: Family, cls: str, left: bool = False) -> tuple[dict[str, torch
         mask[1, ..., : family.length - family.real] = 0
     else:
         mask[1, ..., family.real :] = 0
+    if family.mask_token is not None:
+        ids[0, ..., 2] = ids[1, ..., 1] = ids[1, ..., 3] = family.mask_token
     inputs = {"input_ids": ids.masked_fill(mask == 0, family.pad), "attention_mask": mask}
     if family.token_types:
         inputs["token_type_ids"] = torch.zeros(shape, dtype=torch.long)

@@ -27,7 +27,7 @@ import bertblocks
 from bertblocks import BertTokenizer, cli, sentence
 from tests.families import test_gte
 from tests.families import test_tokenizers as toks
-from tests.families.reference import FAMILIES, Tokenizing, rows, save_hf
+from tests.families.reference import FAMILIES, Tokenizing, rows, save_hf, save_tokenizer
 from tests.tolerances import assert_close
 
 TEXTS = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog", "save them again"]
@@ -72,8 +72,9 @@ class Checkpoint:
     directory: Path
     reference: torch.nn.Module  # the transformers model that wrote it (or a remote family's written-out equations)
     tokenizer: BertTokenizer
-    batch: dict[str, torch.Tensor]  # transformers' tokenizer of the family on TEXTS, padded
+    batch: dict[str, torch.Tensor]  # transformers' tokenizer of the family on its texts, padded
     token_types: bool  # whether the family's tokenizer gives a pair token types
+    texts: list[str]  # the family's kind of text (TEXTS, or its own: ESM's protein sequences)
 
 
 @pytest.fixture(scope="module")
@@ -99,19 +100,16 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checkpoin
             else:
                 reference = remote.checkpoint(directory, tok.get_vocab_size())
                 pad, token_types = remote.pad, remote.token_types
-            toks.save(directory, tok, tokenizing.tokenizer_class)
-            if tokenizing.special_tokens:
-                settings = json.loads((directory / "tokenizer_config.json").read_text())
-                settings.update(tokenizing.special_tokens)
-                (directory / "tokenizer_config.json").write_text(json.dumps(settings))
+            save_tokenizer(directory, tokenizing, tok)
+            texts = list(tokenizing.texts or TEXTS)
             if remote is None:
                 theirs = transformers.AutoTokenizer.from_pretrained(directory)
             else:  # config.json names remote classes: transformers' tokenizer class of the family, named
                 theirs = getattr(transformers, tokenizing.tokenizer_class).from_pretrained(directory)
-            batch = dict(theirs(TEXTS, padding=True, return_tensors="pt"))
+            batch = dict(theirs(texts, padding=True, return_tensors="pt"))
             tokenizer = BertTokenizer.from_pretrained(directory)
             assert tokenizer.pad_token_id == pad  # padding positions are the family's padding index
-            made[name] = Checkpoint(directory, reference, tokenizer, batch, token_types)
+            made[name] = Checkpoint(directory, reference, tokenizer, batch, token_types, texts)
         return made[name]
 
     return get  # type: ignore[return-value]
@@ -184,16 +182,17 @@ def test_sentence_encode_embed_and_similarity_commands_on_the_family_checkpoint(
     want = _mean_pooled_reference(checkpoint)
     model = bertblocks.from_pretrained(checkpoint.directory).eval()
     tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)  # the family's template from config.json
-    got = sentence.encode(model, tokenizer, TEXTS, batch_size=3)
+    got = sentence.encode(model, tokenizer, checkpoint.texts, batch_size=3)
     assert_close(got, want)
     out = tmp_path / "embeddings.npy"
-    code = cli.main(["embed", "--model", str(checkpoint.directory), "--batch-size", "2", "-o", str(out), *TEXTS])
+    texts = checkpoint.texts
+    code = cli.main(["embed", "--model", str(checkpoint.directory), "--batch-size", "2", "-o", str(out), *texts])
     _, err = capsys.readouterr()
     assert code == 0, err
     written = torch.from_numpy(np.load(out))
-    assert written.shape == (len(TEXTS), 32)
+    assert written.shape == (len(checkpoint.texts), 32)
     assert_close(written, want)
-    scores = _json(capsys, "similarity", "--model", str(checkpoint.directory), *TEXTS)["similarity"]
+    scores = _json(capsys, "similarity", "--model", str(checkpoint.directory), *checkpoint.texts)["similarity"]
     assert_close(torch.tensor(scores), want @ want.T)
 
 
@@ -230,13 +229,14 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
     assert "type 0×" not in diagram
 
     # trace on the checkpoint: its weights, its tokenizer.json, and the family's special tokens
-    traced = _json(capsys, "trace", str(checkpoint.directory), "--text", TEXTS[0])
-    assert traced["input_ids"] == checkpoint.tokenizer(TEXTS[0])["input_ids"][0].tolist()
+    traced = _json(capsys, "trace", str(checkpoint.directory), "--text", checkpoint.texts[0])
+    assert traced["input_ids"] == checkpoint.tokenizer(checkpoint.texts[0])["input_ids"][0].tolist()
     assert traced["steps"], "no step traced"
     assert traced["steps"][-1]["outputs"]
     if checkpoint.token_types:  # a pair gets the family's pair template
-        pair = _json(capsys, "trace", str(checkpoint.directory), "--text", TEXTS[0], "--pair", TEXTS[2])
-        assert pair["input_ids"] == checkpoint.tokenizer([TEXTS[0]], [TEXTS[2]])["input_ids"][0].tolist()
+        first, second = checkpoint.texts[0], checkpoint.texts[2]
+        pair = _json(capsys, "trace", str(checkpoint.directory), "--text", first, "--pair", second)
+        assert pair["input_ids"] == checkpoint.tokenizer([first], [second])["input_ids"][0].tolist()
 
     yaml_path, back = tmp_path / "family.yaml", tmp_path / "back.json"
     assert cli.main(["convert", config_json, str(yaml_path)]) == 0
