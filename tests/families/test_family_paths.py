@@ -25,7 +25,7 @@ import transformers
 
 import bertblocks
 from bertblocks import BertTokenizer, cli, sentence
-from tests.families import test_gte
+from tests.families import test_gte, test_neobert
 from tests.families import test_tokenizers as toks
 from tests.families.reference import FAMILIES, Tokenizing, rows, save_hf, save_tokenizer
 from tests.tolerances import assert_close
@@ -60,6 +60,13 @@ REMOTE: dict[str, Remote] = {
         pad=0,
         token_types=True,
         checkpoint=test_gte.published_reference,
+    ),
+    # NeoBERT: BERT's WordPiece (bert-base-uncased's vocabulary), no token types
+    "neobert": Remote(
+        Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+        pad=0,
+        token_types=False,
+        checkpoint=test_neobert.published_reference,
     ),
 }
 #: the rows of the family table with the family's tokenizer: one per family, its backbone (``classes[0]``) on every
@@ -108,6 +115,9 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checkpoin
                 theirs = getattr(transformers, tokenizing.tokenizer_class).from_pretrained(directory)
             batch = dict(theirs(texts, padding=True, return_tensors="pt"))
             tokenizer = BertTokenizer.from_pretrained(directory)
+            if not token_types:  # a family without token types: its tokenizer returns none (BertTokenizer does)
+                assert "token_type_ids" not in tokenizer(texts)
+                batch.pop("token_type_ids", None)
             assert tokenizer.pad_token_id == pad  # padding positions are the family's padding index
             made[name] = Checkpoint(directory, reference, tokenizer, batch, token_types, texts)
         return made[name]
