@@ -25,7 +25,7 @@ import transformers
 
 import bertblocks
 from bertblocks import BertTokenizer, cli, sentence
-from tests.families import test_gte, test_neobert
+from tests.families import test_gte, test_jina_v2, test_neobert
 from tests.families import test_tokenizers as toks
 from tests.families.reference import FAMILIES, Tokenizing, rows, save_hf, save_tokenizer
 from tests.tolerances import assert_close
@@ -67,6 +67,13 @@ REMOTE: dict[str, Remote] = {
         pad=0,
         token_types=False,
         checkpoint=test_neobert.published_reference,
+    ),
+    # Jina-embeddings-v2 (model_type bert, remote JinaBert classes): BERT's WordPiece with token types
+    "jina_bert": Remote(
+        Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+        pad=0,
+        token_types=True,
+        checkpoint=test_jina_v2.published_reference,
     ),
 }
 #: the rows of the family table with the family's tokenizer: one per family, its backbone (``classes[0]``) on every
@@ -222,7 +229,8 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
 
     validated = _json(capsys, "validate", config_json)
     assert validated["valid"] is True
-    assert validated["config"]["family"] == json.loads(Path(config_json).read_text())["model_type"]
+    # the row's family: its model_type (a REMOTE row is named by its family: jina_bert's files say model_type bert)
+    assert validated["config"]["family"] == (FAMILIES[name].model_type if name in FAMILIES else name)
 
     built = _json(capsys, "build", config_json)
     assert built["parameters"]["unique"] == model.num_parameters()
