@@ -9,7 +9,7 @@ transformers' in-memory names, config.json the family cannot represent, the toke
 Each of them reads the rows that join it from the table (:class:`tests.families.reference.Family`'s attributes):
 a new family is one row of ``reference.py`` and lists nothing here. What only one family does is tested in its
 own file (``test_nomic_bert.py``, ``test_jina_v3.py``, ``test_modernbert.py``, ``test_deberta_v2.py``,
-``test_gte.py``)."""
+``test_gte.py``, ``test_roformer.py``, ``test_esm.py``, ``test_eurobert.py``)."""
 
 from __future__ import annotations
 
