@@ -42,11 +42,12 @@ def task_model(task: str, config: BertConfig) -> nn.Module:
     from bertblocks.hf.families import get_family
     from bertblocks.zoo import create_model
 
-    suffix = {"mlm": "ForMaskedLM", "classification": "ForSequenceClassification"}[task]
+    # the class names of the task's models (NeoBERT's masked LM is NeoBERTLMHead)
+    suffixes = {"mlm": ("ForMaskedLM", "LMHead"), "classification": ("ForSequenceClassification",)}[task]
     family = get_family(config.family, source=None)
-    architecture = next((a for a in family.architectures if a.endswith(suffix)), None)
+    architecture = next((a for a in family.architectures if a.endswith(suffixes)), None)
     if architecture is None:
-        raise RuntimeError(f"the {config.family} family has no {suffix[3:]} head, which the {task} task trains")
+        raise RuntimeError(f"the {config.family} family has no {suffixes[0][3:]} head, which the {task} task trains")
     # the head as a checkpoint of that class would be read: the family fills in options that follow from the
     # config (ELECTRA's generator head narrows to embedding_size)
     head = config_from_hf({**config_to_hf(config), "architectures": [architecture]})["head"]

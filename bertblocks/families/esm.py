@@ -25,6 +25,7 @@ frozen at ``embeddings.contact_head`` so that checkpoints round-trip, and never 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from bertblocks.config import BertConfig
@@ -142,9 +143,31 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
+def esm_vocab_pipeline(vocab: Mapping[str, int], special: Mapping[str, str]) -> Any:
+    """EsmTokenizer's split over its ``vocab.txt``: every vocabulary entry is cut out where it occurs (a residue is
+    one character, so ``MKT`` is three tokens), what is left is split at whitespace, and each remaining word is one
+    token (``<unk>`` unless it is in the vocabulary); nothing is lower-cased. The caller has checked that the
+    ``special`` tokens are in ``vocab``.
+    """
+    import re
+
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    entries = sorted((token for token in vocab if token), key=len, reverse=True)  # the longest entry first
+    tokenizer = Tokenizer(models.WordLevel(dict(vocab), unk_token=special["unk_token"]))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("|".join(re.escape(token) for token in entries)), "isolated"),
+            pre_tokenizers.WhitespaceSplit(),
+        ]
+    )
+    tokenizer.add_special_tokens(list(dict.fromkeys(special.values())))
+    return tokenizer
+
+
 #: EsmTokenizer's framing: ``<cls> A <eos>`` and ``<cls> A <eos> B <eos>`` (no separator token), no token types.
-#: ESM checkpoints ship a ``vocab.txt`` of amino acids and specials, no ``tokenizer.json``: tokenize with
-#: transformers' EsmTokenizer (one token per residue).
+#: ESM checkpoints ship a ``vocab.txt`` of amino acids and specials, no ``tokenizer.json``: bertblocks builds
+#: EsmTokenizer's split over it (one token per residue: :func:`esm_vocab_pipeline`).
 ESM_TOKENIZER = TokenizerConvention(
     special_tokens={
         "unk_token": "<unk>",
@@ -157,6 +180,7 @@ ESM_TOKENIZER = TokenizerConvention(
     pair="<cls> $A <eos> $B <eos>",
     model_input_names=("input_ids", "attention_mask"),
     tokenizer_classes=("EsmTokenizer",),
+    from_vocab=esm_vocab_pipeline,
 )
 
 ESM = Family(

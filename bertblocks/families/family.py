@@ -31,6 +31,9 @@ class TokenizerConvention:
         model_input_names: what the tokenizer returns (no ``token_type_ids`` where the family has none).
         tokenizer_classes: transformers' tokenizer class names of the family (``tokenizer_config.json``'s
             ``tokenizer_class`` picks the convention when no config.json says the family).
+        from_vocab: how the family's tokenizer class splits text over a ``vocab.txt`` (a folder without
+            ``tokenizer.json``): ``(vocabulary, special tokens) → tokenizers.Tokenizer`` without post-processor
+            (the templates above frame it); ``None``: BERT's WordPiece pipeline.
     """
 
     special_tokens: Mapping[str, str]
@@ -38,6 +41,7 @@ class TokenizerConvention:
     pair: str
     model_input_names: tuple[str, ...] = ("input_ids", "token_type_ids", "attention_mask")
     tokenizer_classes: tuple[str, ...] = ()
+    from_vocab: Callable[[Mapping[str, int], Mapping[str, str]], Any] | None = None
 
 
 BERT_TOKENIZER = TokenizerConvention(

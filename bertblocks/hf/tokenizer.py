@@ -163,6 +163,14 @@ class BertTokenizer:
                 raise TokenizerFileError(f"{directory / TOKENIZER_JSON} is not a valid tokenizer file ({e})") from None
             if backend.post_processor is None:  # the framing is the tokenizer class's: the family's template
                 backend.post_processor = family_template(backend, convention, special)
+        elif (directory / VOCAB_TXT).is_file() and convention.from_vocab is not None:
+            # the family's own split (ESM: one token per residue), not BERT's lower-cased WordPiece
+            vocab = read_vocab(directory / VOCAB_TXT)
+            missing = [token for token in special.values() if token not in vocab]
+            if missing:
+                raise TokenizerFileError(f"special tokens {missing} are not in {directory / VOCAB_TXT}")
+            backend = convention.from_vocab(vocab, special)
+            backend.post_processor = family_template(backend, convention, special)
         elif (directory / VOCAB_TXT).is_file():
             lower = config.get("do_lower_case", True) if do_lower_case is None else do_lower_case
             backend = build_wordpiece(

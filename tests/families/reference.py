@@ -57,6 +57,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,80 @@ GTE_NTK: dict[str, Any] = {
 }
 
 
+#: ESM-2's settings at test size (rotary positions, token dropout, no LayerNorm before the stack; mask token 4, which
+#: :func:`batch` puts in every row), a rope base far from the default so that a base read wrongly changes the numbers
+ESM2: dict[str, Any] = {
+    **COMMON,
+    "pad_token_id": 1,
+    "mask_token_id": 4,
+    "position_embedding_type": "rotary",
+    "token_dropout": True,
+    "emb_layer_norm_before": False,
+    "rope_theta": 50.0,
+}
+ESM_FIELDS = ("position_embedding_type", "token_dropout", "emb_layer_norm_before", "mask_token_id", "rope_theta")
+
+
+#: EuroBERT at test size: a rope base far from the default (a base read wrongly changes the numbers), SwiGLU; Llama-3's
+#: specials at the ids of :func:`eurobert_bpe` (padding is <|end_of_text|>, as in the published models)
+EUROBERT: dict[str, Any] = {
+    "vocab_size": COMMON["vocab_size"],
+    "hidden_size": COMMON["hidden_size"],
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 37,
+    "max_position_embeddings": 64,
+    "initializer_range": 0.2,
+    "rms_norm_eps": 1e-5,
+    "num_labels": 3,
+    "bos_token_id": 0,
+    "eos_token_id": 1,
+    "pad_token_id": 1,
+    "mask_token_id": 2,
+    "rope_parameters": {"rope_theta": 50.0, "rope_type": "default"},
+}
+EUROBERT_FIELDS = ("rope_parameters", "classifier_pooling", "num_key_value_heads", "mlp_bias", "tie_word_embeddings")
+#: what EuroBERT's config.json can say and bertblocks does not build, each refused naming the field
+EUROBERT_REFUSED = (
+    ({"head_dim": 16}, "head_dim=16"),
+    ({"num_key_value_heads": 3}, "num_key_value_heads=3"),
+    ({"rope_parameters": {"rope_theta": 10.0, "rope_type": "linear", "factor": 2.0}}, "rope_type"),
+    ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
+    ({"rope_parameters": {"rope_theta": [1.0], "rope_type": "default"}}, "rope_theta must be a number"),
+    ({"head_dim": "8"}, "head_dim='8'"),
+    ({"classifier_pooling": ["late"]}, "classifier_pooling=['late']"),
+    ({"classifier_pooling": "max"}, "classifier_pooling='max'"),
+    ({"is_decoder": True}, "is_decoder=True"),
+    ({"clf_pooling": "bos", "classifier_pooling": "mean"}, "clf_pooling='bos'"),
+    ({"architectures": ["EuroBertForQuestionAnswering"]}, "EuroBertForQuestionAnswering exists only"),
+    ({"auto_map": {"AutoModel": "modeling_other.OtherModel"}}, "modeling_other.OtherModel"),
+    ({"bertblocks": {"embedding": {"norm": True}}}, "embedding.norm"),
+)
+
+
+def eurobert_bpe() -> Tokenizer:
+    """EuroBERT's kind: Llama-3's byte-level BPE with its specials (<|begin_of_text|> 0, <|end_of_text|> 1, which
+    also pads, <|mask|> 2)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|mask|>"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(toks.CORPUS, trainer)
+    return tok
+
+
+def eurobert_processor(tok: Tokenizer) -> processors.TemplateProcessing:
+    bos, eos = tok.token_to_id("<|begin_of_text|>"), tok.token_to_id("<|end_of_text|>")
+    return processors.TemplateProcessing(
+        single="<|begin_of_text|> $A <|end_of_text|>",
+        pair="<|begin_of_text|> $A <|end_of_text|> $B <|end_of_text|>",
+        special_tokens=[("<|begin_of_text|>", bos), ("<|end_of_text|>", eos)],
+    )
+
+
 def deberta_unigram() -> Tokenizer:
     """DeBERTa-v3's kind: a SentencePiece-style Unigram with BERT's special tokens at DeBERTa-v3's ids ([PAD] 0,
     [CLS] 1, [SEP] 2, [UNK] 3; its [MASK] is last in the published vocabulary, here after them)."""
@@ -178,12 +253,53 @@ class Tokenizing:
         tokenizer_class: transformers' tokenizer class of the family (ElectraTokenizer is BertTokenizer in 5.x).
         special_tokens: written into tokenizer_config.json, as a family whose tokenizer class is the generic one
             (ModernBERT's ``PreTrainedTokenizerFast``) has them.
+        vocab_txt: the family's checkpoints ship a ``vocab.txt`` and no ``tokenizer.json`` (ESM's): the trained
+            vocabulary is written so (:func:`save_tokenizer`), and both tokenizers split text their family's way.
+        texts: texts of the family's kind for the per-family paths and the convention (ESM's: protein
+            sequences, very different lengths); ``None``: the English test texts.
     """
 
     train: Callable[[], Tokenizer]
     processor: Callable[[Tokenizer], processors.PostProcessor]
     tokenizer_class: str
     special_tokens: dict[str, str] | None = None
+    vocab_txt: bool = False
+    texts: tuple[str, ...] | None = None
+
+
+def save_tokenizer(directory: Path, tokenizing: Tokenizing, tok: Tokenizer) -> Path:
+    """``tok`` written as the family ships it: ``tokenizer.json`` (or, for ``vocab_txt``, its vocabulary as
+    ``vocab.txt``, line i = id i) and ``tokenizer_config.json`` naming transformers' tokenizer class (with the
+    family's ``special_tokens``)."""
+    toks.save(directory, tok, tokenizing.tokenizer_class)
+    if tokenizing.vocab_txt:
+        (directory / "tokenizer.json").unlink()
+        vocab = sorted(tok.get_vocab().items(), key=lambda item: item[1])
+        assert [i for _, i in vocab] == list(range(len(vocab)))
+        (directory / "vocab.txt").write_text("".join(f"{token}\n" for token, _ in vocab))
+    if tokenizing.special_tokens:
+        settings = json.loads((directory / "tokenizer_config.json").read_text())
+        settings.update(tokenizing.special_tokens)
+        (directory / "tokenizer_config.json").write_text(json.dumps(settings))
+    return directory
+
+
+#: ESM-2's vocabulary as its vocab.txt lists it (the specials, the residues, gaps, <null_1>, <mask>)
+ESM_VOCAB = ("<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO.-", "<null_1>", "<mask>")
+#: protein sequences of very different lengths (a third of a padded batch is padding), one with an unknown residue
+PROTEINS = ("MKTAYIAKQRQISFVKSHFSRQ", "GSHMLEDPVAJ", "MKV", "ACDEFGHIKLMNPQRSTVWY")
+
+
+def esm_vocabulary() -> Tokenizer:
+    """ESM's vocabulary (its ids are the line numbers of vocab.txt: nothing to train)."""
+    return Tokenizer(models.WordLevel({token: i for i, token in enumerate(ESM_VOCAB)}, unk_token="<unk>"))
+
+
+def esm_processor(tok: Tokenizer) -> processors.TemplateProcessing:
+    cls, eos = tok.token_to_id("<cls>"), tok.token_to_id("<eos>")
+    return processors.TemplateProcessing(
+        single="<cls> $A <eos>", pair="<cls> $A <eos> $B <eos>", special_tokens=[("<cls>", cls), ("<eos>", eos)]
+    )
 
 
 #: (change to config.json, the error message's pattern): one refusal of a family (see :attr:`Family.refusals`)
@@ -223,6 +339,8 @@ class Family:
         refusals: config.json changes the family cannot represent, each with the pattern of the error that names
             the field (tested on config.json as transformers writes it and as a sparse one).
         presets: presets of the family (tests/families/test_presets.py builds each against transformers).
+        mask_token: put at positions 2 of the first row and 1 and 3 of the padded one by :func:`batch`, so that
+            a family that rescales by the share of mask tokens (ESM's token dropout) does so in every row.
     """
 
     config: str
@@ -242,6 +360,7 @@ class Family:
     in_memory_key: tuple[str, str] | None = None
     refusals: tuple[Refusal, ...] = ()
     presets: tuple[str, ...] = ()
+    mask_token: int | None = None
 
     @property
     def model_type(self) -> str:
@@ -266,6 +385,14 @@ _BERT_SPECIALS = {
     "cls_token": "[CLS]",
     "sep_token": "[SEP]",
     "mask_token": "[MASK]",
+}
+
+#: the generic tokenizer class EuroBERT's tokenizer_config.json names, with Llama-3's specials and EuroBERT's mask
+_EUROBERT_SPECIALS = {
+    "bos_token": "<|begin_of_text|>",
+    "eos_token": "<|end_of_text|>",
+    "pad_token": "<|end_of_text|>",
+    "mask_token": "<|mask|>",
 }
 
 FAMILIES: dict[str, Family] = {
@@ -484,6 +611,115 @@ FAMILIES: dict[str, Family] = {
         both_paddings=True,
         hidden_states="GteForMaskedLM",
     ),
+    "esm": Family(
+        "EsmConfig",
+        ESM2,
+        pad=1,
+        token_types=False,
+        classes=_classes("Esm", "Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification"),
+        config_fields=ESM_FIELDS,
+        # ESM ships vocab.txt only; transformers' EsmTokenizer splits one token per residue
+        tokenizer=Tokenizing(esm_vocabulary, esm_processor, "EsmTokenizer", vocab_txt=True, texts=PROTEINS),
+        tokenizer_convention=True,
+        both_paddings=True,
+        hidden_states="EsmForMaskedLM",
+        in_memory_key=("EsmForMaskedLM", "esm.encoder.layer.0.LayerNorm.weight"),  # written .gamma/.beta
+        refusals=(
+            ({"is_folding_model": True}, "is_folding_model=True"),
+            ({"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),
+            ({"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
+        ),
+        presets=("esm2-t6-8m", "esm2-t12-35m", "esm2-t30-150m", "esm2-t33-650m"),
+        mask_token=4,
+    ),
+    # ESM-1b: a learned table with RoBERTa's positions past the padding index, a LayerNorm before the stack
+    "esm-1b": Family(
+        "EsmConfig",
+        {**ESM2, "position_embedding_type": "absolute", "emb_layer_norm_before": True},
+        pad=1,
+        token_types=False,
+        classes=("EsmModel", "EsmForMaskedLM"),
+        config_fields=ESM_FIELDS,
+        hidden_states="EsmForMaskedLM",
+        mask_token=4,
+    ),
+    "esm-no-token-dropout": Family(
+        "EsmConfig",
+        {**ESM2, "token_dropout": False},
+        pad=1,
+        token_types=False,
+        classes=("EsmModel", "EsmForMaskedLM"),
+        config_fields=ESM_FIELDS,
+        mask_token=4,
+    ),
+    "eurobert": Family(
+        "EuroBertConfig",
+        EUROBERT,
+        pad=1,
+        token_types=False,
+        classes=_classes("EuroBert", "Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification"),
+        config_fields=EUROBERT_FIELDS,
+        # PreTrainedTokenizerFast frames nothing without a post-processor: EuroBERT's framing is its tokenizer.json's
+        # (test_eurobert.py checks bertblocks' template for a file without one)
+        tokenizer=Tokenizing(eurobert_bpe, eurobert_processor, "PreTrainedTokenizerFast", _EUROBERT_SPECIALS),
+        both_paddings=True,
+        hidden_states="EuroBertForMaskedLM",
+        refusals=tuple((change, re.escape(message)) for change, message in EUROBERT_REFUSED),
+        presets=("eurobert-210m", "eurobert-610m", "eurobert-2.1b"),
+    ),
+    # grouped-query attention with biases (mlp_bias also gives the lm_head one) and a GELU gate
+    "eurobert-gqa-biased": Family(
+        "EuroBertConfig",
+        {**EUROBERT, "num_key_value_heads": 2, "attention_bias": True, "mlp_bias": True, "hidden_act": "gelu"},
+        pad=1,
+        token_types=False,
+        classes=("EuroBertModel", "EuroBertForMaskedLM", "EuroBertForSequenceClassification"),
+        config_fields=EUROBERT_FIELDS,
+        both_paddings=True,
+        hidden_states="EuroBertForMaskedLM",
+    ),
+    # one key/value head, and the decoder tied to the embeddings
+    "eurobert-mqa-tied": Family(
+        "EuroBertConfig",
+        {**EUROBERT, "num_key_value_heads": 1, "tie_word_embeddings": True},
+        pad=1,
+        token_types=False,
+        classes=("EuroBertModel", "EuroBertForMaskedLM", "EuroBertForSequenceClassification"),
+        config_fields=EUROBERT_FIELDS,
+        both_paddings=True,
+    ),
+    "roformer": Family(
+        "RoFormerConfig",
+        COMMON,
+        pad=0,
+        classes=_classes("RoFormer", "Model", "ForMaskedLM", "ForCausalLM", *_TASKS),
+        second_segment=3,
+        config_fields=("embedding_size", "rotary_value", "hidden_act"),
+        # transformers' RoFormerTokenizer pre-splits Chinese with jieba (a package outside tokenizer.json that it
+        # needs installed); on the WordPiece tokenizer.json it frames and numbers as BertTokenizer does
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+        tokenizer_convention=True,
+        both_paddings=True,
+        hidden_states="RoFormerForMaskedLM",
+        refusals=(
+            ({"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
+            ({"bertblocks": {"position": {"interleaved": False}}}, "position.interleaved"),
+            ({"bertblocks": {"encoder": {"layer": {"name": "pre_ln"}}}}, "encoder.layer.name"),
+        ),
+        presets=("roformer-chinese-base",),
+    ),
+    # a narrower embedding_size (the projection, and the LM heads narrowing to it), rotated values, and relu (the
+    # classifier and LM transform use hidden_act, not gelu or tanh): each read wrongly changes the numbers
+    "roformer-narrow": Family(
+        "RoFormerConfig",
+        {**COMMON, "embedding_size": 16, "rotary_value": True, "hidden_act": "relu"},
+        pad=0,
+        classes=_classes("RoFormer", "Model", "ForMaskedLM", "ForCausalLM", "ForSequenceClassification"),
+        second_segment=3,
+        config_fields=("embedding_size", "rotary_value", "hidden_act"),
+        both_paddings=True,
+        hidden_states="RoFormerForMaskedLM",
+    ),
 }
 FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flipped from the defaults; round trip only
     "ModernBertConfig",
@@ -552,6 +788,8 @@ def batch(family: Family, cls: str, left: bool = False) -> tuple[dict[str, torch
         mask[1, ..., : family.length - family.real] = 0
     else:
         mask[1, ..., family.real :] = 0
+    if family.mask_token is not None:
+        ids[0, ..., 2] = ids[1, ..., 1] = ids[1, ..., 3] = family.mask_token
     inputs = {"input_ids": ids.masked_fill(mask == 0, family.pad), "attention_mask": mask}
     if family.token_types:
         inputs["token_type_ids"] = torch.zeros(shape, dtype=torch.long)

@@ -1,10 +1,11 @@
-"""ESM-1b / ESM-2 (``esm``): parity both ways with transformers' own classes on tiny checkpoints they saved, for the
-backbone and every head; token dropout in evaluation and training; padded positions; the stored inverse
-frequencies (transformers 5's one key and the older per-layer copies); ``inputs_embeds``; what is refused."""
+"""ESM-1b / ESM-2 (``esm``), what only this family does: token dropout in evaluation and training; padded positions;
+the stored inverse frequencies (transformers 5's one key and the older per-layer copies); ``inputs_embeds``; the
+contact head's weights; EsmTokenizer's split of its vocab.txt; what is refused. Parity of every head (and of
+ESM-1b and of no token dropout: the ``esm-1b`` and ``esm-no-token-dropout`` rows), the padded and packed paths,
+hidden states, in-memory names, the refusals of config.json, the tokenizer convention, the presets and the
+per-family paths on protein sequences: the tables of ``test_parity.py`` and ``test_family_paths.py``."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 import torch
@@ -14,49 +15,10 @@ from safetensors.torch import load_file, save_file
 import bertblocks
 from bertblocks.config.errors import ConfigError
 from bertblocks.errors import BertBlocksError
-from bertblocks.hf.config_json import config_from_hf
-from tests.families.reference import COMMON, TOL, Family, batch, round_trip, save_hf
+from tests.families.reference import ESM_VOCAB, FAMILIES, TOL, batch, save_hf
 
-MASK = 4  # the mask token of the tiny vocabulary; the batches below put it in every row
-#: ESM-2's settings at test size (rotary positions, token dropout, no LayerNorm before the stack)
-ESM2: dict[str, Any] = {
-    **COMMON,
-    "pad_token_id": 1,
-    "mask_token_id": MASK,
-    "position_embedding_type": "rotary",
-    "token_dropout": True,
-    "emb_layer_norm_before": False,
-    "rope_theta": 50.0,  # far from the default, so that a base read wrongly changes the numbers
-}
-ESM = Family("EsmConfig", ESM2, pad=1, token_types=False)
-CLASSES = ("EsmModel", "EsmForMaskedLM", "EsmForSequenceClassification", "EsmForTokenClassification")
-VARIANTS: dict[str, dict[str, Any]] = {
-    # ESM-1b: a learned table with positions past the padding index, a LayerNorm before the stack
-    "esm-1b": {"position_embedding_type": "absolute", "emb_layer_norm_before": True},
-    "no-token-dropout": {"token_dropout": False},
-}
-
-
-def _masked_batch(cls: str = "EsmModel") -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """:func:`batch` with mask tokens in both rows (two in the padded one), so that token dropout rescales."""
-    inputs, mask = batch(ESM, cls)
-    inputs["input_ids"][0, 2] = MASK
-    inputs["input_ids"][1, 1] = MASK
-    inputs["input_ids"][1, 3] = MASK
-    return inputs, mask
-
-
-@pytest.mark.parametrize("cls", CLASSES)
-def test_matches_transformers_both_ways(tmp_path, cls):
-    inputs, mask = _masked_batch(cls)
-    round_trip(tmp_path, ESM, cls, inputs, mask)
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("cls", ["EsmModel", "EsmForMaskedLM"])
-def test_variants_match_transformers_both_ways(tmp_path, variant, cls):
-    inputs, mask = _masked_batch(cls)
-    round_trip(tmp_path, ESM, cls, inputs, mask, **VARIANTS[variant])
+ESM = FAMILIES["esm"]
+MASK = ESM.mask_token  # batch() puts it in every row (twice in the padded one), so that token dropout rescales
 
 
 @pytest.mark.parametrize("training", [False, True])
@@ -65,7 +27,7 @@ def test_token_dropout_and_padding_every_position(tmp_path, training):
     training (token dropout rescales in both; dropout probabilities 0 so that the runs are comparable)."""
     reference = save_hf(ESM, "EsmForMaskedLM", tmp_path, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     ours = bertblocks.from_pretrained(tmp_path, head="auto")
-    inputs, _ = _masked_batch("EsmForMaskedLM")
+    inputs, _ = batch(ESM, "EsmForMaskedLM")
     reference.train(training)
     ours.train(training)
     expected = reference(**inputs, output_hidden_states=True)
@@ -86,7 +48,7 @@ def test_token_dropout_changes_the_numbers(tmp_path):
     """The rescaling is there: the same weights without token_dropout give other numbers (so the tests above
     would see it missing)."""
     save_hf(ESM, "EsmModel", tmp_path)
-    inputs, mask = _masked_batch()
+    inputs, mask = batch(ESM, "EsmModel")
     with torch.no_grad():
         on = bertblocks.from_pretrained(tmp_path).eval()(**inputs).last_hidden_state
         off = bertblocks.from_pretrained(tmp_path, ["embedding.token_dropout=false"]).eval()(**inputs)
@@ -96,22 +58,12 @@ def test_token_dropout_changes_the_numbers(tmp_path):
 def test_inputs_embeds_skip_the_embeddings(tmp_path):
     reference = save_hf(ESM, "EsmModel", tmp_path)
     ours = bertblocks.from_pretrained(tmp_path).eval()
-    inputs, mask = _masked_batch()
+    inputs, mask = batch(ESM, "EsmModel")
     embeds = torch.randn(*inputs["input_ids"].shape, 32, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
         expected = reference(inputs_embeds=embeds, attention_mask=inputs["attention_mask"]).last_hidden_state
         got = ours(inputs_embeds=embeds, attention_mask=inputs["attention_mask"]).last_hidden_state
     assert (expected - got)[mask.bool()].abs().max().item() <= TOL
-
-
-def test_the_packed_path_gives_transformers_numbers(tmp_path):
-    reference = save_hf(ESM, "EsmModel", tmp_path)
-    inputs, mask = _masked_batch()
-    ours = bertblocks.from_pretrained(tmp_path, ["encoder.packing=always"]).eval()
-    with torch.no_grad():
-        expected = reference(**inputs).last_hidden_state[mask.bool()]
-        got = ours(**inputs).last_hidden_state[mask.bool()]
-    assert (expected - got).abs().max().item() <= TOL
 
 
 def test_stored_inverse_frequencies_are_read_in_both_layouts(tmp_path):
@@ -130,7 +82,7 @@ def test_stored_inverse_frequencies_are_read_in_both_layouts(tmp_path):
     assert info.missing_keys == []
     assert info.unexpected_keys == []
     assert torch.equal(ours.encoder.rotary_embeddings.inv_freq, value)
-    inputs, mask = _masked_batch()
+    inputs, mask = batch(ESM, "EsmModel")
     with torch.no_grad():
         expected = reference(**inputs).last_hidden_state[mask.bool()]
         got = ours.eval()(**inputs).last_hidden_state[mask.bool()]
@@ -147,13 +99,6 @@ def test_the_contact_head_weights_round_trip_frozen(tmp_path):
     ours.save_pretrained(tmp_path / "ours")
     again = load_file(tmp_path / "ours" / "model.safetensors")
     assert torch.equal(again["esm.contact_head.regression.weight"], state["esm.contact_head.regression.weight"])
-
-
-@pytest.mark.parametrize(("field", "value"), [("is_folding_model", True), ("position_embedding_type", "relative_key")])
-def test_what_is_not_built_is_refused_by_name(field, value):
-    hf = ESM.hf_config(**{field: value})
-    with pytest.raises((ConfigError, BertBlocksError), match=field):
-        config_from_hf(hf)
 
 
 def test_a_three_dimensional_mask_is_refused_naming_the_shape(tmp_path):
@@ -173,3 +118,36 @@ def test_a_contact_head_of_another_depth_is_refused_naming_the_field():
     with pytest.raises(ConfigError, match="contact_head_features 8 must be num_layers × num_heads = 3 × 4"):
         bertblocks.create_model("tiny-esm", ["encoder.num_layers=3"])
     bertblocks.create_model("tiny-esm", ["encoder.num_layers=3", "embedding.contact_head_features=12"])
+
+
+def test_vocab_txt_splits_as_esm_tokenizer_splits(tmp_path):
+    """ESM ships vocab.txt only: one token per residue (BERT's lower-cased WordPiece would make every sequence one
+    unknown word), what is not in the vocabulary split at whitespace into unknown words, special tokens kept."""
+    import json
+
+    from bertblocks import BertTokenizer
+
+    (tmp_path / "vocab.txt").write_text("".join(f"{token}\n" for token in ESM_VOCAB))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "EsmTokenizer"}))
+    texts = ["MKTAYIAKQR", "LAG<mask>V", "M K T", "mkt ABx yZ", "A.-<null_1>"]
+    theirs = transformers.EsmTokenizer.from_pretrained(tmp_path)
+    ours = BertTokenizer.from_pretrained(tmp_path)  # no config.json: the family from the tokenizer class
+    for args in ((texts,), (texts, texts[::-1])):
+        expected = theirs(*args, padding=True, return_tensors="pt")
+        got = ours(*args)
+        assert sorted(got) == sorted(expected.keys())  # no token types
+        for key in got:
+            assert got[key].tolist() == expected[key].tolist(), key
+    assert (ours.pad_token_id, ours.mask_token_id) == (theirs.pad_token_id, theirs.mask_token_id)
+
+
+def test_a_vocab_txt_without_esm_s_special_tokens_is_refused_naming_them(tmp_path):
+    import json
+
+    from bertblocks import BertTokenizer
+    from bertblocks.hf.tokenizer import TokenizerFileError
+
+    (tmp_path / "vocab.txt").write_text("".join(f"{token}\n" for token in ESM_VOCAB if token != "<mask>"))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "esm"}))
+    with pytest.raises(TokenizerFileError, match=r"special tokens \['<mask>'\] are not in .*vocab\.txt"):
+        BertTokenizer.from_pretrained(tmp_path)

@@ -1,61 +1,27 @@
-"""EuroBERT (``eurobert``): parity both ways with transformers' own classes on tiny checkpoints they saved, for the
-backbone and every head (each ``classifier_pooling``), with biases, tied embeddings, grouped-query attention and
-a rope base far from the default; refusals of what is not built, naming the field."""
+"""EuroBERT (``eurobert``), what only this family does: each ``classifier_pooling`` (and the remote code's
+``clf_pooling``, ``auto_map``), a legacy ``rope_theta``, regression and multi-label losses, gradients, what a
+config cannot state on save, the config.json it writes, and the framing of a tokenizer.json without one. Parity
+of every head (and of grouped-query with biases, multi-query with tied embeddings: the ``eurobert-*`` rows), the
+padded and packed paths, hidden states, the refusals of config.json, the presets and the per-family paths: the
+tables of ``test_parity.py`` and ``test_family_paths.py``."""
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import pytest
 import torch
 
 import bertblocks
 from bertblocks.config import deep_merge
-from bertblocks.config.errors import ConfigError
 from bertblocks.errors import BertBlocksError
 from bertblocks.hf.config_json import config_from_hf, config_to_hf
 from bertblocks.registry import validate_config
-from tests.families.reference import COMMON, Family, batch, round_trip, save_hf
+from tests.families.reference import FAMILIES, batch, round_trip, save_hf
 from tests.tolerances import assert_grads_close
 
-#: EuroBERT at test size: a rope base far from the default (a base read wrongly changes the numbers), SwiGLU
-EUROBERT_SETTINGS: dict[str, Any] = {
-    "vocab_size": COMMON["vocab_size"],
-    "hidden_size": COMMON["hidden_size"],
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 37,
-    "max_position_embeddings": 64,
-    "initializer_range": 0.2,
-    "rms_norm_eps": 1e-5,
-    "num_labels": 3,
-    "pad_token_id": 0,
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "mask_token_id": 3,
-    "rope_parameters": {"rope_theta": 50.0, "rope_type": "default"},
-}
-CLASSES = (
-    "EuroBertModel",
-    "EuroBertForMaskedLM",
-    "EuroBertForSequenceClassification",
-    "EuroBertForTokenClassification",
-)
-EUROBERT = Family(
-    "EuroBertConfig",
-    EUROBERT_SETTINGS,
-    pad=0,
-    token_types=False,
-    classes=CLASSES,
-    config_fields=("rope_parameters", "classifier_pooling", "num_key_value_heads", "mlp_bias", "tie_word_embeddings"),
-)
-
-
-@pytest.mark.parametrize("cls", CLASSES)
-def test_every_class_matches_transformers_both_ways(tmp_path, cls):
-    round_trip(tmp_path, EUROBERT, cls)
+EUROBERT = FAMILIES["eurobert"]
 
 
 @pytest.mark.parametrize("pooling", ["bos", "mean", "late"])
@@ -63,20 +29,11 @@ def test_every_classifier_pooling_matches_transformers(tmp_path, pooling):
     round_trip(tmp_path, EUROBERT, "EuroBertForSequenceClassification", classifier_pooling=pooling)
 
 
-VARIANTS = {
-    "biases": {"attention_bias": True, "mlp_bias": True},  # mlp_bias also gives the lm_head a bias
-    "tied": {"tie_word_embeddings": True},
-    "gelu-glu": {"hidden_act": "gelu"},
-    "grouped-query": {"num_key_value_heads": 2},
-    "multi-query": {"num_key_value_heads": 1},
-    "legacy-rope-theta": {"rope_parameters": None, "rope_theta": 30.0},
-}
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("cls", ["EuroBertModel", "EuroBertForMaskedLM", "EuroBertForSequenceClassification"])
-def test_variants_match_transformers_both_ways(tmp_path, variant, cls):
-    round_trip(tmp_path, EUROBERT, cls, **VARIANTS[variant])
+def test_a_legacy_top_level_rope_theta_matches_transformers_both_ways(tmp_path):
+    """Older EuroBERT files give rope_theta at the top level, no rope_parameters (grouped-query and biased
+    variants: the table's eurobert-* rows)."""
+    for cls in ("EuroBertModel", "EuroBertForMaskedLM"):
+        round_trip(tmp_path / cls, EUROBERT, cls, rope_parameters=None, rope_theta=30.0)
 
 
 def test_regression_and_multi_label_losses(tmp_path):
@@ -115,42 +72,6 @@ def test_gradients_match_transformers(tmp_path):
         assert_grads_close(mine[name].grad, theirs[hf_name], what=name)
 
 
-def test_the_packed_path_gives_transformers_numbers(tmp_path):
-    reference = save_hf(EUROBERT, "EuroBertModel", tmp_path, num_key_value_heads=2)
-    inputs, mask = batch(EUROBERT, "EuroBertModel")
-    ours = bertblocks.from_pretrained(tmp_path, ["encoder.packing=always"]).eval()
-    with torch.no_grad():
-        expected = reference(**inputs).last_hidden_state[mask.bool()]
-        got = ours(**inputs).last_hidden_state[mask.bool()]
-    assert (expected - got).abs().max().item() <= 1e-5
-
-
-# ------------------------------------------------------------------------------------------------ refusals
-REFUSED = {
-    "head_dim": ({"head_dim": 16}, "head_dim=16"),
-    "num_key_value_heads": ({"num_key_value_heads": 3}, "num_key_value_heads=3"),
-    "rope_type": ({"rope_parameters": {"rope_theta": 10.0, "rope_type": "linear", "factor": 2.0}}, "rope_type"),
-    "rope_scaling": ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
-    "rope_theta": ({"rope_parameters": {"rope_theta": [1.0], "rope_type": "default"}}, "rope_theta must be a number"),
-    "head_dim-type": ({"head_dim": "8"}, "head_dim='8'"),
-    "classifier_pooling-type": ({"classifier_pooling": ["late"]}, "classifier_pooling=['late']"),
-    "classifier_pooling": ({"classifier_pooling": "max"}, "classifier_pooling='max'"),
-    "is_decoder": ({"is_decoder": True}, "is_decoder=True"),
-    "clf_pooling": ({"clf_pooling": "bos", "classifier_pooling": "mean"}, "clf_pooling='bos'"),
-    "architectures": ({"architectures": ["EuroBertForQuestionAnswering"]}, "EuroBertForQuestionAnswering exists only"),
-    "auto_map": ({"auto_map": {"AutoModel": "modeling_other.OtherModel"}}, "modeling_other.OtherModel"),
-}
-
-
-@pytest.mark.parametrize("case", REFUSED)
-def test_fields_bertblocks_cannot_honour_are_refused_by_name(case):
-    extra, message = REFUSED[case]
-    hf = {"model_type": "eurobert", **{k: v for k, v in EUROBERT_SETTINGS.items() if k != "rope_parameters"}}
-    hf.update(extra)
-    with pytest.raises(BertBlocksError, match=re.escape(message)):
-        config_from_hf(hf)
-
-
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -160,16 +81,10 @@ def test_fields_bertblocks_cannot_honour_are_refused_by_name(case):
     ],
 )
 def test_a_config_eurobert_cannot_state_is_refused_on_save(change, message):
-    data = config_from_hf({"model_type": "eurobert", **EUROBERT_SETTINGS})
+    data = config_from_hf({"model_type": "eurobert", **EUROBERT.settings})
     config = validate_config(deep_merge(data, change))
     with pytest.raises(BertBlocksError, match=re.escape(message)):
         config_to_hf(config)
-
-
-def test_the_family_fixes_its_composition():
-    hf = {"model_type": "eurobert", **EUROBERT_SETTINGS, "bertblocks": {"embedding": {"norm": True}}}
-    with pytest.raises(ConfigError, match=r"embedding\.norm"):
-        config_from_hf(hf)
 
 
 def test_written_config_json_is_eurobert_s_own(tmp_path):
@@ -179,7 +94,7 @@ def test_written_config_json_is_eurobert_s_own(tmp_path):
     assert written["num_key_value_heads"] == 2
     assert written["hidden_act"] == "silu"
     assert written["classifier_pooling"] == "late"
-    assert written["mask_token_id"] == 3
+    assert written["mask_token_id"] == EUROBERT.settings["mask_token_id"]
 
 
 #: the remote-code classes the published EuroBERT config.json files name (the code transformers' classes were

@@ -25,9 +25,9 @@ import transformers
 
 import bertblocks
 from bertblocks import BertTokenizer, cli, sentence
-from tests.families import test_gte
+from tests.families import test_gte, test_jina_v2, test_neobert
 from tests.families import test_tokenizers as toks
-from tests.families.reference import FAMILIES, Tokenizing, rows, save_hf
+from tests.families.reference import FAMILIES, Tokenizing, rows, save_hf, save_tokenizer
 from tests.tolerances import assert_close
 
 TEXTS = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog", "save them again"]
@@ -61,6 +61,20 @@ REMOTE: dict[str, Remote] = {
         token_types=True,
         checkpoint=test_gte.published_reference,
     ),
+    # NeoBERT: BERT's WordPiece (bert-base-uncased's vocabulary), no token types
+    "neobert": Remote(
+        Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+        pad=0,
+        token_types=False,
+        checkpoint=test_neobert.published_reference,
+    ),
+    # Jina-embeddings-v2 (model_type bert, remote JinaBert classes): BERT's WordPiece with token types
+    "jina_bert": Remote(
+        Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+        pad=0,
+        token_types=True,
+        checkpoint=test_jina_v2.published_reference,
+    ),
 }
 #: the rows of the family table with the family's tokenizer: one per family, its backbone (``classes[0]``) on every
 #: path (a new family joins by giving its row of tests/families/reference.py a ``tokenizer``); then :data:`REMOTE`
@@ -72,8 +86,9 @@ class Checkpoint:
     directory: Path
     reference: torch.nn.Module  # the transformers model that wrote it (or a remote family's written-out equations)
     tokenizer: BertTokenizer
-    batch: dict[str, torch.Tensor]  # transformers' tokenizer of the family on TEXTS, padded
+    batch: dict[str, torch.Tensor]  # transformers' tokenizer of the family on its texts, padded
     token_types: bool  # whether the family's tokenizer gives a pair token types
+    texts: list[str]  # the family's kind of text (TEXTS, or its own: ESM's protein sequences)
 
 
 @pytest.fixture(scope="module")
@@ -99,19 +114,19 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checkpoin
             else:
                 reference = remote.checkpoint(directory, tok.get_vocab_size())
                 pad, token_types = remote.pad, remote.token_types
-            toks.save(directory, tok, tokenizing.tokenizer_class)
-            if tokenizing.special_tokens:
-                settings = json.loads((directory / "tokenizer_config.json").read_text())
-                settings.update(tokenizing.special_tokens)
-                (directory / "tokenizer_config.json").write_text(json.dumps(settings))
+            save_tokenizer(directory, tokenizing, tok)
+            texts = list(tokenizing.texts or TEXTS)
             if remote is None:
                 theirs = transformers.AutoTokenizer.from_pretrained(directory)
             else:  # config.json names remote classes: transformers' tokenizer class of the family, named
                 theirs = getattr(transformers, tokenizing.tokenizer_class).from_pretrained(directory)
-            batch = dict(theirs(TEXTS, padding=True, return_tensors="pt"))
+            batch = dict(theirs(texts, padding=True, return_tensors="pt"))
             tokenizer = BertTokenizer.from_pretrained(directory)
+            if not token_types:  # a family without token types: its tokenizer returns none (BertTokenizer does)
+                assert "token_type_ids" not in tokenizer(texts)
+                batch.pop("token_type_ids", None)
             assert tokenizer.pad_token_id == pad  # padding positions are the family's padding index
-            made[name] = Checkpoint(directory, reference, tokenizer, batch, token_types)
+            made[name] = Checkpoint(directory, reference, tokenizer, batch, token_types, texts)
         return made[name]
 
     return get  # type: ignore[return-value]
@@ -184,16 +199,17 @@ def test_sentence_encode_embed_and_similarity_commands_on_the_family_checkpoint(
     want = _mean_pooled_reference(checkpoint)
     model = bertblocks.from_pretrained(checkpoint.directory).eval()
     tokenizer = BertTokenizer.from_pretrained(checkpoint.directory)  # the family's template from config.json
-    got = sentence.encode(model, tokenizer, TEXTS, batch_size=3)
+    got = sentence.encode(model, tokenizer, checkpoint.texts, batch_size=3)
     assert_close(got, want)
     out = tmp_path / "embeddings.npy"
-    code = cli.main(["embed", "--model", str(checkpoint.directory), "--batch-size", "2", "-o", str(out), *TEXTS])
+    texts = checkpoint.texts
+    code = cli.main(["embed", "--model", str(checkpoint.directory), "--batch-size", "2", "-o", str(out), *texts])
     _, err = capsys.readouterr()
     assert code == 0, err
     written = torch.from_numpy(np.load(out))
-    assert written.shape == (len(TEXTS), 32)
+    assert written.shape == (len(checkpoint.texts), 32)
     assert_close(written, want)
-    scores = _json(capsys, "similarity", "--model", str(checkpoint.directory), *TEXTS)["similarity"]
+    scores = _json(capsys, "similarity", "--model", str(checkpoint.directory), *checkpoint.texts)["similarity"]
     assert_close(torch.tensor(scores), want @ want.T)
 
 
@@ -213,7 +229,8 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
 
     validated = _json(capsys, "validate", config_json)
     assert validated["valid"] is True
-    assert validated["config"]["family"] == json.loads(Path(config_json).read_text())["model_type"]
+    # the row's family: its model_type (a REMOTE row is named by its family: jina_bert's files say model_type bert)
+    assert validated["config"]["family"] == (FAMILIES[name].model_type if name in FAMILIES else name)
 
     built = _json(capsys, "build", config_json)
     assert built["parameters"]["unique"] == model.num_parameters()
@@ -230,13 +247,14 @@ def test_cli_commands_on_the_family_checkpoint(checkpoints, tmp_path, capsys, na
     assert "type 0×" not in diagram
 
     # trace on the checkpoint: its weights, its tokenizer.json, and the family's special tokens
-    traced = _json(capsys, "trace", str(checkpoint.directory), "--text", TEXTS[0])
-    assert traced["input_ids"] == checkpoint.tokenizer(TEXTS[0])["input_ids"][0].tolist()
+    traced = _json(capsys, "trace", str(checkpoint.directory), "--text", checkpoint.texts[0])
+    assert traced["input_ids"] == checkpoint.tokenizer(checkpoint.texts[0])["input_ids"][0].tolist()
     assert traced["steps"], "no step traced"
     assert traced["steps"][-1]["outputs"]
     if checkpoint.token_types:  # a pair gets the family's pair template
-        pair = _json(capsys, "trace", str(checkpoint.directory), "--text", TEXTS[0], "--pair", TEXTS[2])
-        assert pair["input_ids"] == checkpoint.tokenizer([TEXTS[0]], [TEXTS[2]])["input_ids"][0].tolist()
+        first, second = checkpoint.texts[0], checkpoint.texts[2]
+        pair = _json(capsys, "trace", str(checkpoint.directory), "--text", first, "--pair", second)
+        assert pair["input_ids"] == checkpoint.tokenizer([first], [second])["input_ids"][0].tolist()
 
     yaml_path, back = tmp_path / "family.yaml", tmp_path / "back.json"
     assert cli.main(["convert", config_json, str(yaml_path)]) == 0

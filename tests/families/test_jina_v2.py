@@ -3,7 +3,10 @@ remote ``JinaBert*`` classes) is translated into bertblocks components and check
 the published modelling equations, written here from the config.json fields and the published description (no
 remote code is copied or run): ALiBi on the scaled scores, the gated MLP ``wo(act(g₁) · g₂)`` with its own
 post-LN, BERT's embeddings, attention, pooler and masked-LM head. Tiny random checkpoints carry the published key
-names. Saving writes the same format back; other remote code under ``model_type: bert`` stays refused."""
+names. Saving writes the same format back; other remote code under ``model_type: bert`` stays refused. The packed
+path, ``torch.compile``, sentence embeddings (JinaBERT's ``emb_pooler: mean``), the CLI and an ablation study run on
+a published-format checkpoint with its tokenizer against the same reference (:func:`published_reference`): the
+``jina_bert`` row of ``REMOTE`` in ``test_family_paths.py``."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import copy
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -155,6 +159,37 @@ def _reference(w: dict[str, torch.Tensor], config: dict[str, Any], ids, types, m
         )
         return x, h @ w["embeddings.word_embeddings.weight"].T + w["cls.predictions.bias"]
     return x, torch.tanh(lin(x[:, 0], "pooler.dense"))
+
+
+class PublishedReference(torch.nn.Module):
+    """The written-out equations (:func:`_reference`) as a backbone, for the shared per-family path tests
+    (``tests/families/test_family_paths.py``): called like a model, returns ``last_hidden_state`` in float32; its
+    parameters are the published checkpoint's tensors (what a parameter count of the checkpoint counts)."""
+
+    def __init__(self, config: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self.published = config
+        self.weights = torch.nn.ParameterDict(
+            {key.replace(".", ":"): torch.nn.Parameter(value, requires_grad=False) for key, value in weights.items()}
+        )
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> SimpleNamespace:
+        weights = {key.replace(":", "."): value for key, value in self.weights.items()}
+        types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
+        hidden, _ = _reference(weights, self.published, input_ids, types, attention_mask)
+        return SimpleNamespace(last_hidden_state=hidden.float())
+
+
+def published_reference(directory: Path, vocab_size: int) -> PublishedReference:
+    """A published-format ``JinaBertModel`` checkpoint with ``vocab_size`` words, hidden size 32 (four heads), written
+    to ``directory``; and its written-out equations."""
+    config = {**PUBLISHED, "vocab_size": vocab_size, "hidden_size": 32, "num_attention_heads": 4}
+    config["architectures"] = ["JinaBertModel"]
+    weights = _published_weights(config, seed=4)
+    _save(directory, config, weights)
+    return PublishedReference(config, weights)
 
 
 def _batch(config, b=3, t=13, seed=1):
@@ -403,35 +438,6 @@ def test_training_dropout_falls_on_the_gated_product_as_jinabert_drops_it():
     with torch.no_grad():
         other = bert_layer.output(bert_layer.intermediate(x), x)
     assert (other.double() - want).abs().max() > 1e-3  # the other place is another model in training
-
-
-def test_sentence_embeddings_and_embed_command_on_a_published_checkpoint(tmp_path, capsys):
-    """``bertblocks.sentence.encode`` and ``bertblocks embed`` on a Jina-v2 folder with its tokenizer.json: the
-    masked mean (JinaBERT's ``emb_pooler: mean``) of the float64 reference, L2-normalised."""
-    import numpy as np
-    from transformers import BertTokenizer
-
-    from bertblocks import cli, sentence
-    from tests.families import test_tokenizers as toks
-
-    tok = toks.wordpiece()
-    tok.post_processor = toks.bert_processor(tok)
-    config = {**PUBLISHED, "vocab_size": tok.get_vocab_size()}
-    weights = _published_weights(config, seed=4)
-    folder = _save(tmp_path / "published", config, weights)
-    toks.save(folder, tok, "BertTokenizer")
-    texts = ["the quick brown fox", "a tiny corpus for tokenizer tests, with punctuation!", "dog"]
-    tokenizer = BertTokenizer.from_pretrained(folder)
-    batch = tokenizer(texts, padding=True, return_tensors="pt")
-    hidden, _ = _reference(weights, config, batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-    m = batch["attention_mask"][..., None].double()
-    want = torch.nn.functional.normalize((hidden * m).sum(1) / m.sum(1), dim=-1)
-    model = bertblocks.from_pretrained(folder).eval()
-    assert_close(sentence.encode(model, tokenizer, texts, batch_size=2).double(), want)
-    out = tmp_path / "embeddings.npy"
-    code = cli.main(["embed", "--model", str(folder), "--batch-size", "2", "-o", str(out), *texts])
-    assert code == 0, capsys.readouterr().err
-    assert_close(torch.from_numpy(np.load(out)).double(), want)
 
 
 def test_choices_the_published_fields_cannot_say_travel_in_the_bertblocks_block(tmp_path):

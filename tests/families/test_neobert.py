@@ -1,7 +1,9 @@
 """NeoBERT (``neobert``): transformers has no class for it (its checkpoints ship remote code, which bertblocks never
 runs), so a tiny random checkpoint under the published weight names and config.json fields is compared with a
 float64 reference of the published equations written out below; bertblocks saves the same keys and fields back.
-Refusals of what is not built, naming the field.
+Refusals of what is not built, naming the field. The packed path, ``torch.compile``, sentence embeddings, the CLI
+and an ablation study run on a published-format checkpoint against the same reference (:func:`published_reference`):
+the ``neobert`` row of ``REMOTE`` in ``test_family_paths.py``.
 
 The equations (NeoBERT's published description): ``x = E[ids]``; per layer
 ``x += wo(attn(rope(q), rope(k), v))`` with ``q, k, v`` the three ``d``-row blocks of each head's ``3·d`` rows of
@@ -16,6 +18,7 @@ import json
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -58,14 +61,16 @@ CONFIG: dict[str, Any] = {
 H, HEADS, D, WIDTH, VOCAB, LAYERS = 32, 4, 8, 40, 99, 2
 
 
-def _weights(head: str | None, seed: int = 0, tied: bool = False, bias: bool = True) -> dict[str, torch.Tensor]:
+def _weights(
+    head: str | None, seed: int = 0, tied: bool = False, bias: bool = True, vocab: int = VOCAB
+) -> dict[str, torch.Tensor]:
     """Random float32 tensors under the published key names (scales that make attention and norms matter)."""
     g = torch.Generator().manual_seed(seed)
 
     def rand(*shape: int, scale: float = 0.3) -> torch.Tensor:
         return torch.randn(*shape, generator=g) * scale
 
-    w = {"model.encoder.weight": rand(VOCAB, H), "model.layer_norm.weight": 1 + rand(H, scale=0.1)}
+    w = {"model.encoder.weight": rand(vocab, H), "model.layer_norm.weight": 1 + rand(H, scale=0.1)}
     for i in range(LAYERS):
         p = f"model.transformer_encoder.{i}."
         w[p + "attention_norm.weight"] = 1 + rand(H, scale=0.1)
@@ -76,9 +81,9 @@ def _weights(head: str | None, seed: int = 0, tied: bool = False, bias: bool = T
         w[p + "ffn.w3.weight"] = rand(H, WIDTH)
     if head == "NeoBERTLMHead":
         if not tied:
-            w["decoder.weight"] = rand(VOCAB, H)
+            w["decoder.weight"] = rand(vocab, H)
         if bias:
-            w["decoder.bias"] = rand(VOCAB)
+            w["decoder.bias"] = rand(vocab)
     elif head == "NeoBERTForSequenceClassification":
         w["dense.weight"], w["dense.bias"] = rand(H, H), rand(H)
         w["classifier.weight"], w["classifier.bias"] = rand(3, H), rand(3)
@@ -87,7 +92,7 @@ def _weights(head: str | None, seed: int = 0, tied: bool = False, bias: bool = T
 
 def _checkpoint(folder: Path, head: str | None, **fields: Any) -> dict[str, torch.Tensor]:
     folder.mkdir(parents=True, exist_ok=True)
-    weights = _weights(head)
+    weights = _weights(head, vocab=fields.get("vocab_size", VOCAB))
     if head is None:  # the bare NeoBERT saves without the `model.` prefix
         weights = {k.removeprefix("model."): v for k, v in weights.items()}
     save_file(weights, str(folder / "model.safetensors"))
@@ -139,6 +144,31 @@ def reference(
         pooled = torch.tanh(x[:, 0] @ w["dense.weight"].T + w["dense.bias"])
         out["logits"] = pooled @ w["classifier.weight"].T + w["classifier.bias"]
     return out
+
+
+class PublishedReference(torch.nn.Module):
+    """The written-out equations (:func:`reference`) as a backbone, for the shared per-family path tests
+    (``tests/families/test_family_paths.py``): called like a model, returns ``last_hidden_state`` in float32; its
+    parameters are the published checkpoint's tensors (what a parameter count of the checkpoint counts)."""
+
+    def __init__(self, weights: dict[str, torch.Tensor]) -> None:
+        super().__init__()
+        self.weights = torch.nn.ParameterDict(
+            {key.replace(".", ":"): torch.nn.Parameter(value, requires_grad=False) for key, value in weights.items()}
+        )
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> SimpleNamespace:
+        weights = {key.replace(":", "."): value for key, value in self.weights.items()}
+        hidden = reference(weights, input_ids, attention_mask)["last_hidden_state"]
+        return SimpleNamespace(last_hidden_state=hidden.float())  # NeoBERT has no token types
+
+
+def published_reference(directory: Path, vocab_size: int) -> PublishedReference:
+    """A published-format ``NeoBERT`` backbone checkpoint with ``vocab_size`` words, written to ``directory``; and
+    its written-out equations."""
+    return PublishedReference(_checkpoint(directory, None, vocab_size=vocab_size))
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,7 +9,7 @@ transformers' in-memory names, config.json the family cannot represent, the toke
 Each of them reads the rows that join it from the table (:class:`tests.families.reference.Family`'s attributes):
 a new family is one row of ``reference.py`` and lists nothing here. What only one family does is tested in its
 own file (``test_nomic_bert.py``, ``test_jina_v3.py``, ``test_modernbert.py``, ``test_deberta_v2.py``,
-``test_gte.py``)."""
+``test_gte.py``, ``test_roformer.py``, ``test_esm.py``, ``test_eurobert.py``)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,20 @@ from bertblocks import BertTokenizer
 from bertblocks.config import ConfigError
 from bertblocks.hf.config_json import config_from_hf
 
-from .reference import CASES, FAMILIES, TOL, assert_same, batch, call_inputs, round_trip, rows, save_hf, tokenizer_of
-from .test_tokenizers import PAIRS, TEXTS, save
+from .reference import (
+    CASES,
+    FAMILIES,
+    TOL,
+    assert_same,
+    batch,
+    call_inputs,
+    round_trip,
+    rows,
+    save_hf,
+    save_tokenizer,
+    tokenizer_of,
+)
+from .test_tokenizers import PAIRS, TEXTS
 
 
 @pytest.mark.parametrize(("family_name", "cls"), CASES, ids=[f"{f}-{c}" for f, c in CASES])
@@ -120,11 +132,13 @@ def test_config_json_the_family_cannot_represent_is_an_error_naming_the_field(fa
 def test_tokenizer_follows_the_family_convention_as_transformers(tmp_path, family_name):
     tokenizing = tokenizer_of(family_name)
     tok: Tokenizer = tokenizing.train()  # no post-processor: the family's template frames the texts
-    directory = save(tmp_path, tok, tokenizing.tokenizer_class)
+    directory = save_tokenizer(tmp_path, tokenizing, tok)
     (directory / "config.json").write_text(json.dumps({"model_type": FAMILIES[family_name].model_type}))
     theirs = transformers.AutoTokenizer.from_pretrained(directory)
     ours = BertTokenizer.from_pretrained(directory)
-    for args in ((TEXTS,), (TEXTS, PAIRS)):
+    texts = list(tokenizing.texts or TEXTS)
+    pairs = texts[::-1] if tokenizing.texts else PAIRS
+    for args in ((texts,), (texts, pairs)):
         expected = theirs(*args, padding=True, return_tensors="pt")
         got = ours(*args)
         assert sorted(got) == sorted(expected.keys())  # token types only where the family's tokenizer gives them

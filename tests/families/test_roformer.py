@@ -1,10 +1,11 @@
-"""RoFormer (``roformer``): parity both ways with transformers' own classes on tiny checkpoints they saved, for the
-backbone and every head, with a narrower ``embedding_size`` and ``rotary_value``; the stored sinusoidal table (its
-layout, its values read from the checkpoint, long positions); the last-position multiple-choice summary."""
+"""RoFormer (``roformer``), what only this family does: the stored sinusoidal table (its layout, its values read
+from the checkpoint, long positions), the last-position multiple-choice summary (and why it is never packed on its
+own), decoding through the cache, and what is refused. Parity of every head (and of a narrower ``embedding_size``
+with ``rotary_value`` and ``relu``: the ``roformer-narrow`` row), the padded and packed paths, hidden states, the
+tokenizer convention, the preset and the per-family paths: the tables of ``test_parity.py`` and
+``test_family_paths.py``."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 import torch
@@ -13,35 +14,9 @@ from safetensors.torch import load_file, save_file
 
 import bertblocks
 from bertblocks.plugins.positions import RotaryEmbedding, SinusoidalTable, sinusoidal_table
-from tests.families.reference import COMMON, TOL, Family, batch, round_trip, save_hf
+from tests.families.reference import FAMILIES, TOL, batch, save_hf
 
-ROFORMER = Family("RoFormerConfig", dict(COMMON), pad=0, second_segment=3)
-CLASSES = (
-    "RoFormerModel",
-    "RoFormerForMaskedLM",
-    "RoFormerForCausalLM",
-    "RoFormerForSequenceClassification",
-    "RoFormerForTokenClassification",
-    "RoFormerForQuestionAnswering",
-    "RoFormerForMultipleChoice",
-)
-#: each variant changes what a wrong reading of it would show in the numbers
-VARIANTS: dict[str, dict[str, Any]] = {
-    "embedding-size": {"embedding_size": 16},  # embeddings_project, and the LM head narrowing to 16
-    "rotary-value": {"rotary_value": True},
-    "relu": {"hidden_act": "relu"},  # the classifier and LM transform use hidden_act, not gelu or tanh
-}
-
-
-@pytest.mark.parametrize("cls", CLASSES)
-def test_matches_transformers_both_ways(tmp_path, cls):
-    round_trip(tmp_path, ROFORMER, cls)
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("cls", ["RoFormerModel", "RoFormerForMaskedLM", "RoFormerForSequenceClassification"])
-def test_variants_match_transformers_both_ways(tmp_path, variant, cls):
-    round_trip(tmp_path, ROFORMER, cls, **VARIANTS[variant])
+ROFORMER = FAMILIES["roformer"]
 
 
 def test_the_table_is_roformers_own():
@@ -82,16 +57,6 @@ def test_long_positions_match_transformers(tmp_path):
         ours(input_ids=torch.ones(1, 1537, dtype=torch.long))
 
 
-def test_the_packed_path_gives_transformers_numbers(tmp_path):
-    reference = save_hf(ROFORMER, "RoFormerModel", tmp_path, rotary_value=True)
-    inputs, mask = batch(ROFORMER, "RoFormerModel")
-    ours = bertblocks.from_pretrained(tmp_path, ["encoder.packing=always"]).eval()
-    with torch.no_grad():
-        expected = reference(**inputs).last_hidden_state[mask.bool()]
-        got = ours(**inputs).last_hidden_state[mask.bool()]
-    assert (expected - got).abs().max().item() <= TOL
-
-
 def test_multiple_choice_reads_the_last_position_padding_included(tmp_path):
     """transformers' RoFormerSequenceSummary takes position -1 of every choice, a padding position in the padded
     row: a head reading the last *real* token would differ there (round_trip compares the logits of both rows)."""
@@ -105,6 +70,25 @@ def test_multiple_choice_reads_the_last_position_padding_included(tmp_path):
         ).last_hidden_state
         by_hand = ours.head.classifier(hidden[:, -1]).view(logits.shape)
     assert torch.equal(logits, by_hand)
+
+
+def test_the_last_position_head_is_not_packed_automatically(tmp_path):
+    """Packing leaves zeros at padded positions, and this head reads one: ``auto`` keeps the padded path even on a
+    batch padded far past the threshold (transformers' numbers); ``always`` packs, and a padded choice then scores
+    the zeros (the classifier's bias alone)."""
+    reference = save_hf(ROFORMER, "RoFormerForMultipleChoice", tmp_path)
+    inputs, _ = batch(ROFORMER, "RoFormerForMultipleChoice")
+    inputs["attention_mask"][1, ..., 2:] = 0
+    inputs["input_ids"] = inputs["input_ids"].masked_fill(inputs["attention_mask"] == 0, ROFORMER.pad)
+    assert (inputs["attention_mask"] == 0).float().mean() > 0.3  # above packing_threshold
+    with torch.no_grad():
+        expected = reference(**inputs).logits
+        auto = bertblocks.from_pretrained(tmp_path, ["encoder.packing=auto"], head="auto").eval()
+        assert (auto(**inputs).logits - expected).abs().max().item() <= TOL
+        packed = bertblocks.from_pretrained(tmp_path, ["encoder.packing=always"], head="auto").eval()
+        logits = packed(**inputs).logits
+    assert (logits[0] - expected[0]).abs().max().item() <= TOL  # no padding: the same last position
+    assert torch.equal(logits[1], packed.classifier.bias.expand(logits.shape[1]))
 
 
 def test_the_rotation_reads_sines_then_cosines():
