@@ -39,16 +39,6 @@ from tests.families.reference import batch as family_batch
 MIN_COSINE = 0.99
 REL_TOL = 0.1
 
-#: families whose parity tests live elsewhere (FAMILIES lists no classes for them): their backbone and, where
-#: transformers has them, a head each, so that every family is quantized here
-EXTRA_CASES = [
-    ("nomic_bert", "NomicBertModel"),
-    ("jina_embeddings_v3", "JinaEmbeddingsV3Model"),
-    ("modernbert", "ModernBertModel"),
-    ("modernbert", "ModernBertForMaskedLM"),
-    ("modernbert", "ModernBertForSequenceClassification"),
-    ("modernbert", "ModernBertForTokenClassification"),
-]
 BERT_CLASSES = [
     "BertModel",
     "BertForPreTraining",
@@ -73,7 +63,8 @@ BERT = Family(
     },
     pad=0,
 )
-ALL_CASES = [("bert", cls) for cls in BERT_CLASSES] + CASES + EXTRA_CASES
+#: every family of the shared table with each of its transformers classes (tests/families/reference.py), and BERT's
+ALL_CASES = [("bert", cls) for cls in BERT_CLASSES] + CASES
 
 
 def _family(name: str) -> Family:
