@@ -430,3 +430,27 @@ def test_modern_encoder_example_fine_tunes_on_the_embedded_number_task():
         "number",
         ["accuracy", "f1"],
     )
+
+
+# ------------------------------------------------------------------------------ the how-to's kept results
+HOW_TO = Path(__file__).parents[1] / "docs" / "how-to" / "ablation-studies.md"
+KEPT = HOW_TO.parent / "ablation-results"
+
+
+def test_how_to_tables_are_the_tables_of_the_results_the_repo_keeps():
+    """Every table of the how-to whose study's results.json the repo keeps is that file's table, downstream
+    block included: the page's figures cannot drift from a run the repo can show."""
+    from bertblocks.ablation.doctables import find_blocks
+
+    text = HOW_TO.read_text(encoding="utf-8")
+    checked = []
+    for block in find_blocks(HOW_TO, text):
+        results = KEPT / load_study(block.study, list(block.overrides)).title / "results.json"
+        if results.is_file():
+            assert text[block.start : block.end] == "```text\n" + table_from_results(results) + "\n```\n", results
+            checked.append(results.parent.name)
+    assert "modern-encoder" in checked
+    modern = json.loads((KEPT / "modern-encoder" / "results.json").read_text(encoding="utf-8"))
+    seeds = {run["seed"] for v in modern["variants"] for run in v["runs"]}
+    assert len(seeds) >= 3
+    assert all(v["downstream_runs"] for v in modern["variants"])
