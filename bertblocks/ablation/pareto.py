@@ -300,6 +300,7 @@ def _panel(ax: Any, dicts: Sequence[Mapping[str, Any]], cost: str, quality: str,
     ax.set_xlabel(f"{_label(cost)} ({better} is better)", fontsize=8)
     ax.set_ylabel(f"{_label(quality)} ({'lower' if lower_quality else 'higher'} is better)", fontsize=8)
     ax.tick_params(labelsize=8)
+    ax.locator_params(axis="x", nbins=4)  # parameter counts in full take a panel's width at more ticks
     ax.margins(0.15)
 
 
