@@ -14,6 +14,7 @@ from bertblocks.ablation import load_study, run_study
 from bertblocks.ablation.data import get_tokenizer, load_texts, prepare
 from bertblocks.ablation.pareto import (
     ParetoError,
+    downstream_qualities,
     lower_is_better,
     main,
     pareto_front,
@@ -102,6 +103,72 @@ def test_plot_needs_a_quality_metric_and_names_a_missing_one(tmp_path):
     assert not (tmp_path / "p.png").exists()
     with pytest.raises(ParetoError, match=r"no variant has 'accuracy'; the results hold: flops_per_token"):
         write_pareto_plot(tmp_path / "p.png", "t", costs_only, quality="accuracy")
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")  # the IHDR chunk
+
+
+def _with_downstream(name: str, flops: float, loss: float, acc: float, half: float | None) -> dict:
+    summary = _summary(name, flops_per_token=flops, eval_loss=loss)
+    interval = {"half_width": half} if half is not None else None
+    summary["downstream"] = {
+        "number/accuracy": {"mean": acc, "interval": interval},
+        "number/f1": {"mean": acc - 0.01, "interval": interval},
+        "sts/spearman": {"mean": acc / 2, "interval": interval},
+    }
+    return summary
+
+
+def test_a_downstream_metric_is_a_higher_better_quality_with_its_interval_as_error_bar():
+    variants = [
+        _with_downstream("cheap-good", 1.0, 4.0, 0.9, 0.05),
+        _with_downstream("dear-better", 2.0, 4.5, 0.95, None),  # an unknown interval: no error bar
+        _with_downstream("dear-worse", 3.0, 3.0, 0.8, 0.02),  # best eval loss, worst accuracy
+        _summary("no-downstream", flops_per_token=0.5, eval_loss=5.0),
+    ]
+    points = pareto_points(variants, "flops_per_token", "number/accuracy")
+    # higher accuracy is better: the dearest variant is dominated on accuracy, though not on eval loss
+    assert [(p.variant, p.quality, p.on_front) for p in points] == [
+        ("cheap-good", 0.9, True),
+        ("dear-better", 0.95, True),
+        ("dear-worse", 0.8, False),
+    ]
+    assert [p.quality_err for p in points] == [0.05, 0.0, 0.02]
+    # on eval loss the same variants make another front: dear-better is dominated, dear-worse is not
+    on_loss = pareto_points(variants, "flops_per_token", "eval_loss")
+    assert [p.on_front for p in on_loss] == [True, False, True, True]
+    assert downstream_qualities(variants) == ["number/accuracy", "sts/spearman"]  # each task's first metric
+
+
+def test_plot_adds_a_row_of_panels_per_downstream_task(tmp_path):
+    plain = [_summary("a", flops_per_token=1.0, eval_loss=4.0), _summary("b", flops_per_token=2.0, eval_loss=3.0)]
+    assert write_pareto_plot(tmp_path / "plain.png", "t", plain)
+    width, height = _png_size(tmp_path / "plain.png")
+    variants = [_with_downstream("a", 1.0, 4.0, 0.9, 0.05), _with_downstream("b", 2.0, 3.0, 0.8, 0.05)]
+    assert write_pareto_plot(tmp_path / "ds.png", "t", variants)
+    assert _png_size(tmp_path / "ds.png") == (width, 3 * height)  # eval loss, number, sts: three rows
+    assert write_pareto_plot(tmp_path / "one.png", "t", variants, quality="number/accuracy")
+    assert _png_size(tmp_path / "one.png") == (width, height)
+    with pytest.raises(ParetoError, match=r"no variant has 'number/acc'; .*number/accuracy"):
+        write_pareto_plot(tmp_path / "bad.png", "t", variants, quality=["eval_loss", "number/acc"])
+
+
+def test_cli_prints_the_front_of_a_downstream_metric(tmp_path, capsys):
+    variants = [_with_downstream("a", 1.0, 4.0, 0.9, 0.05), _with_downstream("b", 2.0, 3.0, 0.8, 0.05)]
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"study": "s", "variants": variants}))
+    args = [str(results), "--cost", "flops_per_token", "--quality", "eval_loss", "--quality", "number/accuracy"]
+    assert main([*args, "--out", str(tmp_path / "p.png")]) == 0
+    text = capsys.readouterr().out
+    assert "eval_loss against flops_per_token:\n  front  a:" in text
+    assert "  front  b: flops_per_token 2, eval_loss 3\n" in text
+    # on accuracy, b (dearer and worse) is dominated by a
+    assert "number/accuracy against flops_per_token:\n  front  a: flops_per_token 1, number/accuracy 0.9\n" in text
+    assert "         b: flops_per_token 2, number/accuracy 0.8" in text
+    assert _png_size(tmp_path / "p.png")[1] > 0
 
 
 # ------------------------------------------------------------------------------- throughput in training

@@ -154,6 +154,14 @@ def test_downstream_metrics_have_intervals_and_paired_differences_in_table_csv_a
     assert record["shared_weights"] > 0  # the pre-trained backbone was loaded
 
 
+def test_the_study_pareto_plot_has_a_row_per_downstream_task(killed_then_resumed):
+    _, _, out = killed_then_resumed
+    image = (out / "results-pareto.png").read_bytes()
+    assert image[:8] == b"\x89PNG\r\n\x1a\n"
+    # 3.8 inches a row at 110 dpi: eval loss, then number/accuracy and similarity/spearman
+    assert int.from_bytes(image[20:24], "big") == 3 * round(3.8 * 110)
+
+
 def test_missing_weights_redo_only_that_pretraining_and_give_the_same_numbers(tmp_path, killed_then_resumed):
     _, _, out = killed_then_resumed
     copy = tmp_path / "out"
@@ -430,3 +438,32 @@ def test_modern_encoder_example_fine_tunes_on_the_embedded_number_task():
         "number",
         ["accuracy", "f1"],
     )
+
+
+# ------------------------------------------------------------------------------ the how-to's kept results
+HOW_TO = Path(__file__).parents[1] / "docs" / "how-to" / "ablation-studies.md"
+KEPT = HOW_TO.parent / "ablation-results"
+
+
+def test_how_to_tables_are_the_tables_of_the_results_the_repo_keeps():
+    """Every table of the how-to is the table of its study's results.json, which the repo keeps, downstream
+    block included: the page's figures cannot drift from a run the repo can show."""
+    from bertblocks.ablation.doctables import find_blocks
+
+    text = HOW_TO.read_text(encoding="utf-8")
+    checked, titles = [], []
+    for block in find_blocks(HOW_TO, text):
+        # the study's name, without loading it (the plugin study needs a plugin this suite does not autoload)
+        names = [o.removeprefix("name=") for o in block.overrides if o.startswith("name=")]
+        title = names[-1] if names else yaml.safe_load(block.study.read_text(encoding="utf-8"))["name"]
+        titles.append(title)
+        results = KEPT / title / "results.json"
+        if results.is_file():
+            assert text[block.start : block.end] == "```text\n" + table_from_results(results) + "\n```\n", results
+            checked.append(results.parent.name)
+    assert checked == titles  # every table of the page has its results kept
+    assert {"modern-encoder", "modern-encoder-600"} <= set(checked)
+    modern = json.loads((KEPT / "modern-encoder" / "results.json").read_text(encoding="utf-8"))
+    seeds = {run["seed"] for v in modern["variants"] for run in v["runs"]}
+    assert len(seeds) >= 3
+    assert all(v["downstream_runs"] for v in modern["variants"])

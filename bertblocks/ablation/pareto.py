@@ -15,12 +15,17 @@ its std over seeds (a timed cost) as error bars, so a front point whose interval
 neighbour's is marked but not resolved: the table's Δ column says which differences the study can tell
 apart.
 
+A downstream metric (:mod:`bertblocks.ablation.downstream`) is named ``TASK/METRIC``, as in the table
+and ``results.json``'s ``downstream`` object (``number/accuracy``); its error bar is its 95% interval.
+
 The runner writes ``results-pareto.png`` beside ``results.png`` for a study that trains: one panel per
 cost it measured (used parameters, FLOPs per token, latency, peak memory, training tokens/s) against
-its primary quality metric (eval loss, else accuracy, else train loss). To redraw it for another metric
-from a finished study (and print each front)::
+its primary quality metric (eval loss, else accuracy, else train loss), and, for a study with
+``downstream:`` tasks, a second row of panels per task against its first metric (``number/accuracy``).
+To redraw it for other metrics from a finished study (and print each front)::
 
     python -m bertblocks.ablation.pareto OUT/results.json --quality accuracy --cost latency_ms
+    python -m bertblocks.ablation.pareto OUT/results.json --quality eval_loss --quality number/accuracy --out p.png
 """
 
 from __future__ import annotations
@@ -125,6 +130,34 @@ def _as_dicts(variants: Sequence[VariantSummary | Mapping[str, Any]]) -> list[Ma
     return [summary_dict(v) if isinstance(v, VariantSummary) else v for v in variants]
 
 
+def _value(variant: Mapping[str, Any], metric: str) -> tuple[float, float] | None:
+    """The variant's mean of ``metric`` and its error bar: a summary metric, or a downstream ``TASK/METRIC``."""
+    mean = (variant.get("mean") or {}).get(metric)
+    if isinstance(mean, int | float):
+        return float(mean), _error(variant, metric)
+    entry = (variant.get("downstream") or {}).get(metric)
+    if isinstance(entry, Mapping) and isinstance(entry.get("mean"), int | float):
+        interval = entry.get("interval")
+        half = interval.get("half_width") if isinstance(interval, Mapping) else None
+        finite = isinstance(half, int | float) and math.isfinite(half)
+        return float(entry["mean"]), float(half) if finite else 0.0
+    return None
+
+
+def _present(variants: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Every metric some variant holds: its summary metrics and its downstream ``TASK/METRIC`` keys."""
+    return {m for v in variants for m in [*(v.get("mean") or {}), *(v.get("downstream") or {})]}
+
+
+def downstream_qualities(variants: Sequence[VariantSummary | Mapping[str, Any]]) -> list[str]:
+    """The first metric of each downstream task (``number/accuracy``), in the order the results hold them."""
+    keys: dict[str, str] = {}
+    for v in _as_dicts(variants):
+        for key in v.get("downstream") or {}:
+            keys.setdefault(key.partition("/")[0], key)
+    return list(keys.values())
+
+
 def _error(variant: Mapping[str, Any], metric: str) -> float:
     interval = (variant.get("intervals") or {}).get(metric)
     half = interval.get("half_width") if isinstance(interval, Mapping) else None
@@ -146,22 +179,22 @@ def pareto_points(
     Args:
         variants: :class:`~bertblocks.ablation.report.VariantSummary` objects, or their
             :func:`~bertblocks.ablation.report.summary_dict` form (``results.json``'s ``variants``).
-        cost, quality: metric names (keys of each variant's ``mean``).
+        cost, quality: metric names (keys of each variant's ``mean``, or a downstream ``TASK/METRIC``).
         lower_quality: whether a smaller quality is better; default: :func:`lower_is_better`.
     """
     lower_quality = lower_is_better(quality) if lower_quality is None else lower_quality
     chosen = []
     for v in _as_dicts(variants):
-        mean = v.get("mean") or {}
-        if isinstance(mean.get(cost), int | float) and isinstance(mean.get(quality), int | float):
-            chosen.append(v)
-    costs = [float(v["mean"][cost]) for v in chosen]
-    qualities = [float(v["mean"][quality]) for v in chosen]
-    front = pareto_front(costs, qualities, lower_cost=lower_is_better(cost), lower_quality=lower_quality)
-    return [
-        Point(str(v["variant"]), c, q, _error(v, cost), _error(v, quality), on)
-        for v, c, q, on in zip(chosen, costs, qualities, front, strict=True)
-    ]
+        c, q = _value(v, cost), _value(v, quality)
+        if c is not None and q is not None:
+            chosen.append((str(v["variant"]), c, q))
+    front = pareto_front(
+        [c[0] for _, c, _ in chosen],
+        [q[0] for _, _, q in chosen],
+        lower_cost=lower_is_better(cost),
+        lower_quality=lower_quality,
+    )
+    return [Point(name, c[0], q[0], c[1], q[1], on) for (name, c, q), on in zip(chosen, front, strict=True)]
 
 
 def primary_quality(variants: Sequence[VariantSummary | Mapping[str, Any]]) -> str | None:
@@ -187,13 +220,14 @@ def write_pareto_plot(
     title: str,
     variants: Sequence[VariantSummary | Mapping[str, Any]],
     *,
-    quality: str | None = None,
+    quality: str | Sequence[str] | None = None,
     costs: Sequence[str] | None = None,
     lower_quality: bool | None = None,
 ) -> bool:
-    """One panel per cost: quality against that cost, the front's variants filled and joined by a step
-    line, the others hollow. Returns ``False`` (and writes nothing) when there is no quality metric or no
-    cost to plot.
+    """One panel per cost and quality: quality against that cost, the front's variants filled and joined by
+    a step line, the others hollow. ``quality`` is one metric or several (one row of panels each); by
+    default the primary quality and then each downstream task's first metric. Returns ``False`` (and
+    writes nothing) when there is no quality metric or no cost to plot.
 
     Raises:
         ParetoError: a ``quality`` or cost named that no variant holds.
@@ -204,46 +238,31 @@ def write_pareto_plot(
     import matplotlib.pyplot as plt
 
     dicts = _as_dicts(variants)
-    present = {m for v in dicts for m in (v.get("mean") or {})}
-    for metric in [quality, *(costs or [])]:
-        if metric is not None and metric not in present:
+    present = _present(dicts)
+    named = [quality] if isinstance(quality, str) else list(quality or [])
+    for metric in [*named, *(costs or [])]:
+        if metric not in present:
             raise ParetoError(f"no variant has {metric!r}; the results hold: {', '.join(sorted(present))}")
-    quality = quality or primary_quality(dicts)
+    if not named:
+        primary = primary_quality(dicts)
+        named = [primary, *downstream_qualities(dicts)] if primary is not None else []
     chosen = list(costs) if costs else _costs_present(dicts)
-    if quality is None or not chosen:
+    if not named or not chosen:
         return False
-    lower_quality = lower_is_better(quality) if lower_quality is None else lower_quality
-    cols = min(3, len(chosen))
-    rows = math.ceil(len(chosen) / cols)
+    # one quality: up to three panels a row; several: one row of panels per quality, so each row reads alone
+    cols = min(3, len(chosen)) if len(named) == 1 else len(chosen)
+    per_quality = math.ceil(len(chosen) / cols)
+    rows = per_quality * len(named)
     fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.8 * rows), squeeze=False)
-    for ax, cost in zip(axes.flat, chosen, strict=False):
-        points = pareto_points(dicts, cost, quality, lower_quality=lower_quality)
-        for p in points:
-            ax.errorbar(
-                p.cost,
-                p.quality,
-                xerr=p.cost_err or None,
-                yerr=p.quality_err or None,
-                fmt="o",
-                color="#C44E52" if p.on_front else "#8C8C8C",
-                mfc="#C44E52" if p.on_front else "white",
-                ecolor="#BBBBBB",
-                capsize=2,
-                zorder=3,
-            )
-            ax.annotate(p.variant, (p.cost, p.quality), fontsize=7, xytext=(4, 4), textcoords="offset points")
-        front = sorted((p for p in points if p.on_front), key=lambda p: p.cost)
-        if len(front) > 1:
-            # the edge of the dominated region: it extends towards dearer costs
-            where = "post" if lower_is_better(cost) else "pre"
-            ax.step([p.cost for p in front], [p.quality for p in front], where=where, color="#C44E52", lw=1)
-        better = "lower" if lower_is_better(cost) else "higher"
-        ax.set_xlabel(f"{_label(cost)} ({better} is better)", fontsize=8)
-        ax.set_ylabel(f"{_label(quality)} ({'lower' if lower_quality else 'higher'} is better)", fontsize=8)
-        ax.tick_params(labelsize=8)
-        ax.margins(0.15)
-    for ax in list(axes.flat)[len(chosen) :]:
-        ax.axis("off")
+    flat = list(axes.flat)
+    used: set[int] = set()
+    for index, (metric, cost) in enumerate((m, c) for m in named for c in chosen):
+        slot = (index // len(chosen)) * per_quality * cols + index % len(chosen)
+        used.add(slot)
+        _panel(flat[slot], dicts, cost, metric, lower_is_better(metric) if lower_quality is None else lower_quality)
+    for slot, ax in enumerate(flat):
+        if slot not in used:
+            ax.axis("off")
     fig.suptitle(f"{title}: Pareto front (filled) of quality against cost", fontsize=10)
     fig.tight_layout()
     try:
@@ -253,6 +272,36 @@ def write_pareto_plot(
         plt.close(fig)
     write_bytes(path, image.getvalue())
     return True
+
+
+def _panel(ax: Any, dicts: Sequence[Mapping[str, Any]], cost: str, quality: str, lower_quality: bool) -> None:
+    """One (cost, quality) panel: the points with their error bars, the front filled and joined."""
+    points = pareto_points(dicts, cost, quality, lower_quality=lower_quality)
+    for p in points:
+        ax.errorbar(
+            p.cost,
+            p.quality,
+            xerr=p.cost_err or None,
+            yerr=p.quality_err or None,
+            fmt="o",
+            color="#C44E52" if p.on_front else "#8C8C8C",
+            mfc="#C44E52" if p.on_front else "white",
+            ecolor="#BBBBBB",
+            capsize=2,
+            zorder=3,
+        )
+        ax.annotate(p.variant, (p.cost, p.quality), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    front = sorted((p for p in points if p.on_front), key=lambda p: p.cost)
+    if len(front) > 1:
+        # the edge of the dominated region: it extends towards dearer costs
+        where = "post" if lower_is_better(cost) else "pre"
+        ax.step([p.cost for p in front], [p.quality for p in front], where=where, color="#C44E52", lw=1)
+    better = "lower" if lower_is_better(cost) else "higher"
+    ax.set_xlabel(f"{_label(cost)} ({better} is better)", fontsize=8)
+    ax.set_ylabel(f"{_label(quality)} ({'lower' if lower_quality else 'higher'} is better)", fontsize=8)
+    ax.tick_params(labelsize=8)
+    ax.locator_params(axis="x", nbins=4)  # parameter counts in full take a panel's width at more ticks
+    ax.margins(0.15)
 
 
 def format_front(points: Sequence[Point], cost: str, quality: str) -> str:
@@ -269,7 +318,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bertblocks.ablation.pareto RESULTS.json``: print the fronts and redraw the plot."""
     parser = argparse.ArgumentParser(prog="python -m bertblocks.ablation.pareto", description=__doc__.split("\n")[0])
     parser.add_argument("results", metavar="RESULTS.json", help="a study's results.json")
-    parser.add_argument("--quality", help="quality metric (default: eval_loss, else accuracy, else train_loss)")
+    parser.add_argument(
+        "--quality",
+        action="append",
+        dest="qualities",
+        help="quality metric, or a downstream TASK/METRIC; repeatable (default: eval_loss, else accuracy, else "
+        "train_loss; the plot adds each downstream task's first metric)",
+    )
     parser.add_argument("--cost", action="append", dest="costs", help="cost metric; repeatable (default: all)")
     direction = parser.add_mutually_exclusive_group()
     direction.add_argument("--higher", action="store_true", help="a higher quality is better")
@@ -283,19 +338,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cannot read {args.results} as a study's results.json: {e}", file=sys.stderr)
         return 1
     lower = True if args.lower else False if args.higher else None
-    quality = args.quality or primary_quality(variants)
-    present = {m for v in variants for m in (v.get("mean") or {})}
+    qualities = args.qualities or [primary_quality(variants)]
+    present = _present(variants)
     costs = args.costs or _costs_present(variants)
-    missing = [m for m in [quality, *costs] if m is None or m not in present]
+    missing = [m for m in [*qualities, *costs] if m is None or m not in present]
     if missing:
         print(f"no variant has {missing[0]!r}; the results hold: {', '.join(sorted(present))}", file=sys.stderr)
         return 1
-    assert quality is not None
-    for cost in costs:
-        print(format_front(pareto_points(variants, cost, quality, lower_quality=lower), cost, quality))
+    for quality in qualities:
+        for cost in costs:
+            print(format_front(pareto_points(variants, cost, quality, lower_quality=lower), cost, quality))
     if args.out:
         write_pareto_plot(
-            Path(args.out), str(data.get("study", "")), variants, quality=quality, costs=costs, lower_quality=lower
+            Path(args.out),
+            str(data.get("study", "")),
+            variants,
+            quality=args.qualities,  # none named: the default rows, downstream included
+            costs=costs,
+            lower_quality=lower,
         )
         print(f"plot: {args.out}")
     return 0
