@@ -3,14 +3,16 @@ classification, QA and multiple choice, with transformers' module names (so chec
 transformers' losses.
 
 Every head factory receives the same keyword arguments (:class:`~.composition.HeadArguments`, documented in
-``docs/how-to/task-heads.md``). No BERT head takes options of its own: sizes, labels, dropout and tying are
-config fields, as in HF (``num_labels``, ``problem_type``, ``classifier_dropout``, ``tie_word_embeddings``).
+``docs/how-to/task-heads.md``). Sizes, labels, dropout and tying are config fields, as in HF (``num_labels``,
+``problem_type``, ``classifier_dropout``, ``tie_word_embeddings``); the one head option is ``masked_lm``'s opt-in
+``sparse_prediction`` (:class:`MaskedLMOptions`), which transformers' class does not have.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
+from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from bertblocks.core.outputs import (
@@ -51,6 +53,28 @@ PRETRAINING_LOSS = SumOfLosses(
 )
 
 
+# ------------------------------------------------------------------------------------------------ options
+class MaskedLMOptions(BaseModel):
+    """Options of the masked-LM heads (``masked_lm``; ``masked_lm_gelu`` adds its own to these)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sparse_prediction: bool = Field(
+        False,
+        description="with labels, run the decoder only on positions whose label is not -100: the loss is the "
+        "dense one, the logits are [n_labelled, vocab] (ModernBERT's option; off keeps transformers' output)",
+    )
+
+
+#: the label that marks a position unscored (transformers' ignore_index)
+IGNORE_INDEX = -100
+
+
+def sparse_index(options: object) -> int | None:
+    """The branch's ``sparse_ignore_index`` for a head's options: -100 when it asks for sparse prediction."""
+    return IGNORE_INDEX if getattr(options, "sparse_prediction", False) else None
+
+
 # ----------------------------------------------------------------------------------------- compositions
 def lm_prediction(a: HeadArguments, activation: nn.Module, width: int | None = None) -> LMPrediction:
     """HF's ``cls.predictions``: BERT's transform (to ``width``, default hidden) and the vocabulary decoder."""
@@ -73,10 +97,13 @@ def language_model(
     """
     predictions = lm_prediction(a, activation or a.activation(), width)
     output: type[ModelOutput] = CausalLMOutputWithCrossAttentions if causal else MaskedLMOutput
+    # sparse prediction (masked LM only: the causal loss shifts labels along the sequence) reuses the branch
+    # option ModernBERT's head uses, so both gather the labelled positions in one place
+    sparse = None if causal else sparse_index(a.options)
     return ComposedHead(
         name,
         modules={"cls": Steps(("predictions", predictions))},  # HF's BertOnlyMLMHead
-        branches=(Branch(("logits",), "none", ("cls",)),),
+        branches=(Branch(("logits",), "none", ("cls",), sparse_ignore_index=sparse),),
         loss=CAUSAL_LM_LOSS if causal else MASKED_LM_LOSS,
         output=output,
     )

@@ -11,12 +11,13 @@ from __future__ import annotations
 from bertblocks.core.component import Component, NoOptions
 
 from . import bert, linear_heads, task_heads, transform_heads
+from .bert import MaskedLMOptions
 from .composition import head_component
 from .linear_heads import DensePooledOptions, LinearLMOptions
-from .task_heads import DenseClassificationOptions, GeluLMOptions
+from .task_heads import DenseClassificationOptions, GeluLMOptions, GeluMaskedLMOptions
 from .transform_heads import TransformLMOptions, TransformOptions, TransformPoolingOptions
 
-#: BERT's heads (no options): name → (what it outputs, transformers' class)
+#: BERT's heads: name → (what it outputs, transformers' class); only ``masked_lm`` takes options (BERT_OPTIONS)
 BERT_HEADS = {
     "masked_lm": ("masked-LM logits", "BertForMaskedLM"),
     "next_sentence": ("is B the sentence after A: two logits", "BertForNextSentencePrediction"),
@@ -28,9 +29,12 @@ BERT_HEADS = {
     "multiple_choice": ("one score per choice", "BertForMultipleChoice"),
 }
 
+#: the options of the BERT heads that take any
+BERT_OPTIONS = {"masked_lm": MaskedLMOptions}
+
 #: the other families' heads: name → (module of the composition, options, description)
 FAMILY_HEADS = {
-    "masked_lm_gelu": (task_heads, GeluLMOptions, "masked LM, gelu transform (RoBERTa, ELECTRA generator)"),
+    "masked_lm_gelu": (task_heads, GeluMaskedLMOptions, "masked LM, gelu transform (RoBERTa, ELECTRA generator)"),
     "causal_lm_gelu": (task_heads, GeluLMOptions, "causal LM, gelu transform (RoBERTa, ELECTRA)"),
     "sentence_order_pretraining": (task_heads, GeluLMOptions, "masked LM + sentence order (AlbertForPreTraining)"),
     "dense_classification": (task_heads, DenseClassificationOptions, "first token → dense → act → out_proj"),
@@ -53,6 +57,9 @@ FAMILY_HEADS = {
 
 def bertblocks_register_components() -> list[Component]:
     return [
-        *(head_component(n, getattr(bert, n), f"{what} ({cls})") for n, (what, cls) in BERT_HEADS.items()),
+        *(
+            head_component(n, getattr(bert, n), f"{what} ({cls})", BERT_OPTIONS.get(n, NoOptions))
+            for n, (what, cls) in BERT_HEADS.items()
+        ),
         *(head_component(n, getattr(module, n), text, options) for n, (module, options, text) in FAMILY_HEADS.items()),
     ]

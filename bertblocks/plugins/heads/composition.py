@@ -24,6 +24,7 @@ from torch import nn
 from bertblocks.core.component import Component, NoOptions
 from bertblocks.core.interfaces import Head
 from bertblocks.core.outputs import ModelOutput, ModelOutputWithPooling
+from bertblocks.core.packing import real_token_index
 
 from .losses import Loss, LossContext, check_shape, is_integer
 from .pooling import Pooling, pool
@@ -156,7 +157,14 @@ def _labelled_positions(
     check_shape("labels", target, (tuple(hidden.shape[:-1]),), "token ids [batch, seq] or -100")
     flat = target.reshape(-1)
     keep = flat != ignore_index
-    return hidden.reshape(flat.shape[0], -1)[keep], flat[keep]
+    if torch.compiler.is_compiling():
+        # the packing op's symbolic count (not boolean indexing, whose data-dependent size would break the graph
+        # or recompile per count): one graph serves every number of labelled positions. It promises at least
+        # one, so a batch without a label scores position 0 anyway; its target stays ignore_index, so the loss
+        # is eager's (nan, as the dense loss), and the logits are [1, vocab] instead of [0, vocab]
+        keep = torch.cat([keep[:1] | ~keep.any(), keep[1:]])
+    index = real_token_index(keep)  # [n]
+    return hidden.reshape(flat.shape[0], -1).index_select(0, index), flat.index_select(0, index)
 
 
 def flatten_choices(inputs: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:

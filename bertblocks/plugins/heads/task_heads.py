@@ -24,7 +24,7 @@ from torch import nn
 from bertblocks.core.outputs import ModelOutput, MultipleChoiceModelOutput, SequenceClassifierOutput
 from bertblocks.plugins.feedforward import ACTIVATIONS
 
-from .bert import CHOICE_LOSS, language_model, lm_prediction
+from .bert import CHOICE_LOSS, MaskedLMOptions, language_model, lm_prediction
 from .composition import Branch, ComposedHead, HeadArguments
 from .losses import CrossEntropy, Loss, MaskedBinaryLoss, ProblemTypeLoss, SumOfLosses
 from .transforms import Steps, dense_act, dropout_dense_act
@@ -46,6 +46,10 @@ class GeluLMOptions(BaseModel):
     activation: Literal["gelu", "hidden_act"] = Field(
         "gelu", description="the transform's activation: gelu (RoBERTa, ELECTRA) or the config's hidden_act (ALBERT)"
     )
+
+
+class GeluMaskedLMOptions(GeluLMOptions, MaskedLMOptions):
+    """Options of ``masked_lm_gelu``: the gelu LM head's, plus opt-in ``sparse_prediction``."""
 
 
 class DenseClassificationOptions(BaseModel):
