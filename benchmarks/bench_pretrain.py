@@ -6,7 +6,9 @@ by transformers' ``DataCollatorForLanguageModeling`` (15% masked BERT's way, pad
 of the batch). transformers builds a ``BertForMaskedLM`` with random weights (SDPA, BERT's dropout 0.1) and
 saves it; bertblocks loads that checkpoint with ``encoder.packing=always`` (the dense layers and their
 backward see the real tokens only) and, a third contender, the same model under ``torch.compile``
-(``dynamic=True``; packing stays in the graph with no dynamo setting, its token count symbolic).
+(``dynamic=True``; packing stays in the graph with no dynamo setting, its token count symbolic). With
+``--sparse``, a fourth: packed with the ``masked_lm`` head's ``sparse_prediction`` (the decoder runs on the
+labelled positions only; the same loss, logits ``[n_labelled, vocab]``).
 Each contender has its own AdamW; a step is ``zero_grad`` + forward with labels + ``backward`` + ``step``.
 
 Before timing, the eval-mode MLM loss of the first batch is compared with transformers' (it must agree to
@@ -20,6 +22,7 @@ Usage:
     python benchmarks/bench_pretrain.py --quick       # 2 x 128, batch 8, up to 64 tokens: a smoke test
     python benchmarks/bench_pretrain.py --steps 30 --no-compile
     python benchmarks/bench_pretrain.py --vocab 2000     # a small vocabulary: the encoder dominates the step
+    python benchmarks/bench_pretrain.py --sparse         # also packed + sparse prediction (head on masked tokens)
 """
 
 from __future__ import annotations
@@ -88,6 +91,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per contender first (default 3)")
     parser.add_argument("--no-compile", action="store_true", help="leave out the compiled contender")
     parser.add_argument(
+        "--sparse",
+        action="store_true",
+        help="add a contender: packed, with the masked_lm head's sparse_prediction (decoder on masked tokens only)",
+    )
+    parser.add_argument(
         "--vocab",
         type=int,
         default=30522,
@@ -115,6 +123,8 @@ def main() -> None:
         ours_c = (
             bertblocks.from_pretrained(tmp, ["encoder.packing=always"], head="auto") if not args.no_compile else None
         )
+        sparse = ["encoder.packing=always", "head.sparse_prediction=true"]
+        ours_s = bertblocks.from_pretrained(tmp, sparse, head="auto") if args.sparse else None
 
     real = [int(b["attention_mask"].sum()) for b in batches]
     shape = [tuple(b["input_ids"].shape) for b in batches]
@@ -130,11 +140,15 @@ def main() -> None:
     with torch.no_grad():  # the same loss on the same batch (eval mode: no dropout)
         reference = float(hf.eval()(**batches[0]).loss)
         difference = abs(float(ours.eval()(**batches[0]).loss) - reference)
+        if ours_s is not None:
+            difference = max(difference, abs(float(ours_s.eval()(**batches[0]).loss) - reference))
     print(f"eval-mode MLM loss on batch 0: transformers {reference:.6f}, bertblocks differs by {difference:.1e}")
     if difference > 1e-4:
         raise SystemExit("the losses differ: not timing a model that computes something else")
 
     steppers = {"transformers": _stepper(hf.train(), hf), "bertblocks packed": _stepper(ours.train(), ours)}
+    if ours_s is not None:
+        steppers["bertblocks packed+sparse"] = _stepper(ours_s.train(), ours_s)
     compile_seconds = None
     if ours_c is not None:
         compiled = torch.compile(ours_c.train(), dynamic=True)
