@@ -170,3 +170,21 @@ def test_compiled_batch_without_a_label_gives_eager_loss(tmp_path):
         assert torch.isnan(model(**inputs).loss)
         assert torch.isnan(compiled(**inputs).loss)
     torch._dynamo.reset()
+
+
+def test_an_ablation_study_override_reaches_the_mlm_model(tmp_path):
+    """The study's own overrides turn it on for the model its MLM runs train (no study option needed)."""
+    from bertblocks.ablation.study import load_study
+    from bertblocks.ablation.training import task_model
+
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        "base: bert-mini-uncased\noverrides:\n  head: {name: masked_lm, sparse_prediction: true}\nvariants:\n  a: {}\n",
+        encoding="utf-8",
+    )
+    (variant,) = load_study(study).variants
+    model = task_model("mlm", variant.config)
+    assert model.config.head.options()["sparse_prediction"] is True
+    inputs = _batch()
+    labelled = int((inputs["labels"] != -100).sum())
+    assert model(**inputs).logits.shape[0] == labelled
