@@ -373,8 +373,26 @@ def _record_problem_type(model: BertTaskModel, args: tuple[Any, ...], kwargs: di
     labels = kwargs.get("labels")
     if labels is None and len(args) > _LABELS_POSITION:
         labels = args[_LABELS_POSITION]
-    if isinstance(labels, torch.Tensor):
-        model.config.problem_type = infer(model.config.num_labels, labels.dtype)
+    width = _logits_width(model.head)
+    if isinstance(labels, torch.Tensor) and width is not None:
+        model.config.problem_type = infer(width, labels.dtype)
+
+
+def _logits_width(head: Head) -> int | None:
+    """How many scores per example the head's loss reads (transformers' ``num_labels``; a plugin head may differ:
+    one regression score under the default ``num_labels: 2``), from the last layer of the branch that fills the
+    loss's field; ``None`` where that is not a layer with ``out_features`` (the loss then infers the type
+    itself, inside the call)."""
+    field = getattr(getattr(head, "loss", None), "field", None)
+    if getattr(head, "choices", False):  # the scores are reshaped to [b, choices]
+        return None
+    for branch in getattr(head, "branches", ()):
+        if field in branch.fields:
+            if branch.split or not branch.modules:
+                return None
+            width = getattr(head.get_submodule(branch.modules[-1]), "out_features", None)  # type: ignore[attr-defined]
+            return width if isinstance(width, int) else None
+    return None
 
 
 #: where ``labels`` comes among ``forward``'s positional arguments (after ``self``)
