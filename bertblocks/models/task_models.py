@@ -154,7 +154,7 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         # call, one recompilation. This frame runs as plain Python under the compiler (_skip_call_frame) and the
         # helper with the compiler off; traced from a user's graph (is_compiling() a constant True) the branch
         # is gone and forward infers and writes it back as before.
-        if not torch.compiler.is_compiling():
+        if not torch.compiler.is_compiling() and self.config.problem_type is None:  # a plain field: no frame
             _record_problem_type(self, args, kwargs)
         return super().__call__(*args, **kwargs)
 
