@@ -275,7 +275,9 @@ def _recording(base: type[transformers.Trainer]) -> type[transformers.Trainer]:
     return Recording
 
 
-def _train(base: type[transformers.Trainer], tmp_path: Path, compile: bool) -> transformers.Trainer:
+def _train(
+    base: type[transformers.Trainer], tmp_path: Path, compile: bool, make_model: Any = None
+) -> transformers.Trainer:
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "run"),
         per_device_train_batch_size=2,
@@ -290,7 +292,8 @@ def _train(base: type[transformers.Trainer], tmp_path: Path, compile: bool) -> t
         torch_compile=compile,
         **({"torch_compile_backend": "aot_eager"} if compile else {}),
     )
-    trainer = _recording(base)(model=_model(), args=args, train_dataset=_rows(), data_collator=_collate)
+    model = make_model() if make_model is not None else _model()
+    trainer = _recording(base)(model=model, args=args, train_dataset=_rows(), data_collator=_collate)
     trainer.train()
     return trainer
 
@@ -308,5 +311,20 @@ def test_trainer_with_torch_compile_packs_in_one_graph_with_eager_gradients(base
     # the compiled graph's packing op ran once in every step after the first (which also traced it)
     assert compiled.packing_calls[0] >= 1
     assert compiled.packing_calls[1:] == [1] * (len(LENGTHS) - 1)
+    for (length, *actual), (_, *expected) in zip(compiled.steps, eager.steps, strict=True):
+        _assert_step_equal(actual, expected, length)
+
+
+@pytest.mark.compile
+def test_trainer_with_torch_compile_records_an_unset_problem_type_in_one_graph(tmp_path):
+    """``Trainer(torch_compile=True)`` on a classifier with no ``problem_type``: one graph for ten lengths, no graph
+    break, the eager run's gradients, and the config records transformers' inferred type."""
+    model = lambda: _unset_problem_type_model(2)  # noqa: E731
+    eager = _train(transformers.Trainer, tmp_path / "eager", compile=False, make_model=model)
+    assert eager.model.config.problem_type == "single_label_classification"
+    compiled = _train(transformers.Trainer, tmp_path / "compiled", compile=True, make_model=model)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert compiled.model.config.problem_type == "single_label_classification"
     for (length, *actual), (_, *expected) in zip(compiled.steps, eager.steps, strict=True):
         _assert_step_equal(actual, expected, length)
