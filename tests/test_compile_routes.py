@@ -61,8 +61,7 @@ def _model() -> torch.nn.Module:
     """A tiny classifier that packs in training; no dropout, so compiled and eager gradients compare."""
     torch.manual_seed(0)
     overrides = {"encoder.packing": "always", "hidden_dropout_prob": 0.0, "encoder.attention.dropout": 0.0}
-    # problem_type set: a classifier without one infers it on its first call with labels and writes it to its
-    # config (as transformers' does), which under compile is one more graph (docs/explanation/packing.md)
+    # problem_type set here; a classifier without one is tested below (it is recorded before the graph)
     config = {**TINY, "initializer_range": 0.2, "num_labels": 2, "problem_type": "single_label_classification"}
     return bertblocks.create_model(config, overrides, head="sequence_classification").train()
 
@@ -153,6 +152,56 @@ def test_model_called_from_a_compiled_wrapper_packs_without_a_graph_break():
     assert backend.packing_graphs == backend.graphs == 1
 
 
+def _unset_problem_type_model(num_labels: int) -> torch.nn.Module:
+    """A tiny classifier as :func:`_model`'s, but with no ``problem_type``: the first call with labels infers it."""
+    torch.manual_seed(0)
+    overrides = {"encoder.packing": "always", "hidden_dropout_prob": 0.0, "encoder.attention.dropout": 0.0}
+    config = {**TINY, "initializer_range": 0.2, "num_labels": num_labels}
+    return bertblocks.create_model(config, overrides, head="sequence_classification").train()
+
+
+# transformers' rule: one label → regression; integer labels → single-label; else multi-label
+PROBLEMS = {
+    "single_label_classification": (2, lambda g: torch.randint(0, 2, (3,), generator=g)),
+    "regression": (1, lambda g: torch.randn(3, generator=g)),
+    "multi_label_classification": (2, lambda g: torch.randint(0, 2, (3, 2), generator=g).float()),
+}
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("route", ["torch.compile(model)", "model.compile()"])
+@pytest.mark.parametrize("problem", list(PROBLEMS))
+def test_unset_problem_type_is_recorded_without_a_graph_break_or_a_recompile(route, problem):
+    """The inferred ``problem_type`` reaches the config before the compiled graph: one graph for ten lengths, no
+    graph break, the eager model's losses and gradients, and the config records what transformers would."""
+    num_labels, make_labels = PROBLEMS[problem]
+    model = _unset_problem_type_model(num_labels)
+    reference = _unset_problem_type_model(num_labels)  # eager, the same weights
+    assert model.config.problem_type is None
+    backend = CountingBackend()
+    compiled = _compile(route, model, backend)
+    for length in LENGTHS:
+        inputs = {**_batch(length), "labels": make_labels(torch.Generator().manual_seed(length))}
+        _assert_step_equal(_step(compiled, inputs), _step(reference, inputs), length)
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert backend.graphs == 1, f"{backend.graphs} graphs for ten lengths"
+    assert model.config.problem_type == reference.config.problem_type == problem
+
+
+@pytest.mark.compile
+def test_unset_problem_type_given_positionally_is_recorded_before_the_graph():
+    """``labels`` passed by position (forward's order) is found as well: one graph, the type recorded."""
+    model = _unset_problem_type_model(2)
+    backend = CountingBackend()
+    compiled = torch.compile(model, backend=backend)
+    for length in (5, 9):
+        inputs = _batch(length)
+        compiled(inputs["input_ids"], inputs["attention_mask"], None, None, None, None, inputs["labels"])
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert backend.graphs == 1
+    assert model.config.problem_type == "single_label_classification"
+
+
 def _marks(inputs: dict[str, torch.Tensor]) -> dict[str, tuple]:
     return {k: tuple(sorted(getattr(t, "_dynamo_weak_dynamic_indices", ()))) for k, t in inputs.items()}
 
@@ -226,7 +275,9 @@ def _recording(base: type[transformers.Trainer]) -> type[transformers.Trainer]:
     return Recording
 
 
-def _train(base: type[transformers.Trainer], tmp_path: Path, compile: bool) -> transformers.Trainer:
+def _train(
+    base: type[transformers.Trainer], tmp_path: Path, compile: bool, make_model: Any = None
+) -> transformers.Trainer:
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "run"),
         per_device_train_batch_size=2,
@@ -241,7 +292,8 @@ def _train(base: type[transformers.Trainer], tmp_path: Path, compile: bool) -> t
         torch_compile=compile,
         **({"torch_compile_backend": "aot_eager"} if compile else {}),
     )
-    trainer = _recording(base)(model=_model(), args=args, train_dataset=_rows(), data_collator=_collate)
+    model = make_model() if make_model is not None else _model()
+    trainer = _recording(base)(model=model, args=args, train_dataset=_rows(), data_collator=_collate)
     trainer.train()
     return trainer
 
@@ -259,5 +311,20 @@ def test_trainer_with_torch_compile_packs_in_one_graph_with_eager_gradients(base
     # the compiled graph's packing op ran once in every step after the first (which also traced it)
     assert compiled.packing_calls[0] >= 1
     assert compiled.packing_calls[1:] == [1] * (len(LENGTHS) - 1)
+    for (length, *actual), (_, *expected) in zip(compiled.steps, eager.steps, strict=True):
+        _assert_step_equal(actual, expected, length)
+
+
+@pytest.mark.compile
+def test_trainer_with_torch_compile_records_an_unset_problem_type_in_one_graph(tmp_path):
+    """``Trainer(torch_compile=True)`` on a classifier with no ``problem_type``: one graph for ten lengths, no graph
+    break, the eager run's gradients, and the config records transformers' inferred type."""
+    model = lambda: _unset_problem_type_model(2)  # noqa: E731
+    eager = _train(transformers.Trainer, tmp_path / "eager", compile=False, make_model=model)
+    assert eager.model.config.problem_type == "single_label_classification"
+    compiled = _train(transformers.Trainer, tmp_path / "compiled", compile=True, make_model=model)
+    assert counters["stats"]["unique_graphs"] == 1
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert compiled.model.config.problem_type == "single_label_classification"
     for (length, *actual), (_, *expected) in zip(compiled.steps, eager.steps, strict=True):
         _assert_step_equal(actual, expected, length)

@@ -339,3 +339,44 @@ def test_saving_an_unquantized_model_is_refused(tmp_path: Path):
     with pytest.raises(QuantizationError, match="not quantized"):
         save_quantized(_tiny(), tmp_path)
     assert issubclass(QuantizationError, BertBlocksError)
+
+
+# a fused Wqkv read in parts: cross-attention (query from the decoder, key/value from the encoder) and DeBERTa's
+# shared-key position term slice its weight, which an int8 layer holds as int8
+def _cross_attention_decoder() -> nn.Module:
+    torch.manual_seed(0)
+    config = {**TINY, "is_decoder": True, "add_cross_attention": True}
+    return bertblocks.create_model(config, {"encoder.attention.fused_qkv": True}, head="causal_lm").eval()
+
+
+def test_a_fused_cross_attention_wqkv_is_refused_naming_it_and_the_model_is_left_as_it_was():
+    model = _cross_attention_decoder()
+    with pytest.raises(
+        QuantizationError, match=r"bert\.encoder\.layer\.0\.crossattention\.self\.Wqkv .*cross-attention"
+    ):
+        quantize(model)
+    assert not is_quantized(model)  # refused before any layer was replaced
+
+
+def test_a_fused_wqkv_read_by_a_position_term_is_refused():
+    model = bertblocks.create_model("tiny-deberta-v2", {"encoder.attention.fused_qkv": True}).eval()
+    with pytest.raises(QuantizationError, match=r"encoder\.layer\.0\.attention\.self\.Wqkv .*DisentangledBias"):
+        quantize(model)
+    assert not is_quantized(model)
+
+
+def test_the_named_workaround_quantizes_the_rest_within_the_bound():
+    """The error's ``skip`` keeps the cross-attention ``Wqkv`` in fp32; the decoder's self-attention ``Wqkv`` and
+    every other layer quantize, and the outputs stay within the bound of fp32."""
+    reference = _cross_attention_decoder()
+    model = quantize(_cross_attention_decoder(), skip=["*.crossattention.self.Wqkv"])
+    assert isinstance(model.bert.encoder.layer[0].attention.self.Wqkv, Int8Linear)
+    assert isinstance(model.bert.encoder.layer[0].crossattention.self.Wqkv, nn.Linear)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, TINY["vocab_size"], (2, 7), generator=g)
+    mask = torch.ones(2, 7, dtype=torch.long)
+    encoder_states = torch.randn(2, 5, TINY["hidden_size"], generator=g)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask, encoder_hidden_states=encoder_states)
+        actual = model(input_ids=ids, attention_mask=mask, encoder_hidden_states=encoder_states)
+    assert assert_close_to_fp32(expected, actual, mask) >= 1

@@ -148,6 +148,34 @@ def _check(model: nn.Module) -> None:
             )
 
 
+def _check_fused_parts(model: nn.Module, targets: set[int]) -> None:
+    """Refuse a fused query/key/value projection (``Wqkv``) that its layer reads in parts.
+
+    Cross-attention projects queries from the decoder and keys/values from the encoder, and a position term that
+    declares ``reads_projections`` (DeBERTa's shared-key disentangled attention) projects the relative table with
+    the query or key part alone: both call ``F.linear`` on row slices of ``Wqkv.weight``, which an
+    :class:`Int8Linear` holds as int8 (the product would fail at the first call with a dtype error). Self-
+    attention calls the whole layer, which quantizes as any other.
+    """
+    for name, module in model.named_modules():
+        wqkv = getattr(module, "Wqkv", None) if getattr(module, "fused", False) else None
+        if not isinstance(wqkv, nn.Linear) or id(wqkv) not in targets:
+            continue
+        bias = getattr(module, "position_bias", None)
+        if "crossattention" in name.split("."):  # transformers' (and the checkpoint's) name for the sub-layer
+            why = "cross-attention, which projects the query and the key/value from different inputs,"
+        elif getattr(bias, "reads_projections", False):
+            why = f"the position term {type(bias).__name__}, which projects its table with the query or key part,"
+        else:
+            continue
+        raise QuantizationError(
+            f"quantize: {name}.Wqkv is a fused query/key/value projection that {why} reads in parts (row "
+            "slices of its weight), which an int8 layer cannot serve: build the model with "
+            f"encoder.attention.fused_qkv: false, or keep the layer in fp32 with skip=['*.{name.split('.')[-2]}"
+            ".self.Wqkv'] (or its full name)"
+        )
+
+
 def _roots(model: nn.Module) -> list[nn.Module]:
     """``model`` and every module held as a plain attribute by one of its modules (a task model's ``head``)."""
     roots = [model]
@@ -182,7 +210,8 @@ def quantize(model: M, *, skip: Sequence[str] = ()) -> M:
 
     Raises:
         QuantizationError: a model in training mode, with non-fp32 or non-CPU linear weights, already
-            quantized, already compiled by ``optimize_for_inference``, or with no ``nn.Linear`` to quantize.
+            quantized, already compiled by ``optimize_for_inference``, with no ``nn.Linear`` to quantize, or
+            with a fused ``Wqkv`` that cross-attention or a position term reads in parts (name it in ``skip``).
     """
     _check(model)
     targets = [
@@ -194,6 +223,7 @@ def quantize(model: M, *, skip: Sequence[str] = ()) -> M:
         raise QuantizationError(
             f"quantize: {type(model).__name__} has no nn.Linear layer to quantize (skip={list(skip)!r})"
         )
+    _check_fused_parts(model, {id(module) for _, module in targets})
     converted: dict[int, Int8Linear] = {}  # a layer shared by several names (ALBERT) stays shared
     for _, module in targets:
         if id(module) not in converted:

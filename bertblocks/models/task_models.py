@@ -147,6 +147,17 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         return FamilyKeyMap(self, self.config, backbone=False, registry=self.bert.registry)
 
     # ------------------------------------------------------------------------------------------- forward
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # An unset problem_type is inferred from the labels and written to the config here, before the call
+        # reaches a compiled graph (torch.compile(model), model.compile(), Trainer(torch_compile=True)): written
+        # inside the graph it is a graph break (the config is a pydantic model) and, read again by the next
+        # call, one recompilation. This frame runs as plain Python under the compiler (_skip_call_frame) and the
+        # helper with the compiler off; traced from a user's graph (is_compiling() a constant True) the branch
+        # is gone and forward infers and writes it back as before.
+        if not torch.compiler.is_compiling() and self.config.problem_type is None:  # a plain field: no frame
+            _record_problem_type(self, args, kwargs)
+        return super().__call__(*args, **kwargs)
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -349,6 +360,61 @@ def task_model_class(head: str) -> type[BertTaskModel]:
     """The class for ``head``: transformers' name for a built-in head, :class:`BertTaskModel` for others."""
     return _TASK_CLASSES.get(head, BertTaskModel)
 
+
+@torch.compiler.disable
+def _record_problem_type(model: BertTaskModel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Write transformers' inferred ``problem_type`` to ``model.config`` when the head reads it, the config has
+    none and labels are given (positionally or by name): the loss's own rule (its ``infer_problem_type``, as
+    :class:`bertblocks.plugins.heads.losses.ProblemTypeLoss` has), at the same moment (the first call with
+    labels)."""
+    infer = getattr(getattr(model.head, "loss", None), "infer_problem_type", None)
+    if infer is None or "problem_type" not in model.head.config_fields or model.config.problem_type is not None:
+        return
+    labels = kwargs.get("labels")
+    if labels is None and len(args) > _LABELS_POSITION:
+        labels = args[_LABELS_POSITION]
+    width = _logits_width(model.head)
+    if isinstance(labels, torch.Tensor) and width is not None:
+        model.config.problem_type = infer(width, labels.dtype)
+
+
+def _logits_width(head: Head) -> int | None:
+    """How many scores per example the head's loss reads (transformers' ``num_labels``; a plugin head may differ:
+    one regression score under the default ``num_labels: 2``), from the last layer of the branch that fills the
+    loss's field; ``None`` where that is not a layer with ``out_features`` (the loss then infers the type
+    itself, inside the call)."""
+    field = getattr(getattr(head, "loss", None), "field", None)
+    if getattr(head, "choices", False):  # the scores are reshaped to [b, choices]
+        return None
+    for branch in getattr(head, "branches", ()):
+        if field in branch.fields:
+            if branch.split or not branch.modules:
+                return None
+            width = getattr(head.get_submodule(branch.modules[-1]), "out_features", None)  # type: ignore[attr-defined]
+            return width if isinstance(width, int) else None
+    return None
+
+
+#: where ``labels`` comes among ``forward``'s positional arguments (after ``self``)
+_LABELS_POSITION = list(inspect.signature(BertTaskModel.forward).parameters).index("labels") - 1
+
+
+def _skip_call_frame() -> None:
+    """Have the compiler run the frame of :meth:`BertTaskModel.__call__` as plain Python and compile the frames it
+    calls, as :mod:`bertblocks.models.compiling` does for ``CompileEntry.__call__`` (whose marks then come next,
+    in a frame skipped as well). Without the hook (another torch) the graph starts at the method: the branch is
+    traced, and the config written inside it, as before."""
+    frames = getattr(torch._C._dynamo, "eval_frame", None)
+    setter = getattr(frames, "set_code_exec_strategy", None)
+    if setter is None:  # pragma: no cover - torch without the frame strategies
+        return
+    setter(
+        BertTaskModel.__call__.__code__,
+        frames._FrameExecStrategy(frames._FrameAction.SKIP, frames._FrameAction.DEFAULT),
+    )
+
+
+_skip_call_frame()
 
 __all__ = [
     "BertForMaskedLM",

@@ -121,6 +121,25 @@ class CrossEntropy:
         return F.cross_entropy(logits.reshape(-1, n), target.reshape(-1))
 
 
+def infer_problem_type(num_labels: int, labels_dtype: torch.dtype) -> str:
+    """transformers' rule for an unset ``problem_type``, from what a graph may depend on without a side effect:
+    one label → ``regression``; ``int64``/``int32`` labels → ``single_label_classification``; anything else →
+    ``multi_label_classification``.
+
+    Args:
+        num_labels: the classifier's outputs per example.
+        labels_dtype: the labels' dtype.
+
+    Returns:
+        The problem type.
+    """
+    if num_labels == 1:
+        return "regression"
+    if labels_dtype in (torch.long, torch.int):
+        return "single_label_classification"
+    return "multi_label_classification"
+
+
 @dataclass(frozen=True)
 class ProblemTypeLoss:
     """Sequence classification or regression, by ``problem_type`` (transformers' rule).
@@ -134,6 +153,9 @@ class ProblemTypeLoss:
     field: str = "logits"
     label_names: tuple[str, ...] = ("labels",)
     config_fields: tuple[str, ...] = ("problem_type",)
+    #: the rule for an unset ``problem_type``; the task model also applies it before a compiled call, so that the
+    #: graph reads a set one (no write to the config inside it)
+    infer_problem_type = staticmethod(infer_problem_type)
 
     def __call__(
         self, outputs: Mapping[str, torch.Tensor], labels: Mapping[str, torch.Tensor], context: LossContext
@@ -141,12 +163,7 @@ class ProblemTypeLoss:
         logits, target = outputs[self.field], labels["labels"]
         b, n = logits.shape
         if context.problem_type is None:
-            if n == 1:
-                context.problem_type = "regression"
-            elif target.dtype in (torch.long, torch.int):
-                context.problem_type = "single_label_classification"
-            else:
-                context.problem_type = "multi_label_classification"
+            context.problem_type = infer_problem_type(n, target.dtype)
         if context.problem_type == "regression":
             if n == 1:
                 check_float_labels("labels", target, ((b,), (b, 1)), "regression targets, one per example")
