@@ -26,6 +26,7 @@ Packing inside the graph needs no setting either: see :func:`bertblocks.core.pac
 from __future__ import annotations
 
 import sys
+import types
 from typing import Any
 
 import torch
@@ -69,22 +70,19 @@ class CompileEntry(nn.Module):
                 del value._dynamo_weak_dynamic_indices, value._has_dynamo_dim_marking
 
 
-def _skip_entry_frame() -> None:
-    """Have the compiler run the frame of :meth:`CompileEntry.__call__` as plain Python, and compile the frames it
-    calls as usual (so a compiled model's graph starts below the marks). A code object's strategy, read by the
-    compiler's frame hook only: a call *inlined* while tracing a wrapper is traced as any other. Without this
-    hook (another torch), the compiler starts at the method itself: nothing is marked, and a second length
-    recompiles once, as for any module."""
+def run_frame_uncompiled(code: types.CodeType) -> None:
+    """Have the compiler run the frames of ``code`` as plain Python, and compile the frames they call as usual (so
+    a compiled model's graph starts below them). A code object's strategy, read by the compiler's frame hook
+    only: a call *inlined* while tracing a wrapper is traced as any other. Without this hook (another torch),
+    the compiler starts at the function itself: for :meth:`CompileEntry.__call__`, nothing is marked and a
+    second length recompiles once, as for any module."""
     frames = getattr(torch._C._dynamo, "eval_frame", None)
     setter = getattr(frames, "set_code_exec_strategy", None)
     if setter is None:  # pragma: no cover - torch without the frame strategies
         return
-    setter(
-        CompileEntry.__call__.__code__,
-        frames._FrameExecStrategy(frames._FrameAction.SKIP, frames._FrameAction.DEFAULT),
-    )
+    setter(code, frames._FrameExecStrategy(frames._FrameAction.SKIP, frames._FrameAction.DEFAULT))
 
 
-_skip_entry_frame()
+run_frame_uncompiled(CompileEntry.__call__.__code__)
 
-__all__ = ["DYNAMIC_DIMS", "CompileEntry"]
+__all__ = ["DYNAMIC_DIMS", "CompileEntry", "run_frame_uncompiled"]

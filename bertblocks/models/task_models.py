@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, ClassVar, TypeVar
 
@@ -31,6 +32,7 @@ from ..hf.config_json import config_to_hf
 from ..hf.families import FamilyKeyMap
 from ..registry import BuildError, Registry, build_head, get_registry, validate_config
 from .backbone import BertModel
+from .compiling import run_frame_uncompiled
 from .pretrained import PretrainedModel
 from .surface import PretrainedSurface
 
@@ -151,11 +153,17 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         # An unset problem_type is inferred from the labels and written to the config here, before the call
         # reaches a compiled graph (torch.compile(model), model.compile(), Trainer(torch_compile=True)): written
         # inside the graph it is a graph break (the config is a pydantic model) and, read again by the next
-        # call, one recompilation. This frame runs as plain Python under the compiler (_skip_call_frame) and the
+        # call, one recompilation. This frame runs as plain Python under the compiler (run_frame_uncompiled) and the
         # helper with the compiler off; traced from a user's graph (is_compiling() a constant True) the branch
         # is gone and forward infers and writes it back as before.
         if not torch.compiler.is_compiling() and self.config.problem_type is None:  # a plain field: no frame
-            _record_problem_type(self, args, kwargs)
+            # with the compiler off; when torch._dynamo was never imported nothing compiles, and `import bertblocks`
+            # must not pay for importing it (tests/test_startup.py)
+            # (made here, not in a helper of ours: this frame is never compiled, a helper's frame would be)
+            record = _record_problem_type
+            if "torch._dynamo" in sys.modules:
+                record = _UNCOMPILED.get("record") or _UNCOMPILED.setdefault("record", torch.compiler.disable(record))
+            record(self, args, kwargs)
         return super().__call__(*args, **kwargs)
 
     def forward(
@@ -361,7 +369,6 @@ def task_model_class(head: str) -> type[BertTaskModel]:
     return _TASK_CLASSES.get(head, BertTaskModel)
 
 
-@torch.compiler.disable
 def _record_problem_type(model: BertTaskModel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Write transformers' inferred ``problem_type`` to ``model.config`` when the head reads it, the config has
     none and labels are given (positionally or by name): the loss's own rule (its ``infer_problem_type``, as
@@ -376,6 +383,10 @@ def _record_problem_type(model: BertTaskModel, args: tuple[Any, ...], kwargs: di
     width = _logits_width(model.head)
     if isinstance(labels, torch.Tensor) and width is not None:
         model.config.problem_type = infer(width, labels.dtype)
+
+
+#: :func:`_record_problem_type` with the compiler off, made on first use (``torch.compiler.disable`` imports it)
+_UNCOMPILED: dict[str, Callable[..., None]] = {}
 
 
 def _logits_width(head: Head) -> int | None:
@@ -399,22 +410,10 @@ def _logits_width(head: Head) -> int | None:
 _LABELS_POSITION = list(inspect.signature(BertTaskModel.forward).parameters).index("labels") - 1
 
 
-def _skip_call_frame() -> None:
-    """Have the compiler run the frame of :meth:`BertTaskModel.__call__` as plain Python and compile the frames it
-    calls, as :mod:`bertblocks.models.compiling` does for ``CompileEntry.__call__`` (whose marks then come next,
-    in a frame skipped as well). Without the hook (another torch) the graph starts at the method: the branch is
-    traced, and the config written inside it, as before."""
-    frames = getattr(torch._C._dynamo, "eval_frame", None)
-    setter = getattr(frames, "set_code_exec_strategy", None)
-    if setter is None:  # pragma: no cover - torch without the frame strategies
-        return
-    setter(
-        BertTaskModel.__call__.__code__,
-        frames._FrameExecStrategy(frames._FrameAction.SKIP, frames._FrameAction.DEFAULT),
-    )
-
-
-_skip_call_frame()
+# the frame of BertTaskModel.__call__ runs as plain Python under the compiler and the frames it calls are compiled
+# (as CompileEntry.__call__'s, whose marks then come next); without the hook (another torch) the graph starts at
+# the method: the branch is traced, and the config written inside it, as before
+run_frame_uncompiled(BertTaskModel.__call__.__code__)
 
 __all__ = [
     "BertForMaskedLM",
