@@ -211,12 +211,20 @@ def _save(state: dict[str, torch.Tensor], path: Path) -> None:
     save_file({k: v.detach().clone().contiguous() for k, v in state.items()}, str(path))
 
 
+def _leave_together() -> None:
+    """Wait until every rank is done before any tears the group down: rank 0 still evaluates and writes the record
+    after the others return, and a gloo group destroyed on one rank while its peer still holds the connection can
+    abort the process (seen as ``terminate called without an active exception``, SIGABRT, now and then)."""
+    dist.barrier()
+
+
 def _spawned(rank: int, job: DdpJob, world_size: int, port: int) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
         run_rank(job, rank, world_size)
+        _leave_together()
     finally:
         dist.destroy_process_group()
 
@@ -264,6 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dist.init_process_group("gloo")
     try:
         record = run_rank(job, dist.get_rank(), dist.get_world_size())
+        _leave_together()
     finally:
         dist.destroy_process_group()
     if record is not None:  # the per-token eval values stay in the file: thousands of numbers

@@ -100,9 +100,11 @@ def _from_hf(hf: Any) -> dict[str, Any]:
         "token_dropout": bool(src.pop("token_dropout", False)),
         "mask_token_id": src.pop("mask_token_id", None),
         "inputs_embeds_as_is": True,  # EsmModel skips its embeddings for inputs_embeds
-        # EsmModel's contact head reads every layer's every head's attention map
-        "contact_head_features": src.get("num_hidden_layers", 12) * src.get("num_attention_heads", 12),
     }
+    layers, heads = src.get("num_hidden_layers", 12), src.get("num_attention_heads", 12)
+    if isinstance(layers, int) and isinstance(heads, int):  # otherwise validation refuses the field itself
+        # EsmModel's contact head reads every layer's every head's attention map
+        embedding["contact_head_features"] = layers * heads
     unused = {k: src.pop(k) for k in ("classifier_dropout",) if k in src}  # EsmConfig has no such field
     data = bert_fields_from_hf(src)
     data["hf"].update(unused)
