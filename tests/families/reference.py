@@ -60,6 +60,7 @@ import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -896,3 +897,29 @@ def round_trip(
         assert getattr(again.config, name) == getattr(reference.config, name), name
     with torch.no_grad():
         assert_same(expected, again.eval()(**inputs), mask)
+
+
+#: a remote family's written-out equations: ``(weights, input_ids, attention_mask, token_type_ids)`` → the last hidden
+#: state (float64)
+HiddenStates = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+
+
+class WrittenOutReference(torch.nn.Module):
+    """A remote family's written-out equations as a backbone, for the shared per-family path tests
+    (``tests/families/test_family_paths.py``): called like a model, returns ``last_hidden_state`` in float32; its
+    parameters are the published checkpoint's tensors (what a parameter count of the checkpoint counts)."""
+
+    def __init__(self, weights: dict[str, torch.Tensor], hidden_states: HiddenStates) -> None:
+        super().__init__()
+        self.hidden_states = hidden_states
+        # ParameterDict keys may not hold dots
+        self.weights = torch.nn.ParameterDict(
+            {key.replace(".", ":"): torch.nn.Parameter(value, requires_grad=False) for key, value in weights.items()}
+        )
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> SimpleNamespace:
+        weights = {key.replace(":", "."): value for key, value in self.weights.items()}
+        hidden = self.hidden_states(weights, input_ids, attention_mask, token_type_ids)
+        return SimpleNamespace(last_hidden_state=hidden.float())

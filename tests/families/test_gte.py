@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -34,7 +33,7 @@ from bertblocks.config import ConfigError
 from bertblocks.hf.config_json import config_from_hf, config_to_hf
 from bertblocks.plugins.positions import RotaryEmbedding
 from tests.families import test_tokenizers as toks
-from tests.families.reference import FAMILIES, batch, call_inputs, round_trip, save_hf
+from tests.families.reference import FAMILIES, WrittenOutReference, batch, call_inputs, round_trip, save_hf
 from tests.tolerances import assert_close, assert_grads_close
 
 # ------------------------------------------------------------------------------------- transformers' gte
@@ -253,31 +252,13 @@ def reference(
     return out
 
 
-class PublishedReference(torch.nn.Module):
-    """The written-out equations (:func:`reference`) as a backbone, for the shared per-family path tests
-    (``tests/families/test_family_paths.py``): called like a model, returns ``last_hidden_state`` in float32; its
-    parameters are the published checkpoint's tensors (what a parameter count of the checkpoint counts)."""
-
-    def __init__(self, config: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
-        super().__init__()
-        self.published = config
-        self.weights = torch.nn.ParameterDict(
-            {key.replace(".", ":"): torch.nn.Parameter(value, requires_grad=False) for key, value in weights.items()}
-        )
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
-    ) -> SimpleNamespace:
-        weights = {key.replace(":", "."): value for key, value in self.weights.items()}
-        out = reference(self.published, weights, input_ids, attention_mask, token_type_ids)
-        return SimpleNamespace(last_hidden_state=out["last_hidden_state"].float())
-
-
-def published_reference(directory: Path, vocab_size: int) -> PublishedReference:
+def published_reference(directory: Path, vocab_size: int) -> WrittenOutReference:
     """A published-format ``NewModel`` checkpoint of gte-base-en-v1.5's shape (NTK scaling, no token-type table)
     with ``vocab_size`` words, written to ``directory``; and its written-out equations."""
     config, weights = published_checkpoint(directory, "NewModel", vocab_size=vocab_size, type_vocab_size=0)
-    return PublishedReference(config, weights)
+    return WrittenOutReference(
+        weights, lambda w, ids, mask, types: reference(config, w, ids, mask, types)["last_hidden_state"]
+    )
 
 
 def _inputs(type_vocab_size: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:

@@ -14,7 +14,6 @@ import copy
 import json
 import math
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ import bertblocks
 from bertblocks.config import ConfigError
 from bertblocks.hf.config_json import config_from_hf, config_to_hf
 from bertblocks.hf.families import add_prefix, model_to_checkpoint, strip_prefix
+from tests.families.reference import WrittenOutReference
 from tests.tolerances import assert_close
 
 REPO = "jinaai/jina-bert-implementation"
@@ -161,35 +161,18 @@ def _reference(w: dict[str, torch.Tensor], config: dict[str, Any], ids, types, m
     return x, torch.tanh(lin(x[:, 0], "pooler.dense"))
 
 
-class PublishedReference(torch.nn.Module):
-    """The written-out equations (:func:`_reference`) as a backbone, for the shared per-family path tests
-    (``tests/families/test_family_paths.py``): called like a model, returns ``last_hidden_state`` in float32; its
-    parameters are the published checkpoint's tensors (what a parameter count of the checkpoint counts)."""
-
-    def __init__(self, config: dict[str, Any], weights: dict[str, torch.Tensor]) -> None:
-        super().__init__()
-        self.published = config
-        self.weights = torch.nn.ParameterDict(
-            {key.replace(".", ":"): torch.nn.Parameter(value, requires_grad=False) for key, value in weights.items()}
-        )
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
-    ) -> SimpleNamespace:
-        weights = {key.replace(":", "."): value for key, value in self.weights.items()}
-        types = torch.zeros_like(input_ids) if token_type_ids is None else token_type_ids
-        hidden, _ = _reference(weights, self.published, input_ids, types, attention_mask)
-        return SimpleNamespace(last_hidden_state=hidden.float())
-
-
-def published_reference(directory: Path, vocab_size: int) -> PublishedReference:
+def published_reference(directory: Path, vocab_size: int) -> WrittenOutReference:
     """A published-format ``JinaBertModel`` checkpoint with ``vocab_size`` words, hidden size 32 (four heads), written
     to ``directory``; and its written-out equations."""
     config = {**PUBLISHED, "vocab_size": vocab_size, "hidden_size": 32, "num_attention_heads": 4}
     config["architectures"] = ["JinaBertModel"]
     weights = _published_weights(config, seed=4)
     _save(directory, config, weights)
-    return PublishedReference(config, weights)
+
+    def hidden_states(w, ids, mask, types):
+        return _reference(w, config, ids, torch.zeros_like(ids) if types is None else types, mask)[0]
+
+    return WrittenOutReference(weights, hidden_states)
 
 
 def _batch(config, b=3, t=13, seed=1):

@@ -18,7 +18,6 @@ import json
 import math
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -32,6 +31,7 @@ from bertblocks.errors import BertBlocksError
 from bertblocks.families.neobert import swiglu_width
 from bertblocks.hf.config_json import config_from_hf, config_to_hf
 from bertblocks.registry import validate_config
+from tests.families.reference import WrittenOutReference
 from tests.tolerances import assert_close
 
 #: NeoBERT's published config.json fields at test size, with its remote-code bookkeeping
@@ -146,29 +146,12 @@ def reference(
     return out
 
 
-class PublishedReference(torch.nn.Module):
-    """The written-out equations (:func:`reference`) as a backbone, for the shared per-family path tests
-    (``tests/families/test_family_paths.py``): called like a model, returns ``last_hidden_state`` in float32; its
-    parameters are the published checkpoint's tensors (what a parameter count of the checkpoint counts)."""
-
-    def __init__(self, weights: dict[str, torch.Tensor]) -> None:
-        super().__init__()
-        self.weights = torch.nn.ParameterDict(
-            {key.replace(".", ":"): torch.nn.Parameter(value, requires_grad=False) for key, value in weights.items()}
-        )
-
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
-    ) -> SimpleNamespace:
-        weights = {key.replace(":", "."): value for key, value in self.weights.items()}
-        hidden = reference(weights, input_ids, attention_mask)["last_hidden_state"]
-        return SimpleNamespace(last_hidden_state=hidden.float())  # NeoBERT has no token types
-
-
-def published_reference(directory: Path, vocab_size: int) -> PublishedReference:
+def published_reference(directory: Path, vocab_size: int) -> WrittenOutReference:
     """A published-format ``NeoBERT`` backbone checkpoint with ``vocab_size`` words, written to ``directory``; and
     its written-out equations."""
-    return PublishedReference(_checkpoint(directory, None, vocab_size=vocab_size))
+    weights = _checkpoint(directory, None, vocab_size=vocab_size)
+    # NeoBERT has no token types
+    return WrittenOutReference(weights, lambda w, ids, mask, types: reference(w, ids, mask)["last_hidden_state"])
 
 
 def _batch() -> tuple[torch.Tensor, torch.Tensor]:
