@@ -37,15 +37,11 @@ def _step(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tens
     return loss.detach()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    hidden, layers, heads, inner = (256, 4, 4, 1024) if args.quick else (768, 12, 12, 3072)
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
+def classifier_config(quick: bool, **extra: object) -> transformers.BertConfig:
+    """bert-base (``quick``: a 4-layer, 256-wide shape) for two-label sequence classification, dropout off so that
+    gradients can be compared."""
+    hidden, layers, heads, inner = (256, 4, 4, 1024) if quick else (768, 12, 12, 3072)
+    return transformers.BertConfig(
         hidden_size=hidden,
         num_hidden_layers=layers,
         num_attention_heads=heads,
@@ -53,7 +49,19 @@ def main() -> None:
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
         num_labels=2,
+        **extra,
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    torch.manual_seed(0)
+    config = classifier_config(args.quick)
+    hidden, layers = config.hidden_size, config.num_hidden_layers
     ids = torch.randint(1000, 30000, (len(LENGTHS), max(LENGTHS)))
     mask = (torch.arange(max(LENGTHS))[None, :] < torch.tensor(LENGTHS)[:, None]).long()
     inputs = {"input_ids": ids, "attention_mask": mask, "labels": torch.arange(len(LENGTHS)) % 2}

@@ -29,12 +29,11 @@ from typing import Any
 import torch
 import torch._dynamo
 import transformers
+from bench_train import LENGTHS, classifier_config  # the script's own folder is on sys.path
 from torch._dynamo.utils import counters
 
 import bertblocks
 from bertblocks.integrations.trainer import Trainer
-
-LENGTHS = [128, 20, 35, 64, 16, 90, 12, 48]
 
 
 class Recording:
@@ -98,19 +97,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     logging.getLogger("transformers").setLevel(logging.ERROR)
-    hidden, layers, heads, inner = (256, 4, 4, 1024) if args.quick else (768, 12, 12, 3072)
     torch.manual_seed(0)
-    config = transformers.BertConfig(
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=inner,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        num_labels=2,
-        # set, so that neither model infers it on its first call (and writes it back: one more graph)
-        problem_type="single_label_classification",
-    )
+    # problem_type set, so that neither model infers it on its first call
+    config = classifier_config(args.quick, problem_type="single_label_classification")
+    hidden, layers = config.hidden_size, config.num_hidden_layers
     ids = torch.randint(1000, 30000, (len(LENGTHS), max(LENGTHS)))
     rows = [{"input_ids": ids[i, :n], "labels": torch.tensor(i % 2)} for i, n in enumerate(LENGTHS)]
     batch = _collate(rows)
