@@ -49,26 +49,32 @@ def write_study(folder: Path, **changes: object) -> Path:
 
 
 # ------------------------------------------------------------------------------ end to end, kill, resume
+def ablate_and_kill(study: Path, out: Path, watched: Path, seconds: float) -> None:
+    """Run `bertblocks ablate study --out out` in a subprocess and SIGKILL it as soon as a record (``*.json``)
+    appears in ``watched``; fails if the study ends first or nothing appears within ``seconds``."""
+    env = {**os.environ, "BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    command = [sys.executable, "-m", "bertblocks.cli", "ablate", str(study), "--out", str(out), "--no-progress"]
+    # its own session, so the kill reaches the worker process it spawns too
+    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + seconds
+    try:
+        while not list(watched.glob("*.json")):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, f"no record in {watched.name}/ in time"
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+
+
 @pytest.fixture(scope="module")
 def killed_then_resumed(tmp_path_factory):
     """Start `bertblocks ablate` in a subprocess, SIGKILL it once the first run is on disk, then resume."""
     folder = tmp_path_factory.mktemp("study")
     study = write_study(folder)
     out = folder / "out"
-    env = {**os.environ, "BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    command = [sys.executable, "-m", "bertblocks.cli", "ablate", str(study), "--out", str(out), "--no-progress"]
-    # its own session, so the kill reaches the worker process it spawns too
-    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     runs = out / "runs"
-    deadline = time.monotonic() + 240
-    try:
-        while not list(runs.glob("*.json")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no run finished in time"
-            time.sleep(0.02)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+    ablate_and_kill(study, out, runs, seconds=240)
     before = {p.name: p.stat().st_mtime_ns for p in runs.glob("*.json")}
     # resumed in this process (workers=0): the runs it adds must match the subprocess's worker bit for bit,
     # which the Ray comparison below checks run by run

@@ -7,12 +7,8 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
-import signal
 import statistics
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +23,7 @@ from bertblocks.ablation.doctables import table_from_results
 from bertblocks.ablation.downstream import _encode, bootstrap_interval, metric_batch
 from bertblocks.ablation.stats import interval, paired_difference
 from bertblocks.ablation.tasks import Example, embedded_examples
+from tests.test_ablation import ablate_and_kill
 
 VARIANTS = ["position=absolute", "position=relative_key"]
 SEEDS = [0, 1]
@@ -67,19 +64,8 @@ def killed_then_resumed(tmp_path_factory):
     folder = tmp_path_factory.mktemp("study")
     study = write_study(folder)
     out = folder / "out"
-    env = {**os.environ, "BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    command = [sys.executable, "-m", "bertblocks.cli", "ablate", str(study), "--out", str(out), "--no-progress"]
-    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     finished = out / "downstream"
-    deadline = time.monotonic() + 300
-    try:
-        while not list(finished.glob("*.json")):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no fine-tuning finished in time"
-            time.sleep(0.02)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the worker process goes too
-        proc.communicate()
+    ablate_and_kill(study, out, finished, seconds=300)
     before = {"runs": mtimes(out / "runs"), "downstream": mtimes(finished)}
     result = run_study(study, out, workers=0, progress=False, echo=None)
     return result, before, out
