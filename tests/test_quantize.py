@@ -33,7 +33,7 @@ from bertblocks.models.quantize import (
     save_quantized,
 )
 from tests.conftest import TINY, batch
-from tests.families.reference import CASES, FAMILIES, FIELDS, Family, save_hf
+from tests.families.reference import CASES, COMMON, FAMILIES, FIELDS, Family, save_hf
 from tests.families.reference import batch as family_batch
 
 MIN_COSINE = 0.99
@@ -51,16 +51,7 @@ BERT_CLASSES = [
 ]
 BERT = Family(
     "BertConfig",
-    {
-        "vocab_size": 99,
-        "hidden_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "intermediate_size": 37,
-        "max_position_embeddings": 64,
-        "initializer_range": 0.2,
-        "num_labels": 3,
-    },
+    COMMON,  # the tiny BERT settings of tests/conftest.py, three labels
     pad=0,
 )
 #: every family of the shared table with each of its transformers classes (tests/families/reference.py), and BERT's
