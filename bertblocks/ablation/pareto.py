@@ -31,7 +31,6 @@ To redraw it for other metrics from a finished study (and print each front)::
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import math
 import sys
@@ -40,9 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_bytes
 from ..errors import BertBlocksError
-from .report import METRICS, VariantSummary, summary_dict
+from .report import METRICS, VariantSummary, save_figure, summary_dict
 
 #: costs the plot puts on its x axes, in panel order (``params_used`` stands in for ``params`` when present)
 COSTS = ("params_used", "flops_per_token", "latency_ms", "peak_mem_mib", "train_tokens_per_s")
@@ -265,12 +263,7 @@ def write_pareto_plot(
             ax.axis("off")
     fig.suptitle(f"{title}: Pareto front (filled) of quality against cost", fontsize=10)
     fig.tight_layout()
-    try:
-        image = io.BytesIO()
-        fig.savefig(image, dpi=110, format="png")
-    finally:
-        plt.close(fig)
-    write_bytes(path, image.getvalue())
+    save_figure(fig, path)
     return True
 
 

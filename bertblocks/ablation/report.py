@@ -468,6 +468,14 @@ def write_plot(path: Path, title: str, summaries: list[VariantSummary]) -> None:
         ax.axis("off")
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
+    save_figure(fig, path)
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Write a matplotlib figure to ``path`` as a PNG (atomically: a crash leaves the old file or none) and close
+    it."""
+    import matplotlib.pyplot as plt
+
     try:
         image = io.BytesIO()
         fig.savefig(image, dpi=110, format="png")
