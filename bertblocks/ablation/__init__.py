@@ -15,8 +15,32 @@ Example:
 
 from __future__ import annotations
 
-from .runner import StudyResult, StudyRunError, run_study
-from .study import Study, StudyError, StudySpec, Variant, load_study
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .runner import StudyResult, StudyRunError, run_study
+    from .study import Study, StudyError, StudySpec, Variant, load_study
+
+#: where each public name lives: imported on first use, so that ``bertblocks --help`` (which imports
+#: :mod:`bertblocks.ablation.plugin` and ``cli`` to list and describe ``ablate``) loads no study machinery
+_HOMES = {
+    "StudyResult": "runner",
+    "StudyRunError": "runner",
+    "run_study": "runner",
+    "Study": "study",
+    "StudyError": "study",
+    "StudySpec": "study",
+    "Variant": "study",
+    "load_study": "study",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Study",

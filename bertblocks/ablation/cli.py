@@ -10,8 +10,6 @@ import argparse
 import importlib.util
 import json
 
-from .runner import StudyRunError, run_study
-
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``bertblocks ablate``."""
@@ -43,6 +41,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the study; exit 0 when every run finished, 1 when some failed (the rest are saved)."""
     from bertblocks.cli import CLIError, UnavailableError
+
+    from .runner import StudyRunError, run_study  # here, not at the top: `bertblocks --help` imports this module
 
     if args.ray_address and args.executor != "ray":
         raise CLIError("--ray-address needs --executor ray")

@@ -46,7 +46,9 @@ class EncoderDecoderConfig(FlatConfigView, BaseModel):
     ``get()`` and ``model_type`` read as transformers' ``EncoderDecoderConfig``.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # protected_namespaces=(): pydantic before 2.10 warns that the class attribute `model_type` (transformers'
+    # name) shadows its `model_` namespace, although a ClassVar is no field
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
     model_type: ClassVar[str] = "encoder-decoder"
     flat_aliases: ClassVar[dict[str, str]] = {}
     is_encoder_decoder: ClassVar[bool] = True
