@@ -149,7 +149,10 @@ def test_plot_adds_a_row_of_panels_per_downstream_task(tmp_path):
     width, height = _png_size(tmp_path / "plain.png")
     variants = [_with_downstream("a", 1.0, 4.0, 0.9, 0.05), _with_downstream("b", 2.0, 3.0, 0.8, 0.05)]
     assert write_pareto_plot(tmp_path / "ds.png", "t", variants)
-    assert _png_size(tmp_path / "ds.png") == (width, 3 * height)  # eval loss, number, sts: three rows
+    ds_width, ds_height = _png_size(tmp_path / "ds.png")  # eval loss, number, sts: three rows
+    # (within a pixel: matplotlib versions round a figure's size in pixels differently)
+    assert ds_width == width
+    assert abs(ds_height - 3 * height) <= 1
     assert write_pareto_plot(tmp_path / "one.png", "t", variants, quality="number/accuracy")
     assert _png_size(tmp_path / "one.png") == (width, height)
     with pytest.raises(ParetoError, match=r"no variant has 'number/acc'; .*number/accuracy"):

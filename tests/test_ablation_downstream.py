@@ -144,8 +144,9 @@ def test_the_study_pareto_plot_has_a_row_per_downstream_task(killed_then_resumed
     _, _, out = killed_then_resumed
     image = (out / "results-pareto.png").read_bytes()
     assert image[:8] == b"\x89PNG\r\n\x1a\n"
-    # 3.8 inches a row at 110 dpi: eval loss, then number/accuracy and similarity/spearman
-    assert int.from_bytes(image[20:24], "big") == 3 * round(3.8 * 110)
+    # 3.8 inches a row at 110 dpi: eval loss, then number/accuracy and similarity/spearman (matplotlib versions
+    # round the figure's size in pixels differently: within a pixel)
+    assert abs(int.from_bytes(image[20:24], "big") - 3 * round(3.8 * 110)) <= 1
 
 
 def test_missing_weights_redo_only_that_pretraining_and_give_the_same_numbers(tmp_path, killed_then_resumed):

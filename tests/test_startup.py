@@ -16,10 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: modules that cost a second or more to import, or that are optional dependencies
 HEAVY = (
-    ("torch._dynamo", "torch._inductor", "transformers", "onnx", "onnxruntime", "matplotlib", "ray")
+    *("torch._dynamo", "torch._inductor", "transformers", "onnx", "onnxruntime", "matplotlib", "ray"),
     # the study machinery (a quarter of a second): `--help` describes `ablate` from its parser alone
-    + ("bertblocks.ablation.runner", "bertblocks.ablation.study", "bertblocks.ablation.downstream")
+    *("bertblocks.ablation.runner", "bertblocks.ablation.study", "bertblocks.ablation.downstream"),
 )
+
 
 STEPS = {
     "import bertblocks": "import bertblocks",

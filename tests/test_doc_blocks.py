@@ -1,0 +1,208 @@
+"""Every code block of README.md and docs/ runs as written, or says why it cannot.
+
+A fenced block whose language is ``python``, ``bash``, ``sh``, ``shell`` or ``console`` is run, each in a scratch
+folder that holds links to the repository's ``examples/``, ``benchmarks/``, ``docs/`` and ``tools/`` (so the
+paths the docs write resolve) and nothing else, offline:
+
+- a ``python`` block is executed on its own, in a fresh namespace, as a reader pastes it;
+- a shell block is run line by line (``\\`` continues a line) with ``bash``; ``bertblocks`` is the console script
+  of the running interpreter's environment and ``python`` that interpreter. A line ending in a ``# exit N``
+  comment must exit ``N`` (``bertblocks validate`` showing an error), every other line 0.
+
+Words after the language in the fence's info string (````` ```python continue `````) say what else applies:
+
+``continue``
+    the block continues the page's previous ``python`` block: it runs in that block's namespace, after it.
+``fragment``
+    the block is not meant to run alone: a signature, an excerpt of a larger file, install lines (which
+    ``.ci/run`` runs), commands that need a cluster. It is not run. The rest of the info string says why.
+``slow``
+    the block runs for minutes (a study, a benchmark). It is run by ``python -m pytest -m docs_slow
+    tests/test_doc_blocks.py`` only (see CONTRIBUTING.md), not by the default suite.
+
+A block of one of those languages with no marker and a command the runner cannot run fails, naming the page and
+the line: a new doc block is run or explicitly marked, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+#: the opening fence with its info string, the body, the closing fence (``` alone on its line)
+FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
+LANGUAGES = {"python", "bash", "sh", "shell", "console"}
+MARKERS = {"continue", "fragment", "slow"}
+#: what a scratch folder links to, so that paths written relative to the repository root resolve
+LINKED = ("examples", "benchmarks", "docs", "tools", "pyproject.toml", "constraints.txt")
+#: the programs a shell line may start with: the ones this runner knows how to run offline
+PROGRAMS = {"bertblocks", "python"}
+EXIT = re.compile(r"#\s*exit (\d+)\b")
+
+
+@dataclass
+class Block:
+    page: Path
+    index: int  # the block's number among the page's fenced blocks
+    line: int  # where the opening fence is (1-based)
+    language: str
+    markers: set[str]
+    reason: str
+    body: str
+    chain: list[Block] = field(default_factory=list)  # earlier python blocks this one continues
+
+    @property
+    def name(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def read_blocks(page: Path) -> list[Block]:
+    """The page's fenced blocks of the runnable languages, with their markers; ``continue`` chains resolved."""
+    text = page.read_text(encoding="utf-8")
+    found: list[Block] = []
+    for index, match in enumerate(FENCE.finditer(text)):
+        words = match.group(1).split()
+        if not words or words[0] not in LANGUAGES:
+            continue
+        markers = {w.rstrip(":") for w in words[1:2] if w.rstrip(":") in MARKERS}
+        unknown = [w for w in words[1:2] if w.rstrip(":") not in MARKERS]
+        if unknown:
+            raise AssertionError(f"{page.relative_to(ROOT)}: unknown marker {unknown[0]!r}; known: {sorted(MARKERS)}")
+        line = text.count("\n", 0, match.start()) + 1
+        if "fragment" in markers and len(words) < 3:
+            where = f"{page.relative_to(ROOT)}:{line}"
+            raise AssertionError(f"{where}: say why the block is a fragment (```python fragment: the reason)")
+        found.append(Block(page, index, line, words[0], markers, " ".join(words[2:]), match.group(2)))
+    previous: Block | None = None
+    for block in found:
+        if block.language != "python":
+            continue
+        if "continue" in block.markers:
+            if previous is None:
+                raise AssertionError(f"{block.name}: `continue` on the page's first python block")
+            block.chain = [*previous.chain, previous]
+        previous = block
+    return found
+
+
+BLOCKS = [block for page in PAGES for block in read_blocks(page)]
+RUN = [b for b in BLOCKS if "fragment" not in b.markers]
+
+
+def _scratch(tmp_path: Path) -> Path:
+    for name in LINKED:
+        (tmp_path / name).symlink_to(ROOT / name)
+    return tmp_path
+
+
+def shell_lines(body: str) -> list[tuple[str, int]]:
+    """The block's commands (continuations joined, blank and comment-only lines dropped) and their exit codes."""
+    lines, pending = [], ""
+    for raw in body.splitlines():
+        if raw.rstrip().endswith("\\"):
+            pending += raw.rstrip()[:-1] + " "
+            continue
+        line = (pending + raw).strip()
+        pending = ""
+        if line.startswith("$ "):  # a console transcript: the command without its prompt
+            line = line[2:]
+        if not line or line.startswith("#"):
+            continue
+        code = EXIT.search(line)
+        lines.append((line, int(code.group(1)) if code else 0))
+    return lines
+
+
+def _params() -> list[object]:
+    params = []
+    for block in RUN:
+        marks = [pytest.mark.docs_slow] if "slow" in block.markers else []
+        params.append(pytest.param(block, id=block.name, marks=marks))
+    return params
+
+
+@pytest.mark.parametrize("block", _params())
+def test_doc_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(_scratch(tmp_path))
+    if block.language == "python":
+        namespace: dict[str, object] = {"__name__": "__docs__"}
+        for part in [*block.chain, block]:
+            code = compile(part.body, f"{part.name} (python block)", "exec")
+            exec(code, namespace)
+        return
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
+    env["HF_HUB_OFFLINE"] = "1"
+    for line, expected in shell_lines(block.body):
+        program = shlex.split(line, comments=True)[0]
+        assert program in PROGRAMS, (
+            f"{block.name}: cannot run `{line}` here ({program} is not one of {sorted(PROGRAMS)}); "
+            "mark the block `fragment` (and say why) if it is not meant to run in the tests"
+        )
+        line = re.sub(r"^python\b", shlex.quote(sys.executable), line)
+        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env, check=False, timeout=900)
+        assert done.returncode == expected, (
+            f"{block.name}: `{line}` exited {done.returncode} (the page says {expected})\n{done.stdout[-2000:]}\n"
+            f"{done.stderr[-3000:]}"
+        )
+
+
+def test_every_runnable_language_block_is_collected() -> None:
+    assert len(RUN) > 40
+    assert {b.language for b in RUN} >= {"python", "bash"}
+
+
+def test_a_planted_stale_block_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner would catch a block that no longer works: a removed function, a renamed option."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nimport bertblocks\nbertblocks.create_modle('bert-tiny-uncased')\n```\n"
+        "```bash\nbertblocks build bert-tiny-uncased --sett x=1\n```\n"
+        "```bash\npip install something\n```\n"
+        "```python fragment: a signature\ndef f(x: int) -> int: ...\n```\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    blocks = read_blocks(page)
+    assert [b.markers for b in blocks] == [set(), set(), set(), {"fragment"}]
+    for block in blocks[:3]:
+        with pytest.raises(AssertionError):
+            _run_planted(block, tmp_path / str(block.index), monkeypatch)
+
+
+def _run_planted(block: Block, scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scratch.mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "LINKED", ())
+    try:
+        test_doc_block_runs(block, scratch, monkeypatch)
+    except AssertionError:
+        raise
+    except Exception as error:  # a NameError/AttributeError from the pasted code is the block failing
+        raise AssertionError(str(error)) from error
+
+
+def test_continue_runs_in_the_previous_blocks_namespace(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nx = 2\n```\ntext\n```bash\nbertblocks presets\n```\n```python continue\nassert x == 2\n```\n",
+        encoding="utf-8",
+    )
+    blocks = read_blocks(page)
+    assert [len(b.chain) for b in blocks] == [0, 0, 1]
+    assert blocks[2].chain[0] is blocks[0]
+
+
+def test_exit_codes_and_continuations_are_read_from_shell_lines() -> None:
+    body = "# a comment\nbertblocks validate x.yaml --set a=1   # exit 1, says why\npython -m a \\\n    --flag\n"
+    assert shell_lines(body) == [
+        ("bertblocks validate x.yaml --set a=1   # exit 1, says why", 1),
+        ("python -m a      --flag", 0),
+    ]
