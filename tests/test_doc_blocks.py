@@ -20,6 +20,10 @@ Words after the language in the fence's info string (````` ```python continue ``
     the block runs for minutes (a study, a benchmark). It is run by ``python -m pytest -m docs_slow
     tests/test_doc_blocks.py`` only (see CONTRIBUTING.md), not by the default suite.
 
+A ``yaml`` (or ``json``, ``text``) block whose info string says ``file: NAME`` is a file the page asks the reader to
+save: it is written as ``NAME`` into the page's scratch folder before the page's later blocks run. The blocks of one
+page share that folder, in page order, as a reader's working directory.
+
 A block of one of those languages with no marker and a command the runner cannot run fails, naming the page and
 the line: a new doc block is run or explicitly marked, never silently ignored.
 """
@@ -59,6 +63,7 @@ class Block:
     reason: str
     body: str
     chain: list[Block] = field(default_factory=list)  # earlier python blocks this one continues
+    files: dict[str, str] = field(default_factory=dict)  # `file:` blocks above it on the page: name -> text
 
     @property
     def name(self) -> str:
@@ -69,8 +74,12 @@ def read_blocks(page: Path) -> list[Block]:
     """The page's fenced blocks of the runnable languages, with their markers; ``continue`` chains resolved."""
     text = page.read_text(encoding="utf-8")
     found: list[Block] = []
+    files: dict[str, str] = {}
     for index, match in enumerate(FENCE.finditer(text)):
         words = match.group(1).split()
+        if len(words) == 3 and words[1] == "file:":
+            files[words[2]] = match.group(2)
+            continue
         if not words or words[0] not in LANGUAGES:
             continue
         markers = {w.rstrip(":") for w in words[1:2] if w.rstrip(":") in MARKERS}
@@ -81,7 +90,9 @@ def read_blocks(page: Path) -> list[Block]:
         if "fragment" in markers and len(words) < 3:
             where = f"{page.relative_to(ROOT)}:{line}"
             raise AssertionError(f"{where}: say why the block is a fragment (```python fragment: the reason)")
-        found.append(Block(page, index, line, words[0], markers, " ".join(words[2:]), match.group(2)))
+        found.append(
+            Block(page, index, line, words[0], markers, " ".join(words[2:]), match.group(2), files=dict(files))
+        )
     previous: Block | None = None
     for block in found:
         if block.language != "python":
@@ -98,10 +109,20 @@ BLOCKS = [block for page in PAGES for block in read_blocks(page)]
 RUN = [b for b in BLOCKS if "fragment" not in b.markers]
 
 
-def _scratch(tmp_path: Path) -> Path:
-    for name in LINKED:
-        (tmp_path / name).symlink_to(ROOT / name)
-    return tmp_path
+_SCRATCH: dict[Path, Path] = {}
+
+
+def _scratch(block: Block, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The page's scratch folder (one per page, shared by its blocks), with the files the page saved so far."""
+    if block.page not in _SCRATCH:
+        folder = tmp_path_factory.mktemp(block.page.stem)
+        for name in LINKED:
+            (folder / name).symlink_to(ROOT / name)
+        _SCRATCH[block.page] = folder
+    folder = _SCRATCH[block.page]
+    for name, text in block.files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
 
 
 def shell_lines(body: str) -> list[tuple[str, int]]:
@@ -131,8 +152,10 @@ def _params() -> list[object]:
 
 
 @pytest.mark.parametrize("block", _params())
-def test_doc_block_runs(block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(_scratch(tmp_path))
+def test_doc_block_runs(
+    block: Block, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(_scratch(block, tmp_path_factory))
     if block.language == "python":
         namespace: dict[str, object] = {"__name__": "__docs__"}
         for part in [*block.chain, block]:
@@ -160,7 +183,9 @@ def test_every_runnable_language_block_is_collected() -> None:
     assert {b.language for b in RUN} >= {"python", "bash"}
 
 
-def test_a_planted_stale_block_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_planted_stale_block_fails(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The runner would catch a block that no longer works: a removed function, a renamed option."""
     page = tmp_path / "page.md"
     page.write_text(
@@ -175,29 +200,31 @@ def test_a_planted_stale_block_fails(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert [b.markers for b in blocks] == [set(), set(), set(), {"fragment"}]
     for block in blocks[:3]:
         with pytest.raises(AssertionError):
-            _run_planted(block, tmp_path / str(block.index), monkeypatch)
+            _run_planted(block, tmp_path_factory, monkeypatch)
 
 
-def _run_planted(block: Block, scratch: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    scratch.mkdir()
+def _run_planted(block: Block, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys.modules[__name__], "LINKED", ())
     try:
-        test_doc_block_runs(block, scratch, monkeypatch)
+        test_doc_block_runs(block, tmp_path_factory, monkeypatch)
     except AssertionError:
         raise
     except Exception as error:  # a NameError/AttributeError from the pasted code is the block failing
         raise AssertionError(str(error)) from error
 
 
-def test_continue_runs_in_the_previous_blocks_namespace(tmp_path: Path) -> None:
+def test_continue_runs_in_the_previous_blocks_namespace_and_files_are_saved(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
-        "```python\nx = 2\n```\ntext\n```bash\nbertblocks presets\n```\n```python continue\nassert x == 2\n```\n",
+        "```python\nx = 2\n```\ntext\n```yaml file: my.yaml\nhidden_size: 32\n```\n"
+        "```bash\nbertblocks validate my.yaml\n```\n```python continue\nassert x == 2\n```\n",
         encoding="utf-8",
     )
     blocks = read_blocks(page)
     assert [len(b.chain) for b in blocks] == [0, 0, 1]
     assert blocks[2].chain[0] is blocks[0]
+    assert blocks[0].files == {}
+    assert blocks[1].files == {"my.yaml": "hidden_size: 32\n"}
 
 
 def test_exit_codes_and_continuations_are_read_from_shell_lines() -> None:

@@ -152,3 +152,30 @@ def test_every_page_is_linked_from_the_docs_index():
     linked = {(DOCS / t).resolve() for t in LINK.findall(index.read_text(encoding="utf-8")) if "://" not in t}
     orphans = [rel(p) for p in DOCS.rglob("*.md") if p != index and p.resolve() not in linked]
     assert not orphans, f"docs/index.md does not link to {orphans}"
+
+
+def test_readme_links_every_page_and_names_every_subpackage():
+    """README's Documentation list and Layout table keep up with docs/ and the package."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    linked = {(ROOT / t).resolve() for t in LINK.findall(readme) if "://" not in t}
+    pages = [p for p in DOCS.rglob("*.md") if p.parent.name != "plugins" or p.name == "index.md"]
+    missing = [rel(p) for p in pages if p.resolve() not in linked]
+    assert not missing, f"README's Documentation list does not link to {missing}"
+    packages = [p.name for p in (ROOT / "bertblocks").iterdir() if (p / "__init__.py").is_file()]
+    unnamed = [name for name in packages if f"| `bertblocks/{name}/` |" not in readme]
+    assert not unnamed, f"README's Layout table has no row for {unnamed}"
+
+
+def test_generated_sections_are_up_to_date():
+    stale = [
+        rel(p)
+        for p in docs_gen.sectioned_pages()
+        if docs_gen.render_sections(p.read_text("utf-8")) != p.read_text("utf-8")
+    ]
+    assert not stale, f"{stale}: generated sections are stale; run `python tools/docs_gen.py`"
+
+
+def test_a_stale_generated_section_is_found():
+    page = "a <!-- docs_gen: positions -->\n`absolute`, `relative_key`, `relative_key_query`\n<!-- /docs_gen --> b"
+    assert docs_gen.render_sections(page) != page
+    assert "`rope`" in docs_gen.render_sections(page)

@@ -1,4 +1,5 @@
-"""Writes the generated reference pages: config fields, registered components, and the command line.
+"""Writes the generated reference pages (config fields, registered components, the command line) and the
+generated sections of every other page (lists of families, presets and position schemes; command transcripts).
 
 Run ``python tools/docs_gen.py`` from the repository root after changing the config schema, a built-in
 component or a CLI command; ``--check`` exits 1 if a committed page differs from what would be written
@@ -9,12 +10,23 @@ default, description), a registry holding only the built-in plugins (third-party
 machine that writes the pages must not leak into them), and the argument tables of :mod:`bertblocks.cli`.
 Types are rendered by hand rather than with ``repr`` or argparse's help formatter, whose output changes
 between Python versions.
+
+A generated section of a hand-written page sits between ``<!-- docs_gen: WHAT -->`` and ``<!-- /docs_gen -->``;
+WHAT is one of :data:`LISTS` (``families``, ``presets``, ``tiny-presets``, ``positions``) or ``run bertblocks ARGS``:
+a ``text`` block holding the command and what it prints, run in a scratch folder that holds the page's
+``file: NAME`` blocks (see ``tests/test_doc_blocks.py``) and links to ``examples/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
+import re
+import shlex
 import sys
+import tempfile
 import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -246,6 +258,83 @@ def cli_reference() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+# ------------------------------------------------------------------------------- sections of other pages
+def _names(kind: str) -> list[str]:
+    return sorted(c.name for c in Registry(load_entry_points=False).components() if c.kind == kind)
+
+
+def _code_list(names: list[str]) -> str:
+    return ", ".join(f"`{name}`" for name in names)
+
+
+def _presets(tiny: bool) -> list[str]:
+    from bertblocks.zoo import list_presets
+
+    return sorted(name for name in list_presets() if name.startswith("tiny-") == tiny)
+
+
+#: what a ``<!-- docs_gen: NAME -->`` section lists, from the registry of built-in plugins
+LISTS: dict[str, Callable[[], str]] = {
+    "families": lambda: _code_list([n for n in _names("family") if n != "bertblocks-hybrid"]),
+    "positions": lambda: _code_list(_names("position")),
+    "presets": lambda: _code_list(_presets(tiny=False)),
+    "tiny-presets": lambda: _code_list(_presets(tiny=True)),
+}
+SECTION = re.compile(r"(<!-- docs_gen: (?P<what>[^>]*?) -->\n)(?P<body>.*?)(<!-- /docs_gen -->)", re.S)
+FILE_BLOCK = re.compile(r"^```\w+ file: (\S+)\n(.*?)^```[ \t]*$", re.S | re.M)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _transcript(argv: list[str], page_text: str) -> str:
+    """``$ bertblocks ARGS`` and what it prints (stdout, then stderr), run in-process in a scratch folder."""
+    here = Path.cwd()
+    with tempfile.TemporaryDirectory() as scratch:
+        os.chdir(scratch)  # (contextlib.chdir is Python 3.11+)
+        os.symlink(ROOT / "examples", "examples")
+        for name, text in FILE_BLOCK.findall(page_text):
+            Path(name).write_text(text, encoding="utf-8")
+        out, err = io.StringIO(), io.StringIO()
+        previous = os.environ.get("BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD")
+        os.environ["BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the built-ins only, as the reference pages
+        try:
+            from bertblocks.registry import set_registry
+
+            set_registry(None)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                cli.main(argv)
+        finally:
+            if previous is None:
+                os.environ.pop("BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD", None)
+            else:
+                os.environ["BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD"] = previous
+            set_registry(None)
+            os.chdir(here)
+    shown = (out.getvalue() + err.getvalue()).rstrip("\n")
+    return f"```text\n$ bertblocks {shlex.join(argv)}\n{shown}\n```\n"
+
+
+def render_sections(text: str) -> str:
+    """``text`` with every generated section rewritten from the code."""
+
+    def section(match: re.Match[str]) -> str:
+        what = match.group("what").strip()
+        if what in LISTS:
+            body = LISTS[what]() + "\n"
+        elif what.startswith("run bertblocks "):
+            body = _transcript(shlex.split(what)[2:], text)
+        else:
+            raise ValueError(f"unknown generated section {what!r}; known: {sorted(LISTS)} and 'run bertblocks ...'")
+        return match.group(1) + body + match.group(4)
+
+    return SECTION.sub(section, text)
+
+
+def sectioned_pages() -> list[Path]:
+    """README.md and the hand-written pages of docs/ (the reference pages are generated whole)."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [p for p in pages if p.parent.name != "reference" and "<!-- docs_gen:" in p.read_text(encoding="utf-8")]
+
+
 # ------------------------------------------------------------------------------------------------ main
 PAGES: dict[str, Callable[[], str]] = {
     "config.md": config_reference,
@@ -276,6 +365,17 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content, encoding="utf-8")
         print(f"wrote {path}")
+    if args.out == Path("docs/reference") or args.out.resolve() == ROOT / "docs" / "reference":
+        for path in sectioned_pages():
+            current = path.read_text(encoding="utf-8")
+            content = render_sections(current)
+            if current == content:
+                continue
+            if args.check:
+                stale.append(path)
+                continue
+            path.write_text(content, encoding="utf-8")
+            print(f"wrote {path}")
     if stale:
         names = ", ".join(str(p) for p in stale)
         print(f"stale: {names}; run `python tools/docs_gen.py` and commit the result", file=sys.stderr)
