@@ -60,6 +60,9 @@ def transformers_difference(directory: Path, model: bertblocks.BertModel, batch:
 
 
 def main() -> int:
+    # a line per stage as it happens, also when the output goes to a pipe or a log (block-buffered otherwise)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
     directory = minilm_path()
     tokenizer = bertblocks.BertTokenizer.from_pretrained(directory)
 

@@ -561,3 +561,19 @@ def test_diagram_of_a_decoder_says_causal_and_cross_attention(capsys, tiny_yaml)
     )
     assert code == 0, err
     assert "attention: bert · sdpa · 4 heads · causal + cross-attention" in out
+
+
+def test_progress_lines_go_to_a_terminal_only(monkeypatch, capsys):
+    """Slow commands say what they do when a person watches; scripts and --json readers get nothing extra."""
+    import argparse
+    import sys
+
+    from bertblocks.cli import progress
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    progress(argparse.Namespace(json=False), "loading x")
+    progress(argparse.Namespace(json=True), "loading y")
+    assert capsys.readouterr().err == "loading x…\n"
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    progress(argparse.Namespace(json=False), "loading z")
+    assert capsys.readouterr().err == ""

@@ -213,6 +213,17 @@ def emit(args: argparse.Namespace, text: str, data: Any) -> None:
         print(text)
 
 
+def progress(args: argparse.Namespace, text: str) -> None:
+    """One line on stderr saying what a slow step is doing, when a person watches (stderr is a terminal).
+
+    Slow commands (``export``, a checkpoint load) otherwise sit silent for seconds to minutes; scripts and
+    ``--json`` readers, whose stderr is not a terminal, get none of these lines.
+    """
+    if getattr(args, "json", False) or not sys.stderr.isatty():
+        return
+    print(f"{text}…", file=sys.stderr, flush=True)
+
+
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
     """A plain left-aligned text table."""
     cells = [[str(c) for c in header], *[[str(c) for c in row] for row in rows]]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import EXIT_OK, CLIError, add_set_argument, emit
+from . import EXIT_OK, CLIError, add_set_argument, emit, progress
 
 #: output suffix → format
 FORMATS = {".onnx": "onnx", ".pt2": "torch.export"}
@@ -52,10 +52,12 @@ def run(args: argparse.Namespace) -> int:
     if output.is_dir():  # checked before the (slow) export
         raise CLIError(f"{output} is a directory; give the file to write")
     head = None if args.head == "none" else args.head
+    progress(args, f"loading {args.checkpoint}")
     model = bertblocks.from_pretrained(args.checkpoint, args.overrides, head=head).eval()
     from ..models.export import model_inputs  # the model's own inputs when --inputs is not given
 
     names = [name.strip() for name in (args.inputs or "").split(",") if name.strip()] or list(model_inputs(model))
+    progress(args, f"exporting {type(model).__name__} as {fmt} (tracing the model: seconds to a minute)")
     try:
         if fmt == "onnx":
             export_onnx(model, output, input_names=names, opset_version=args.opset)
