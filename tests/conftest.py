@@ -82,6 +82,23 @@ def hf_checkpoint(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
+@pytest.fixture
+def init_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[int, ...]]]:
+    """Every in-place random initialisation of a real (non-meta) tensor: a load must run none on weights it
+    then overwrites (tests/test_loading.py, tests/test_load_path.py)."""
+    calls: list[tuple[str, tuple[int, ...]]] = []
+    for name in ("normal_", "uniform_"):
+        original = getattr(torch.Tensor, name)
+
+        def spy(self, *args, _original=original, _name=name, **kwargs):
+            if not self.is_meta:
+                calls.append((_name, tuple(self.shape)))
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    return calls
+
+
 def batch(seed: int = 0, b: int = 3, length: int = 9, vocab: int = 99) -> dict[str, torch.Tensor]:
     """A padded batch: row 1 loses its last 3 tokens, row 2 its last 5."""
     g = torch.Generator().manual_seed(seed)

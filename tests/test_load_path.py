@@ -24,22 +24,6 @@ BERT2BERT = {"encoder": SIDE, "decoder": {**SIDE, "hidden_size": 48}, "decoder_s
 
 
 @pytest.fixture
-def init_calls(monkeypatch):
-    """Every in-place random initialisation of a real (non-meta) tensor."""
-    calls = []
-    for name in ("normal_", "uniform_"):
-        original = getattr(torch.Tensor, name)
-
-        def spy(self, *args, _original=original, _name=name, **kwargs):
-            if not self.is_meta:
-                calls.append((_name, tuple(self.shape)))
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, spy)
-    return calls
-
-
-@pytest.fixture
 def bert2bert_dir(tmp_path):
     torch.manual_seed(0)
     model = bertblocks.create_model(BERT2BERT).eval()

@@ -13,22 +13,6 @@ from bertblocks.models.meta_device import deferred_init
 from tests.conftest import batch, max_diff
 
 
-@pytest.fixture
-def init_calls(monkeypatch):
-    """Records every in-place random initialisation of a real (non-meta) tensor."""
-    calls = []
-    for name in ("normal_", "uniform_"):
-        original = getattr(torch.Tensor, name)
-
-        def spy(self, *args, _original=original, _name=name, **kwargs):
-            if not self.is_meta:
-                calls.append((_name, tuple(self.shape)))
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, spy)
-    return calls
-
-
 def test_loading_a_full_checkpoint_runs_no_initialiser(hf_checkpoint, init_calls):
     directory = hf_checkpoint()
     init_calls.clear()
