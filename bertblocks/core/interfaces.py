@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 import torch
 from torch import nn
 
+from .capabilities import AttentionCapabilities
 from .outputs import ModelOutput, ModelOutputWithPooling
 
 if TYPE_CHECKING:
@@ -419,10 +420,17 @@ class Attention(nn.Module, ABC):
 
     Children follow HF's names so checkpoints load unchanged: ``self.{query,key,value}`` and
     ``output.{dense,LayerNorm}``.
+
+    Attributes:
+        capabilities: what the module can do (attention weights for all heads, some or none; pruning; the KV
+            cache), declared on the class or per instance (see
+            :class:`~bertblocks.core.capabilities.AttentionCapabilities`); the builder, the model and the
+            conformance suite act on it. Default: everything.
     """
 
     num_heads: int
     head_dim: int
+    capabilities: AttentionCapabilities = AttentionCapabilities()
 
     @abstractmethod
     def forward(
