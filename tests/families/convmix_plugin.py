@@ -232,9 +232,9 @@ def myconvbert_to_hf(config: BertConfig) -> dict[str, Any]:
     if attention.name != "convmix":
         raise ValueError(f"myconvbert models use the convmix attention, not {attention.name!r}")
     out = bert_fields_to_hf(config)
-    options = attention.options()  # the component's own options, as the config holds them
-    out["head_ratio"] = options.get("head_ratio", 2)
-    out["conv_kernel_size"] = options.get("conv_kernel_size", 3)
+    options = attention.options()  # the component's own options, defaults filled in by validation
+    out["head_ratio"] = options["head_ratio"]
+    out["conv_kernel_size"] = options["conv_kernel_size"]
     return out
 
 
