@@ -568,7 +568,8 @@ class Head(nn.Module, ABC):
             copies them onto the head's attributes of the same name before each call, and back after.
         reads_padded_positions: the head's outputs or loss depend on hidden states at padded positions (QA's
             softmax runs over every position, as HF's does), so the backbone must not pack padded batches
-            automatically (packing leaves zeros there).
+            automatically (packing leaves zeros there). Every component kind can make this declaration (see
+            :mod:`bertblocks.core.capabilities`); the head's is added to the backbone's ``padding_readers``.
         reshapes_inputs: :meth:`prepare_inputs` changes the inputs' shape (multiple choice: ``[b, c, q]`` →
             ``[b·c, q]``); the conformance suite then gives the head such inputs.
         pools_padded_positions: a pooled (per-example) output reads a padded position, so changing the tokens
