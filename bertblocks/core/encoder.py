@@ -337,6 +337,9 @@ class EncoderModel(nn.Module):
         #: ``encoder.packing: auto`` does not pack (packing leaves zeros where they read); a task model adds
         #: its head. See :mod:`bertblocks.core.capabilities`.
         self.padding_readers: tuple[str, ...] = tuple(padding_readers(self, extra={"position": position}))
+        # what a layer's attention declares it cannot do, worked out once (declarations do not change), so that
+        # a decoding loop pays a dictionary look-up per step, not a walk over the layers
+        self._refusals = {what: self._refusal(what) for what in ("attention_weights", "cache")}
 
     @property
     def auto_packing(self) -> bool:
@@ -671,21 +674,28 @@ class EncoderModel(nn.Module):
     def _check_attention_capability(self, what: str) -> None:
         """Raise :class:`CapabilityError` if a self-attention layer declares it cannot do ``what``
         (``attention_weights``: any at all; ``cache``)."""
+        refusal = self._refusals[what]
+        if refusal is not None:
+            raise CapabilityError(refusal)
+
+    def _refusal(self, what: str) -> str | None:
         for i in range(self.encoder.num_layers):
             attention = self.encoder.layer_at(i).attention
             declared = attention_capabilities(attention)
+            name = type(attention).__name__
             if what == "attention_weights" and declared.attention_weights == "none":
-                raise CapabilityError(
-                    f"output_attentions=True, but encoder layer {i}'s attention {type(attention).__name__} "
+                return (
+                    f"output_attentions=True, but encoder layer {i}'s attention {name} "
                     + declared.refusal("declares attention_weights: none")
                     + "; drop output_attentions"
                 )
             if what == "cache" and not declared.cache:
-                raise CapabilityError(
-                    f"use_cache: encoder layer {i}'s attention {type(attention).__name__} "
+                return (
+                    f"use_cache: encoder layer {i}'s attention {name} "
                     + declared.refusal("declares that it cannot decode through a KV cache")
                     + "; pass use_cache=False (and set use_cache: false in the config)"
                 )
+        return None
 
     def gradient_checkpointing_enable(self) -> None:
         """Recompute layer activations in backward instead of storing them (training only)."""
