@@ -66,6 +66,8 @@ class Subject:
     base: Mapping[str, Any] = field(default_factory=dict)
     reference: Any = None
     packing: str | None = None
+    #: shared by the copies :meth:`on` makes (the same component): what :meth:`padding_readers` found
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def on(self, packing: str | None) -> Subject:
         """This subject on a path: ``encoder.packing`` ``"never"`` (padded), ``"always"`` (packed)."""
@@ -76,9 +78,10 @@ class Subject:
         ``head (Class)``): the components ``encoder.packing: auto`` does not pack for. Empty for a family."""
         if self.kind == "family":
             return []
-        model = self.on(None).model()
-        backbone = getattr(model, "bert", model)
-        return list(backbone.padding_readers)
+        if "readers" not in self._memo:
+            model = self.on(None).model()
+            self._memo["readers"] = list(getattr(model, "bert", model).padding_readers)
+        return list(self._memo["readers"])
 
     @property
     def kind(self) -> str:
