@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
 from bertblocks.core.cache import KVCache
-from bertblocks.core.capabilities import AttentionCapabilities
+from bertblocks.core.capabilities import AttentionCapabilities, CapabilityError
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import (
     Attention,
@@ -237,7 +237,7 @@ class BertAttention(Attention):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if output_attentions and not self.backend.capabilities.attention_weights:
             # the backend would return None and output_attentions an empty tuple, silently
-            raise ValueError(
+            raise CapabilityError(
                 f"output_attentions=True, but attention backend {self.backend.name!r} cannot return attention "
                 "weights (its capabilities say attention_weights: false): load the model with "
                 "attn_implementation='eager' (or set encoder.attention.backend: eager or sdpa) to get them, "
