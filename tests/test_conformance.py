@@ -19,6 +19,7 @@ from torch import nn
 from bertblocks.config import ConfigError
 from bertblocks.core.component import KINDS, Component
 from bertblocks.core.interfaces import BackendCapabilities, Pooler, Positions
+from bertblocks.plugins.attention import BertAttention, build_bert_attention
 from bertblocks.plugins.backends import SdpaBackend
 from bertblocks.plugins.embeddings import BertEmbeddings, build_bert_embeddings
 from bertblocks.plugins.feedforward import BertIntermediate, build_bert_feedforward
@@ -141,6 +142,48 @@ class CompileOnlyBugBackend(SdpaBackend):
         return (out * 1.5 if torch.compiler.is_compiling() else out), weights
 
 
+class CrossSequenceVarlenBackend(SdpaBackend):
+    """Claims varlen but attends over the whole packed batch, ignoring ``cu_seqlens`` (sequences see each other)."""
+
+    def varlen(self, query, key, value, *, cu_seqlens, max_seqlen, scale, dropout_p):
+        q, k, v = (x.transpose(0, 1)[None] for x in (query, key, value))  # [1, h, T, d]
+        return F.scaled_dot_product_attention(q, k, v, scale=scale)[0].transpose(0, 1)
+
+
+class BoolMaskAttention(BertAttention):
+    """Hands its backend a boolean mask (True = attend, SDPA's convention) instead of the additive one; SDPA
+    takes it, so the numbers are right, but a backend written to the contract adds it to its scores."""
+
+    def _attend(self, query, key, value, mask, *args, **kwargs):
+        if mask is not None:
+            mask = mask > torch.finfo(mask.dtype).min / 2
+        return super()._attend(query, key, value, mask, *args, **kwargs)
+
+
+def _bool_mask_attention(**kwargs: Any) -> BoolMaskAttention:
+    built = build_bert_attention(**kwargs)
+    built.__class__ = BoolMaskAttention
+    return built
+
+
+class TokenCountBranchIntermediate(BertIntermediate):
+    """Stands in for code whose compilation needs the packed token count's value (ConvBERT's grouped matmul
+    failed in inductor with ``GuardOnDataDependentSymNode Eq(u0, 1)``): raises what the compiler raises then."""
+
+    def forward(self, hidden_states):
+        if torch.compiler.is_compiling():
+            from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+            raise GuardOnDataDependentSymNode(None, "Could not guard on data-dependent expression Eq(u0, 1)")
+        return super().forward(hidden_states)
+
+
+def _token_count_feedforward(**kwargs: Any) -> Any:
+    ff = build_bert_feedforward(**kwargs)
+    ff.intermediate.__class__ = TokenCountBranchIntermediate
+    return ff
+
+
 class CacheBlindScheme:
     """ALiBi-like bias that numbers queries from 0 even after a cache (the bug of transformers #19045)."""
 
@@ -259,6 +302,17 @@ BROKEN: list[tuple[str, Component, list[str]]] = [
         ["position_wise"],
     ),
     (
+        "varlen across sequences",
+        _component("backend", "cross_varlen", CrossSequenceVarlenBackend),
+        ["varlen", "batch_independence"],
+    ),
+    ("boolean mask to the backend", _component("attention", "bool_mask", _bool_mask_attention), ["mask_contract"]),
+    (
+        "compiles only with the token count's value",
+        _component("feedforward", "token_count", _token_count_feedforward),
+        ["compile"],
+    ),
+    (
         "activation not element-wise",
         _component("activation", "softmax", lambda **_: nn.Softmax(dim=-1)),
         ["elementwise"],
@@ -321,3 +375,27 @@ def test_a_component_refusing_its_encoder_config_too_fails_the_cache_check():
     (case,) = suite.cases(kinds=["attention"], names=[component.name], include=["cache_equivalence"])
     with pytest.raises(ConfigError, match="refuses everything"):
         case.check.run(case.subject)
+
+
+def test_a_broken_component_fails_on_the_path_that_breaks_it():
+    """A varlen kernel that lets sequences see each other is only used on the packed path: the failure says so."""
+    from bertblocks.testing.suite import run_check
+
+    suite = ConformanceSuite(_registry_with(_component("backend", "cross_varlen", CrossSequenceVarlenBackend)))
+    (case,) = suite.cases(kinds=["backend"], names=["cross_varlen"], include=["batch_independence"])
+    with pytest.raises(ConformanceError, match=r"^on the packed path \(encoder.packing: always\): example 0 alone"):
+        run_check(case.check, case.subject)
+
+
+@pytest.mark.compile
+def test_a_data_dependent_size_under_compile_is_named_with_the_fix():
+    suite = ConformanceSuite(
+        _registry_with(_component("feedforward", "token_count", _token_count_feedforward)), compile_backend="aot_eager"
+    )
+    (case,) = suite.cases(kinds=["feedforward"], names=["token_count"], include=["compile"])
+    with pytest.raises(ConformanceError) as failure:
+        case.check.run(case.subject)
+    message = str(failure.value)
+    assert "on the packed path: the component needs the value of a data-dependent size" in message
+    assert "Fix: write the computation for every T without branching on it" in message
+    assert "Eq(u0, 1)" in message  # the compiler's own line

@@ -334,6 +334,7 @@ def test_roberta_offsets_agree_with_transformers_at_the_longest_input(tmp_path):
 
 # ------------------------------------------------------------------------------ output_attentions capability
 def test_output_attentions_on_a_backend_without_weights_is_refused():
+    from bertblocks.core.capabilities import CapabilityError
     from bertblocks.core.interfaces import BackendCapabilities
     from bertblocks.plugins.backends import SdpaBackend
 
@@ -361,6 +362,7 @@ def test_output_attentions_on_a_backend_without_weights_is_refused():
             ) as info:
                 subject(**batch(), output_attentions=True)
             assert "attn_implementation='eager'" in str(info.value)
+            assert isinstance(info.value, CapabilityError)  # a BertBlocksError, as every refusal
 
 
 # ---------------------------------------------------------------------------------------- max lengths

@@ -213,3 +213,31 @@ def test_a_missing_parameter_nothing_knows_how_to_initialise_is_an_error():
         module = torch.nn.Sequential(torch.nn.Linear(4, 4), Scale())
     with pytest.raises(TypeError, match=r"Scale owns parameters \['gain'\].*reset_parameters_like_hf"):
         materialize(module, 0.02)
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["create_model", "from_pretrained (meta device)"])
+def test_standard_torch_layers_inside_a_component_are_initialised(deferred):
+    """A plugin's nn.Conv1d (ConvBERT's convolution) or nn.GroupNorm needs no subclass: weights as nn.Linear's
+    (normal(0, std), zero bias) and as nn.LayerNorm's (one, zero), on the create path and on the meta path."""
+    from bertblocks.core.encoder import init_weights
+    from bertblocks.models.meta_device import deferred_init, materialize
+
+    def build() -> torch.nn.Module:
+        return torch.nn.Sequential(
+            torch.nn.Conv1d(64, 64, 3, groups=4), torch.nn.GroupNorm(4, 64), torch.nn.BatchNorm1d(64)
+        )
+
+    if deferred:
+        with deferred_init():
+            module = build()
+        materialize(module, 0.2)
+    else:
+        module = build()
+        init_weights(module, 0.2)
+    conv, group, batch_norm = module
+    assert 0.15 < conv.weight.std().item() < 0.25  # torch's default (kaiming uniform, fan-in 48) would be ~0.08
+    assert abs(conv.weight.mean().item()) < 0.05
+    assert torch.equal(conv.bias, torch.zeros(64))
+    for norm in (group, batch_norm):
+        assert torch.equal(norm.weight, torch.ones(64))
+        assert torch.equal(norm.bias, torch.zeros(64))

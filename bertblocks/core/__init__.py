@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .capabilities import AttentionCapabilities, CapabilityError
 from .component import KINDS, Component, Kind, NoOptions
 from .encoder import Encoder, EncoderModel, TransformerLayer
 from .interfaces import (
@@ -25,7 +26,9 @@ __all__ = [
     "KINDS",
     "Attention",
     "AttentionBackend",
+    "AttentionCapabilities",
     "BackendCapabilities",
+    "CapabilityError",
     "Component",
     "Embedding",
     "Encoder",

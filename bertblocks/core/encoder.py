@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import BertConfig
 from .cache import KVCache
+from .capabilities import CapabilityError, attention_capabilities, padding_readers
 from .interfaces import (
     Attention,
     Embedding,
@@ -328,12 +329,33 @@ class EncoderModel(nn.Module):
         super().__init__()
         self.config = config
         self.position_scheme = position
-        #: whether ``encoder.packing: auto`` may pack; a task head that reads padded positions turns it off
-        self.auto_packing = True
         self._cache_shape_memo: tuple[tuple[int, int], ...] | None = None
         self.embeddings = embeddings
         self.encoder = encoder
         self.pooler = pooler
+        #: the components that declare ``reads_padded_positions`` (``path (Class)``): while any is listed,
+        #: ``encoder.packing: auto`` does not pack (packing leaves zeros where they read); a task model adds
+        #: its head. See :mod:`bertblocks.core.capabilities`.
+        self.padding_readers: tuple[str, ...] = tuple(padding_readers(self, extra={"position": position}))
+        # what a layer's attention declares it cannot do, worked out once (declarations do not change), so that
+        # a decoding loop pays a dictionary look-up per step, not a walk over the layers
+        self._refusals = {what: self._refusal(what) for what in ("attention_weights", "cache")}
+
+    @property
+    def auto_packing(self) -> bool:
+        """Whether ``encoder.packing: auto`` may pack this model: no component declares that it reads padded
+        positions (:attr:`padding_readers`)."""
+        return not self.padding_readers
+
+    @property
+    def packing_off_reason(self) -> str | None:
+        """Why ``encoder.packing: auto`` never packs this model, naming the components (``None``: it may)."""
+        if not self.padding_readers:
+            return None
+        return (
+            f"encoder.packing: auto does not pack: {', '.join(self.padding_readers)} declare(s) "
+            "reads_padded_positions (a packed batch has zeros at padded positions)"
+        )
 
     # ------------------------------------------------------------------------------------------- forward
     def forward(
@@ -375,7 +397,11 @@ class EncoderModel(nn.Module):
             ValueError: for inputs of the wrong shape, dtype or range, each with what was expected.
         """
         cfg = self.config
+        if output_attentions:
+            self._check_attention_capability("attention_weights")
         cache = self._prepare_cache(past_key_values, use_cache)
+        if cache is not None:
+            self._check_attention_capability("cache")
         past_length = cache.get_seq_length() if cache is not None else 0
         batch, length = self._check_inputs(input_ids, inputs_embeds, token_type_ids, position_ids, past_length)
         if cache is not None:
@@ -629,6 +655,14 @@ class EncoderModel(nn.Module):
         Recorded in ``config.pruned_heads`` so that a saved checkpoint (with its smaller tensors) rebuilds
         the same shapes before its weights are loaded.
         """
+        for layer in heads_to_prune:
+            attention = self.encoder.layer_at(int(layer)).attention
+            declared = attention_capabilities(attention)
+            if not declared.pruning:
+                raise CapabilityError(
+                    f"prune_heads: encoder layer {layer}'s attention {type(attention).__name__} "
+                    + declared.refusal("declares that its heads cannot be pruned")
+                )
         self._cache_shape_memo = None  # the layers' head counts change
         merged = {int(k): list(v) for k, v in self.config.pruned_heads.items()}
         for layer, heads in heads_to_prune.items():
@@ -636,6 +670,32 @@ class EncoderModel(nn.Module):
             self.encoder.layer_at(layer).attention.prune_heads(set(heads))
             merged[int(layer)] = sorted(set(merged.get(int(layer), [])) | set(heads))
         self.config.pruned_heads = merged
+
+    def _check_attention_capability(self, what: str) -> None:
+        """Raise :class:`CapabilityError` if a self-attention layer declares it cannot do ``what``
+        (``attention_weights``: any at all; ``cache``)."""
+        refusal = self._refusals[what]
+        if refusal is not None:
+            raise CapabilityError(refusal)
+
+    def _refusal(self, what: str) -> str | None:
+        for i in range(self.encoder.num_layers):
+            attention = self.encoder.layer_at(i).attention
+            declared = attention_capabilities(attention)
+            name = type(attention).__name__
+            if what == "attention_weights" and declared.attention_weights == "none":
+                return (
+                    f"output_attentions=True, but encoder layer {i}'s attention {name} "
+                    + declared.refusal("declares attention_weights: none")
+                    + "; drop output_attentions"
+                )
+            if what == "cache" and not declared.cache:
+                return (
+                    f"use_cache: encoder layer {i}'s attention {name} "
+                    + declared.refusal("declares that it cannot decode through a KV cache")
+                    + "; pass use_cache=False (and set use_cache: false in the config)"
+                )
+        return None
 
     def gradient_checkpointing_enable(self) -> None:
         """Recompute layer activations in backward instead of storing them (training only)."""
@@ -686,8 +746,11 @@ def init_module(module: nn.Module, std: float) -> bool:
     """HF BERT's initialisation of one module's own parameters: normal(0, std) for linear and embedding
     weights, zero biases, unit LayerNorm; the padding row of an embedding with ``padding_idx`` starts at zero.
     Other modules may define ``reset_parameters_like_hf(std)`` (norms: weight 1, bias 0). A layer without a
-    bias (``bias=False``) has none to initialise. Returns whether a rule covered the module (one without
-    parameters of its own needs none)."""
+    bias (``bias=False``) has none to initialise. The standard torch layers a plugin component may hold are
+    covered as transformers' models initialise them: convolutions (``nn.Conv1d``/``2d``/``3d`` and transposed,
+    as in ConvBERT) like ``nn.Linear``, the other norms (``nn.GroupNorm``, batch and instance norms) like
+    ``nn.LayerNorm``; a subclass of one of them that defines ``reset_parameters_like_hf`` gets its own rule.
+    Returns whether a rule covered the module (one without parameters of its own needs none)."""
     if isinstance(module, nn.Linear):
         module.weight.normal_(0.0, std)
         if module.bias is not None:
@@ -703,6 +766,15 @@ def init_module(module: nn.Module, std: float) -> bool:
             module.bias.zero_()
     elif hasattr(module, "reset_parameters_like_hf"):
         module.reset_parameters_like_hf(std)
+    elif isinstance(module, nn.modules.conv._ConvNd):  # no public base class covers every convolution
+        module.weight.normal_(0.0, std)
+        if module.bias is not None:
+            module.bias.zero_()
+    elif isinstance(module, nn.GroupNorm | nn.modules.batchnorm._NormBase):  # batch and instance norms
+        if module.weight is not None:  # affine=False has neither
+            module.weight.fill_(1.0)
+        if module.bias is not None:
+            module.bias.zero_()
     else:
         return next(module.parameters(recurse=False), None) is None
     return True

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 import torch
 from torch import nn
 
+from .capabilities import AttentionCapabilities
 from .outputs import ModelOutput, ModelOutputWithPooling
 
 if TYPE_CHECKING:
@@ -419,10 +420,17 @@ class Attention(nn.Module, ABC):
 
     Children follow HF's names so checkpoints load unchanged: ``self.{query,key,value}`` and
     ``output.{dense,LayerNorm}``.
+
+    Attributes:
+        capabilities: what the module can do (attention weights for all heads, some or none; pruning; the KV
+            cache), declared on the class or per instance (see
+            :class:`~bertblocks.core.capabilities.AttentionCapabilities`); the builder, the model and the
+            conformance suite act on it. Default: everything.
     """
 
     num_heads: int
     head_dim: int
+    capabilities: AttentionCapabilities = AttentionCapabilities()
 
     @abstractmethod
     def forward(
@@ -560,7 +568,8 @@ class Head(nn.Module, ABC):
             copies them onto the head's attributes of the same name before each call, and back after.
         reads_padded_positions: the head's outputs or loss depend on hidden states at padded positions (QA's
             softmax runs over every position, as HF's does), so the backbone must not pack padded batches
-            automatically (packing leaves zeros there).
+            automatically (packing leaves zeros there). Every component kind can make this declaration (see
+            :mod:`bertblocks.core.capabilities`); the head's is added to the backbone's ``padding_readers``.
         reshapes_inputs: :meth:`prepare_inputs` changes the inputs' shape (multiple choice: ``[b, c, q]`` →
             ``[b·c, q]``); the conformance suite then gives the head such inputs.
         pools_padded_positions: a pooled (per-example) output reads a padded position, so changing the tokens

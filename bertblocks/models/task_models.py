@@ -24,6 +24,7 @@ from torch import nn
 
 from ..config import BertConfig
 from ..config_files import ConfigSource, load_config
+from ..core.capabilities import padding_readers
 from ..core.encoder import EncoderModel, init_weights
 from ..core.interfaces import Head
 from ..core.outputs import ModelOutput
@@ -76,7 +77,8 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         # A plain attribute, not a submodule: its children are registered above, once.
         object.__setattr__(self, "head", head)
         # packing leaves zeros at padded positions: fine for heads that ignore them, not for one that reads them
-        backbone.auto_packing = not head.reads_padded_positions
+        # (the backbone's own components declared theirs when it was built)
+        backbone.padding_readers = (*backbone.padding_readers, *padding_readers(head, name="head"))
 
     head: Head
 

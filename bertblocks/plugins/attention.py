@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
 from bertblocks.core.cache import KVCache
+from bertblocks.core.capabilities import AttentionCapabilities, CapabilityError
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import (
     Attention,
@@ -180,6 +181,11 @@ class BertAttention(Attention):
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
         self.num_kv_heads = num_kv_heads or num_heads
+        if self.num_kv_heads != num_heads:
+            # declared, so that pruned_heads is refused at build and prune_heads with this reason
+            self.capabilities = AttentionCapabilities(
+                pruning=False, reason="grouped-query attention: each key/value head serves several query heads"
+            )
         if num_heads % self.num_kv_heads:
             raise ValueError(f"encoder.attention.num_kv_heads {num_kv_heads} must divide num_heads {num_heads}")
         if qkv_layout == "heads" and not fused_qkv:
@@ -231,7 +237,7 @@ class BertAttention(Attention):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if output_attentions and not self.backend.capabilities.attention_weights:
             # the backend would return None and output_attentions an empty tuple, silently
-            raise ValueError(
+            raise CapabilityError(
                 f"output_attentions=True, but attention backend {self.backend.name!r} cannot return attention "
                 "weights (its capabilities say attention_weights: false): load the model with "
                 "attn_implementation='eager' (or set encoder.attention.backend: eager or sdpa) to get them, "

@@ -16,6 +16,7 @@ from torch import nn
 
 from bertblocks.config import BertConfig, ComponentSpec
 from bertblocks.config.limits import check_size
+from bertblocks.core.capabilities import attention_capabilities
 from bertblocks.core.component import Component
 from bertblocks.core.encoder import Encoder
 from bertblocks.core.interfaces import (
@@ -176,7 +177,7 @@ def _build_layer(
             norm=sublayer_norm,
         )
 
-    return _make(  # type: ignore[no-any-return]
+    layer: Layer = _make(
         reg,
         "layer",
         layer_spec,
@@ -194,6 +195,25 @@ def _build_layer(
         layer_index=index,
         num_layers=enc.num_layers,
     )
+    _check_attention_capabilities(config, index, layer.attention, attention_spec.name)
+    return layer
+
+
+def _check_attention_capabilities(config: BertConfig, index: int, attention: Attention, name: str) -> None:
+    """Refuse a config that needs what layer ``index``'s attention declares it cannot do (its
+    :class:`~bertblocks.core.capabilities.AttentionCapabilities`): pruned heads, or decoding through a cache."""
+    declared = attention_capabilities(attention)
+    where = f"encoder layer {index}: attention {name!r} ({type(attention).__name__})"
+    if index in {int(k) for k in config.pruned_heads} and not declared.pruning:
+        raise BuildError(
+            f"pruned_heads.{index}: {where} " + declared.refusal("declares that its heads cannot be pruned")
+        )
+    if config.is_decoder and config.use_cache and not declared.cache:
+        raise BuildError(
+            f"use_cache: {where} "
+            + declared.refusal("declares that it cannot decode through a KV cache")
+            + "; set use_cache: false"
+        )
 
 
 def build_head(config: BertConfig, registry: Registry | None = None) -> Head:

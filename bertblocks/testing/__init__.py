@@ -4,9 +4,12 @@ Every check places the component in a tiny model (hidden 32, 2 layers, 4 heads) 
 compares it with what the interface promises: output shapes and dtypes, padding masks respected, the same
 answer twice with dropout off, gradients for every parameter, weights that survive a checkpoint round trip,
 cache equivalence for decoders, equivalence with the built-in ``eager`` kernel for attention backends, and
-``torch.compile``. A check raises :class:`ConformanceError` (an ``AssertionError``) saying what broke, or
-:class:`ConformanceSkip` with the reason it does not apply (e.g. a backend that does not claim causal
-support is not run as a decoder).
+``torch.compile`` on a packed batch with dynamic shapes. Model-level checks run on the padded and the packed path
+(:func:`~bertblocks.testing.suite.run_check`); declarations (``reads_padded_positions``, an attention's
+``capabilities``) are checked to be true, and what they declare absent is skipped with the component's reason.
+A plugin may give its own reference kernel (``ConformanceSuite(reference=...)``). A check raises
+:class:`ConformanceError` (an ``AssertionError``) saying what broke, or :class:`ConformanceSkip` with the
+reason it does not apply (e.g. a backend that does not claim causal support is not run as a decoder).
 
 Example (a plugin's own test module; see ``docs/plugins/testing-a-plugin.md``)::
 
@@ -37,13 +40,14 @@ pytest is imported only inside :meth:`Case.run` (to turn a skip into ``pytest.sk
 from __future__ import annotations
 
 from .subject import ATOL, TINY_CONFIG, ConformanceError, ConformanceSkip, Subject
-from .suite import CACHE_KINDS, CHECKS, MODEL_KINDS, Case, Check, ConformanceSuite
+from .suite import CACHE_KINDS, CHECKS, MODEL_KINDS, PATHS, Case, Check, ConformanceSuite, run_check
 
 __all__ = [
     "ATOL",
     "CACHE_KINDS",
     "CHECKS",
     "MODEL_KINDS",
+    "PATHS",
     "TINY_CONFIG",
     "Case",
     "Check",
@@ -51,4 +55,5 @@ __all__ = [
     "ConformanceSkip",
     "ConformanceSuite",
     "Subject",
+    "run_check",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -53,6 +53,10 @@ class Subject:
         compile_backend: the ``torch.compile`` backend of :func:`check_compile`.
         base: changes merged over :data:`TINY_CONFIG` before the component is placed: the rest of the config
             the component needs (``{"position": "rope"}`` for an attention that requires rotary positions).
+        reference: the plugin's own reference kernel for the numeric checks of a backend (called as a backend
+            is); ``None``: the built-in ``eager`` kernel (softmax attention).
+        packing: the path a check runs on: ``"never"`` (padded), ``"always"`` (packed) or ``None`` (the
+            config's own ``encoder.packing``); set by the suite for checks that run on both paths.
     """
 
     component: Component
@@ -60,6 +64,24 @@ class Subject:
     registry: Registry
     compile_backend: str = "inductor"
     base: Mapping[str, Any] = field(default_factory=dict)
+    reference: Any = None
+    packing: str | None = None
+    #: shared by the copies :meth:`on` makes (the same component): what :meth:`padding_readers` found
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def on(self, packing: str | None) -> Subject:
+        """This subject on a path: ``encoder.packing`` ``"never"`` (padded), ``"always"`` (packed)."""
+        return replace(self, packing=packing)
+
+    def padding_readers(self) -> list[str]:
+        """What in this component's tiny model declares ``reads_padded_positions`` (``path (Class)``; a head as
+        ``head (Class)``): the components ``encoder.packing: auto`` does not pack for. Empty for a family."""
+        if self.kind == "family":
+            return []
+        if "readers" not in self._memo:
+            model = self.on(None).model()
+            self._memo["readers"] = list(getattr(model, "bert", model).padding_readers)
+        return list(self._memo["readers"])
 
     @property
     def kind(self) -> str:
@@ -99,6 +121,8 @@ class Subject:
             cfg = config_from_hf({**family.config_to_hf(base), "model_type": self.name}, self.registry)
         else:
             where[self.kind]()
+        if self.packing is not None:
+            cfg["encoder"]["packing"] = self.packing
         cfg.update(changes)
         return cfg
 

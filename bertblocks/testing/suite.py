@@ -17,17 +17,20 @@ from .checks.backend import (
     check_backend_causal,
     check_backend_dropout,
     check_backend_eager_equivalence,
+    check_backend_varlen,
 )
 from .checks.cache import check_cache_equivalence
 from .checks.embedding import check_embedding
 from .checks.family import check_family_round_trip
 from .checks.feedforward import check_feedforward_position_wise
+from .checks.masks import MASK_KINDS, check_mask_contract
 from .checks.model import (
     check_batch_independence,
     check_checkpoint_roundtrip,
     check_compile,
     check_determinism,
     check_gradients,
+    check_padding_declaration,
     check_padding_mask,
     check_shapes_and_dtypes,
 )
@@ -38,7 +41,7 @@ from .checks.position import (
     check_position_scheme,
     check_rotary_shift_invariance,
 )
-from .subject import ConformanceSkip, Subject
+from .subject import ConformanceError, ConformanceSkip, Subject
 
 #: the kinds placed in a tiny model: every built-in kind but ``family`` (a translation of config.json and
 #: checkpoint keys, checked on its own)
@@ -56,26 +59,64 @@ class Check:
         kinds: component kinds it is run for.
         run: the check.
         slow: compiles (``torch.compile``); marked so that it can be deselected.
+        paths: run on both the padded and the packed path (``encoder.packing`` ``never``, then ``always``; see
+            :func:`run_check`), a failure naming the path.
     """
 
     name: str
     kinds: tuple[str, ...]
     run: Callable[[Subject], None]
     slow: bool = False
+    paths: bool = False
+
+
+#: the two paths a model-level check runs on: (name, ``encoder.packing``)
+PATHS: tuple[tuple[str, str], ...] = (("padded", "never"), ("packed", "always"))
+
+
+def run_check(check: Check, subject: Subject) -> None:
+    """Run ``check`` on ``subject``: once, or (``check.paths``) on the padded and then the packed path.
+
+    A failure says which path failed. A component that declares ``reads_padded_positions`` is run on the padded
+    path only: ``encoder.packing: auto`` never packs a model holding it (the ``padding_declaration`` check
+    checks the declaration itself). A skip on both paths is one skip.
+
+    Raises:
+        ConformanceError: the check failed (on the path named in the message).
+        ConformanceSkip: it does not apply.
+    """
+    if not check.paths:
+        check.run(subject)
+        return
+    paths = PATHS if not (subject.kind != "head" and subject.padding_readers()) else PATHS[:1]
+    skips = []
+    for path, packing in paths:
+        try:
+            check.run(subject.on(packing))
+        except ConformanceSkip as skip:
+            skips.append(f"{path} path: {skip}")
+        except ConformanceError as error:
+            raise ConformanceError(f"on the {path} path (encoder.packing: {packing}): {error}") from error
+    if len(skips) == len(paths):
+        reasons = {str(skip).split(": ", 1)[1] for skip in skips}
+        raise ConformanceSkip(reasons.pop() if len(reasons) == 1 else "; ".join(skips))
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("shapes_dtypes", MODEL_KINDS, check_shapes_and_dtypes),
-    Check("padding_mask", MODEL_KINDS, check_padding_mask),
-    Check("batch_independence", MODEL_KINDS, check_batch_independence),
-    Check("determinism", MODEL_KINDS, check_determinism),
-    Check("gradients", MODEL_KINDS, check_gradients),
-    Check("checkpoint_roundtrip", MODEL_KINDS, check_checkpoint_roundtrip),
+    Check("shapes_dtypes", MODEL_KINDS, check_shapes_and_dtypes, paths=True),
+    Check("padding_mask", MODEL_KINDS, check_padding_mask, paths=True),
+    Check("batch_independence", MODEL_KINDS, check_batch_independence, paths=True),
+    Check("determinism", MODEL_KINDS, check_determinism, paths=True),
+    Check("gradients", MODEL_KINDS, check_gradients, paths=True),
+    Check("checkpoint_roundtrip", MODEL_KINDS, check_checkpoint_roundtrip, paths=True),
+    Check("padding_declaration", MODEL_KINDS, check_padding_declaration),
+    Check("mask_contract", MASK_KINDS, check_mask_contract),
     Check("cache_equivalence", CACHE_KINDS, check_cache_equivalence),
     Check("eager_equivalence", ("backend",), check_backend_eager_equivalence),
     Check("attention_weights", ("backend",), check_backend_attention_weights),
     Check("causal", ("backend",), check_backend_causal),
     Check("dropout", ("backend",), check_backend_dropout),
+    Check("varlen", ("backend",), check_backend_varlen),
     Check("position_scheme", ("position",), check_position_scheme),
     Check("rotary_shift", ("position",), check_rotary_shift_invariance),
     Check("position_cache_chunks", ("position",), check_position_cache_chunks),
@@ -104,7 +145,7 @@ class Case:
     def run(self) -> None:
         """Run the check; under pytest a :class:`ConformanceSkip` becomes ``pytest.skip`` with its reason."""
         try:
-            self.check.run(self.subject)
+            run_check(self.check, self.subject)
         except ConformanceSkip as skip:
             try:
                 import pytest
@@ -125,6 +166,11 @@ class ConformanceSuite:
         compile_backend: the ``torch.compile`` backend of the compile check.
         configs: per ``(kind, name)``, the rest of the tiny config the component needs, merged over
             :data:`TINY_CONFIG` (nested keys merge): ``{("attention", "rotary"): {"position": "rope"}}``.
+        reference: the plugin's own reference kernel for the numeric checks of its backends (``eager_equivalence``,
+            ``attention_weights``, ``causal``, ``varlen``), called as a backend is (``reference(query, key,
+            value, *, mask, scale, dropout_p, is_causal, need_weights) -> (output, weights | None)``): one for
+            every backend under test, or a mapping per ``(kind, name)``. Default: the built-in ``eager`` kernel,
+            softmax attention.
     """
 
     registry: Registry | None = None
@@ -132,6 +178,7 @@ class ConformanceSuite:
     checks: tuple[Check, ...] = CHECKS
     compile_backend: str = "inductor"
     configs: Mapping[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
+    reference: Callable[..., Any] | Mapping[tuple[str, str], Callable[..., Any]] | None = None
 
     def cases(
         self,
@@ -161,7 +208,12 @@ class ConformanceSuite:
                 continue
             options = dict(self.options.get((component.kind, component.name), {}))
             base = dict(self.configs.get((component.kind, component.name), {}))
-            subject = Subject(component, options, reg, self.compile_backend, base)
+            reference = (
+                self.reference.get((component.kind, component.name))
+                if isinstance(self.reference, Mapping)
+                else self.reference
+            )
+            subject = Subject(component, options, reg, self.compile_backend, base, reference)
             for check in self.checks:
                 if component.kind not in check.kinds or check.name in exclude:
                     continue
@@ -186,7 +238,7 @@ class ConformanceSuite:
         report = {}
         for case in self.cases(*args, **kwargs):
             try:
-                case.check.run(case.subject)
+                run_check(case.check, case.subject)
                 report[case.id] = "ok"
             except ConformanceSkip as skip:
                 report[case.id] = f"skipped: {skip}"

@@ -5,6 +5,7 @@ checkpoints under its own prefix."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import types
@@ -142,3 +143,182 @@ def test_what_the_docs_family_cannot_represent_is_an_error_naming_the_field(tmp_
     (tmp_path / "config.json").write_text(json.dumps({**CONFIG_JSON, **change}))
     with pytest.raises(ConfigError, match=message):
         bertblocks.load_config(tmp_path / "config.json")
+
+
+# ------------------------------------------------------------------- a plugin like ConvBERT and sigmoid attention
+@pytest.fixture
+def conv_registry() -> Registry:
+    """The built-ins and :mod:`convmix_plugin` (a ConvBERT-like attention, a sigmoid backend, their family)."""
+    from . import convmix_plugin
+
+    registry = Registry(load_entry_points=False)
+    registry.register(convmix_plugin, name="convmix-plugin")
+    set_registry(registry)
+    return registry
+
+
+def _convmix_model(registry: Registry, *overrides: str) -> Any:
+    from bertblocks.testing import TINY_CONFIG
+
+    torch.manual_seed(0)
+    return bertblocks.create_model(
+        TINY_CONFIG, ["encoder.attention.name=convmix", *overrides], registry=registry
+    ).eval()
+
+
+def test_a_component_reading_padding_passes_the_suite_with_packing_on_auto(conv_registry):
+    """No excluded check, no `packing: never`: the declaration turns automatic packing off, naming the component,
+    and every check passes or skips with the component's own reason."""
+    from bertblocks.testing import ConformanceSuite
+
+    report = ConformanceSuite(conv_registry, compile_backend="aot_eager").run(
+        kinds=["attention"], names=["convmix"], exclude=["compile"]
+    )
+    failed = {case: result for case, result in report.items() if not (result == "ok" or result.startswith("skipped"))}
+    assert not failed, failed
+    skipped = {case.rsplit("-", 1)[1]: result for case, result in report.items() if result.startswith("skipped")}
+    assert set(skipped) == {"padding_mask", "batch_independence", "cache_equivalence"}, skipped
+    assert "reads_padded_positions" in skipped["padding_mask"]
+    assert "the convolution heads read every channel" in skipped["cache_equivalence"]  # its own reason
+    for check in ("padding_declaration", "attention_module", "mask_contract", "determinism", "gradients"):
+        assert report[f"attention-convmix-{check}"] == "ok"
+
+    model = _convmix_model(conv_registry)
+    assert model.config.encoder.packing == "auto"
+    assert not model.auto_packing
+    assert "encoder.layer.0.attention (ConvMixAttention)" in model.packing_off_reason
+
+
+def test_the_declaration_keeps_auto_from_packing_what_would_change_real_tokens(conv_registry):
+    from bertblocks.testing.inputs import padded_batch
+
+    batch = padded_batch()
+    real = batch["attention_mask"].bool()
+    with torch.no_grad():
+        auto = _convmix_model(conv_registry)(**batch).last_hidden_state
+        never = _convmix_model(conv_registry, "encoder.packing=never")(**batch).last_hidden_state
+        always = _convmix_model(conv_registry, "encoder.packing=always")(**batch).last_hidden_state
+    assert torch.equal(auto, never)  # the same path: auto did not pack
+    assert (always[real] - never[real]).abs().max() > 1e-3  # packing would have changed real tokens
+
+
+def _registry_with_variant(base: Registry, kind: str, name: str, new_name: str, cls: type) -> Registry:
+    """A registry holding ``base``'s component ``(kind, name)`` as ``new_name``, its modules of class ``cls``."""
+    component = base.get(kind, name)
+
+    def make(**kwargs: Any) -> Any:
+        built = component.factory(**kwargs)
+        built.__class__ = cls
+        return built
+
+    variant = dataclasses.replace(component, name=new_name, provider="", factory=make, aliases=())
+    registry = Registry(load_entry_points=False)
+    registry.register(types.SimpleNamespace(bertblocks_register_components=lambda: [variant]), name=new_name)
+    return registry
+
+
+def test_an_undeclared_padding_reader_fails_the_suite_with_a_clear_message(conv_registry):
+    from bertblocks.testing import ConformanceError, ConformanceSuite
+    from bertblocks.testing.suite import run_check
+
+    from .convmix_plugin import ConvMixAttention
+
+    class Undeclared(ConvMixAttention):
+        reads_padded_positions = False
+
+    suite = ConformanceSuite(_registry_with_variant(conv_registry, "attention", "convmix", "undeclared", Undeclared))
+    (declaration,) = suite.cases(kinds=["attention"], names=["undeclared"], include=["padding_declaration"])
+    with pytest.raises(ConformanceError, match=r"packing changes the outputs at real tokens.*reads_padded_positions"):
+        declaration.check.run(declaration.subject)
+    (padding,) = suite.cases(kinds=["attention"], names=["undeclared"], include=["padding_mask"])
+    # the path is named, and the message points at the declaration
+    with pytest.raises(ConformanceError, match=r"^on the padded path \(encoder.packing: never\): outputs after ch"):
+        run_check(padding.check, padding.subject)
+
+
+def test_a_declaration_that_is_not_true_fails_the_suite(registry):
+    """BERT's attention declared a padding reader: the packed and padded paths agree, so the declaration is false."""
+    from bertblocks.plugins.attention import BertAttention
+    from bertblocks.testing import ConformanceError, ConformanceSuite
+
+    class Overcautious(BertAttention):
+        reads_padded_positions = True
+
+    suite = ConformanceSuite(_registry_with_variant(registry, "attention", "bert", "overcautious", Overcautious))
+    (case,) = suite.cases(kinds=["attention"], names=["overcautious"], include=["padding_declaration"])
+    with pytest.raises(ConformanceError, match="the declaration turns packing off for nothing"):
+        case.check.run(case.subject)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "call", "message"),
+    [
+        (["pruned_heads={0: [1]}"], None, r"pruned_heads\.0: encoder layer 0: attention 'convmix'.*cannot be pruned"),
+        (["is_decoder=true"], None, r"use_cache: encoder layer 0.*cannot decode through a KV cache \(the convolution"),
+    ],
+)
+def test_the_builder_refuses_a_config_needing_what_an_attention_declares_absent(
+    conv_registry, overrides, call, message
+):
+    from bertblocks.registry import BuildError
+
+    with pytest.raises(BuildError, match=message):
+        _convmix_model(conv_registry, *overrides)
+
+
+def test_calls_needing_what_an_attention_declares_absent_are_refused(conv_registry):
+    from bertblocks.core.capabilities import CapabilityError
+    from bertblocks.errors import BertBlocksError
+    from bertblocks.testing.inputs import padded_batch
+
+    model = _convmix_model(conv_registry)
+    with pytest.raises(CapabilityError, match=r"encoder layer 0's attention ConvMixAttention declares that its heads"):
+        model.prune_heads({0: [1]})
+    assert issubclass(CapabilityError, BertBlocksError)
+    out = model(**padded_batch(), output_attentions=True)  # "some": the softmax heads only
+    assert [tuple(w.shape) for w in out.attentions] == [(3, 2, 9, 9)] * 2
+    decoder = _convmix_model(conv_registry, "is_decoder=true", "use_cache=false")
+    with pytest.raises(CapabilityError, match="use_cache: encoder layer 0's attention ConvMixAttention"):
+        decoder(input_ids=torch.ones(1, 3, dtype=torch.long), use_cache=True)
+
+
+def test_a_sigmoid_backend_passes_against_its_own_reference_with_no_exclusions(conv_registry):
+    from bertblocks.testing import ConformanceSuite
+
+    from .convmix_plugin import sigmoid_reference
+
+    suite = ConformanceSuite(conv_registry, reference=sigmoid_reference, compile_backend="aot_eager")
+    report = suite.run(kinds=["backend"], names=["sigmoid"], exclude=["compile"])
+    assert (
+        report.pop("backend-sigmoid-varlen")
+        == "skipped: the backend does not claim varlen (packed batches are re-padded for it)"
+    )
+    assert set(report.values()) == {"ok"}, report
+    assert {"eager_equivalence", "attention_weights", "causal", "dropout", "mask_contract", "cache_equivalence"} <= {
+        case.rsplit("-", 1)[1] for case in report
+    }
+    # without its reference the suite compares with softmax attention, which it is not
+    plain = ConformanceSuite(conv_registry).run(kinds=["backend"], names=["sigmoid"], include=["eager_equivalence"])
+    assert plain["backend-sigmoid-eager_equivalence"].startswith("FAILED: ConformanceError: output vs eager")
+
+
+def test_the_family_needing_its_own_component_passes_its_check_with_configs(conv_registry):
+    from bertblocks.testing import ConformanceSuite
+
+    suite = ConformanceSuite(
+        conv_registry, configs={("family", "myconvbert"): {"encoder": {"attention": {"name": "convmix"}}}}
+    )
+    assert suite.run(kinds=["family"], names=["myconvbert"]) == {"family-myconvbert-family_round_trip": "ok"}
+    bare = ConformanceSuite(conv_registry).run(kinds=["family"], names=["myconvbert"])
+    assert "convmix attention" in bare["family-myconvbert-family_round_trip"]  # why configs= is needed
+
+
+@pytest.mark.compile
+def test_the_convmix_plugin_compiles(conv_registry):
+    from bertblocks.testing import ConformanceSuite
+
+    from .convmix_plugin import sigmoid_reference
+
+    suite = ConformanceSuite(conv_registry, reference=sigmoid_reference, compile_backend="aot_eager")
+    report = suite.run(names=["convmix", "sigmoid"], include=["compile"])
+    assert set(report.values()) == {"ok"}, report

@@ -7,9 +7,12 @@ import tempfile
 
 import torch
 
-from ..assertions import close, close_outputs, expect, float_outputs
+from ..assertions import close, close_outputs, expect, float_outputs, max_abs_diff, real_positions
 from ..inputs import infer, model_inputs
-from ..subject import TINY_CONFIG, ConformanceSkip, Subject
+from ..subject import ATOL, TINY_CONFIG, ConformanceError, ConformanceSkip, Subject
+
+#: a difference far above rounding (CONTRIBUTING.md: checks that outputs differ use a margin > 1e-3)
+_DIFFERS = 1e-3
 
 
 def check_shapes_and_dtypes(subject: Subject) -> None:
@@ -39,8 +42,29 @@ def check_shapes_and_dtypes(subject: Subject) -> None:
             expect(tuple(pooled.shape) == (b, hidden), f"pooler_output is {tuple(pooled.shape)}, not {(b, hidden)}")
 
 
+#: what a failure caused by reading padded positions tells the author
+_DECLARE_HINT = (
+    " — if the component reads hidden states at padded positions on purpose (a convolution over the sequence), "
+    "declare reads_padded_positions = True on it (automatic packing is then off; docs/plugins/hooks.md, "
+    "'Capabilities')"
+)
+
+
+def _skip_if_reads_padding(subject: Subject) -> None:
+    """A component declared ``reads_padded_positions`` reads padding by definition: the padding checks do not
+    apply (``padding_declaration`` checks that the declaration is true)."""
+    if subject.kind != "head":
+        readers = subject.padding_readers()
+        if readers:
+            raise ConformanceSkip(
+                f"{', '.join(readers)} declare(s) reads_padded_positions: outputs depend on padded positions by "
+                "declaration (checked by padding_declaration)"
+            )
+
+
 def check_padding_mask(subject: Subject) -> None:
     """Changing the tokens at padded positions changes no output at real positions (nor pooled ones)."""
+    _skip_if_reads_padding(subject)
     model = subject.model()
     if getattr(getattr(model, "head", None), "pools_padded_positions", False):
         raise ConformanceSkip("the head declares pools_padded_positions: its pooled output reads a padded position")
@@ -50,13 +74,64 @@ def check_padding_mask(subject: Subject) -> None:
     g = torch.Generator().manual_seed(1)
     other["input_ids"][padded] = torch.randint(1, 99, (int(padded.sum()),), generator=g)
     other["token_type_ids"][padded] = 1 - other["token_type_ids"][padded]
-    close_outputs(
-        "outputs after changing padded tokens", infer(model, **other), infer(model, **inputs), inputs["attention_mask"]
+    try:
+        close_outputs(
+            "outputs after changing padded tokens",
+            infer(model, **other),
+            infer(model, **inputs),
+            inputs["attention_mask"],
+        )
+    except ConformanceError as error:
+        raise ConformanceError(f"{error}{_DECLARE_HINT}") from None
+
+
+def check_padding_declaration(subject: Subject) -> None:
+    """The declaration ``reads_padded_positions`` is true, whichever way it goes.
+
+    Undeclared: the packed path (``encoder.packing: always``) gives the padded path's outputs at real tokens;
+    a difference means the component reads padded positions (a packed batch has zeros there) without saying so.
+    Declared: the two paths differ (else the declaration turns packing off for nothing), and ``encoder.packing:
+    auto`` does not pack, naming the component in ``packing_off_reason``. A head's declaration is about its loss
+    (question answering's softmax spans the padding) and is checked for its effect only.
+    """
+    readers = subject.padding_readers()
+    padded = subject.on("never").model()
+    packed = subject.on("always").model()  # the same seed: the same weights
+    inputs = model_inputs(padded)
+    want, got = float_outputs(infer(padded, **inputs)), float_outputs(infer(packed, **inputs))
+    mask = inputs["attention_mask"]
+    diffs = {name: max_abs_diff(real_positions(got[name], mask), real_positions(want[name], mask)) for name in want}
+    diff = max(diffs.values(), default=0.0)
+    if readers:
+        auto = subject.on(None).model()
+        reason = getattr(auto, "bert", auto).packing_off_reason or ""
+        expect(
+            all(reader in reason for reader in readers),
+            f"{', '.join(readers)} declare(s) reads_padded_positions, but the model's packing_off_reason does not "
+            f"name them: {reason!r}",
+        )
+        if subject.kind == "head":
+            return
+        expect(
+            diff > _DIFFERS,
+            f"{', '.join(readers)} declare(s) reads_padded_positions, but the packed and padded paths agree at real "
+            f"tokens (max abs difference {diff:.3g}): the declaration turns packing off for nothing; remove it",
+        )
+        close_outputs(
+            "encoder.packing: auto (not packing, by declaration) vs padded", infer(auto, **inputs), want, mask
+        )
+        return
+    worst = max(diffs, key=lambda name: diffs[name]) if diffs else ""
+    expect(
+        diff <= ATOL,
+        f"packing changes the outputs at real tokens ({worst}: max abs difference {diff:.3g} > {ATOL:g}): the "
+        f"component reads hidden states at padded positions, which a packed batch does not have{_DECLARE_HINT}",
     )
 
 
 def check_batch_independence(subject: Subject) -> None:
     """Each example gives the same outputs alone (without its padding) as inside a padded batch."""
+    _skip_if_reads_padding(subject)
     model = subject.model()
     inputs = model_inputs(model)
     together = infer(model, **inputs)
@@ -115,24 +190,74 @@ def check_checkpoint_roundtrip(subject: Subject) -> None:
     )
 
 
-def check_compile(subject: Subject, backend: str | None = None) -> None:
-    """``torch.compile`` (graph breaks allowed) runs the model and matches eager mode.
+#: what torch.compile raises (or says in the error it raises) when code needs the value of a data-dependent size
+_DATA_DEPENDENT = (
+    "GuardOnDataDependentSymNode",
+    "DataDependentOutputException",
+    "DynamicOutputShapeException",
+    "data-dependent",
+    "data dependent",
+)
 
-    ``backend`` defaults to the subject's ``compile_backend``: ``inductor`` generates and compiles C++
-    (seconds per model); ``aot_eager`` traces the same graphs (where plugins break) without code generation.
+
+def data_dependent_failure(error: BaseException) -> str | None:
+    """The compiler's line about a data-dependent size if ``error`` (or an exception it chains) is one, else
+    ``None``."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = f"{type(current).__name__}: {current}"
+        if any(marker in text for marker in _DATA_DEPENDENT):
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            return next((line for line in lines if any(m in line for m in _DATA_DEPENDENT)), lines[0])
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def check_compile(subject: Subject, backend: str | None = None) -> None:
+    """``torch.compile(dynamic=True)`` (graph breaks allowed) runs the model on a packed batch and matches eager
+    mode.
+
+    The packed path is the one a compiled model takes under ``encoder.packing: auto`` (it packs every padded
+    batch; see :mod:`bertblocks.core.packing`): the component gets ``[1, T, H]`` hidden states whose token count
+    ``T`` is a data-dependent size. Code that needs its value fails to compile, and the failure says so in plain
+    words with the fix. A model holding a component that declares ``reads_padded_positions`` is never packed: it
+    is compiled on the padded path. ``backend`` defaults to the subject's ``compile_backend``: ``inductor``
+    generates and compiles C++ (seconds per model); ``aot_eager`` traces the same graphs (where plugins break)
+    without code generation.
     """
     import torch._dynamo
 
     backend = backend or subject.compile_backend
-    cfg = subject.config()
+    readers = subject.padding_readers()
+    packing = "never" if readers else "always"
+    path = "padded path (it declares reads_padded_positions)" if readers else "packed path"
+    cfg = subject.on(packing).config()
     cfg["encoder"]["num_layers"] = 1  # tracing time grows with the (unrolled) layers; one shows the component
     model = subject.model(config=cfg)
     inputs = model_inputs(model)
     want = infer(model, **inputs)
     torch._dynamo.reset()
     try:
-        compiled = torch.compile(model, backend=backend)
+        compiled = torch.compile(model, backend=backend, dynamic=True)
         got = infer(compiled, **inputs)
+    except Exception as error:
+        line = data_dependent_failure(error)
+        if line is None:
+            raise
+        raise ConformanceError(
+            f"torch.compile(dynamic=True) failed on the {path}: the component needs the value of a data-dependent "
+            "size. In a compiled packed batch the token count T (hidden states [1, T, H]) is only known when the "
+            "graph runs, so code that branches on it (`if x.shape[1] == 1`), reads it (`.item()`, `int(...)`, "
+            "`.tolist()`), indexes with a boolean mask, or calls an op that specialises on size 1 cannot be traced. "
+            "Fix: write the computation for every T without branching on it (loop over a fixed dimension, such as "
+            "groups or heads, not over tokens; use reshape/matmul on the whole [T, ...] tensor), or state what "
+            "holds with torch._check(...); a component that needs the padded layout declares "
+            f"reads_padded_positions instead. The compiler said: {line}"
+        ) from error
     finally:
         torch._dynamo.reset()
-    close_outputs(f"torch.compile(backend={backend!r}) vs eager", got, want, inputs["attention_mask"])
+    close_outputs(
+        f"torch.compile(backend={backend!r}, dynamic=True) on the {path} vs eager", got, want, inputs["attention_mask"]
+    )
