@@ -103,7 +103,16 @@ def read_bytes(path: Path | str, *, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
             info = os.fstat(f.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise ReadError(path, "is not a regular file")
-            data = f.read(limit + 1)  # one byte more: a file that grew after fstat is still caught
+            if info.st_size > limit:
+                raise ReadError(path, f"is larger than the {limit:,}-byte limit for this kind of file")
+            # read what fstat says and one byte more (never a buffer of `limit` bytes for a small file); a
+            # file that grew meanwhile is read on, up to the limit
+            parts = [f.read(info.st_size + 1)]
+            total = len(parts[0])
+            while total > info.st_size and total <= limit and parts[-1]:
+                parts.append(f.read(min(2**20, limit + 1 - total)))
+                total += len(parts[-1])
+            data = b"".join(parts)
     except FileNotFoundError:
         raise ReadFileNotFoundError(path) from None
     except IsADirectoryError:
