@@ -1,4 +1,4 @@
-"""The one bounded reader per format (bertblocks/readers.py): what each guarantees, and a structural test that
+"""The one bounded reader per format (bertblocks/readers/): what each guarantees, and a structural test that
 no module of the package parses a file format itself (shown to catch a planted one)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from bertblocks.readers import (
 PACKAGE = Path(bertblocks.__file__).parent
 #: the modules allowed to parse formats: the readers, the YAML loader they build on, and the safetensors
 #: header parser (whose JSON goes through bertblocks.readers.parse_json)
-READER_MODULES = {"readers.py", "config/bounded_yaml.py", "hf/weight_files.py"}
+READER_MODULES = {"readers/__init__.py", "readers/bounded_yaml.py", "hf/weight_files.py"}
 
 #: module → attributes whose use parses a file format (reading, not writing)
 FORBIDDEN_ATTRIBUTES = {
@@ -86,7 +86,7 @@ def test_no_module_parses_a_file_format_outside_the_readers():
         "import csv\nrows = list(csv.DictReader(open(p)))",
         "import csv\nrows = list(csv.reader(text.splitlines()))",
         "import yaml\nconfig = yaml.safe_load(text)",
-        "from bertblocks.config.bounded_yaml import load_yaml",
+        "from bertblocks.readers.bounded_yaml import load_yaml",
         "from safetensors.torch import load_file",
         "from safetensors import safe_open",
         "import safetensors.torch\nstate = safetensors.torch.load_file(p)",

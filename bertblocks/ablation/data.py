@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
+from ..readers import ReadError, read_text
 from .corpus import generate_labelled, generate_sentences, read_labelled, read_sentences
 from .study import Study, StudyError, fingerprint
 
@@ -177,8 +178,8 @@ def get_tokenizer(study: Study, texts: list[str], saved: Path | None = None) -> 
 def _read_key(path: Path) -> str | None:
     """The key saved beside a tokenizer; ``None`` (no match: train again) when it is not readable text."""
     try:
-        return path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
+        return read_text(path, limit=2**16).strip()
+    except (OSError, ReadError):
         return None
 
 

@@ -16,7 +16,7 @@ line):
   deep (checked before parsing, so a deeply nested file is an error, not a ``RecursionError``), a key given
   twice in one object refused (JSON leaves it undefined; Python would keep the last silently);
 * **YAML** (:func:`read_yaml`, :func:`parse_yaml`): ``safe_load`` with the alias bound of
-  :mod:`bertblocks.config.bounded_yaml` and the same depth bound;
+  :mod:`bertblocks.readers.bounded_yaml` and the same depth bound;
 * **CSV/TSV** (:func:`read_csv`): a header row, strict quoting, a field at most :data:`MAX_CSV_FIELD` bytes
   (the ``csv`` module's own limit, given as an error naming the line), a field holding a line break refused
   (an unclosed quote otherwise swallows the rest of the file into one field);
@@ -42,8 +42,8 @@ from typing import Any
 
 import yaml
 
-from .config.bounded_yaml import YAMLLimitError, load_yaml
-from .errors import BertBlocksError
+from ..errors import BertBlocksError
+from .bounded_yaml import YAMLLimitError, load_yaml
 
 #: deepest nesting of a JSON or YAML document (serde_json's recursion limit, which the safetensors library uses)
 MAX_DEPTH = 128
