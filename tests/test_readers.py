@@ -136,9 +136,15 @@ def test_text_is_utf8_with_a_bom_accepted_and_nul_bytes_refused(tmp_path):
 def test_json_depth_is_bounded_before_parsing_and_duplicate_keys_are_refused(tmp_path):
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 200_000 + "]" * 200_000)  # a RecursionError for json.loads
-    with pytest.raises(ReadError, match=rf"deep\.json: JSON nested 200000 deep, more than the {MAX_DEPTH} accepted"):
+    with pytest.raises(ReadError, match=rf"deep\.json: JSON nested more than {MAX_DEPTH} deep"):
         read_json(deep)
     assert parse_json("[" * MAX_DEPTH + "]" * MAX_DEPTH, "x") is not None
+    with pytest.raises(ReadError, match=rf"x: JSON nested more than {MAX_DEPTH} deep"):
+        parse_json("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "x")
+    # an unterminated string or a run of escaped quotes is one linear scan (no regex that backtracks)
+    for text in ('"' + "a" * 100_000, '"' + '\\"' * 100_000, '["' + "a" * 100_000 + "]"):
+        with pytest.raises(ReadError, match="not JSON"):
+            parse_json(text, "x")
     assert parse_json('{"a": "[[[[[[[[", "b": {"c": "}}}"}}', "x", max_depth=2) == {"a": "[[[[[[[[", "b": {"c": "}}}"}}
     with pytest.raises(ReadError, match=r"x, line 2: the key 'a' is named twice in one object"):
         parse_json('{"b": {"a": 1,\n"a": 2}}', "x", line=2)
@@ -201,7 +207,7 @@ def test_safetensors_headers_use_the_one_json_parser(tmp_path):
     header = ("[" * 100_000 + "]" * 100_000).encode()
     path = tmp_path / "deep.safetensors"
     path.write_bytes(struct.pack("<Q", len(header)) + header)
-    with pytest.raises(WeightFileError, match=r"the header is not JSON \(JSON nested 100000 deep, more than the"):
+    with pytest.raises(WeightFileError, match=rf"the header is not JSON \(JSON nested more than {MAX_DEPTH} deep\)"):
         read_safetensors(path)
     header = json.dumps({"__metadata__": {"format": "pt"}}).encode().replace(b"}}", b', "format": "x"}}')
     path.write_bytes(struct.pack("<Q", len(header)) + header)

@@ -13,8 +13,8 @@ line):
   is not UTF-8 is named with its line and column; a NUL byte is refused (no text format holds one, and a
   binary file given by mistake is named instead of parsed);
 * **JSON** (:func:`read_json`, :func:`read_jsonl`, :func:`parse_json`): nesting at most :data:`MAX_DEPTH`
-  deep (checked before parsing, so a deeply nested file is an error, not a ``RecursionError``), a key given
-  twice in one object refused (JSON leaves it undefined; Python would keep the last silently);
+  deep (a file nested past the interpreter's recursion limit is the same error, not a ``RecursionError``),
+  a key given twice in one object refused (JSON leaves it undefined; Python would keep the last silently);
 * **YAML** (:func:`read_yaml`, :func:`parse_yaml`): ``safe_load`` with the alias bound of
   :mod:`bertblocks.readers.bounded_yaml` and the same depth bound;
 * **CSV/TSV** (:func:`read_csv`): a header row, strict quoting, a field at most :data:`MAX_CSV_FIELD` bytes
@@ -34,7 +34,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,16 +182,19 @@ def parse_json(text: str | bytes, source: Path | str, *, max_depth: int = MAX_DE
     """
     if isinstance(text, bytes):
         text = decode_text(text, source)
-    depth = json_depth(text)
-    if depth > max_depth:
-        raise ReadError(source, f"JSON nested {depth} deep, more than the {max_depth} accepted", line)
+    too_deep = ReadError(source, f"JSON nested more than {max_depth} deep", line)
     try:
-        return json.loads(text, object_pairs_hook=_unique_keys)
+        value = json.loads(text, object_pairs_hook=_unique_keys)
+    except RecursionError:  # json's C scanner stops at the interpreter's recursion limit, cleanly
+        raise too_deep from None
     except _DuplicateKeyError as e:
         raise ReadError(source, f"the key {e.key!r} is named twice in one object", line) from None
     except json.JSONDecodeError as e:
         where = line + e.lineno - 1 if line is not None else e.lineno
         raise ReadError(source, f"not JSON ({e.msg} at column {e.colno})", where) from None
+    if json_depth(value) > max_depth:
+        raise too_deep
+    return value
 
 
 class _DuplicateKeyError(ValueError):
@@ -210,24 +212,17 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_JSON_STRING = re.compile(r'"(?:[^"\\]+|\\.)*"', re.DOTALL)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-
-
-def json_depth(text: str) -> int:
-    """The deepest nesting of brackets in a JSON text, outside strings (an estimate for malformed text)."""
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    if len(brackets) < 4096:
-        depth = deepest = 0
-        for c in brackets:
-            depth += 1 if c in "[{" else -1
-            deepest = max(deepest, depth)
-        return deepest
-    import torch  # a long run of brackets: one cumulative sum instead of a Python loop
-
-    codes = torch.frombuffer(bytearray(brackets.encode("ascii")), dtype=torch.uint8)
-    steps = torch.where((codes == ord("[")) | (codes == ord("{")), 1, -1)
-    return int(steps.cumsum(0).max())
+def json_depth(value: Any) -> int:
+    """How deeply a parsed JSON value nests (``[]`` and ``{}`` count 1), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
 
 
 def read_json(path: Path | str, *, limit: int = MAX_DOCUMENT_BYTES, max_depth: int = MAX_DEPTH) -> Any:
