@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,9 @@ def test_missing_folder_and_oversized_files_are_named(tmp_path):
     (tmp_path / "t.csv").mkdir()
     with pytest.raises(ReadError, match=r"t\.csv: is a folder, not a file"):
         read_csv(tmp_path / "t.csv")
+    os.mkfifo(tmp_path / "fifo.json")  # opening it would wait for a writer: refused before it is opened
+    with pytest.raises(ReadError, match=r"fifo\.json: is not a regular file"):
+        read_json(tmp_path / "fifo.json")
     big = tmp_path / "big.json"
     big.write_text("[" + "0," * 600 + "0]")
     with pytest.raises(ReadError, match=r"big\.json: is larger than the 1,000-byte limit"):

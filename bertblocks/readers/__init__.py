@@ -98,6 +98,8 @@ def read_bytes(path: Path | str, *, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
     """
     path = Path(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # before open: opening a FIFO would wait for a writer
+            raise ReadError(path, "is a folder, not a file" if path.is_dir() else "is not a regular file")
         with open(path, "rb") as f:
             info = os.fstat(f.fileno())
             if not stat.S_ISREG(info.st_mode):
