@@ -155,7 +155,9 @@ def get_tokenizer(study: Study, texts: list[str], saved: Path | None = None) -> 
         if not path.is_file():
             raise StudyError.single("tokenizer.path", f"file not found: {path}", study)
         try:
-            return Tokenizer.from_file(str(path))
+            return Tokenizer.from_str(read_text(path))  # bounded: size, UTF-8, NUL bytes
+        except ReadError as e:
+            raise StudyError.single("tokenizer.path", str(e), study) from None
         except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file
             raise StudyError.single("tokenizer.path", f"{path} is not a tokenizer.json file ({e})", study) from None
     key_file = saved.with_suffix(".key") if saved is not None else None
@@ -166,7 +168,7 @@ def get_tokenizer(study: Study, texts: list[str], saved: Path | None = None) -> 
         and _read_key(key_file) == tokenizer_key(study, texts)
     ):
         try:
-            return Tokenizer.from_file(str(saved))
+            return Tokenizer.from_str(read_text(saved))
         except Exception as e:  # a damaged file in the output folder: train again (the runs follow its fingerprint)
             logger.warning("%s is not a readable tokenizer (%s); training a new one", saved, e)
     try:

@@ -32,7 +32,7 @@ from tokenizers import Encoding, Tokenizer, decoders, models, normalizers, pre_t
 
 from ..errors import BertBlocksError
 from ..families.family import BERT_TOKENIZER, TokenizerConvention
-from ..readers import ReadError, parse_json, read_json, read_lines
+from ..readers import ReadError, parse_json, read_json, read_lines, read_text
 from .hub import resolve_tokenizer_files
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -158,8 +158,10 @@ class BertTokenizer:
                 "of tokens (fix the file, or remove the field for the default 512)"
             )
         if (directory / TOKENIZER_JSON).is_file():
-            try:
-                backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
+            try:  # read by the bounded reader (size, UTF-8, NUL bytes); parsed by the tokenizers library
+                backend = Tokenizer.from_str(read_text(directory / TOKENIZER_JSON))
+            except ReadError as e:
+                raise TokenizerFileError(str(e)) from None
             except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file
                 raise TokenizerFileError(f"{directory / TOKENIZER_JSON} is not a valid tokenizer file ({e})") from None
             if backend.post_processor is None:  # the framing is the tokenizer class's: the family's template
