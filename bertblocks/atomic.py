@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import BertBlocksError
+from .readers import ReadError, read_json
 
 try:
     import fcntl
@@ -248,14 +249,15 @@ def _plain_name(name: Any) -> bool:
 
 def _read_journal(directory: Path) -> dict[str, Any] | None:
     path = directory / JOURNAL
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # bounded: size, UTF-8, NUL bytes, nesting (a journal nested 200k deep is refused, not a RecursionError)
+        journal: Any = read_json(path)
     except FileNotFoundError:
         return None
+    except ReadError:
+        journal = None  # not a journal: refused below
     except OSError as e:
         raise InterruptedSaveError(f"cannot read {path}: {e.strerror or e}") from None
     try:
-        journal = json.loads(text)
         lists = [journal[k] for k in ("install", "remove_first", "remove_after")]
         names = [n for names in lists for n in names]
         valid = (

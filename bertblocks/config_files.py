@@ -15,9 +15,9 @@ from typing import Any
 import yaml
 
 from .config import BertConfig, ConfigError, ConfigFileNotFoundError, ConfigIssue
-from .config.bounded_yaml import YAMLLimitError, load_yaml
 from .config.schema import json_value_problem
 from .hf.config_json import config_from_hf, config_to_hf
+from .readers import ReadError, parse_yaml, read_json, read_yaml
 from .registry import Registry, UnknownPresetError, get_registry, validate_config
 
 ConfigSource = str | Path | Mapping[str, Any] | BertConfig
@@ -98,25 +98,10 @@ def _read(source: ConfigSource, registry: Registry | None = None) -> tuple[dict[
         path = path / "config.json"
     if not path.is_file():
         raise ConfigFileNotFoundError(f"config file not found: {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError([ConfigIssue(f"byte {e.start}", "not UTF-8 text")], str(path)) from None
-    if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError([ConfigIssue(f"line {e.lineno}", f"malformed JSON: {e.msg}")], str(path)) from None
-    else:
-        try:
-            data = load_yaml(text)  # safe_load with a bound on alias expansion ("billion laughs")
-        except yaml.MarkedYAMLError as e:
-            mark = e.problem_mark
-            line = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            what = "refused YAML" if isinstance(e, YAMLLimitError) else "malformed YAML"
-            raise ConfigError([ConfigIssue(line, f"{what}: {e.problem}")], str(path)) from None
-        except yaml.YAMLError as e:
-            raise ConfigError([ConfigIssue("", f"malformed YAML: {e}")], str(path)) from None
+    try:  # the bounded readers: size, UTF-8, NUL, nesting, duplicate keys, YAML aliases ("billion laughs")
+        data = read_json(path) if path.suffix == ".json" else read_yaml(path)
+    except ReadError as e:
+        raise ConfigError([ConfigIssue(e.location, e.problem)], str(path)) from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -171,9 +156,9 @@ def _override_value(key: str, value: str) -> Any:
     if not value.strip():
         return None
     try:
-        return load_yaml(value)
-    except yaml.YAMLError as e:
-        problem = getattr(e, "problem", None) or str(e)
+        return parse_yaml(value, key)
+    except ReadError as e:
+        problem = e.problem.removeprefix("malformed YAML: ")
         raise ConfigError(
             [ConfigIssue(key, f"cannot read the value {value!r} as YAML ({problem}); quote it if it is text")]
         ) from None

@@ -240,8 +240,8 @@ def finished(tmp_path: Path) -> tuple[Path, Path]:
             lambda record: json.dumps({**record, "seed": "0"}).encode(),
             "is not a complete run record (missing or mistyped: 'seed' (an integer))",
         ),
-        (lambda record: b"\xff\xfe\x00garbage\x80", "is not UTF-8 text (byte 0)"),
-        (lambda record: b'{"fingerprint": ', "is not JSON (Expecting value, line 1)"),
+        (lambda record: b"\xff\xfe\x00garbage\x80", "is not UTF-8 text (byte 0xff at column 1)"),
+        (lambda record: b'{"fingerprint": ', "is not JSON (Expecting value at column 17)"),
     ],
     ids=["list", "string", "no-metrics", "seed-as-text", "binary", "cut-short"],
 )

@@ -234,4 +234,5 @@ def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path, capsys):
     path = tmp_path / "binary.yaml"
     path.write_bytes(b"\xff\xfe\x00junk")
     assert main(["validate", str(path)]) == 1
-    assert f"invalid config in {path} (1 error):\n  byte 0: not UTF-8 text" in capsys.readouterr().err
+    expected = f"invalid config in {path} (1 error):\n  line 1: not UTF-8 text (byte 0xff at column 1)"
+    assert expected in capsys.readouterr().err

@@ -27,11 +27,11 @@ from safetensors.torch import load_file, save_file
 
 import bertblocks
 from bertblocks.config import ConfigError
-from bertblocks.config.bounded_yaml import load_yaml
 from bertblocks.config.limits import LimitError, check_size
 from bertblocks.errors import BertBlocksError
 from bertblocks.hf.weight_files import SAFETENSORS_DTYPES, WeightFileError, read_safetensors
 from bertblocks.hf.weights import CheckpointError, find_weights, read_state_dict
+from bertblocks.readers.bounded_yaml import load_yaml
 from bertblocks.registry import RegistryError
 
 

@@ -524,5 +524,5 @@ def test_tokenizer_files_that_are_not_utf8_name_the_file_and_line(tmp_path):
     bertblocks.BertTokenizer.from_vocab(VOCAB).save_pretrained(tmp_path / "saved")
     config = tmp_path / "saved" / "tokenizer_config.json"
     config.write_bytes(b'{"model_max_length": 5\xff}')
-    with pytest.raises(ValueError, match=re.escape(f"{config} is not UTF-8 text (byte 0xff at offset 22)")):
+    with pytest.raises(ValueError, match=re.escape(f"{config}, line 1: not UTF-8 text (byte 0xff at column 23)")):
         bertblocks.BertTokenizer.from_pretrained(tmp_path / "saved")

@@ -20,7 +20,6 @@ import bertblocks
 from bertblocks.ablation import StudyError, load_study
 from bertblocks.cli import main
 from bertblocks.config import BertConfig, ConfigError
-from bertblocks.config.bounded_yaml import MAX_ALIAS_NODES_ENV, YAMLLimitError, load_yaml
 from bertblocks.config.limits import (
     MAX_LABELS_ENV,
     MAX_LAYERS_ENV,
@@ -30,6 +29,7 @@ from bertblocks.config.limits import (
     estimate_size,
 )
 from bertblocks.config.overrides import OVERRIDABLE
+from bertblocks.readers.bounded_yaml import MAX_ALIAS_NODES_ENV, YAMLLimitError, load_yaml
 
 CPU_SECONDS = 2.0
 PEAK_BYTES = 200 * 2**20

@@ -39,7 +39,7 @@ GOOD = {"a": {"dtype": "F32", "shape": [3, 4], "data_offsets": [0, 48]}}
         (["a", "b"], b"", None, "the header is a JSON list, not an object"),
         (b"{not json", b"", None, "the header is not JSON"),
         (b"\xff\xfe", b"", None, "the header is not JSON"),
-        (b'{"a": 1, "a": 2}', b"", None, "the name 'a' is given twice"),
+        (b'{"a": 1, "a": 2}', b"", None, "the key 'a' is named twice"),
         ({"a": {"shape": [3, 4], "data_offsets": [0, 48]}}, F32_12, "a", "its header entry lacks dtype"),
         ({"a": {**GOOD["a"], "extra": 1}}, F32_12, "a", "has unknown keys extra"),
         ({"a": [1, 2]}, F32_12, "a", "its header entry is a JSON list"),

@@ -16,6 +16,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from bertblocks.readers import read_lines
+
 _SINGULAR = {
     "det": ["the", "a", "every", "this", "that"],
     "noun": ["cat", "dog", "bird", "child", "teacher", "farmer", "doctor", "girl", "boy", "horse", "student"],
@@ -99,21 +101,17 @@ def generate_labelled(n: int, seed: int = 0) -> list[tuple[str, int]]:
 
 
 def _numbered_lines(path: Path) -> list[tuple[int, str]]:
-    """The non-empty lines of a UTF-8 text file, stripped, with their line numbers (from 1).
+    """The non-empty lines of a UTF-8 text file, stripped, with their line numbers (from 1), read by
+    :func:`bertblocks.readers.read_lines` (bounded size, UTF-8 with a byte order mark accepted, no NUL byte).
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a line that is not UTF-8 (with the file, the line and the byte), or no text at all.
+        ValueError: a folder, a line that is not UTF-8 or holds a NUL byte (a :class:`~bertblocks.readers.ReadError`
+            naming the file, the line and the byte), or no text at all.
     """
     lines = []
-    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(
-                f"{path}, line {number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
-            ) from None
-        # str.splitlines also breaks at the separators bytes.splitlines keeps (\x0b, \x1c, \u2028, …)
+    for number, text in read_lines(path):
+        # str.splitlines also breaks at the separators a line keeps (\r, \x0b, \x1c, \u2028, …)
         lines.extend((number, part.strip()) for part in text.splitlines() if part.strip())
     if not lines:
         raise ValueError(f"corpus file {path} holds no text")

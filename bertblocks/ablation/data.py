@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
+from ..readers import ReadError, read_text
 from .corpus import generate_labelled, generate_sentences, read_labelled, read_sentences
 from .study import Study, StudyError, fingerprint
 
@@ -154,7 +155,9 @@ def get_tokenizer(study: Study, texts: list[str], saved: Path | None = None) -> 
         if not path.is_file():
             raise StudyError.single("tokenizer.path", f"file not found: {path}", study)
         try:
-            return Tokenizer.from_file(str(path))
+            return Tokenizer.from_str(read_text(path))  # bounded: size, UTF-8, NUL bytes
+        except ReadError as e:
+            raise StudyError.single("tokenizer.path", str(e), study) from None
         except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file
             raise StudyError.single("tokenizer.path", f"{path} is not a tokenizer.json file ({e})", study) from None
     key_file = saved.with_suffix(".key") if saved is not None else None
@@ -165,7 +168,7 @@ def get_tokenizer(study: Study, texts: list[str], saved: Path | None = None) -> 
         and _read_key(key_file) == tokenizer_key(study, texts)
     ):
         try:
-            return Tokenizer.from_file(str(saved))
+            return Tokenizer.from_str(read_text(saved))
         except Exception as e:  # a damaged file in the output folder: train again (the runs follow its fingerprint)
             logger.warning("%s is not a readable tokenizer (%s); training a new one", saved, e)
     try:
@@ -177,8 +180,8 @@ def get_tokenizer(study: Study, texts: list[str], saved: Path | None = None) -> 
 def _read_key(path: Path) -> str | None:
     """The key saved beside a tokenizer; ``None`` (no match: train again) when it is not readable text."""
     try:
-        return path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError):
+        return read_text(path, limit=2**16).strip()
+    except (OSError, ReadError):
         return None
 
 

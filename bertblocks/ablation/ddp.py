@@ -47,6 +47,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from ..readers import read_json
 from .data import PreparedData, get_tokenizer, load_texts, prepare
 from .study import Study, StudyError, TrainSpec, expand_variants, load_study
 from .training import evaluate, task_model, train_model
@@ -239,7 +240,7 @@ def train_ddp(job: DdpJob, world_size: int = 2) -> dict[str, Any]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.start_processes(_spawned, args=(job, world_size, port), nprocs=world_size, join=True, start_method="spawn")
-    return json.loads(job.record_path(world_size).read_text(encoding="utf-8"))
+    return read_json(job.record_path(world_size))  # type: ignore[no-any-return]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

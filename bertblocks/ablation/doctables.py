@@ -18,7 +18,6 @@ nothing and exits 1 when a block differs from its results (for CI).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import sys
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BertBlocksError
+from ..readers import ReadError, read_json
 from . import downstream, report
 
 #: a marked block; the markers start their lines (an indented one, e.g. in an example, is left alone)
@@ -78,14 +78,14 @@ def table_from_results(path: Path) -> str:
         DocTableError: the file is missing or not a study's results.
     """
     try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = read_json(path)
         variants = [(v["variant"], v.get("overrides", {})) for v in data["variants"]]
         records = [run for v in data["variants"] for run in v["runs"]]
         baseline = next((v["baseline"] for v in data["variants"] if v.get("baseline")), None)
         title = str(data["study"])
     except FileNotFoundError:
         raise DocTableError(f"no results at {path}: run the study first (or pass --run)") from None
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except (ReadError, KeyError, TypeError) as e:
         raise DocTableError(f"{path} is not the results.json of a study ({e})") from None
     summaries = report.summarize(variants, records, baseline=baseline)
     table = report.format_table(title, summaries)

@@ -31,7 +31,7 @@ import io
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +49,10 @@ if TYPE_CHECKING:
 #: bootstrap resamples of the eval examples, and the seed of the one generator that draws them
 RESAMPLES = 1000
 BOOTSTRAP_SEED = 20240917
+#: the most classes a downstream classification task may have (checked before any training starts)
+MAX_LABELS = 1000
+#: bytes the bootstrap may hold at once (its resamples are computed in chunks that fit)
+BOOTSTRAP_BYTES = 256 * 2**20
 #: metric → its short title in the table
 TITLES = {"accuracy": "acc", "f1": "F1", "spearman": "ρ", "pearson": "r"}
 
@@ -117,7 +121,7 @@ def prepare_downstream(study: Study, tokenizer: Tokenizer) -> list[DownstreamDat
                     f"of variant {variant.name!r}",
                     study,
                 )
-        labels, num_labels, names = _labels(study, index, task, [e.label for e in train + evaluation])
+        labels, num_labels, names = _labels(study, index, task, train + evaluation)
         ids = {t: tokenizer.token_to_id(t) for t in ("[PAD]", "[CLS]", "[SEP]")}
         if any(i is None for i in ids.values()):
             raise StudyError.single("tokenizer", "the tokenizer lacks [PAD], [CLS] or [SEP]", study)
@@ -183,39 +187,84 @@ def _examples(study: Study, index: int, task: DownstreamTaskSpec) -> tuple[list[
 
 
 def _labels(
-    study: Study, index: int, task: DownstreamTaskSpec, raw: list[Any]
+    study: Study, index: int, task: DownstreamTaskSpec, examples: list[Example]
 ) -> tuple[list[float] | list[int], int, list[str] | None]:
-    """Labels as numbers: scores for regression; class ids from integers, or from names in sorted order."""
+    """Labels as numbers, each checked where it was read (file and line) before any training starts.
+
+    Regression: finite numbers (JSON numbers or CSV cells). Classification: when every label is a number
+    (``1``, ``1.0``, ``"1"`` and ``"1.0"`` alike: one class), each must be a non-negative integer, the class id
+    itself; otherwise the labels are class names (a number among names is named by its integer value, so
+    ``1`` and ``1.0`` stay one class), ids in sorted order of the names. At most :data:`MAX_LABELS` classes.
+    """
     loc = f"downstream.{index}.columns.label"
     if task.kind == "similarity-regression":
-        try:
-            scores = [float(v) for v in raw]
-        except (TypeError, ValueError) as e:
-            raise StudyError.single(loc, f"a similarity score is not a number ({e})", study) from None
-        if not all(math.isfinite(v) for v in scores):
-            raise StudyError.single(loc, "a similarity score is not finite", study)
+        scores = []
+        for example in examples:
+            score = _number(example.label)
+            if score is None or not math.isfinite(score):
+                raise StudyError.single(
+                    loc, f"{_at(example)}the similarity score {example.label!r} is not a finite number", study
+                )
+            scores.append(score)
         return scores, 1, None
-    if all(_integer(v) for v in raw):
-        ids = [int(v) for v in raw]
+    numbers = [_number(e.label) for e in examples]
+    if all(n is not None for n in numbers):
+        ids = []
+        for example, number in zip(examples, numbers, strict=True):
+            if number is None or not math.isfinite(number) or number < 0 or number != int(number):
+                raise StudyError.single(
+                    loc,
+                    f"{_at(example)}the class label {example.label!r} is not a non-negative integer (class ids "
+                    "count from 0; give a similarity-regression task for scores)",
+                    study,
+                )
+            ids.append(int(number))
         names = None
     else:  # class names (or booleans): ids in sorted order of the names
-        names = sorted({str(v) for v in raw})
-        ids = [names.index(str(v)) for v in raw]
-    num_labels = task.num_labels or max(ids) + 1
-    if num_labels < 2:
-        raise StudyError.single(loc, "every example has the same class: nothing to classify", study)
-    if max(ids) >= num_labels:
+        keys = [_class_name(e.label, n) for e, n in zip(examples, numbers, strict=True)]
+        names = sorted(set(keys))
+        position = {name: i for i, name in enumerate(names)}
+        ids = [position[k] for k in keys]
+    classes = task.num_labels or max(ids) + 1
+    if classes > MAX_LABELS:
         raise StudyError.single(
-            f"downstream.{index}.num_labels", f"is {num_labels}, but the data have class {max(ids)}", study
+            f"downstream.{index}.columns.label" if not task.num_labels else f"downstream.{index}.num_labels",
+            f"task {task.title!r} has {classes:,} classes, more than the {MAX_LABELS:,} a downstream task may have "
+            "(its head and its intervals grow with the class count); is the label column the right one?",
+            study,
         )
-    return ids, num_labels, names
+    if classes < 2:
+        raise StudyError.single(loc, "every example has the same class: nothing to classify", study)
+    if max(ids) >= classes:
+        raise StudyError.single(
+            f"downstream.{index}.num_labels", f"is {classes}, but the data have class {max(ids)}", study
+        )
+    return ids, classes, names
 
 
-def _integer(value: Any) -> bool:
-    """An integer label: an int (not a bool), or a string of digits (a CSV cell)."""
+def _number(value: Any) -> float | None:
+    """A label as a number: an int or float (not a bool), or a cell that reads as one; else ``None``."""
     if isinstance(value, bool):
-        return False
-    return isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit())
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _class_name(label: Any, number: float | None) -> str:
+    """A class name; a number among names by its integer value when it has one (``1.0`` → ``"1"``)."""
+    if number is not None and math.isfinite(number) and number == int(number):
+        return str(int(number))
+    return str(label)
+
+
+def _at(example: Example) -> str:
+    return f"{example.where}: " if example.where else ""
 
 
 def _encode(
@@ -386,13 +435,16 @@ def metric_batch(metric: str, pred: torch.Tensor, gold: torch.Tensor) -> torch.T
 
 
 def _macro_f1(pred: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
-    classes = int(max(pred.max(), gold.max())) + 1
-    p = torch.nn.functional.one_hot(pred, classes).double()
-    g = torch.nn.functional.one_hot(gold, classes).double()
-    tp = (p * g).sum(-2)
-    fp = (p * (1 - g)).sum(-2)
-    fn = ((1 - p) * g).sum(-2)
-    denominator = 2 * tp + fp + fn
+    # counts per row and class by one bincount each ([B, classes]), never a one-hot [B, n, classes] (with
+    # 3,000 classes the bootstrap's one-hots asked for 10.7 GB); 2·tp + fp + fn = predicted + gold counts
+    rows, classes = pred.shape[0], int(max(pred.max(), gold.max())) + 1
+    offset = torch.arange(rows)[:, None] * classes
+
+    def count(ids: torch.Tensor) -> torch.Tensor:
+        return torch.bincount(ids, minlength=rows * classes).view(rows, classes).double()
+
+    tp = count((gold + offset)[pred == gold])
+    denominator = count((pred + offset).reshape(-1)) + count((gold + offset).reshape(-1))
     present = denominator > 0  # a class in neither the gold labels nor the predictions does not count
     f1 = torch.where(present, 2 * tp / denominator.clamp(min=1), torch.zeros_like(tp))
     return f1.sum(-1) / present.sum(-1).clamp(min=1)
@@ -415,8 +467,23 @@ def _pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 def resample_indices(n: int, resamples: int = RESAMPLES) -> torch.Tensor:
     """``[resamples, n]`` bootstrap index sets: a function of ``n`` only, so every run gets the same ones."""
+    return torch.cat(list(resample_chunks(n, resamples, resamples)))
+
+
+def resample_chunks(n: int, resamples: int = RESAMPLES, chunk: int = RESAMPLES) -> Iterator[torch.Tensor]:
+    """:func:`resample_indices` in ``[≤ chunk, n]`` parts, drawn one after another from the one generator
+    (the same index sets, never all of them in memory at once)."""
     generator = torch.Generator().manual_seed(BOOTSTRAP_SEED)
-    return torch.randint(0, n, (resamples, n), generator=generator)
+    for start in range(0, resamples, chunk):
+        yield torch.randint(0, n, (min(chunk, resamples - start), n), generator=generator)
+
+
+def bootstrap_chunk(metric: str, n: int, classes: int, budget: int = BOOTSTRAP_BYTES) -> int:
+    """Resamples computed at once so that the bootstrap holds at most about ``budget`` bytes: per resample,
+    its ``n`` indices and the predictions and gold values they pick (and their ranks, for ``spearman``), and
+    ``classes`` counts (for ``f1``)."""
+    per_resample = 8 * (6 * n + (4 * classes if metric == "f1" else 0))
+    return max(1, budget // per_resample)
 
 
 def bootstrap_interval(
@@ -433,22 +500,30 @@ def bootstrap_interval(
     if not seeds:
         return None
     target = torch.tensor(gold, dtype=torch.float64)
-    index = resample_indices(len(target), resamples)
+    columns = {seed: torch.tensor(preds[seed], dtype=torch.float64) for seed in seeds}
+    base = {seed: torch.tensor(baseline[seed], dtype=torch.float64) for seed in seeds} if baseline else {}
+    every = [target, *columns.values(), *base.values()]
+    classes = max(1, int(max(float(t.max()) for t in every)) + 1) if len(target) else 1  # for f1's counts
 
-    def values(predictions: Sequence[float], rows: torch.Tensor | None) -> torch.Tensor:
-        p = torch.tensor(predictions, dtype=torch.float64)
+    def values(p: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         if rows is None:
             return metric_batch(metric, p[None], target[None])
         return metric_batch(metric, p[rows], target[rows])
 
-    per_seed, boot = [], []
+    per_seed = []
     for seed in seeds:
-        full, resampled = values(preds[seed], None), values(preds[seed], index)
+        full = values(columns[seed], None)
         if baseline is not None:
-            full, resampled = full - values(baseline[seed], None), resampled - values(baseline[seed], index)
+            full = full - values(base[seed], None)
         per_seed.append(float(full[0]))
-        boot.append(resampled)
-    matrix = torch.stack(boot)  # [seeds, resamples]
+    # the resamples in chunks: memory bounded by BOOTSTRAP_BYTES whatever the eval set and the class count
+    parts: list[torch.Tensor] = []
+    for index in resample_chunks(len(target), resamples, bootstrap_chunk(metric, len(target), classes)):
+        part = [values(columns[seed], index) for seed in seeds]
+        if baseline is not None:
+            part = [p - values(base[seed], index) for p, seed in zip(part, seeds, strict=True)]
+        parts.append(torch.stack(part))
+    matrix = torch.cat(parts, dim=1)  # [seeds, resamples]
     count, samples = len(seeds), len(target)
     estimate = math.fsum(per_seed) / count
     terms: list[tuple[float, float]] = []

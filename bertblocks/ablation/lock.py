@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from ..readers import read_json
 from .study import StudyError
 
 LOCK_FILE = ".study.lock"
@@ -72,7 +73,7 @@ class FolderLock:
 
 def _describe(path: Path) -> str:
     try:
-        info: Any = json.loads(path.read_text(encoding="utf-8"))
+        info: Any = read_json(path)
         return f"process {info['pid']} on {info['host']}, since {info['started']}"
     except (OSError, ValueError, KeyError, TypeError):
         return "a process that has not yet written its name"

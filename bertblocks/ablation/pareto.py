@@ -31,7 +31,6 @@ To redraw it for other metrics from a finished study (and print each front)::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BertBlocksError
+from ..readers import read_json
 from .report import METRICS, VariantSummary, save_figure, summary_dict
 
 #: costs the plot puts on its x axes, in panel order (``params_used`` stands in for ``params`` when present)
@@ -325,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", metavar="PNG", help="where to draw the plot (default: no plot)")
     args = parser.parse_args(argv)
     try:
-        data = json.loads(Path(args.results).read_text(encoding="utf-8"))
+        data = read_json(Path(args.results))
         variants = data["variants"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"cannot read {args.results} as a study's results.json: {e}", file=sys.stderr)

@@ -54,6 +54,7 @@ from typing import Any, Literal
 import yaml
 
 from ..errors import BertBlocksError
+from ..readers import ReadError, read_json
 from . import downstream, report
 from .data import PreparedData, get_tokenizer, load_texts, prepare, tokenizer_key
 from .downstream import DownstreamData, DownstreamRunTask, finetune_config, prepare_downstream, spec_metrics
@@ -423,15 +424,11 @@ def _read_record(path: Path) -> dict[str, Any] | None:
     finishes, so the summaries never read it.
     """
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = read_json(path)
     except FileNotFoundError:
         return None
-    except UnicodeDecodeError as e:
-        return _unreadable(path, f"is not UTF-8 text (byte {e.start})")
-    except json.JSONDecodeError as e:  # cut short by a crash of an older version, or edited by hand
-        return _unreadable(path, f"is not JSON ({e.msg}, line {e.lineno})")
-    except OSError as e:
-        return _unreadable(path, f"cannot be read ({e.strerror or e})")
+    except ReadError as e:  # cut short by a crash of an older version, or edited by hand
+        return _unreadable(path, f"is {e.problem}" if e.problem.startswith("not ") else e.problem)
     if not isinstance(record, dict):
         return _unreadable(path, f"holds a JSON {type(record).__name__}, not a run record (an object)")
     problems = [

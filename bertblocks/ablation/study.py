@@ -26,13 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
 from bertblocks.config import BertConfig, ConfigError, ConfigIssue, closest, issues_from_validation_error
-from bertblocks.config.bounded_yaml import load_yaml
 from bertblocks.config.limits import MAX_STUDY_RUNS_ENV, max_study_runs
 from bertblocks.config_files import apply_overrides, load_config
+from bertblocks.readers import ReadError, parse_json, read_yaml
 from bertblocks.registry import RegistryError
 
 Metric = Literal["params", "flops", "latency", "memory"]
@@ -365,18 +364,16 @@ def load_study(
     where: str | None = None
     path: Path | None = None
     if isinstance(source, Mapping):
-        raw: Any = json.loads(json.dumps(dict(source), default=str))  # a deep copy we may modify
+        raw: Any = parse_json(json.dumps(dict(source), default=str), "the study")  # a deep copy we may modify
     else:
         path = Path(source)
         if not path.is_file():
             raise FileNotFoundError(f"study file not found: {path}")
         where = str(path)
         try:
-            raw = load_yaml(path.read_text(encoding="utf-8")) or {}  # safe_load, alias bombs refused
-        except UnicodeDecodeError as e:
-            raise StudyError([ConfigIssue(f"byte {e.start}", "not UTF-8 text")], where) from None
-        except yaml.YAMLError as e:
-            raise StudyError([ConfigIssue("", f"malformed YAML: {e}")], where) from None
+            raw = read_yaml(path) or {}  # bounded: size, UTF-8, nesting, alias bombs refused
+        except ReadError as e:
+            raise StudyError([ConfigIssue(e.location, e.problem)], where) from None
     if not isinstance(raw, dict):
         raise StudyError([ConfigIssue("", f"expected a mapping at the top, got {type(raw).__name__}")], where)
     for index, text in enumerate(overrides or []):
@@ -510,7 +507,7 @@ def expand_variants(study: Study, config_overrides: Mapping[str, Any] | None = N
     issues: list[ConfigIssue] = []
     variants: list[Variant] = []
     for name, loc, changes in named:
-        data = json.loads(json.dumps(base))
+        data = parse_json(json.dumps(base), "the base config")  # a deep copy, as JSON holds it
         try:
             data = apply_overrides(data, {**spec.overrides, **changes, **extra})
             config = load_config(data)

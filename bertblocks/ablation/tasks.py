@@ -29,26 +29,29 @@ Example:
 
 from __future__ import annotations
 
-import csv
 import importlib.util
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bertblocks.errors import BertBlocksError
+from bertblocks.readers import ReadError, read_csv, read_jsonl
 
 from .corpus import _ADJECTIVES, _PLACES, _PLURAL, _PREPOSITIONS, _SINGULAR
 
 
 @dataclass(frozen=True)
 class Example:
-    """One labelled example: a text (and a second text for pair tasks) and its label (a class or a score)."""
+    """One labelled example: a text (and a second text for pair tasks) and its label (a class or a score).
+
+    ``where`` says where it came from (``file, line N``), for the errors about its label.
+    """
 
     text: str
     pair: str | None
     label: Any
+    where: str = ""
 
 
 class TaskDataError(BertBlocksError, ValueError):
@@ -171,32 +174,31 @@ def embedded_examples(name: str, split: str, n: int) -> list[Example]:
 
 # ------------------------------------------------------------------------------------------ local files
 def read_examples(path: Path, text: str, pair: str | None, label: str) -> list[Example]:
-    """Examples from a CSV/TSV file (with a header) or JSONL (one object per line), by column names.
+    """Examples from a CSV/TSV file (with a header) or JSONL (one object per line), by column names, read by
+    the bounded readers (:mod:`bertblocks.readers`: size, UTF-8 with a byte order mark accepted, NUL bytes,
+    the CSV field limit, a field that holds a line break, i.e. an unclosed quote).
 
     Raises:
         FileNotFoundError: no such file.
-        TaskDataError: not UTF-8, malformed, a missing column or an empty text, with the file and line.
+        TaskDataError: a folder, not UTF-8, malformed, a missing column or an empty text, with the file and line.
     """
-    try:
-        content = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise TaskDataError(f"{path}: not UTF-8 text (byte {e.start})") from None
     rows: list[tuple[int, dict[str, Any]]] = []
-    if path.suffix.lower() == ".jsonl":
-        for number, line in enumerate(content.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TaskDataError(f"{path}, line {number}: not JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise TaskDataError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
-            rows.append((number, row))
-    else:
-        delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-        reader = csv.DictReader(content.splitlines(), delimiter=delimiter)
-        rows = [(number, row) for number, row in enumerate(reader, start=2)]  # line 1 is the header
+    try:
+        if path.suffix.lower() == ".jsonl":
+            for number, row in read_jsonl(path):
+                if not isinstance(row, dict):
+                    raise TaskDataError(f"{path}, line {number}: expected a JSON object, got {type(row).__name__}")
+                rows.append((number, row))
+        else:
+            columns, rows = read_csv(path, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+            missing = [c for c in (text, pair, label) if c is not None and c not in columns]
+            if missing:
+                raise TaskDataError(
+                    f"{path}, line 1: no column(s) {', '.join(map(repr, missing))} in the header "
+                    f"(columns: {', '.join(map(repr, columns)) or 'none'})"
+                )
+    except ReadError as e:
+        raise TaskDataError(str(e)) from None
     if not rows:
         raise TaskDataError(f"{path} holds no examples")
     return [_example(row, text, pair, label, f"{path}, line {number}") for number, row in rows]
@@ -207,7 +209,7 @@ def _example(row: dict[str, Any], text: str, pair: str | None, label: str, where
     if missing:
         present = ", ".join(map(str, row)) or "none"
         raise TaskDataError(f"{where}: no value for column(s) {', '.join(missing)} (columns: {present})")
-    return Example(str(row[text]), str(row[pair]) if pair is not None else None, row[label])
+    return Example(str(row[text]), str(row[pair]) if pair is not None else None, row[label], where)
 
 
 # --------------------------------------------------------------------------------- Hugging Face datasets

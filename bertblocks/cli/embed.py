@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from ..atomic import write_file
 from ..hf.tokenizer import BertTokenizer
 from ..plugins.poolers import masked_mean
+from ..readers import parse_json, read_lines
 from . import EXIT_OK, CLIError, add_set_argument, emit
 from .commands import _clip, _load_tokenizer
 
@@ -39,6 +40,7 @@ def read_texts(stream: Iterable[str], fmt: str, field: str, where: str) -> list[
 
     Raises:
         CLIError: a JSONL line that is not an object with a string ``field`` (with the line number).
+        ReadError: a JSONL line that is not JSON (with the line number).
     """
     texts = []
     for number, line in enumerate(stream, start=1):
@@ -48,10 +50,7 @@ def read_texts(stream: Iterable[str], fmt: str, field: str, where: str) -> list[
         if fmt == "lines":
             texts.append(line)
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise CLIError(f"{where}, line {number}: not JSON ({e.msg})") from None
+        record = parse_json(line, where, line=number)  # a ReadError naming the line
         if not isinstance(record, dict) or not isinstance(record.get(field), str):
             raise CLIError(f"{where}, line {number}: expected an object with a string {field!r} field")
         texts.append(record[field])
@@ -209,9 +208,9 @@ def _texts(args: argparse.Namespace) -> list[str]:
         path = Path(args.input)
         if not path.is_file():
             raise CLIError(f"input file not found: {path}")
-        with path.open("rb") as f:
-            fmt = _input_format(args.input, args.input_format)
-            return read_texts(decoded_lines(f, str(path)), fmt, args.text_field, str(path))
+        fmt = _input_format(args.input, args.input_format)
+        lines = (line for _, line in read_lines(path))  # bounded, UTF-8 and NUL checked, naming the line
+        return read_texts(lines, fmt, args.text_field, str(path))
     if not args.texts:
         raise CLIError("no texts: give them as arguments, with --input FILE, or on stdin")
     return list(args.texts)

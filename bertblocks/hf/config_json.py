@@ -17,7 +17,7 @@ The translation is a config dict (the YAML form); :func:`bertblocks.load_config`
 other config.
 
 Example:
-    >>> data = config_from_hf(json.loads(Path("bert/config.json").read_text()))
+    >>> data = config_from_hf(read_json(Path("bert/config.json")))   # bertblocks.readers.read_json
     >>> config_to_hf(bertblocks.load_config(data))["architectures"]
     ['BertModel']
 """

@@ -19,13 +19,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..atomic import finish_interrupted_save
 from ..errors import BertBlocksError
+from ..readers import ReadError, read_json
 from .weights import BIN_INDEX, BIN_WEIGHTS, SAFE_INDEX, SAFE_WEIGHTS
 
 CONFIG_FILE = "config.json"
@@ -169,9 +169,9 @@ def _could_be_repo_id(text: str) -> bool:
 
 def _shards(index_path: Path) -> list[str]:
     try:
-        weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
+        weight_map = read_json(index_path)["weight_map"]
         shards = list(dict.fromkeys(weight_map.values()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ReadError, KeyError, TypeError, AttributeError) as e:
         raise PretrainedNotFoundError(f"{index_path} is not a readable shard index ({e}).") from None
     # a shard is a file of the repository's top folder; never fetch (or write) a path out of it
     outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]

@@ -32,6 +32,7 @@ from tokenizers import Encoding, Tokenizer, decoders, models, normalizers, pre_t
 
 from ..errors import BertBlocksError
 from ..families.family import BERT_TOKENIZER, TokenizerConvention
+from ..readers import ReadError, parse_json, read_json, read_lines, read_text
 from .hub import resolve_tokenizer_files
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -157,8 +158,10 @@ class BertTokenizer:
                 "of tokens (fix the file, or remove the field for the default 512)"
             )
         if (directory / TOKENIZER_JSON).is_file():
-            try:
-                backend = Tokenizer.from_file(str(directory / TOKENIZER_JSON))
+            try:  # read by the bounded reader (size, UTF-8, NUL bytes); parsed by the tokenizers library
+                backend = Tokenizer.from_str(read_text(directory / TOKENIZER_JSON))
+            except ReadError as e:
+                raise TokenizerFileError(str(e)) from None
             except Exception as e:  # the tokenizers library raises a bare Exception for a malformed file
                 raise TokenizerFileError(f"{directory / TOKENIZER_JSON} is not a valid tokenizer file ({e})") from None
             if backend.post_processor is None:  # the framing is the tokenizer class's: the family's template
@@ -223,7 +226,7 @@ class BertTokenizer:
         self.backend.save(str(written[0]))
         vocab = sorted(self.backend.get_vocab().items(), key=lambda item: item[1])
         written[1].write_text("".join(f"{token}\n" for token, _ in vocab), encoding="utf-8")
-        normalizer = json.loads(self.backend.to_str()).get("normalizer") or {}
+        normalizer = parse_json(self.backend.to_str(), "the tokenizer's JSON").get("normalizer") or {}
         config = {
             "tokenizer_class": "BertTokenizer",
             "model_max_length": self.model_max_length,
@@ -416,17 +419,11 @@ def read_vocab(path: Path) -> dict[str, int]:
     """
     if not path.is_file():
         raise TokenizerFilesNotFoundError(f"vocabulary file not found: {path}")
-    with path.open("rb") as f:
-        return dict(_enumerate(_utf8(line, path, number).rstrip("\n") for number, line in enumerate(f, start=1)))
-
-
-def _utf8(line: bytes, path: Path, number: int) -> str:
     try:
-        return line.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise TokenizerFileError(
-            f"{path}, line {number}: not UTF-8 text (byte 0x{line[e.start]:02x} at column {e.start + 1})"
-        ) from None
+        lines = read_lines(path)
+    except ReadError as e:
+        raise TokenizerFileError(str(e)) from None
+    return dict(_enumerate(line for _, line in lines))
 
 
 def _enumerate(tokens: Iterable[str]) -> Iterable[tuple[str, int]]:
@@ -438,13 +435,9 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise TokenizerFileError(f"{path} is not valid JSON (line {e.lineno}: {e.msg})") from None
-    except UnicodeDecodeError as e:
-        raise TokenizerFileError(
-            f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})"
-        ) from None
+        data = read_json(path)
+    except ReadError as e:
+        raise TokenizerFileError(str(e)) from None
     return data if isinstance(data, dict) else {}
 
 

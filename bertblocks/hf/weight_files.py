@@ -35,6 +35,7 @@ from typing import IO, Any
 import torch
 
 from ..errors import BertBlocksError
+from ..readers import ReadError, parse_json
 
 #: the largest header accepted (the ``safetensors`` library's own limit)
 MAX_HEADER_BYTES = 100_000_000
@@ -105,10 +106,10 @@ def read_safetensors_header(path: Path, data: bytes | mmap.mmap) -> tuple[dict[s
         raise WeightFileError(
             path, f"not a valid safetensors file: the header claims {header_size:,} bytes, more than {limit} holds"
         )
-    try:
-        header = json.loads(bytes(data[8 : 8 + header_size]).decode("utf-8"), object_pairs_hook=_no_duplicates)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise WeightFileError(path, f"not a valid safetensors file: the header is not JSON ({e})") from None
+    try:  # the one JSON parser: nesting bounded, a name given twice refused
+        header = parse_json(bytes(data[8 : 8 + header_size]), path)
+    except ReadError as e:
+        raise WeightFileError(path, f"not a valid safetensors file: the header is not JSON ({e.problem})") from None
     if not isinstance(header, dict):
         raise WeightFileError(
             path, f"not a valid safetensors file: the header is a JSON {type(header).__name__}, not an object"
@@ -141,15 +142,6 @@ def read_safetensors_header(path: Path, data: bytes | mmap.mmap) -> tuple[dict[s
             f"{data_size:,} (truncated, or bytes after the last tensor)",
         )
     return header, start
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"the name {key!r} is given twice")
-        out[key] = value
-    return out
 
 
 def _is_index(value: Any) -> bool:

@@ -28,6 +28,7 @@ import torch
 
 from ..atomic import Writer, finish_interrupted_save, replace_files
 from ..errors import BertBlocksError
+from ..readers import ReadError, read_json
 from .weight_files import WeightFileError, read_safetensors, read_weight_file, write_safetensors
 
 logger = logging.getLogger("bertblocks")
@@ -84,9 +85,13 @@ def find_weights(directory: Path) -> list[Path]:
             return [directory / name]
         if (directory / index).is_file():
             try:
-                weight_map = json.loads((directory / index).read_text(), object_pairs_hook=_unique_keys)["weight_map"]
+                weight_map = read_json(directory / index)["weight_map"]
                 shards = list(dict.fromkeys(weight_map.values()))
-            except (ValueError, KeyError, TypeError, AttributeError) as e:
+            except ReadError as e:
+                raise CheckpointError(
+                    f"{directory / index} is not a shard index with a weight_map ({e.problem})"
+                ) from None
+            except (KeyError, TypeError, AttributeError) as e:
                 raise CheckpointError(f"{directory / index} is not a shard index with a weight_map ({e})") from None
             # a shard is a file beside the index, never a path out of the checkpoint (`../../secret`)
             outside = [s for s in shards if not isinstance(s, str) or Path(s).name != s or s in ("", ".", "..")]
@@ -107,15 +112,6 @@ def find_weights(directory: Path) -> list[Path]:
     raise WeightsNotFoundError(
         f"no weights in {directory}: expected {SAFE_WEIGHTS}, {SAFE_INDEX}, {BIN_WEIGHTS} or {BIN_INDEX}"
     )
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"{key!r} is named twice")
-        out[key] = value
-    return out
 
 
 def read_state_dict(files: Iterable[Path]) -> dict[str, torch.Tensor]:
@@ -332,8 +328,8 @@ def weight_files_of(directory: Path) -> list[str]:
     found += sorted(p.name for p in directory.iterdir() if SHARD_NAME.fullmatch(p.name) and p.is_file())
     for index in (SAFE_INDEX, BIN_INDEX):
         try:
-            named = json.loads((directory / index).read_text(encoding="utf-8"))["weight_map"].values()
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            named = read_json(directory / index)["weight_map"].values()
+        except (OSError, ReadError, KeyError, TypeError, AttributeError):
             continue
         found += [
             n

@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from transformers import AutoTokenizer
 
 from ..errors import BertBlocksError
 from ..models.backbone import BertModel
+from ..readers import ReadError, read_json
 
 
 class BertblocksModule(InputModule):
@@ -162,9 +162,9 @@ def _allowed_module_types() -> dict[str, type]:
 
 def _module_types(modules_file: Path) -> list[str]:
     try:
-        entries = json.loads(modules_file.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UntrustedPipelineError(f"{modules_file}: not valid JSON ({e})") from None
+        entries = read_json(modules_file)
+    except ReadError as e:
+        raise UntrustedPipelineError(str(e)) from None
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise UntrustedPipelineError(f"{modules_file}: expected a list of module entries (objects)")
     return [e.get("type") for e in entries]

@@ -14,7 +14,6 @@ Example config (YAML)::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,12 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from ..config import BertConfig
-from ..config.bounded_yaml import load_yaml
 from ..config.flat_view import FlatConfigView
 from ..config_files import apply_overrides, load_config
 from ..core.encoder import EncoderModel
 from ..core.outputs import ModelOutput
 from ..hf.config_json import config_to_hf
+from ..readers import read_json, read_yaml
 from ..registry import Registry
 from .backbone import BertModel
 from .generation import generate
@@ -316,8 +315,7 @@ def _read_config(
             path = path / "config.json"
         if not path.is_file():
             raise FileNotFoundError(f"encoder-decoder config not found: {path}")
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else load_yaml(text)  # alias bombs refused
+        data = read_json(path) if path.suffix == ".json" else read_yaml(path)  # bounded; alias bombs refused
     else:
         data = dict(config)
     if data.get("model_type") == "encoder-decoder":  # transformers' config.json

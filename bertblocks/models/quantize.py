@@ -39,9 +39,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from ..errors import BertBlocksError
+from ..hf.weight_files import WeightFileError, read_safetensors
+from ..readers import ReadError, read_json
 from .inference import is_optimized
 
 M = TypeVar("M", bound=nn.Module)
@@ -269,34 +272,123 @@ def save_quantized(model: nn.Module, directory: str | Path) -> Path:
     return directory
 
 
+#: the schemes :func:`load_quantized` reads (``quantization.json``'s ``scheme``)
+SCHEMES = ("int8-dynamic",)
+
+
+class QuantizationManifest(BaseModel):
+    """``quantization.json``: what :func:`load_quantized` rebuilds the model from (strict types, no other key).
+
+    Attributes:
+        model_class: the bertblocks model class (``class`` in the file).
+        scheme: how the weights are quantized; one of :data:`SCHEMES`.
+        skip: the ``fnmatch`` patterns of the layers kept in fp32.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+
+    model_class: str = Field(alias="class")
+    scheme: str
+    skip: list[str] = Field(default_factory=list)
+
+
+def read_manifest(path: Path) -> QuantizationManifest:
+    """``quantization.json`` read by the bounded JSON reader and validated as :class:`QuantizationManifest`.
+
+    Raises:
+        QuantizationError: not UTF-8, not JSON, not an object, a field missing or of the wrong type, an unknown
+            key, or an unknown ``scheme`` (naming it), with the file.
+    """
+    try:
+        data = read_json(path, limit=2**20)  # a manifest is a few hundred bytes
+    except ReadError as e:
+        raise QuantizationError(f"load_quantized: {e}") from None
+    if not isinstance(data, dict):
+        raise QuantizationError(f"load_quantized: {path} holds a JSON {type(data).__name__}, not an object")
+    try:
+        manifest = QuantizationManifest.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(map(str, error['loc'])) or '(top)'}: {error['msg']} (got {error.get('input')!r})"
+            for error in e.errors()
+        )
+        raise QuantizationError(f"load_quantized: {path}: {problems}") from None
+    if manifest.scheme not in SCHEMES:
+        raise QuantizationError(
+            f"load_quantized: {path} names the scheme {manifest.scheme!r}, which this bertblocks cannot read "
+            f"(it reads {', '.join(map(repr, SCHEMES))})"
+        )
+    return manifest
+
+
 def load_quantized(directory: str | Path) -> nn.Module:
     """Rebuild a model written by :func:`save_quantized`: build the class from the config, quantize it the same
     way, then load the int8 tensors (strict: every key must match). Returns the model in ``eval()`` mode.
 
-    Raises:
-        QuantizationError: a missing file, an unknown model class, or weights that do not fit the config.
-    """
-    from safetensors.torch import load_model
+    Nothing is cast or trusted: ``quantization.json`` is validated (:func:`read_manifest`), the weight file's
+    header by the project's safetensors checks (:func:`bertblocks.hf.weight_files.read_safetensors`), and every
+    tensor must have the dtype the model holds (int8 ``weight``, fp32 ``weight_scale``) and, for scales, finite
+    values.
 
+    Raises:
+        QuantizationError: a missing file, a malformed manifest, an unknown scheme or model class, a damaged
+            weight file, a tensor of the wrong dtype or with non-finite scales (naming it), or weights that do
+            not fit the config.
+    """
     from . import backbone, task_models
 
     directory = Path(directory)
     missing = [f for f in (CONFIG_FILE, MANIFEST_FILE, WEIGHTS_FILE) if not (directory / f).is_file()]
     if missing:
         raise QuantizationError(f"load_quantized: {directory} lacks {missing} (written by save_quantized)")
-    manifest: dict[str, Any] = json.loads((directory / MANIFEST_FILE).read_text(encoding="utf-8"))
-    cls = getattr(task_models, manifest.get("class", ""), None) or getattr(backbone, manifest.get("class", ""), None)
+    manifest = read_manifest(directory / MANIFEST_FILE)
+    name = manifest.model_class
+    cls = getattr(task_models, name, None) or getattr(backbone, name, None)
     if not (isinstance(cls, type) and hasattr(cls, "_from_config")):
-        raise QuantizationError(f"load_quantized: {directory / MANIFEST_FILE} names an unknown class {manifest!r}")
-    model = cls._from_config(directory / CONFIG_FILE).eval()
-    quantize(model, skip=manifest.get("skip", ()))
+        raise QuantizationError(f"load_quantized: {directory / MANIFEST_FILE} names an unknown class {name!r}")
     try:
-        load_model(model, str(directory / WEIGHTS_FILE), strict=True)
-    except RuntimeError as error:
-        raise QuantizationError(
-            f"load_quantized: {directory / WEIGHTS_FILE} does not fit its config: {error}"
-        ) from None
+        tensors = read_safetensors(directory / WEIGHTS_FILE)
+    except WeightFileError as e:
+        raise QuantizationError(f"load_quantized: {e}") from None
+    model = cls._from_config(directory / CONFIG_FILE).eval()
+    quantize(model, skip=manifest.skip)
+    _load_checked(model, tensors, directory / WEIGHTS_FILE)
     return model
+
+
+def _load_checked(model: nn.Module, tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """Load ``tensors`` into ``model`` without a cast: each of the model's dtype, scales finite; a tensor the
+    model holds under several names (ALBERT's shared layer) may be stored under one of them."""
+    expected = model.state_dict()
+    unexpected = sorted(set(tensors) - set(expected))
+    if unexpected:
+        raise QuantizationError(f"load_quantized: {path} does not fit its config: unexpected tensors {unexpected}")
+    for key, tensor in tensors.items():
+        if tensor.dtype != expected[key].dtype:
+            raise QuantizationError(
+                f"load_quantized: {path}: tensor {key!r} is {tensor.dtype}, but the model holds "
+                f"{expected[key].dtype} there (refused, not cast)"
+            )
+        if tensor.is_floating_point() and key.endswith("weight_scale") and not bool(torch.isfinite(tensor).all()):
+            raise QuantizationError(
+                f"load_quantized: {path}: tensor {key!r} holds non-finite scales (NaN or inf): every output "
+                "would be NaN"
+            )
+
+    # the names that share one tensor: the file holds one of them (save_model stores a shared tensor once)
+    def where(value: torch.Tensor) -> tuple[int, int, tuple[int, ...]]:
+        return (value.data_ptr(), value.nbytes, tuple(value.shape)) if value.numel() else (id(value), 0, ())
+
+    shared: dict[tuple[int, int, tuple[int, ...]], set[str]] = {}
+    for key, value in expected.items():
+        shared.setdefault(where(value), set()).add(key)
+    missing = sorted(k for k in expected if k not in tensors and not shared[where(expected[k])] & set(tensors))
+    if missing:
+        raise QuantizationError(f"load_quantized: {path} does not fit its config: missing tensors {missing}")
+    try:
+        model.load_state_dict(tensors, strict=False)
+    except RuntimeError as error:
+        raise QuantizationError(f"load_quantized: {path} does not fit its config: {error}") from None
 
 
 # ------------------------------------------------------------------------------------------------------- ONNX
@@ -315,10 +407,12 @@ def onnx_translations() -> dict[Any, Any]:
 __all__ = [
     "Int8Linear",
     "QuantizationError",
+    "QuantizationManifest",
     "is_quantized",
     "load_quantized",
     "onnx_translations",
     "quantize",
     "quantize_weight",
+    "read_manifest",
     "save_quantized",
 ]

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-import yaml
 from torch import nn
 
 from ..core.encoder import Encoder
+from ..readers import parse_yaml
 
 #: keyword arguments of transformers' ``from_pretrained`` that bertblocks reads (the rest name config fields)
 LOAD_OPTIONS = ("dtype", "torch_dtype", "device_map", "low_cpu_mem_usage", "use_safetensors", "trust_remote_code")
@@ -105,7 +105,7 @@ def split_load_kwargs(
     if not isinstance(overrides, Mapping):
         for text in overrides:
             key, _, value = text.partition("=")
-            merged[key.strip()] = yaml.safe_load(value) if value.strip() else None
+            merged[key.strip()] = parse_yaml(value, key.strip()) if value.strip() else None
     merged.update({FLAT_ALIASES.get(k, k): v for k, v in fields.items()})
     return merged, options
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 from importlib import resources
 from typing import TYPE_CHECKING
 
-import yaml
-
 from bertblocks.core.component import Preset
+from bertblocks.readers import parse_yaml
 
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable  # Python 3.11+; only needed by type checkers
@@ -34,10 +33,7 @@ def read_preset(file: Traversable) -> Preset:
     """
     name = file.name[: -len(PRESET_SUFFIX)]
     text = file.read_text(encoding="utf-8")
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ValueError(f"preset file {file.name} is not valid YAML: {e}") from None
+    config = parse_yaml(text, f"preset file {file.name}")  # a ReadError (a ValueError) naming the file and line
     if not isinstance(config, dict):
         raise ValueError(f"preset file {file.name} must hold a mapping, got {type(config).__name__}")
     return Preset(name=name, config=config, description=_description(name, text))

@@ -7,7 +7,10 @@ a 508-byte file took 42 s and 3.7 GB before it was rejected. This loader counts,
 nodes every alias stands for, and stops as soon as the aliases of one document would add more than
 :data:`DEFAULT_MAX_ALIAS_NODES` nodes (``BERTBLOCKS_MAX_YAML_ALIAS_NODES`` raises it; ``0`` switches it off).
 A config that uses anchors to share a few options (a few hundred nodes) is unaffected. A recursive alias
-(``&a [*a]``) is refused as well: no config is infinite.
+(``&a [*a]``) is refused as well: no config is infinite. Nesting deeper than ``max_depth`` is refused while
+composing (PyYAML composes recursively: a file of 100,000 ``[`` would otherwise be a ``RecursionError``).
+
+Files are read through :func:`bertblocks.readers.read_yaml`, which adds the size, UTF-8 and NUL checks.
 
 Example:
     >>> load_yaml("base: &b {num_heads: 4}\\nother: *b")
@@ -49,9 +52,13 @@ def max_alias_nodes() -> int | None:
 class BoundedSafeLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` that keeps, per composed node, the number of nodes it expands to."""
 
-    def __init__(self, stream: str | bytes, limit: int | None = DEFAULT_MAX_ALIAS_NODES) -> None:
+    def __init__(
+        self, stream: str | bytes, limit: int | None = DEFAULT_MAX_ALIAS_NODES, max_depth: int | None = None
+    ) -> None:
         super().__init__(stream)
         self.limit = limit
+        self.max_depth = max_depth
+        self._depth = 0
         self._expanded: dict[int, int] = {}  # id(node) → nodes it stands for, once complete
         self._alias_nodes = 0
 
@@ -76,7 +83,14 @@ class BoundedSafeLoader(yaml.SafeLoader):
                     mark,
                 )
             return node
-        node = super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self.max_depth is not None and self._depth > self.max_depth:
+                mark = self.peek_event().start_mark
+                raise YAMLLimitError(None, None, f"nested more than {self.max_depth} deep", mark)
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
         if node is not None:
             self._expanded[id(node)] = 1 + sum(self._expanded.get(id(child), 1) for child in _children(node))
         return node
@@ -99,15 +113,15 @@ def _children(node: Node) -> list[Node]:
     return []
 
 
-def load_yaml(text: str | bytes) -> Any:
-    """Parse one YAML document like ``yaml.safe_load``, refusing alias bombs.
+def load_yaml(text: str | bytes, max_depth: int | None = None) -> Any:
+    """Parse one YAML document like ``yaml.safe_load``, refusing alias bombs (and nesting past ``max_depth``).
 
     Raises:
-        YAMLLimitError: aliases that expand past :func:`max_alias_nodes`, or a recursive alias (a
-            ``yaml.MarkedYAMLError``, so the line and column are in ``problem_mark``).
+        YAMLLimitError: aliases that expand past :func:`max_alias_nodes`, a recursive alias, or nesting past
+            ``max_depth`` (a ``yaml.MarkedYAMLError``, so the line and column are in ``problem_mark``).
         yaml.YAMLError: malformed YAML.
     """
-    loader = BoundedSafeLoader(text, max_alias_nodes())
+    loader = BoundedSafeLoader(text, max_alias_nodes(), max_depth)
     try:
         return loader.get_single_data()
     finally:
