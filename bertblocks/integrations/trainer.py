@@ -48,7 +48,8 @@ class Trainer(transformers.Trainer):
         model.save_pretrained(output_dir, state_dict=state_dict)
         if self.processing_class is not None:
             self.processing_class.save_pretrained(output_dir)
-        write_file(os.path.join(output_dir, TRAINING_ARGS_NAME), lambda f: torch.save(self.args, f))
+        path = os.path.join(output_dir, TRAINING_ARGS_NAME)
+        write_file(path, lambda f: torch.save(self.args, f))
 
 
 __all__ = ["Trainer"]
