@@ -9,15 +9,19 @@ everything under a folder, links not followed).
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import csv
 import errno
+import io
 import json
 import os
 import re
 import shutil
 import signal
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -110,7 +114,9 @@ def test_a_load_changes_nothing_even_with_a_journal_whose_staging_links_outside(
     (folder / LEGACY_JOURNAL).write_text(json.dumps({**journal, "remove_first": [], "remove_after": []}))
     (folder / "notes.txt").symlink_to(outside / "secret.txt")
     before, outside_before = snapshot(folder), snapshot(outside)
-    loaded = _readers()[reader](folder)
+    with _no_writes_under(tmp_path) as attempts:
+        loaded = _readers()[reader](folder)
+    assert attempts == []  # not even a temporary that is gone again by the end
     assert snapshot(folder) == before
     assert snapshot(outside) == outside_before
     if hasattr(loaded, "config") and hasattr(loaded, "classifier"):
@@ -124,8 +130,76 @@ def test_load_quantized_changes_nothing(tmp_path):
     save_quantized(quantize(bertblocks.create_model(TINY).eval()), folder)
     (folder / LEGACY_JOURNAL).write_text('{"staging": "x", "install": ["model.int8.safetensors"]}')
     before = snapshot(folder)
-    load_quantized(folder)
+    with _no_writes_under(tmp_path) as attempts:
+        load_quantized(folder)
+    assert attempts == []
     assert snapshot(folder) == before
+
+
+#: the calls that create, rename or delete a file or folder
+_MUTATORS = {
+    os: ("rename", "replace", "unlink", "remove", "rmdir", "mkdir", "makedirs", "link", "symlink", "truncate"),
+    shutil: ("rmtree", "move", "copy", "copy2", "copyfile", "copytree"),
+}
+
+
+@contextlib.contextmanager
+def _no_writes_under(root: Path) -> Iterator[list[str]]:
+    """Record every call (``os.rename``, ``os.unlink``, ``shutil.rmtree``, ``open`` for writing, …) that would
+    change something under ``root``, and refuse it; yields the list of those calls."""
+    attempts: list[str] = []
+    inside = str(root.resolve())
+    real_open = os.open
+
+    def touches(args: tuple[object, ...]) -> bool:
+        return any(isinstance(a, str | Path) and os.path.abspath(a).startswith(inside) for a in args)
+
+    def guard(module: object, name: str, function: Callable[..., object]) -> Callable[..., object]:
+        def guarded(*args: object, **kwargs: object) -> object:
+            if touches(args):
+                attempts.append(f"{name}{args}")
+                raise PermissionError(f"a reader called {name}{args}")
+            return function(*args, **kwargs)
+
+        return guarded
+
+    def guarded_open(path: object, flags: int, *args: object, **kwargs: object) -> int:
+        writing = flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC)
+        if writing and touches((path,)):
+            attempts.append(f"os.open{(path, flags)}")
+            raise PermissionError(f"a reader opened {path} for writing")
+        return real_open(path, flags, *args, **kwargs)  # type: ignore[arg-type]
+
+    real_io_open = io.open
+
+    def guarded_io_open(file: object, mode: str = "r", *args: object, **kwargs: object) -> object:
+        if any(c in mode for c in "wax+") and touches((file,)):
+            attempts.append(f"open{(file, mode)}")
+            raise PermissionError(f"a reader opened {file} for writing")
+        return real_io_open(file, mode, *args, **kwargs)  # type: ignore[call-overload]
+
+    with pytest.MonkeyPatch.context() as patch:
+        for module, names in _MUTATORS.items():
+            for name in names:
+                patch.setattr(module, name, guard(module, name, getattr(module, name)))
+        patch.setattr(os, "open", guarded_open)
+        patch.setattr(io, "open", guarded_io_open)  # what Path.open, write_text and write_bytes use
+        patch.setattr(builtins, "open", guarded_io_open)
+        yield attempts
+
+
+def test_the_write_guard_sees_writes():
+    # the guard itself: a write under the root is recorded and refused, one elsewhere is not
+    root = Path(tempfile.mkdtemp())
+    try:
+        with _no_writes_under(root) as attempts:
+            with pytest.raises(PermissionError):
+                (root / "x").write_text("x")
+            with pytest.raises(PermissionError):
+                os.mkdir(root / "d")
+        assert len(attempts) == 2
+    finally:
+        shutil.rmtree(root)
 
 
 def _journal(**fields: object) -> bytes:

@@ -294,10 +294,12 @@ def test_kills_after_random_delays_of_a_saving_loop_never_leave_a_mix(tmp_path, 
         os.close(progress[0])
         # whole A or whole B (here "old" and "new" name the two models, not the order of the saves)
         view = _plain_view(folder)
-        if view[1] is not None:
-            _which(view, old, new, names=False)
+        plain = _which(view, old, new)  # a reader that knows nothing of bertblocks: one model, whole
+        before = snapshot(folder)
         bertblocks.from_pretrained(folder, head="auto")
+        assert snapshot(folder) == before  # the load read only
         after = _which(_plain_view(folder), old, new)
+        assert after == plain
         seen.add(after)
     assert seen == {"old", "new"}  # the kills landed in both saves
 
