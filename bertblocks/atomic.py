@@ -361,7 +361,8 @@ def reading(directory: str | Path) -> Iterator[None]:
 
     Takes a shared ``flock`` of the folder and checks that the path still names the folder locked (a save may
     have swapped it meanwhile: then it starts again). Creates, renames and deletes nothing; where the path is not
-    a local folder, or locks are not available, it does nothing.
+    a local folder, or locks are not available, it does nothing. A child forked inside shares the lock (as with
+    any ``flock``): a save in that child would wait for itself, so fork before, not inside.
     """
     path = Path(directory)
     fd: int | None = None
