@@ -1,6 +1,9 @@
-"""Writing files and checkpoint folders so that a kill, a crash or a full disk never leaves a mix.
+"""Writing files and checkpoint folders so that a kill, a crash, a full disk or a concurrent save never leaves a
+mix, and so that reading never needs to repair anything: **a read never writes**.
 
-Two schemes, used by every writer in bertblocks (checkpoints, exports, embeddings, ablation reports):
+Every writer in bertblocks goes through this module (checkpoints, quantized folders, exports, embeddings,
+ablation records and reports, CSV files); ``tests/test_atomic_save.py`` greps the package for writes that do
+not.
 
 **One file** (:func:`write_file`): the bytes go to a hidden sibling (``.NAME.tmp-PID-RANDOM``), are flushed and
 ``fsync``-ed, then ``os.replace`` puts them in place (atomic on POSIX) and the folder is ``fsync``-ed. A reader
@@ -8,64 +11,77 @@ sees the earlier file or the new one, whole; a failed write (disk full, file-siz
 removes its temporary and leaves the earlier file as it was. Temporaries of writers that were killed are
 removed by the next write of the same file (only those of processes no longer running).
 
-**A set of files in one folder** (:func:`replace_files`, what ``save_pretrained`` uses): a redo journal.
+**A set of files in one folder** (:func:`replace_files`, what ``save_pretrained`` and ``save_quantized`` use):
+a new *generation* of the folder is built beside it and the two are swapped in one step.
 
-1. *stage*: every new file is written and ``fsync``-ed into a hidden staging folder inside the target
-   (``.bertblocks-save-PID-RANDOM/``; same file system, so renames are atomic);
-2. *commit*: a small journal (``.bertblocks-save.json``, itself written by :func:`write_file`) records the
-   staging folder, the files to install (the *commit file* — the checkpoint's weight entry point — last),
-   the files to remove before installing (``remove_first``: the old entry points) and after (``remove_after``:
-   stale shards). Writing the journal is the commit point;
-3. *install*: remove ``remove_first``, rename each staged file into place, the commit file last, remove
-   ``remove_after``; then delete the journal and the staging folder.
+1. *lock*: an exclusive ``flock`` of the parent folder (no lock file) serialises every bertblocks save into a
+   folder there, for the whole save; a killed saver's lock goes with its process;
+2. *build*: a hidden sibling ``.NAME.bertblocks-new-PID-RANDOM/`` receives every new file (written and
+   ``fsync``-ed) and the files of the current folder that the save does not replace (a tokenizer, a README:
+   hard links, or copies where links are refused; symbolic links are copied as links, never followed);
+3. *swap*: under an exclusive ``flock`` of the current folder (which waits for bertblocks readers, see below),
+   ``renameat2(RENAME_EXCHANGE)`` exchanges the two names in one atomic step: the path now names the new
+   generation, the sibling the old one;
+4. *drop*: the old generation (now the sibling) is removed with ``shutil.rmtree``, which never follows a link.
 
-What a reader sees after a kill at any instant:
+What anyone sees after a kill at any instant: the path names the old folder whole (killed before the swap) or
+the new one whole (killed after it); a killed save leaves at most a hidden sibling, removed by the next save
+into the folder. Readers never recover anything: there is no journal.
 
-* killed before the commit: the folder is untouched (the hidden staging folder is never read, and the next
-  save removes it): the **old** checkpoint, for bertblocks and for any other reader;
-* killed after it: :func:`finish_interrupted_save` (run by every bertblocks load of a local folder and by
-  every save into it) repeats the install, which is idempotent: the **new** checkpoint.
-  A reader that does not know the journal (transformers) sees the old checkpoint, the new one, or — only
-  between the removal of the old entry points and the install of the new one — a folder *without* a
-  weight entry point, which it refuses loudly; never a config of one model with the weights of another,
-  because the entry points go first and the new one comes last.
+*Readers* (:func:`reading`, used by every bertblocks loader of a local folder: ``from_pretrained``,
+``load_quantized``, the tokenizer) open the folder, take a shared ``flock`` of it, and check that the path
+still names the folder they locked (else they start again). A swap needs the exclusive lock, so it waits until
+the readers of the current generation are done: every file one load reads comes from one generation. Taking a
+lock creates, renames and deletes nothing, and works on a read-only folder.
+
+*Not bertblocks* (transformers): a reader opening files by path sees whole-old or whole-new at each open;
+only a load that opens ``config.json`` before a swap and the weights after it (a window of one rename) can
+pair the two; after an interrupted save it sees the old or the new checkpoint, never a partial one.
+
+*Fallback*: where the swap is unavailable (not Linux, a kernel or file system without ``RENAME_EXCHANGE``, a
+folder that is a mount point, a parent folder that cannot be written) the new files are staged in a hidden
+subfolder of the folder and renamed into it one by one under the folder's exclusive ``flock`` (so bertblocks
+readers still see whole-old or whole-new), the old entry points first and the ``commit`` file (the weight
+entry point) last. A kill inside that install leaves a folder without a weight entry point, which every
+reader refuses loudly: never a config of one model with the weights of another. The next save replaces it.
 
 Durability: every file and folder is ``fsync``-ed before the step that depends on it, so the same holds
 after a power cut on a file system that honours ``fsync`` (tests kill processes; they cannot cut power).
-The commit and the install run under an exclusive ``flock`` of the folder itself (no lock file), which a
-loader finishing an interrupted save takes too: a load never installs beside a save that is still running.
-Not covered: a reader reading while a save runs may read the old config and the new weights (as with
-transformers); two processes saving into one folder at once are serialised at the commit, but what each
-removes as stale is decided before it.
+Files that another program writes into the folder *during* a save are lost with the old generation.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import ctypes
+import ctypes.util
 import errno
+import functools
 import io
-import json
 import os
+import platform
 import re
 import secrets
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import stat
+import sys
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from .errors import BertBlocksError
-from .readers import ReadError, read_json
 
 try:
     import fcntl
 except ImportError:  # not POSIX: no folder lock
     fcntl = None  # type: ignore[assignment]
 
-#: the journal of a folder's pending install (its presence means: a committed save is not yet fully installed)
-JOURNAL = ".bertblocks-save.json"
-#: staging folders are named this plus ``PID-RANDOM``
-STAGING_PREFIX = ".bertblocks-save-"
-_STAGING = re.compile(r"\.bertblocks-save-(\d+)-[0-9a-f]+")
+#: a new generation of folder ``NAME`` is built in ``.NAME`` + this + ``PID-RANDOM`` beside it (or, in the
+#: fallback, in a subfolder of that name inside it)
+GENERATION = ".bertblocks-new-"
+#: what the journal-based saves of earlier versions left in a folder: never carried into a new generation
+_LEGACY = re.compile(r"\.bertblocks-save(\.json|-.*)")
 _TEMPORARY = re.compile(r"\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[0-9a-f]+")
 
 #: a writer gets an open binary file and writes the content into it
@@ -80,10 +96,6 @@ class WriteError(BertBlocksError, OSError):
 
     The earlier content (if any) is left as it was.
     """
-
-
-class InterruptedSaveError(BertBlocksError, OSError):
-    """A folder whose interrupted save cannot be finished (a damaged journal, or no permission to write)."""
 
 
 def _step(label: str) -> None:
@@ -244,203 +256,129 @@ def write_text(path: str | Path, text: str) -> Path:
 
 # ------------------------------------------------------------------------------------------- folders
 def _plain_name(name: Any) -> bool:
-    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and not name.startswith(GENERATION)
+    )
 
 
-def _read_journal(directory: Path) -> dict[str, Any] | None:
-    path = directory / JOURNAL
-    try:  # bounded: size, UTF-8, NUL bytes, nesting (a journal nested 200k deep is refused, not a RecursionError)
-        journal: Any = read_json(path)
-    except FileNotFoundError:
+#: ``renameat2``'s flag that swaps the two names (``linux/fs.h``)
+RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+#: ``renameat2``'s system call number where glibc is older than 2.28 (no ``renameat2`` symbol)
+_SYSCALLS = {"x86_64": 316, "aarch64": 276, "arm64": 276, "i686": 353, "i386": 353, "ppc64le": 357, "s390x": 347}
+
+
+def _find_renameat2() -> Callable[[int, bytes, int, bytes, int], int] | None:
+    """``renameat2`` from libc (or its system call), returning 0 or an errno; ``None`` where there is none."""
+    if not sys.platform.startswith("linux"):
         return None
-    except ReadError:
-        journal = None  # not a journal: refused below
-    except OSError as e:
-        raise InterruptedSaveError(f"cannot read {path}: {e.strerror or e}") from None
     try:
-        lists = [journal[k] for k in ("install", "remove_first", "remove_after")]
-        names = [n for names in lists for n in names]
-        valid = (
-            isinstance(journal, dict)
-            and isinstance(journal.get("staging"), str)
-            and _STAGING.fullmatch(journal["staging"]) is not None
-            and all(isinstance(names, list) for names in lists)
-            and all(_plain_name(n) and n != JOURNAL for n in names)
-            and bool(journal["install"])
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    except OSError:
+        return None
+    function = getattr(libc, "renameat2", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        function.restype = ctypes.c_int
+
+        def call(old_fd: int, old: bytes, new_fd: int, new: bytes, flags: int) -> int:
+            return 0 if function(old_fd, old, new_fd, new, flags) == 0 else ctypes.get_errno()
+
+        return call
+    number = _SYSCALLS.get(platform.machine())
+    if number is None:
+        return None
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+
+    def call_syscall(old_fd: int, old: bytes, new_fd: int, new: bytes, flags: int) -> int:
+        result = syscall(
+            ctypes.c_long(number), ctypes.c_int(old_fd), old, ctypes.c_int(new_fd), new, ctypes.c_uint(flags)
         )
-    except (ValueError, KeyError, TypeError):
-        valid = False
-    if not valid:
-        raise InterruptedSaveError(
-            f"{path} is not a bertblocks save journal (it records an interrupted save); remove it if the "
-            "folder holds a complete checkpoint"
-        )
-    return journal
+        return 0 if result == 0 else ctypes.get_errno()
+
+    return call_syscall
 
 
-def finish_interrupted_save(directory: str | Path) -> bool:
-    """Finish the install of a save that was killed after its commit (see the module docstring).
-
-    Cheap when there is nothing to do (one ``stat``). Idempotent: a kill while finishing is finished by the
-    next call.
-
-    Returns:
-        ``True`` if an interrupted save was finished.
-
-    Raises:
-        InterruptedSaveError: the journal is damaged, or the folder cannot be written (read-only): the
-            message says what to do.
-    """
-    directory = Path(directory)
-    if not (directory / JOURNAL).exists():
-        return False
-    with _locked(directory):  # a save still installing holds the lock: wait for it, never install beside it
-        return _finish(directory)
+#: the swap; tests set it to ``None`` to run the fallback
+renameat2 = _find_renameat2()
+#: errors of ``renameat2`` that mean "not here" (the fallback is taken), not "this save failed"
+_UNSUPPORTED = {errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBUSY, errno.EXDEV, errno.EPERM}
 
 
-def _finish(directory: Path) -> bool:
-    journal = _read_journal(directory)
-    if journal is None:
+def _exchange(parent: Path, a: str, b: str) -> int:
+    """Swap the names ``a`` and ``b`` in ``parent`` atomically; 0, or the errno."""
+    if renameat2 is None:
+        return errno.ENOSYS
+    try:
+        fd = os.open(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as e:
+        return e.errno or errno.EIO
+    try:
+        return renameat2(fd, os.fsencode(a), fd, os.fsencode(b), RENAME_EXCHANGE)
+    finally:
+        os.close(fd)
+
+
+def _open_dir(directory: Path) -> int | None:
+    try:
+        return os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return None
+
+
+def _flock(fd: int | None, mode: int) -> bool:
+    if fd is None or fcntl is None:
         return False
     try:
-        _install(directory, journal)
-    except InterruptedSaveError:
-        raise
-    except OSError as e:
-        raise InterruptedSaveError(
-            f"{directory} holds a save that was interrupted after its commit, and it cannot be finished "
-            f"({e.strerror or e}); finish it by loading the folder once with write permission"
-        ) from None
+        fcntl.flock(fd, mode)
+    except OSError:  # a file system without locks: go on unlocked
+        return False
     return True
 
 
-def _install(directory: Path, journal: Mapping[str, Any]) -> None:
-    staging = directory / journal["staging"]
-    install: list[str] = journal["install"]
-    if not staging.is_dir():  # the journal is removed before its staging folder: never so after a kill
-        raise InterruptedSaveError(
-            f"{directory / JOURNAL} names a staging folder {staging.name} that is missing; remove the journal "
-            "if the folder holds a complete checkpoint"
-        )
-    if (staging / install[-1]).exists():
-        # the commit file is not installed yet: the old entry points go first, so that no reader ever
-        # pairs the new config with the old weights (it finds no weights until the commit file is in place)
-        for name in journal["remove_first"]:
-            (directory / name).unlink(missing_ok=True)
-            _step(f"removed {name}")
-        _fsync_dir(directory)
-        for name in install:
-            if (staging / name).exists():
-                os.replace(staging / name, directory / name)
-                _step(f"installed {name}")
-        _fsync_dir(directory)
-    for name in journal["remove_after"]:
-        (directory / name).unlink(missing_ok=True)
-        _step(f"removed {name}")
-    _fsync_dir(directory)
-    (directory / JOURNAL).unlink(missing_ok=True)
-    _fsync_dir(directory)
-    _step("journal removed")
-    shutil.rmtree(staging, ignore_errors=True)
-
-
-def remove_orphans(directory: Path) -> None:
-    """Remove staging folders of saves killed before their commit (by processes no longer running)."""
-    with contextlib.suppress(OSError):
-        for entry in directory.iterdir():
-            match = _STAGING.fullmatch(entry.name)
-            if match and entry.is_dir() and not _alive(int(match[1])):
-                shutil.rmtree(entry, ignore_errors=True)
-    remove_stale_temporaries(directory / JOURNAL)
-
-
-def replace_files(
-    directory: str | Path,
-    files: Mapping[str, Writer],
-    *,
-    commit: str,
-    remove_first: Iterable[str] = (),
-    remove_after: Iterable[str] = (),
-) -> list[Path]:
-    """Replace a set of files in ``directory`` as one: after a kill at any step, the old set or the new one.
-
-    Args:
-        directory: the folder (created if needed); files of it not named here are left alone.
-        files: file name → writer, in install order; ``commit`` is installed last.
-        commit: the name a reader looks for first (the weight entry point): installed last.
-        remove_first: files to remove before installing (old entry points, so that no reader mixes).
-        remove_after: files to remove once the new ones are in place (stale shards).
-
-    Returns:
-        The paths written, in install order.
-
-    Raises:
-        WriteError: the folder is a file, or cannot be written (read-only, disk full): nothing changed.
-        InterruptedSaveError: an earlier interrupted save there cannot be finished.
-    """
-    directory = Path(directory)
-    names = [n for n in files if n != commit] + [commit]
-    if commit not in files or not all(_plain_name(n) and n != JOURNAL for n in names):
-        raise ValueError(f"replace_files: {names} must be plain file names including commit {commit!r}")
-    removed_first = [n for n in dict.fromkeys(remove_first) if n not in names[:-1]]
-    removed_after = [n for n in dict.fromkeys(remove_after) if n not in names]
-    if directory.exists() and not directory.is_dir():
-        raise WriteError(f"cannot write {directory}: it is a file, not a directory")
+@contextlib.contextmanager
+def _locked(directory: Path, shared: bool = False) -> Iterator[int | None]:
+    """A ``flock`` of the folder itself (no lock file), released when the process ends, even killed; yields
+    the folder's open descriptor (``None`` where it cannot be opened)."""
+    fd = _open_dir(directory)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise _error(directory, e, "cannot create the folder") from None
-    finish_interrupted_save(directory)
-    remove_orphans(directory)
-    staging = directory / f"{STAGING_PREFIX}{_token()}"
-    try:
-        staging.mkdir()
-    except OSError as e:
-        raise _error(directory, e) from None
-    _step("staging created")
-    journal = {"staging": staging.name, "install": names, "remove_first": removed_first, "remove_after": removed_after}
-    try:
-        for name in names:
-            _write_new(staging / name, files[name], directory / name)
-            _step(f"staged {name}")
-        _fsync_dir(staging)
-        # commit and install under the folder's lock: a loader finishing an interrupted save waits for it
-        with _locked(directory):
-            _finish(directory)
-            write_text(directory / JOURNAL, json.dumps(journal, indent=1) + "\n")  # the commit point
-            try:
-                _install(directory, journal)
-            except OSError as e:
-                raise WriteError(
-                    f"cannot finish writing {directory} ({e.strerror or e}); the save is committed and the next "
-                    "load or save of the folder finishes it"
-                ) from None
-    except BaseException:
-        if not (directory / JOURNAL).exists():  # not committed: the staged files go
-            shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return [directory / name for name in names]
-
-
-def _lock(directory: Path) -> int | None:
-    if fcntl is None:
-        return None
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:  # a file system without locks: go on unlocked
-        os.close(fd)
-        return None
-    return fd
+        _flock(fd, fcntl.LOCK_SH if shared and fcntl else fcntl.LOCK_EX if fcntl else 0)
+        yield fd
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 @contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    """An exclusive ``flock`` on the folder itself (no lock file), released when the process ends, even killed."""
-    fd = _lock(directory)
+def reading(directory: str | Path) -> Iterator[None]:
+    """Read a folder as one generation: while inside, no bertblocks save swaps it or installs into it.
+
+    Takes a shared ``flock`` of the folder and checks that the path still names the folder locked (a save may
+    have swapped it meanwhile: then it starts again). Creates, renames and deletes nothing; where the path is not
+    a local folder, or locks are not available, it does nothing. A child forked inside shares the lock (as with
+    any ``flock``): a save in that child would wait for itself, so fork before, not inside.
+    """
+    path = Path(directory)
+    fd: int | None = None
+    for _ in range(1000):  # each retry follows a completed swap: never more than a few
+        fd = _open_dir(path)
+        if fd is None or not _flock(fd, fcntl.LOCK_SH if fcntl else 0):
+            break
+        try:
+            now = os.stat(path)
+        except OSError:
+            now = None
+        locked = os.fstat(fd)
+        if now is not None and (now.st_dev, now.st_ino) == (locked.st_dev, locked.st_ino):
+            break
+        os.close(fd)
+        fd = None
     try:
         yield
     finally:
@@ -448,17 +386,266 @@ def _locked(directory: Path) -> Iterator[None]:
             os.close(fd)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reads_folder(function: F) -> F:
+    """Decorate a loader whose first argument is a folder: the whole call holds :func:`reading` of it."""
+
+    @functools.wraps(function)
+    def wrapper(directory: Any, *args: Any, **kwargs: Any) -> Any:
+        with reading(directory):
+            return function(directory, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _generation_name(name: str) -> str:
+    return f".{name}{GENERATION}{_token()}"
+
+
+def _remove_tree(path: Path) -> None:
+    """Remove a folder this module made (never follows a link: ``rmtree`` refuses one, and removes links inside
+    a folder as links)."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_orphans(parent: Path, prefix: str) -> None:
+    """Remove the generations of killed saves (``prefix*`` folders in ``parent``). Called under the lock that
+    every save of the folder holds throughout, so none of them belongs to a running save; a reader still in one
+    (an old generation) is waited for."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(parent):
+            if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
+                with _locked(Path(entry.path)):
+                    _remove_tree(Path(entry.path))
+
+
+def _carry(source: Path, target: Path) -> None:
+    """Put ``source`` (a file, link or folder of the current generation) at ``target`` in the new one without
+    following any link: a hard link (a copy where links are refused), a link as a link, a folder recursively."""
+    info = os.lstat(source)
+    if stat.S_ISLNK(info.st_mode):
+        os.symlink(os.readlink(source), target)
+    elif stat.S_ISDIR(info.st_mode):
+        os.mkdir(target)
+        for entry in os.scandir(source):
+            _carry(Path(entry.path), target / entry.name)
+        os.chmod(target, stat.S_IMODE(info.st_mode))
+    elif stat.S_ISREG(info.st_mode):
+        try:
+            os.link(source, target, follow_symlinks=False)
+        except OSError:  # no hard links here (or not allowed for this file): a copy
+            shutil.copy2(source, target, follow_symlinks=False)
+    # sockets, pipes and devices are not carried
+
+
+def replace_files(
+    directory: str | Path,
+    files: Mapping[str, Writer],
+    *,
+    commit: str,
+    stale: Callable[[Path], Iterable[str]] = lambda folder: (),
+    entry_points: Collection[str] = (),
+) -> list[Path]:
+    """Replace a set of files in ``directory`` as one: after a kill at any step, the old set or the new one
+    (see the module docstring for the scheme and its fallback).
+
+    Args:
+        directory: the folder (created if needed; a link to a folder saves into the folder it names). Files of
+            it not named here and not ``stale`` are carried into the new generation.
+        files: file name → writer.
+        commit: the name a reader looks for first (the weight entry point): installed last in the fallback.
+        stale: called under the save's lock with the current folder: names of its files that the new set makes
+            stale (an earlier save's shards): not carried over.
+        entry_points: names that lead a reader to weights; in the fallback the stale ones are removed before
+            anything is installed, so that no reader pairs the new config with the old weights.
+
+    Returns:
+        The paths written.
+
+    Raises:
+        WriteError: the folder is a file, or cannot be written (read-only, disk full): nothing changed.
+    """
+    names = [n for n in files if n != commit] + [commit]
+    if commit not in files or not all(_plain_name(n) for n in names):
+        raise ValueError(f"replace_files: {names} must be plain file names including commit {commit!r}")
+    given = Path(directory)
+    if given.exists() and not given.is_dir():
+        raise WriteError(f"cannot write {given}: it is a file, not a directory")
+    target = Path(os.path.realpath(given))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _error(target.parent, e, "cannot create the folder") from None
+    # every save of a folder holds its parent's lock throughout: saves of one folder run one after the other
+    with _locked(target.parent):
+        exists = target.is_dir()
+        if not exists or _can_swap(target):
+            done = _swap_in(target, files, names, stale, exists, given)
+            if done is not None:
+                return done
+        return _install_in_place(target, files, names, stale, entry_points, given)
+
+
+def _can_swap(target: Path) -> bool:
+    """Whether the swap may be tried: ``renameat2`` exists, the folder is not a mount point, and both it and
+    its parent may be written (a folder made read-only is refused, as an in-place write would be)."""
+    return (
+        renameat2 is not None
+        and not os.path.ismount(target)
+        and os.access(target, os.W_OK | os.X_OK)
+        and os.access(target.parent, os.W_OK | os.X_OK)
+    )
+
+
+def _swap_in(
+    target: Path,
+    files: Mapping[str, Writer],
+    names: Sequence[str],
+    stale: Callable[[Path], Iterable[str]],
+    exists: bool,
+    shown: Path,
+) -> list[Path] | None:
+    """Build the new generation beside ``target`` and swap it in; ``None`` if the swap turned out unsupported
+    here (the built generation is gone and nothing changed: the caller takes the fallback)."""
+    parent = target.parent
+    _remove_orphans(parent, f".{target.name}{GENERATION}")
+    new = parent / _generation_name(target.name)
+    try:
+        new.mkdir()
+    except OSError as e:
+        raise _error(shown, e) from None
+    _step("generation created")
+    try:
+        if exists:
+            replaced = {*names, *stale(target)}
+            for entry in os.scandir(target):
+                if not (entry.name in replaced or _LEGACY.fullmatch(entry.name) or _TEMPORARY.fullmatch(entry.name)):
+                    _carry(Path(entry.path), new / entry.name)
+            _step("carried over")
+            with contextlib.suppress(OSError):
+                os.chmod(new, stat.S_IMODE(os.stat(target).st_mode))
+        for name in names:
+            _write_new(new / name, files[name], shown / name)
+            _step(f"staged {name}")
+        _fsync_dir(new)
+        if not exists:
+            try:
+                os.rename(new, target)
+            except OSError as e:
+                raise _error(shown, e) from None
+            _fsync_dir(parent)
+            _step("exchanged")
+            return [target / name for name in files]
+        # the swap waits for bertblocks readers of the current generation (they hold a shared lock of it), and
+        # keeps the exclusive lock of the old generation while removing it
+        with _locked(target):
+            error = _exchange(parent, new.name, target.name)
+            if error in _UNSUPPORTED:
+                _remove_tree(new)
+                return None
+            if error:
+                raise _error(shown, OSError(error, os.strerror(error)))
+            _fsync_dir(parent)
+            _step("exchanged")
+            _remove_tree(new)  # the old generation, now under the sibling's name
+            _step("old generation removed")
+    except BaseException:
+        _remove_tree(new)  # the unfinished new generation, or (after the swap) the old one
+        raise
+    return [target / name for name in files]
+
+
+def _install_in_place(
+    target: Path,
+    files: Mapping[str, Writer],
+    names: Sequence[str],
+    stale: Callable[[Path], Iterable[str]],
+    entry_points: Collection[str],
+    shown: Path,
+) -> list[Path]:
+    """The fallback: stage inside the folder, then rename into it under its exclusive lock (entry points
+    first out, ``commit`` last in)."""
+    _remove_orphans(target, GENERATION)
+    staging = target / _generation_name("")[1:]
+    try:
+        staging.mkdir()
+    except OSError as e:
+        raise _error(shown, e) from None
+    _step("generation created")
+    try:
+        for name in names:
+            _write_new(staging / name, files[name], shown / name)
+            _step(f"staged {name}")
+        _fsync_dir(staging)
+        with _locked(target):
+            old = [n for n in dict.fromkeys(stale(target)) if n not in names]
+            first = [n for n in (*old, *names[:-1]) if n in entry_points]
+            try:
+                for name in first:
+                    (target / name).unlink(missing_ok=True)
+                    _step(f"removed {name}")
+                _fsync_dir(target)
+                for name in names:
+                    os.replace(staging / name, target / name)
+                    _step(f"installed {name}")
+                _fsync_dir(target)
+                for name in old:
+                    if name not in first:
+                        (target / name).unlink(missing_ok=True)
+                        _step(f"removed {name}")
+                _fsync_dir(target)
+            except OSError as e:
+                raise _error(shown, e) from None
+    finally:
+        _remove_tree(staging)
+    return [target / name for name in files]
+
+
+# ------------------------------------------------------------------------------------------- CSV
+#: first characters that make a spreadsheet read a cell as a formula (OWASP's list: tab and CR too)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+#: a plain number (``-0.5``, ``+1e-3``): a spreadsheet reads it as a number, not a formula
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def neutralise_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text: a string starting like a formula (``=``, ``+``, ``-``, ``@``, tab,
+    carriage return) gets a leading ``'``, as OWASP recommends and as spreadsheets mark text themselves; a plain
+    number written as text (``-0.5``), numbers and other values are unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def write_csv(path: str | Path, rows: Iterable[Sequence[Any]]) -> Path:
+    """Write rows as CSV atomically (:func:`write_file`), every string cell through :func:`neutralise_cell`:
+    a name such as ``=2+3`` or ``=cmd|...`` is text in a spreadsheet, never a live formula."""
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    for row in rows:
+        writer.writerow([neutralise_cell(v) for v in row])
+    return write_text(path, buffer.getvalue())
+
+
 __all__ = [
-    "JOURNAL",
-    "STAGING_PREFIX",
-    "InterruptedSaveError",
+    "FORMULA_STARTS",
+    "GENERATION",
+    "RENAME_EXCHANGE",
     "WriteError",
     "Writer",
-    "finish_interrupted_save",
-    "remove_orphans",
+    "neutralise_cell",
+    "reading",
+    "reads_folder",
     "remove_stale_temporaries",
     "replace_files",
     "write_bytes",
+    "write_csv",
     "write_file",
     "write_text",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from .atomic import write_text
 from .config import BertConfig, ConfigError, ConfigFileNotFoundError, ConfigIssue
 from .config.schema import json_value_problem
 from .hf.config_json import config_from_hf, config_to_hf
@@ -220,9 +221,10 @@ def dump_yaml(config: BertConfig) -> str:
 
 
 def save_config(config: BertConfig, path: str | Path) -> None:
-    """Write ``.yaml``/``.yml`` (ours) or ``.json`` (HF ``config.json`` format)."""
+    """Write ``.yaml``/``.yml`` (ours) or ``.json`` (HF ``config.json`` format), atomically
+    (:func:`bertblocks.atomic.write_file`)."""
     path = Path(path)
     if path.suffix == ".json":
-        path.write_text(json.dumps(config_to_hf(config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        write_text(path, json.dumps(config_to_hf(config), indent=2, sort_keys=True) + "\n")
     else:
-        path.write_text(dump_yaml(config), encoding="utf-8")
+        write_text(path, dump_yaml(config))

@@ -1,12 +1,13 @@
 """Checkpoint, export and report writes are atomic: real SIGKILLs at every step, a full disk, bad targets.
 
 A forked child saves model B over a folder holding model A and SIGKILLs itself at step ``k`` of the write
-sequence (:data:`bertblocks.atomic.step_hook`: every staged file, every block written to the OS, the journal,
-every removal and rename), for every ``k``; then the folder is read twice: as a reader that knows nothing of
-the journal would (transformers: config.json and the weight entry point), and through bertblocks' loader. Each
-must be all A or all B (the plain reader may also find no weights at all, only while a committed save is
-being installed), never A's labels with B's weights, and never a stale weight file. Another test kills a
-saving loop after random delays, so kills also land inside library code.
+sequence (:data:`bertblocks.atomic.step_hook`: the new generation, every staged file, every block written to
+the OS, the swap, the removal of the old generation), for every ``k``; then the folder is read twice: as a
+reader that knows nothing of bertblocks would (transformers: config.json and the weight entry point), and
+through bertblocks' loader, which must leave the folder exactly as it found it. Each must be all A or all B,
+never A's labels with B's weights, and never a stale weight file. Another test kills a saving loop after
+random delays, so kills also land inside library code. tests/test_atomic_folders.py has the concurrent,
+planted-link and fallback cases.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import resource
 import shutil
 import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -30,7 +30,7 @@ import torch
 
 import bertblocks
 from bertblocks import atomic
-from bertblocks.atomic import JOURNAL, STAGING_PREFIX, WriteError
+from bertblocks.atomic import GENERATION, WriteError
 from bertblocks.hf.weights import CheckpointError, read_state_dict
 from tests.conftest import TINY
 
@@ -178,7 +178,7 @@ def test_a_kill_at_any_step_of_save_pretrained_leaves_the_old_or_the_new_checkpo
     steps = _steps(lambda: model_b.save_pretrained(probe, **new_options))
     assert _plain_view(probe)[2] == new[2]
     assert "wrote a block" in steps
-    assert f"replaced {JOURNAL}" in steps
+    assert "exchanged" in steps
 
     outcomes = []
     points = _kill_points(steps)
@@ -196,30 +196,47 @@ def test_a_kill_at_any_step_of_save_pretrained_leaves_the_old_or_the_new_checkpo
         else:
             assert _exit_code(status) == 0
         where = f"killed at step {k} ({steps[k] if k < len(steps) else 'none'})"
-        # a reader that knows no journal: old, new, or no weights (only inside a committed install)
-        view = _plain_view(folder)
-        if view[1] is None:
-            assert (folder / JOURNAL).exists(), where
-            plain = "none"
-        else:
-            plain = _which(view, old, new, names=False)
-        # bertblocks' loader finishes a committed install first
+        # a reader that knows nothing of bertblocks: the old or the new checkpoint, whole, and nothing else
+        plain = _which(_plain_view(folder), old, new)
+        # bertblocks' loader reads the same, and changes nothing
+        before = snapshot(folder)
         loaded = bertblocks.from_pretrained(folder, head="auto")
+        assert snapshot(folder) == before, where
         after = _which(_plain_view(folder), old, new)
-        assert not (folder / JOURNAL).exists(), where
-        assert (plain, after) != ("new", "old"), where  # once installed, never rolled back
+        assert plain == after, where
         assert loaded.config.id2label == (LABELS_A if after == "old" else LABELS_B), where
         reference = model_a if after == "old" else model_b
         assert torch.equal(loaded.classifier.weight, reference.classifier.weight), where
         outcomes.append(after)
-    # killed before the commit (the journal's rename): old; from then on: new
-    commit = steps.index(f"replaced {JOURNAL}")
+    # killed before the swap: old; from then on: new
+    commit = steps.index("exchanged")
     assert outcomes == ["old" if k < commit else "new" for k in points], outcomes
 
-    # the next save into a folder left by a killed one removes the orphaned staging folder
-    assert [p for p in (tmp_path / "k0").iterdir() if p.name.startswith(STAGING_PREFIX)]
+    # the next save into a folder left by a killed one removes the orphaned generation beside it
+    def orphans() -> list[str]:
+        return [p.name for p in tmp_path.iterdir() if p.name.startswith(f".k0{GENERATION}")]
+
+    assert orphans()
     model_b.save_pretrained(tmp_path / "k0")
-    assert not [p for p in (tmp_path / "k0").iterdir() if p.name.startswith(STAGING_PREFIX)]
+    assert not orphans()
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int, int, int, bytes | str]]:
+    """Every entry under ``folder`` (not following links): inode, size, mtime, ctime, and contents (a link's
+    target). Equal before and after means nothing was created, renamed, deleted or rewritten."""
+    entries: dict[str, tuple[int, int, int, int, bytes | str]] = {}
+    for root, dirs, names in os.walk(folder):
+        for name in sorted([*dirs, *names]):
+            path = Path(root) / name
+            info = path.lstat()
+            content: bytes | str = (
+                os.readlink(path) if path.is_symlink() else path.read_bytes() if path.is_file() else b""
+            )
+            key = str(path.relative_to(folder))
+            entries[key] = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns, content)
+    top = folder.lstat()
+    entries["."] = (top.st_ino, top.st_size, top.st_mtime_ns, top.st_ctime_ns, b"")
+    return entries
 
 
 def _kill_points(steps: list[str]) -> list[int]:
@@ -277,28 +294,30 @@ def test_kills_after_random_delays_of_a_saving_loop_never_leave_a_mix(tmp_path, 
         os.close(progress[0])
         # whole A or whole B (here "old" and "new" name the two models, not the order of the saves)
         view = _plain_view(folder)
-        if view[1] is not None:
-            _which(view, old, new, names=False)
+        plain = _which(view, old, new)  # a reader that knows nothing of bertblocks: one model, whole
+        before = snapshot(folder)
         bertblocks.from_pretrained(folder, head="auto")
+        assert snapshot(folder) == before  # the load read only
         after = _which(_plain_view(folder), old, new)
+        assert after == plain
         seen.add(after)
     assert seen == {"old", "new"}  # the kills landed in both saves
 
 
-def test_a_load_never_installs_beside_a_save_that_is_still_installing(tmp_path, models):
-    # the saver stops right after its commit, holding the folder's lock; a loader that finds the journal must
-    # wait for it rather than run the same install concurrently (which could remove the new entry point)
+def test_a_swap_waits_for_a_reader_of_the_current_generation(tmp_path, models):
+    # a reader holds the folder (as from_pretrained does while it reads config and weights); a save in another
+    # process builds its generation but must not swap it in until the reader is done
     model_a, model_b = models
     folder = tmp_path / "ckpt"
     model_a.save_pretrained(folder)
-    paused, resume = os.pipe(), os.pipe()
+    built, go = os.pipe(), os.pipe()
 
     def save() -> None:
         def hook(label: str) -> None:
-            if label == f"replaced {JOURNAL}":
-                os.write(paused[1], b"x")
-                os.read(resume[0], 1)
+            if label == "staged model.safetensors":
+                os.write(built[1], b"x")
 
+        os.read(go[0], 1)  # forked before the reader locks: a child would inherit the reader's lock
         with _hook(hook):
             model_b.save_pretrained(folder)
 
@@ -310,20 +329,14 @@ def test_a_load_never_installs_beside_a_save_that_is_still_installing(tmp_path, 
             code = 0
         finally:
             os._exit(code)
-    finished: list[bool] = []
-    loader = threading.Thread(target=lambda: finished.append(atomic.finish_interrupted_save(folder)))
-    try:
-        assert os.read(paused[0], 1) == b"x"  # committed, not installed, lock held
-        loader.start()
-        loader.join(0.5)
-        waited = loader.is_alive()
-    finally:
-        os.write(resume[1], b"x")  # the saver goes on, whatever happened here
-        status = os.waitpid(pid, 0)[1]
-    assert waited, "the loader did not wait for the save's lock"
-    assert _exit_code(status) == 0
-    loader.join()
-    assert finished == [False]  # the saver installed; the loader found nothing left to do
+    with atomic.reading(folder):
+        os.write(go[1], b"x")
+        assert os.read(built[0], 1) == b"x"  # the new generation is complete
+        time.sleep(0.5)
+        # still the old generation, whole, however long the reader takes
+        assert bertblocks.from_pretrained(folder, head="auto").config.id2label == LABELS_A
+        assert os.waitpid(pid, os.WNOHANG) == (0, 0), "the save swapped the folder under a reader"
+    assert _exit_code(os.waitpid(pid, 0)[1]) == 0
     assert bertblocks.from_pretrained(folder, head="auto").config.id2label == LABELS_B
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
 
@@ -462,13 +475,18 @@ def test_a_safetensors_index_never_leads_to_unpickling(tmp_path, models):
         bertblocks.from_pretrained(folder, head="auto")
 
 
-def test_a_damaged_journal_is_a_clear_error(tmp_path, models):
-    model_a, _ = models
+def test_a_journal_of_an_earlier_version_is_ignored_by_a_load_and_dropped_by_a_save(tmp_path, models):
+    # earlier versions replayed this journal on load; now a load reads only, and a save leaves it behind
+    model_a, model_b = models
     folder = tmp_path / "ckpt"
     model_a.save_pretrained(folder)
-    (folder / JOURNAL).write_text('{"staging": "../../etc", "install": ["x"], "remove_first": [], "remove_after": []}')
-    with pytest.raises(atomic.InterruptedSaveError, match="not a bertblocks save journal"):
-        bertblocks.from_pretrained(folder, head="auto")
+    journal = ".bertblocks-save.json"
+    (folder / journal).write_text('{"staging": "../../etc", "install": ["x"], "remove_first": [], "remove_after": []}')
+    before = snapshot(folder)
+    assert bertblocks.from_pretrained(folder, head="auto").config.id2label == LABELS_A
+    assert snapshot(folder) == before
+    model_b.save_pretrained(folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors"]
 
 
 # ------------------------------------------------------------------------------ single files

@@ -36,7 +36,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     # the Family type, the key-map engine and one declarative module per family, BERT included
     "families": {"errors", "readers", "config", "core", "plugins"},
     "hf": {"errors", "readers", "atomic", "config", "core", "registry", "families"},
-    "config_files": {"errors", "readers", "config", "core", "registry", "hf"},
+    "config_files": {"errors", "readers", "atomic", "config", "core", "registry", "hf"},
     "models": {"errors", "readers", "atomic", "config", "core", "registry", "families", "hf", "config_files"},
 }
 #: the groups config/ and core/ must work without, at import and at run time

@@ -47,6 +47,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from ..atomic import write_file, write_text
 from ..readers import read_json
 from .data import PreparedData, get_tokenizer, load_texts, prepare
 from .study import Study, StudyError, TrainSpec, expand_variants, load_study
@@ -161,8 +162,7 @@ def run_rank(job: DdpJob, rank: int, world_size: int) -> dict[str, Any] | None:
     if samples is not None:
         record["eval_samples"] = samples
     path = job.record_path(world_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_text(path, json.dumps(record, indent=2) + "\n")  # atomically: a resumed study never reads half a record
     return record
 
 
@@ -206,10 +206,11 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _save(state: dict[str, torch.Tensor], path: Path) -> None:
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     # clone: tied weights share storage, which safetensors refuses to write twice
-    save_file({k: v.detach().clone().contiguous() for k, v in state.items()}, str(path))
+    tensors = {k: v.detach().clone().contiguous() for k, v in state.items()}
+    write_file(path, lambda f: f.write(save(tensors)))
 
 
 def _leave_together() -> None:

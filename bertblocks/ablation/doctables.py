@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_text
 from ..errors import BertBlocksError
 from ..readers import ReadError, read_json
 from . import downstream, report
@@ -137,7 +138,7 @@ def update_page(
         if stale:
             raise DocTableError(f"{page}: the tables of {', '.join(stale)} differ from their results")
     else:
-        page.write_text("".join(pieces), encoding="utf-8")
+        write_text(page, "".join(pieces))
     return folders
 
 

@@ -20,7 +20,6 @@ a truncated ``results.*`` in place of an earlier good one.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_bytes, write_text
+from ..atomic import write_csv as write_csv_rows
 from .stats import LEVEL, Interval, interval, paired_difference
 
 #: metric → (column title, unit shown in the plot); in table order
@@ -322,9 +322,8 @@ def write_csv(
     quality = [m for m in QUALITY if any(m in s.intervals for s in summaries)]
     interval_columns = [f"{m}_{end}" for m in quality for end in ("ci_low", "ci_high")]
     delta_columns = [f"delta_{m}{end}" for m in quality for end in ("", "_ci_low", "_ci_high", "_distinguishable")]
-    buffer = io.StringIO(newline="")
-    writer = csv.writer(buffer)
-    writer.writerow(
+    rows: list[list[Any]] = []  # written by atomic.write_csv: names such as `=2+3` are text, never formulas
+    rows.append(
         [
             "variant",
             "seeds",
@@ -357,7 +356,7 @@ def write_csv(
                     "",
                 ]
             )
-        writer.writerow(
+        rows.append(
             [
                 s.variant,
                 " ".join(map(str, s.seeds)),
@@ -370,7 +369,7 @@ def write_csv(
                 *(extra[1][index] if extra else []),
             ]
         )
-    write_text(path, buffer.getvalue())
+    write_csv_rows(path, rows)
 
 
 def summary_dict(s: VariantSummary) -> dict[str, Any]:

@@ -42,7 +42,6 @@ import hashlib
 import importlib.util
 import json
 import logging
-import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -53,6 +52,7 @@ from typing import Any, Literal
 
 import yaml
 
+from ..atomic import write_bytes, write_text
 from ..errors import BertBlocksError
 from ..readers import ReadError, read_json
 from . import downstream, report
@@ -158,10 +158,10 @@ def run_study(
         stack.enter_context(FolderLock(out))
         runs_dir = out / "runs"
         runs_dir.mkdir(parents=True, exist_ok=True)
-        (out / "study.yaml").write_text(yaml.safe_dump(study.as_written(), sort_keys=False), encoding="utf-8")
+        write_text(out / "study.yaml", yaml.safe_dump(study.as_written(), sort_keys=False))
         if tokenizer_json is not None and texts is not None:
-            _write_atomic(out / "tokenizer.json", tokenizer_json)
-            _write_atomic(out / "tokenizer.key", tokenizer_key(study, texts))
+            write_text(out / "tokenizer.json", tokenizer_json)
+            write_text(out / "tokenizer.key", tokenizer_key(study, texts))
 
         downstream_dir, weights_dir = out / "downstream", out / "weights"
         if plans:
@@ -207,7 +207,7 @@ def run_study(
                     weights = outcome.pop("weights", None)
                     if weights is not None:  # before the record: a record on disk means its weights are too
                         _write_weights(weights_dir, task, weights)  # type: ignore[arg-type]
-                    _write_atomic(runs_dir / f"{task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
+                    write_text(runs_dir / f"{task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
                     records[task.run_id] = outcome
                     result.executed.append(task.run_id)
                 bar.update(1)
@@ -217,7 +217,7 @@ def run_study(
                 if isinstance(outcome, BaseException):
                     failures[ds_task.run_id] = describe(outcome)
                 else:
-                    _write_atomic(downstream_dir / f"{ds_task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
+                    write_text(downstream_dir / f"{ds_task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
                     ds_records[ds_task.run_id] = outcome
                     result.downstream_executed.append(ds_task.run_id)
                 bar.update(1)
@@ -351,9 +351,7 @@ def _weights_path(folder: Path, task: RunTask) -> Path:
 
 def _write_weights(folder: Path, task: RunTask, weights: bytes) -> None:
     path = _weights_path(folder, task)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(weights)
-    os.replace(tmp, path)
+    write_bytes(path, weights)  # atomically: a resumed study never loads half the weights
     for stale in folder.glob(f"{task.run_id}__*.pt"):  # an earlier fingerprint's weights
         if stale != path:
             stale.unlink(missing_ok=True)
@@ -465,13 +463,6 @@ _KINDS = {str: "a string", int: "an integer", dict: "an object"}
 def _unreadable(path: Path, reason: str) -> None:
     logger.warning("run record %s %s; running it again (the record is replaced when it finishes)", path, reason)
     return None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    # write beside, then rename: a reader (or a resumed study) never sees half a file
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 class _Bar:

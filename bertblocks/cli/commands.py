@@ -15,6 +15,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_text
 from ..core.component import Command
 from . import (
     EXIT_INVALID,
@@ -454,7 +455,7 @@ def _run_schema(args: argparse.Namespace) -> int:
 
     text = json.dumps(BertConfig.model_json_schema(), indent=2)
     if args.output:
-        Path(args.output).write_text(text + "\n", encoding="utf-8")
+        write_text(args.output, text + "\n")
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         print(text)  # always JSON: a JSON Schema is already machine-readable

@@ -23,7 +23,6 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..atomic import finish_interrupted_save
 from ..errors import BertBlocksError
 from ..readers import ReadError, read_json
 from .weights import BIN_INDEX, BIN_WEIGHTS, SAFE_INDEX, SAFE_WEIGHTS
@@ -74,7 +73,6 @@ def resolve_pretrained(
     """
     local = _local_directory(path_or_id)
     if local is not None:
-        finish_interrupted_save(local)  # a save killed after its commit: finished before anything is read
         return local
     repo_id = str(path_or_id)
     fetch = _Fetcher(repo_id, revision, cache_dir, local_files_only, token)

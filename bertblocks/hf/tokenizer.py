@@ -30,6 +30,7 @@ from typing import Any, Literal
 import torch
 from tokenizers import Encoding, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from ..atomic import Writer, reading, replace_files
 from ..errors import BertBlocksError
 from ..families.family import BERT_TOKENIZER, TokenizerConvention
 from ..readers import ReadError, parse_json, read_json, read_lines, read_text
@@ -143,6 +144,12 @@ class BertTokenizer:
         directory = resolve_tokenizer_files(
             path_or_id, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
         )
+        with reading(directory):  # every file of one generation of the folder (no save swaps it meanwhile)
+            return cls._from_files(directory, do_lower_case, family)
+
+    @classmethod
+    def _from_files(cls, directory: Path, do_lower_case: bool | None, family: str | None) -> BertTokenizer:
+        """:meth:`from_pretrained` once the folder is found: read its files (and nothing else: no writes)."""
         config = _read_json(directory / TOKENIZER_CONFIG)
         convention = tokenizer_convention(family, _read_json(directory / "config.json"), config)
         special = dict(convention.special_tokens)
@@ -218,14 +225,10 @@ class BertTokenizer:
         """Write ``tokenizer.json``, ``vocab.txt``, ``tokenizer_config.json`` and ``special_tokens_map.json``: what
         :meth:`from_pretrained` and transformers' ``AutoTokenizer`` read (what Trainer's ``save_model`` calls).
 
-        Returns the files written.
+        The four replace those the folder held as one (:func:`bertblocks.atomic.replace_files`): a kill leaves
+        the old tokenizer or the new one; other files (a checkpoint) stay. Returns the files written.
         """
-        directory = Path(save_directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        written = [directory / TOKENIZER_JSON, directory / VOCAB_TXT, directory / TOKENIZER_CONFIG]
-        self.backend.save(str(written[0]))
         vocab = sorted(self.backend.get_vocab().items(), key=lambda item: item[1])
-        written[1].write_text("".join(f"{token}\n" for token, _ in vocab), encoding="utf-8")
         normalizer = parse_json(self.backend.to_str(), "the tokenizer's JSON").get("normalizer") or {}
         config = {
             "tokenizer_class": "BertTokenizer",
@@ -233,10 +236,14 @@ class BertTokenizer:
             "do_lower_case": bool(normalizer.get("lowercase", False)),
             **self.special_tokens,
         }
-        written[2].write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        special = directory / SPECIAL_TOKENS_MAP
-        special.write_text(json.dumps(self.special_tokens, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        return [*written, special]
+        texts = {
+            TOKENIZER_JSON: self.backend.to_str(pretty=True),
+            VOCAB_TXT: "".join(f"{token}\n" for token, _ in vocab),
+            TOKENIZER_CONFIG: json.dumps(config, indent=2, sort_keys=True) + "\n",
+            SPECIAL_TOKENS_MAP: json.dumps(self.special_tokens, indent=2, sort_keys=True) + "\n",
+        }
+        files: dict[str, Writer] = {name: _text_writer(text) for name, text in texts.items()}
+        return replace_files(Path(save_directory), files, commit=TOKENIZER_JSON)
 
     # ---------------------------------------------------------------------------------------- encoding
     def __call__(
@@ -444,6 +451,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 def _token_text(value: Any) -> str:
     # special_tokens_map.json may hold {"content": "[CLS]", ...} (an AddedToken) instead of a plain string
     return str(value["content"]) if isinstance(value, Mapping) else str(value)
+
+
+def _text_writer(text: str) -> Writer:
+    return lambda f: f.write(text.encode("utf-8"))
 
 
 __all__ = ["BertTokenizer", "TokenizerFilesNotFoundError", "build_wordpiece", "read_vocab"]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from ..atomic import Writer, finish_interrupted_save, replace_files
+from ..atomic import Writer, replace_files
 from ..errors import BertBlocksError
 from ..readers import ReadError, read_json
 from .weight_files import WeightFileError, read_safetensors, read_weight_file, write_safetensors
@@ -71,15 +71,14 @@ class WeightsNotFoundError(BertBlocksError, FileNotFoundError):
 def find_weights(directory: Path) -> list[Path]:
     """The weight files of a checkpoint directory, safetensors preferred; shards in index order.
 
-    A save that was interrupted after its commit is finished first
-    (:func:`bertblocks.atomic.finish_interrupted_save`), so the files found are those of one checkpoint.
+    Reads only: a save never leaves a folder that needs repair (:mod:`bertblocks.atomic`), so nothing is
+    finished or removed here; callers that read several files hold :func:`bertblocks.atomic.reading`.
 
     Raises:
         WeightsNotFoundError: no weights, or an index naming a shard that is missing.
         CheckpointError: an index that is not one (malformed, a tensor named twice, a shard that is not a
             plain file name, or a ``.safetensors`` index naming a shard of another format).
     """
-    finish_interrupted_save(directory)
     for name, index in ((SAFE_WEIGHTS, SAFE_INDEX), (BIN_WEIGHTS, BIN_INDEX)):
         if (directory / name).is_file():
             return [directory / name]
@@ -294,18 +293,9 @@ def write_checkpoint(
         commit = SAFE_INDEX if safe_serialization else BIN_INDEX
         index_text = json.dumps(index, indent=2) + "\n"
         files[commit] = lambda f: f.write(index_text.encode("utf-8"))
-    directory = Path(directory)
-    if directory.is_dir():
-        finish_interrupted_save(directory)  # what the folder holds now, before deciding what is stale
-    old = weight_files_of(directory) if directory.is_dir() else []
-    entry_points = [n for n in ENTRY_POINTS if n in old]
-    written = replace_files(
-        directory,
-        files,
-        commit=commit,
-        remove_first=entry_points,
-        remove_after=[n for n in old if n not in files and n not in entry_points],
-    )
+    # what is stale is decided under the save's lock, from the folder as it is then (a concurrent save may
+    # have changed it since this one started)
+    written = replace_files(Path(directory), files, commit=commit, stale=weight_files_of, entry_points=ENTRY_POINTS)
     return [path for path in written if path.name in weight_map.values()]
 
 

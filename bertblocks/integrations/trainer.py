@@ -26,6 +26,7 @@ import os
 import torch
 import transformers
 
+from ..atomic import write_file
 from ..models.surface import PretrainedSurface
 
 #: the file transformers' Trainer writes its ``TrainingArguments`` to, next to the model
@@ -47,7 +48,8 @@ class Trainer(transformers.Trainer):
         model.save_pretrained(output_dir, state_dict=state_dict)
         if self.processing_class is not None:
             self.processing_class.save_pretrained(output_dir)
-        torch.save(self.args, os.path.join(output_dir, TRAINING_ARGS_NAME))
+        path = os.path.join(output_dir, TRAINING_ARGS_NAME)
+        write_file(path, lambda f: torch.save(self.args, f))
 
 
 __all__ = ["Trainer"]

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..atomic import reading
 from ..config_files import load_config
 from ..hf.hub import resolve_pretrained
 from .backbone import BertModel
@@ -36,11 +37,13 @@ def from_pretrained(
             path,
             **{k: kwargs[k] for k in ("revision", "cache_dir", "local_files_only", "token") if k in kwargs},
         )
-        config = load_config(directory, overrides, kwargs.get("registry"))
-        if config.head is None:
-            return BertModel.from_pretrained(directory, overrides, **kwargs)
-        head = config.head.name
-        path = directory
+        with reading(directory):  # the head chosen from the config of the generation that is loaded
+            config = load_config(directory, overrides, kwargs.get("registry"))
+            if config.head is None:
+                return BertModel.from_pretrained(directory, overrides, **kwargs)
+            return task_model_class(config.head.name).from_pretrained(
+                directory, overrides, head=config.head.name, **kwargs
+            )
     return task_model_class(head).from_pretrained(path, overrides, head=head, **kwargs)
 
 

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
+from ..atomic import reading
 from ..config import BertConfig
 from ..config_files import with_backend
 from ..families.keymap import BACKBONE_PREFIX
@@ -237,15 +238,17 @@ class PretrainedModel(CompileEntry):
             path, revision=revision, cache_dir=cache_dir, local_files_only=local_files_only, token=token
         )
         extra = cls.backend_overrides(overrides, attn_implementation)
-        # Parameters start on the meta device: the checkpoint's tensors become the parameters, and only
-        # what it lacks is initialised (no random init of weights about to be overwritten, no second copy).
-        with deferred_init():
-            model = cls._from_config(directory, extra, registry=registry, **build_options)
-        hf_extra = getattr(model.config, "hf", None) or {}  # type: ignore[attr-defined]
-        config_dtype = hf_extra.get("dtype", hf_extra.get("torch_dtype"))
-        # The dtype is settled before the weights are assigned, so each tensor is cast once, straight into it
-        # ("auto" without a dtype in config.json follows the weights, read in _load).
-        info, weights_dtype = model._load(directory, strict, requested_dtype(options), config_dtype)
+        # config and weights of one generation of the folder: no save swaps it while they are read
+        with reading(directory):
+            # Parameters start on the meta device: the checkpoint's tensors become the parameters, and only
+            # what it lacks is initialised (no random init of weights about to be overwritten, no second copy).
+            with deferred_init():
+                model = cls._from_config(directory, extra, registry=registry, **build_options)
+            hf_extra = getattr(model.config, "hf", None) or {}  # type: ignore[attr-defined]
+            config_dtype = hf_extra.get("dtype", hf_extra.get("torch_dtype"))
+            # The dtype is settled before the weights are assigned, so each tensor is cast once, straight into
+            # it ("auto" without a dtype in config.json follows the weights, read in _load).
+            info, weights_dtype = model._load(directory, strict, requested_dtype(options), config_dtype)
         materialize(model, model.initializer_std())
         apply_load_options(model, options, config_dtype, weights_dtype)
         model.name_or_path = str(path)
@@ -269,7 +272,8 @@ class PretrainedModel(CompileEntry):
     ) -> tuple[LoadingInfo, torch.dtype | None]:
         """:meth:`load_checkpoint`, casting floating-point weights straight to the dtype ``dtype`` resolves to
         (see :func:`~bertblocks.models.surface.resolve_dtype`); also returns the weights' own dtype."""
-        state = read_state_dict(find_weights(Path(directory)))
+        with reading(directory):  # the index and every shard of one generation
+            state = read_state_dict(find_weights(Path(directory)))
         _warn_non_finite(directory, state)
         # transformers' rule for "auto" without a dtype in config.json: the first floating-point tensor's dtype
         weights_dtype = next((t.dtype for t in state.values() if t.is_floating_point()), None)

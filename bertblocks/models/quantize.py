@@ -42,6 +42,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
+from ..atomic import reads_folder
 from ..errors import BertBlocksError
 from ..hf.weight_files import WeightFileError, read_safetensors
 from ..readers import ReadError, read_json
@@ -250,11 +251,17 @@ def save_quantized(model: nn.Module, directory: str | Path) -> Path:
     ``save_pretrained`` writes Hugging Face checkpoints, which have no int8 layout: keep the fp32 checkpoint
     for that, and this directory for the int8 model.
 
+    The three files replace those the folder held as one (:func:`bertblocks.atomic.replace_files`): a kill at
+    any moment leaves the earlier quantized model or the new one, whole; other files in the folder stay.
+
     Raises:
         QuantizationError: the model is not quantized, or has no bertblocks config.
+        WriteError: the folder cannot be written (read-only, disk full): one line; the earlier folder is unchanged.
     """
-    from safetensors.torch import save_model
+    from safetensors.torch import _remove_duplicate_names
+    from safetensors.torch import save as safetensors_bytes
 
+    from ..atomic import replace_files
     from ..config_files import dump_yaml
 
     settings = getattr(model, "_bertblocks_quantization", None)
@@ -264,11 +271,23 @@ def save_quantized(model: nn.Module, directory: str | Path) -> Path:
     if config is None or not hasattr(config, "model_dump"):
         raise QuantizationError(f"save_quantized: {type(model).__name__} has no bertblocks config to save")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / CONFIG_FILE).write_text(dump_yaml(config), encoding="utf-8")
+    config_text = dump_yaml(config).encode("utf-8")
     manifest = {"class": type(model).__name__, **settings}
-    (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    save_model(model, str(directory / WEIGHTS_FILE))  # shared tensors (ALBERT's layers) stored once
+    manifest_text = (json.dumps(manifest, indent=2) + "\n").encode("utf-8")
+    # as safetensors' save_model: shared tensors (ALBERT's layers) stored once, the others' names in the metadata
+    state = model.state_dict()
+    metadata: dict[str, str] = {}
+    for kept, removed in _remove_duplicate_names(state).items():
+        for name in removed:
+            metadata[name] = kept
+            del state[name]
+    weights = {k: v.contiguous() for k, v in state.items()}
+    files = {
+        CONFIG_FILE: lambda f: f.write(config_text),
+        MANIFEST_FILE: lambda f: f.write(manifest_text),
+        WEIGHTS_FILE: lambda f: f.write(safetensors_bytes(weights, metadata or None)),
+    }
+    replace_files(directory, files, commit=WEIGHTS_FILE, entry_points=(WEIGHTS_FILE,))
     return directory
 
 
@@ -321,6 +340,7 @@ def read_manifest(path: Path) -> QuantizationManifest:
     return manifest
 
 
+@reads_folder  # every file of one generation of the folder; reads only
 def load_quantized(directory: str | Path) -> nn.Module:
     """Rebuild a model written by :func:`save_quantized`: build the class from the config, quantize it the same
     way, then load the int8 tensors (strict: every key must match). Returns the model in ``eval()`` mode.
