@@ -4,6 +4,8 @@ per forward pass, and the per-device choice made when the backend is built."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -54,7 +56,7 @@ def test_a_score_modification_sees_positions_within_each_sequence(device):
 
     got = flex_varlen_attention(q, k, v, cu, scale, score_mod=alibi)
     bounds = cu.tolist()
-    for start, stop in zip(bounds, bounds[1:], strict=False):
+    for start, stop in itertools.pairwise(bounds):
         qs, ks, vs = (x[start:stop].transpose(0, 1) for x in (q, k, v))  # [h, l, d]
         pos = torch.arange(stop - start, device=device)
         bias = -slopes[:, None, None] * (pos[:, None] - pos[None, :]).abs()  # [h, l, l]
