@@ -101,7 +101,9 @@ def test_every_sdpa_kernel_gives_transformers_numbers(reference, device, batch_k
     if batch_kind == "uniform":
         inputs, expected = uniform, expected_uniform
     packing = "always" if batch_kind == "packed" else "never"
-    model = bertblocks.BertForMaskedLM.from_pretrained(directory, [f"encoder.packing={packing}"]).to(device).eval()
+    # packed batches through SDPA itself (on CUDA, varlen_kernel auto would attend them with flex_attention)
+    overrides = [f"encoder.packing={packing}", "encoder.attention.backend.varlen_kernel=per_sequence"]
+    model = bertblocks.BertForMaskedLM.from_pretrained(directory, overrides).to(device).eval()
     backends = [b for b in sdpa_backends(device) if batch_kind != "padded" or b in masked_backends(device)]
     assert len(backends) >= 2  # at least two kernels to compare on every device
     real = _real(expected, inputs)
