@@ -20,7 +20,8 @@ from tests.tolerances import assert_close
 LENGTHS = [5, 1, 7, 7, 3, 12]  # a single token, a run of equal lengths, the longest last
 
 
-def _packed(device: str, heads: int = 4, dim: int = 8) -> tuple[torch.Tensor, ...]:
+def _packed(device: str, heads: int = 4, dim: int = 16) -> tuple[torch.Tensor, ...]:
+    """Random packed heads of :data:`LENGTHS` (16 wide: the narrowest flex's GPU kernel takes)."""
     g = torch.Generator().manual_seed(0)
     tokens = sum(LENGTHS)
     q, k, v = (torch.randn(tokens, heads, dim, generator=g).to(device) for _ in range(3))
@@ -37,7 +38,7 @@ def test_packed_index_gives_each_token_its_sequence_and_position():
 
 def test_flex_equals_the_per_sequence_reference(device):
     q, k, v, cu = _packed(device)
-    scale = 8**-0.5
+    scale = 16**-0.5
     assert_close(flex_varlen_attention(q, k, v, cu, scale), sdpa_per_sequence(q, k, v, cu, scale))
 
 
@@ -45,7 +46,7 @@ def test_a_score_modification_sees_positions_within_each_sequence(device):
     """An ALiBi-style bias ``-slope[h]·|i - j|`` by positions within the sequence, through the hook, equals the
     written-out attention of each sequence alone with that bias (what a score-bias scheme will pass)."""
     q, k, v, cu = _packed(device)
-    scale = 8**-0.5
+    scale = 16**-0.5
     slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], device=device)
 
     def alibi(index: PackedIndex):
@@ -66,10 +67,16 @@ def test_a_score_modification_sees_positions_within_each_sequence(device):
     assert (flex_varlen_attention(q, k, v, cu, scale) - got).abs().max() > 1e-2
 
 
-def _tiny(kernel: str) -> torch.nn.Module:
+def _tiny(kernel: str, dropout: float = 0.1) -> torch.nn.Module:
     torch.manual_seed(0)
-    attention = {"num_heads": 4, "backend": {"name": "sdpa", "varlen_kernel": kernel}}
-    config = {**TINY, "initializer_range": 0.2, "encoder": {**TINY["encoder"], "attention": attention}}
+    # 2 heads of 16 (flex's GPU kernel takes no narrower heads)
+    attention = {"num_heads": 2, "dropout": dropout, "backend": {"name": "sdpa", "varlen_kernel": kernel}}
+    config = {
+        **TINY,
+        "initializer_range": 0.2,
+        "hidden_dropout_prob": dropout,
+        "encoder": {**TINY["encoder"], "attention": attention},
+    }
     return bertblocks.create_model(config, ["encoder.packing=always"])
 
 
@@ -105,9 +112,25 @@ def test_flex_hands_dropout_to_the_per_sequence_kernel(monkeypatch):
     """flex has no dropout: a training step with attention dropout runs the per-sequence kernel."""
     model = _tiny("flex").train()
     monkeypatch.setattr(varlen_flex, "flex_varlen_attention", lambda *a, **k: pytest.fail("flex ran with dropout"))
-    model.config.encoder.packing = "always"
     out = model(**_batch()).last_hidden_state
     out.sum().backward()
+    assert model.encoder.layer[0].attention.self.query.weight.grad is not None
+
+
+def test_flex_hands_cpu_gradients_and_narrow_gpu_heads_to_the_per_sequence_kernel():
+    """flex has no CPU backward, and its GPU kernel takes heads of 16 or more: those calls go per sequence."""
+    q, k, v, _ = _packed("cpu")
+    assert varlen_flex.flex_serves(q, k, v, 0.0)
+    assert not varlen_flex.flex_serves(q, k, v, 0.1)  # dropout
+    with torch.no_grad():
+        assert varlen_flex.flex_serves(q.requires_grad_(), k, v, 0.0)
+    assert not varlen_flex.flex_serves(q, k, v, 0.0)  # q needs a gradient
+    narrow, wide = torch.empty(3, 2, 8, device="meta"), torch.empty(3, 2, 16, device="meta")
+    assert not varlen_flex.flex_serves(narrow, narrow, narrow, 0.0)
+    assert varlen_flex.flex_serves(wide, wide, wide, 0.0)
+    model = _tiny("flex", dropout=0.0).train()  # no dropout: only the CPU backward keeps flex out
+    out = model(**_batch()).last_hidden_state
+    out.sum().backward()  # flex would raise "does not support backward on CPU"
     assert model.encoder.layer[0].attention.self.query.weight.grad is not None
 
 

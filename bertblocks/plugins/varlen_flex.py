@@ -21,7 +21,9 @@ Score modifications: :func:`flex_varlen_attention` takes a ``score_mod`` factory
 ``relative_key`` terms) can then run packed through this kernel instead of re-padding; no built-in scheme passes
 one yet (the packed path re-pads for score biases, see docs/explanation/packing.md).
 
-Dropout: flex has none, so a call with attention dropout (training) runs the per-sequence kernel.
+Where flex cannot serve a call the per-sequence kernel runs it (:func:`flex_serves`): attention dropout (flex has
+none), gradients on CPU (flex has no CPU backward), heads narrower than 16 on a GPU (its Triton kernel's minimum),
+and inside a compiled graph.
 """
 
 from __future__ import annotations
@@ -160,11 +162,25 @@ def _flex_or_per_sequence(
     scale: float,
     dropout_p: float,
 ) -> torch.Tensor:
-    """Flex, except where it cannot serve the call: attention dropout (flex has none), and inside a compiled graph
-    (the varlen custom op is the traced path there)."""
-    if dropout_p > 0.0 or torch.compiler.is_compiling():
+    """Flex, except where it cannot serve the call (:func:`flex_serves`): the per-sequence kernel then."""
+    if not flex_serves(query, key, value, dropout_p):
         return varlen_attention(query, key, value, cu_seqlens, scale, dropout_p)
     return flex_varlen_attention(query, key, value, cu_seqlens, scale)
+
+
+#: the smallest head size flex's GPU kernel takes (Inductor's Triton template: ``tl.dot`` needs 16)
+MIN_GPU_HEAD_DIM = 16
+
+
+def flex_serves(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout_p: float) -> bool:
+    """Whether flex can run this call: not with attention dropout (flex has none), not inside a compiled graph (the
+    varlen custom op is the traced path there), not for gradients on CPU (flex has no CPU backward), and on a GPU
+    not for heads narrower than :data:`MIN_GPU_HEAD_DIM`."""
+    if dropout_p > 0.0 or torch.compiler.is_compiling():
+        return False
+    if query.device.type == "cpu":
+        return not (torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)))
+    return min(query.shape[-1], value.shape[-1]) >= MIN_GPU_HEAD_DIM
 
 
 #: the kernels by name
