@@ -83,16 +83,16 @@ def flex_available() -> bool:
 class _LastBlockMask:
     """The block mask of the last packed batch: every layer of one forward pass gets the same ``cu_seqlens``
     tensor (one :class:`~bertblocks.core.packing.Packing`), so the mask is built once per pass, not per layer.
-    Held by a weak reference to that tensor, so a later batch (a new tensor) never reuses it."""
+    Held by a weak reference to that tensor, so a later batch (a new tensor) never reuses it; the entry is one
+    tuple, read and replaced whole, so two threads never mix two batches' entries."""
 
     def __init__(self) -> None:
-        self.key: weakref.ref[torch.Tensor] | None = None
-        self.tokens = -1
-        self.value: tuple[Any, PackedIndex] | None = None
+        self.entry: tuple[weakref.ref[torch.Tensor], int, Any, PackedIndex] | None = None
 
     def get(self, cu_seqlens: torch.Tensor, tokens: int) -> tuple[Any, PackedIndex]:
-        if self.key is not None and self.key() is cu_seqlens and self.tokens == tokens and self.value is not None:
-            return self.value
+        entry = self.entry
+        if entry is not None and entry[0]() is cu_seqlens and entry[1] == tokens:
+            return entry[2], entry[3]
         from torch.nn.attention.flex_attention import create_block_mask
 
         index = PackedIndex.from_cu_seqlens(cu_seqlens, tokens)
@@ -102,8 +102,8 @@ class _LastBlockMask:
             return document[q_idx] == document[kv_idx]
 
         block_mask = create_block_mask(same_sequence, None, None, tokens, tokens, device=cu_seqlens.device)
-        self.key, self.tokens, self.value = weakref.ref(cu_seqlens), tokens, (block_mask, index)
-        return self.value
+        self.entry = (weakref.ref(cu_seqlens), tokens, block_mask, index)
+        return block_mask, index
 
 
 _block_masks = _LastBlockMask()
