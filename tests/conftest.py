@@ -34,6 +34,45 @@ def _quiet_torch_structured_trace() -> None:
 
 _quiet_torch_structured_trace()
 
+
+def _devices() -> list[object]:
+    """``cpu`` always; ``cuda`` (marked ``cuda``, so ``pytest -m cuda`` selects it) when a GPU is present."""
+    devices: list[object] = [pytest.param("cpu", id="cpu")]
+    if torch.cuda.is_available():
+        devices.append(pytest.param("cuda", id="cuda", marks=pytest.mark.cuda))
+    return devices
+
+
+#: the devices a device-parametrised test runs on (see :func:`device`)
+DEVICES = _devices()
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> str:
+    """The device a test runs on: ``cpu`` every time, and ``cuda`` too when ``torch.cuda.is_available()``.
+
+    One test body for both, so the GPU cases cannot rot between the (rare) runs on a GPU: a test that asks for
+    ``device`` moves its models and inputs there. ``python -m pytest -q -m cuda`` runs the CUDA cases only
+    (docs/explanation/performance.md, "GPU").
+    """
+    return str(request.param)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """``pytest -m cuda`` on a machine without a GPU selects nothing: say so and exit 0, not 5 (no tests)."""
+    markexpr = session.config.getoption("markexpr", default="") or ""
+    if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED and "cuda" in markexpr and not torch.cuda.is_available():
+        session.exitstatus = pytest.ExitCode.OK
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("no CUDA device: the cuda cases are collected only where torch.cuda.is_available()")
+
+
+def to_device(inputs: dict[str, torch.Tensor], device: str | torch.device) -> dict[str, torch.Tensor]:
+    """Every tensor of a batch on ``device`` (what a device-parametrised test feeds its models)."""
+    return {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in inputs.items()}
+
+
 FIXTURES = Path(__file__).parent / "fixtures"
 V4 = FIXTURES / "v4"
 

@@ -22,7 +22,7 @@ from torch._dynamo.utils import counters
 
 import bertblocks
 from bertblocks.integrations.trainer import Trainer
-from tests.conftest import TINY
+from tests.conftest import TINY, to_device
 from tests.tolerances import assert_close, assert_grads_close
 
 LENGTHS = range(5, 15)  # ten padded lengths
@@ -104,13 +104,14 @@ def _compile(route: str, model: torch.nn.Module, backend: CountingBackend) -> to
 
 @pytest.mark.compile
 @pytest.mark.parametrize("route", ["torch.compile(model)", "model.compile()"])
-def test_route_packs_trains_and_evaluates_in_one_graph_across_ten_lengths(route):
-    model = _model()
-    reference = _model()  # eager, the same weights (the same seed)
+def test_route_packs_trains_and_evaluates_in_one_graph_across_ten_lengths(route, device):
+    model = _model().to(device)
+    reference = _model().to(device)  # eager, the same weights (the same seed)
     backend = CountingBackend()
     compiled = _compile(route, model, backend)
     for length in LENGTHS:
-        _assert_step_equal(_step(compiled, _batch(length)), _step(reference, _batch(length)), length)
+        inputs = to_device(_batch(length), device)
+        _assert_step_equal(_step(compiled, inputs), _step(reference, inputs), length)
     # the default (dynamic=None) would compile a static graph for the first length, then a second one
     assert backend.graphs == 1, f"{backend.graphs} graphs for ten lengths in training"
     assert backend.packing_graphs == 1
@@ -119,7 +120,7 @@ def test_route_packs_trains_and_evaluates_in_one_graph_across_ten_lengths(route)
     reference.eval()
     with torch.no_grad():
         for length in LENGTHS:
-            inputs = _batch(length, seed=1)
+            inputs = to_device(_batch(length, seed=1), device)
             real = inputs["attention_mask"].bool()
             out = compiled(**inputs, output_hidden_states=True)
             expected = reference(**inputs, output_hidden_states=True)

@@ -13,7 +13,7 @@ from bertblocks.core.interfaces import BackendCapabilities
 from bertblocks.core.packing import Packing, right_padded_lengths
 from bertblocks.plugins.backends import SdpaBackend
 from bertblocks.registry import Registry
-from tests.conftest import TINY
+from tests.conftest import TINY, to_device
 from tests.tolerances import assert_close
 
 
@@ -43,10 +43,10 @@ def _batch():
 
 @pytest.mark.parametrize("backend", ["eager", "sdpa"])
 @pytest.mark.parametrize("position", ["absolute", "relative_key", "relative_key_query"])
-def test_packed_equals_padded_on_real_tokens(position, backend):
-    padded, packed = _model(position, backend, "never"), _model(position, backend, "always")
-    x = _batch()
-    head_mask = torch.tensor([[1.0, 0.0, 1.0, 0.5], [1.0, 1.0, 0.0, 1.0]])
+def test_packed_equals_padded_on_real_tokens(position, backend, device):
+    padded, packed = _model(position, backend, "never").to(device), _model(position, backend, "always").to(device)
+    x = to_device(_batch(), device)
+    head_mask = torch.tensor([[1.0, 0.0, 1.0, 0.5], [1.0, 1.0, 0.0, 1.0]], device=device)
     real = x["attention_mask"].bool()
     with torch.no_grad():
         a = padded(**x, head_mask=head_mask, output_hidden_states=True, output_attentions=True)
@@ -141,17 +141,21 @@ class _VarlenPlugin:
         return [Component("backend", "per_sequence", lambda *, options: _PerSequenceBackend())]
 
 
-def test_varlen_backend_gets_packed_sequences_and_matches_padded():
+def test_varlen_backend_gets_packed_sequences_and_matches_padded(device):
     registry = Registry(load_entry_points=False)
     registry.register(_VarlenPlugin(), name="varlen-test")
     torch.manual_seed(0)
     config = {**TINY, "initializer_range": 0.2}
-    padded = bertblocks.create_model(config, ["encoder.packing=never"], registry=registry).eval()
-    varlen = bertblocks.create_model(
-        config, ["encoder.packing=always", "encoder.attention.backend=per_sequence"], registry=registry
-    ).eval()
+    padded = bertblocks.create_model(config, ["encoder.packing=never"], registry=registry).to(device).eval()
+    varlen = (
+        bertblocks.create_model(
+            config, ["encoder.packing=always", "encoder.attention.backend=per_sequence"], registry=registry
+        )
+        .to(device)
+        .eval()
+    )
     varlen.load_state_dict(padded.state_dict())
-    x = _batch()
+    x = to_device(_batch(), device)
     real = x["attention_mask"].bool()
     _PerSequenceBackend.calls = 0
     with torch.no_grad():

@@ -7,11 +7,14 @@ import torch
 
 from tests.tolerances import (
     GRAD_RTOL,
+    LOW_PRECISION_EPS_PER_LAYER,
     OUTPUT_ATOL,
     assert_close,
     assert_grads_close,
     assert_identical,
+    assert_low_precision_close,
     grad_atol,
+    low_precision_atol,
 )
 
 
@@ -43,3 +46,40 @@ def test_assert_identical_is_bit_equality():
     assert_identical(torch.ones(2), torch.ones(2))
     with pytest.raises(AssertionError, match=r"reload: not identical \(max abs diff 1.19e-07\)"):
         assert_identical(torch.ones(2), torch.ones(2) + torch.finfo(torch.float32).eps, what="reload")
+
+
+def test_low_precision_bound_follows_the_dtype_epsilon_layers_and_scale():
+    assert LOW_PRECISION_EPS_PER_LAYER == 8
+    assert low_precision_atol(torch.bfloat16, torch.tensor([0.5]), layers=2) == 16 * 2**-7  # scale at least 1
+    assert low_precision_atol(torch.float16, torch.tensor([-3.0, 1.0]), layers=4) == 32 * 2**-10 * 3
+    with pytest.raises(ValueError, match="float32: OUTPUT_ATOL"):
+        low_precision_atol(torch.float32, torch.ones(1), layers=2)
+    with pytest.raises(ValueError, match="layers=0"):
+        low_precision_atol(torch.bfloat16, torch.ones(1), layers=0)
+    with pytest.raises(AssertionError, match=r"^bf16: max abs diff 0.126 > 0.125"):
+        assert_low_precision_close(
+            torch.tensor([1.126]), torch.tensor([1.0]), dtype=torch.bfloat16, layers=2, what="bf16"
+        )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_low_precision_bound_passes_rounding_and_catches_a_wrong_mask(hf_checkpoint, dtype):
+    """On CPU (bfloat16 and float16 run there too): the tiny BERT rounded to ``dtype`` stays within the bound of its
+    float32 numbers; the same model with the padding mask forgotten (a real bug) lands far outside it."""
+    import bertblocks
+    from tests.conftest import batch
+
+    directory = hf_checkpoint("BertModel")
+    fp32 = bertblocks.BertModel.from_pretrained(directory, ["encoder.packing=never"]).eval()
+    low = bertblocks.BertModel.from_pretrained(directory, ["encoder.packing=never"]).to(dtype).eval()
+    x = batch(4)
+    real = x["attention_mask"].bool()
+    with torch.no_grad():
+        expected = fp32(**x).last_hidden_state[real]
+        rounded = low(**x).last_hidden_state[real].float()
+        unmasked = low(input_ids=x["input_ids"], token_type_ids=x["token_type_ids"]).last_hidden_state[real].float()
+    assert_low_precision_close(rounded, expected, dtype=dtype, layers=2)
+    bound = low_precision_atol(dtype, expected, layers=2)
+    # a bug stays visible at low precision (measured: 3.9x the bound in bfloat16, whose 8 bits of mantissa make its
+    # bound coarse; far more in float16)
+    assert (unmasked - expected).abs().max().item() > 2 * bound

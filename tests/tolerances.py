@@ -20,6 +20,20 @@ it was written on and fails on another one; a bound looser than needed hides rea
 
 float64 references of a closed formula (a rotary angle, an ALiBi slope) may use tighter bounds: there is
 no GEMM between the two sides. Say so next to the assertion.
+
+**Low precision** (bfloat16, float16: a GPU's usual dtypes, and the CPU's where torch supports them): a model run
+in the low dtype is compared with the float32 reference (transformers in float32 on the same weights), within
+:func:`low_precision_atol`: ``LOW_PRECISION_EPS_PER_LAYER × layers × eps(dtype) × max(1, max |reference|)``.
+Why that shape: every matmul, softmax and LayerNorm output is rounded to the dtype, a relative error of
+``eps / 2`` each, and an encoder layer has about a dozen such roundings in a chain (Q/K/V, scores, softmax,
+context, output projection, residual, LayerNorm, two FFN matmuls, activation, residual, LayerNorm); LayerNorm
+renormalises, so the errors add up layer by layer rather than compound. Measured on the tiny test models (2
+layers, CPU, 3 seeds, BertModel / ForMaskedLM / ForSequenceClassification, padded and packed): at most 2.6 ε
+(bfloat16) and 9.0 ε (float16, padded) of the output scale from float32, and transformers' own low-precision run
+is as far (bertblocks' bf16/fp16 output equals transformers' bit for bit there: the same kernels); 8 ε per layer
+leaves about 2× headroom for other kernels (a GPU's fused attention). ``eps`` is ``torch.finfo(dtype).eps``:
+2⁻⁷ for bfloat16, 2⁻¹⁰ for float16. A wrong mask or position still shows: it moves the outputs by a sizeable
+fraction of their scale, far above the bound (``tests/test_tolerances.py`` checks both sides on CPU).
 """
 
 from __future__ import annotations
@@ -31,6 +45,12 @@ OUTPUT_ATOL = 1e-5
 
 #: gradients and large reductions: bound = GRAD_RTOL * max(1, max |reference|)
 GRAD_RTOL = 1e-5
+
+#: low precision against the float32 reference: bound = this × layers × eps(dtype) × max(1, max |reference|)
+LOW_PRECISION_EPS_PER_LAYER = 8
+
+#: the dtypes :func:`low_precision_atol` has a bound for
+LOW_PRECISION_DTYPES = (torch.bfloat16, torch.float16)
 
 
 def max_abs_diff(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -91,3 +111,26 @@ def assert_identical(actual: torch.Tensor, expected: torch.Tensor, *, what: str 
             detail = f"max abs diff {max_abs_diff(actual, expected):.3g}"
         name = f"{what}: " if what else ""
         raise AssertionError(f"{name}not identical ({detail})")
+
+
+def low_precision_atol(dtype: torch.dtype, expected: torch.Tensor, *, layers: int) -> float:
+    """The bound for a ``dtype`` (bfloat16 or float16) run of a ``layers``-layer model against its float32
+    reference ``expected``: ``LOW_PRECISION_EPS_PER_LAYER × layers × eps(dtype) × max(1, max |expected|)``.
+
+    Raises:
+        ValueError: ``dtype`` is not a low-precision float (float32 outputs use :data:`OUTPUT_ATOL`).
+    """
+    if dtype not in LOW_PRECISION_DTYPES:
+        raise ValueError(f"low_precision_atol: {dtype} is not one of {LOW_PRECISION_DTYPES} (float32: OUTPUT_ATOL)")
+    if layers < 1:
+        raise ValueError(f"low_precision_atol: layers={layers}; a model has at least one layer")
+    expected = torch.as_tensor(expected)
+    scale = expected.detach().abs().max().item() if expected.numel() else 0.0
+    return LOW_PRECISION_EPS_PER_LAYER * layers * torch.finfo(dtype).eps * max(1.0, scale)
+
+
+def assert_low_precision_close(
+    actual: torch.Tensor, expected: torch.Tensor, *, dtype: torch.dtype, layers: int, what: str = ""
+) -> None:
+    """A ``dtype`` run (``actual``, any float dtype) within :func:`low_precision_atol` of the float32 reference."""
+    assert_close(actual, expected, atol=low_precision_atol(dtype, expected, layers=layers), what=what)

@@ -8,12 +8,12 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities
 from bertblocks.core.masks import causal_additive
-from bertblocks.plugins.varlen_sdpa import varlen_attention
+from bertblocks.plugins.varlen_flex import KERNELS, VarlenKernelName, flex_available, varlen_kernels
 
 
 class EagerBackend(AttentionBackend):
@@ -45,19 +45,44 @@ class EagerBackend(AttentionBackend):
         return torch.matmul(probs, value), (probs if need_weights else None)
 
 
+class SdpaOptions(BaseModel):
+    """Options of the ``sdpa`` backend."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    varlen_kernel: VarlenKernelName = Field(
+        "auto",
+        description="what attends a packed batch: per_sequence (one unmasked SDPA call per run of equal lengths), "
+        "flex (flex_attention with a document mask, one call), or auto (flex on CUDA, per_sequence on CPU: "
+        "measured faster there)",
+    )
+
+    @field_validator("varlen_kernel")
+    @classmethod
+    def _flex_exists(cls, value: str) -> str:
+        if value == "flex" and not flex_available():
+            raise ValueError(
+                f"flex needs torch.nn.attention.flex_attention (torch 2.5 or later; this is {torch.__version__})"
+            )
+        return value
+
+
 class SdpaBackend(AttentionBackend):
     """PyTorch's fused attention. When probabilities are asked for, it computes them explicitly (the fused
     kernels never form them), so ``output_attentions=True`` works on every built-in backend. Packed batches
-    get one unmasked call per sequence (:mod:`bertblocks.plugins.varlen_sdpa`) instead of a re-padded,
-    masked one."""
+    get a varlen kernel instead of a re-padded, masked call: one unmasked call per sequence
+    (:mod:`bertblocks.plugins.varlen_sdpa`) or one flex call with a document mask
+    (:mod:`bertblocks.plugins.varlen_flex`), chosen per device type when the backend is built."""
 
     name = "sdpa"
     capabilities = BackendCapabilities(
         additive_mask=True, attention_weights=True, causal=True, dropout=True, varlen=True
     )
 
-    def __init__(self) -> None:
+    def __init__(self, varlen_kernel: VarlenKernelName = "auto") -> None:
         self._explicit = EagerBackend()
+        #: device type → varlen kernel name, resolved once here (a dict lookup per call)
+        self.varlen_kernels = varlen_kernels(varlen_kernel)
 
     def __call__(
         self,
@@ -104,7 +129,8 @@ class SdpaBackend(AttentionBackend):
         scale: float,
         dropout_p: float,
     ) -> torch.Tensor:
-        return varlen_attention(query, key, value, cu_seqlens, scale, dropout_p)
+        kernel = KERNELS[self.varlen_kernels.get(query.device.type, "per_sequence")]
+        return kernel(query, key, value, cu_seqlens, scale, dropout_p)
 
     def accepts_varlen(self, *, dropout_p: float) -> bool:
         if type(self).__call__ is not SdpaBackend.__call__ and type(self).varlen is SdpaBackend.varlen:
@@ -212,7 +238,8 @@ def bertblocks_register_components() -> list[Component]:
         Component(
             "backend",
             "sdpa",
-            lambda *, options: SdpaBackend(),
+            lambda *, options: SdpaBackend(options.varlen_kernel),
+            SdpaOptions,
             description="torch scaled_dot_product_attention",
         ),
         Component(

@@ -68,7 +68,7 @@ import transformers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 import bertblocks
-from tests.conftest import TINY_HF
+from tests.conftest import TINY_HF, to_device
 from tests.families import test_tokenizers as toks
 
 #: float32 parity with transformers on the same weights (the project's tolerance policy)
@@ -853,7 +853,8 @@ def assert_same(theirs: Any, ours: Any, mask: torch.Tensor) -> None:
         assert b is not None, f"bertblocks returned no {name}"
         assert a.shape == b.shape, f"{name}: {tuple(a.shape)} vs {tuple(b.shape)}"
         if a.dim() >= 2 and a.shape[: mask.dim()] == mask.shape:  # per token: real tokens only
-            a, b = a[mask.bool()], b[mask.bool()]
+            real = mask.bool().to(a.device)
+            a, b = a[real], b[real]
         diff = (a - b).abs().max().item()
         assert diff <= TOL, f"{name} differs by {diff}"
         compared += 1
@@ -866,18 +867,21 @@ def round_trip(
     cls: str,
     inputs: dict[str, torch.Tensor] | None = None,
     mask: torch.Tensor | None = None,
+    *,
+    device: str = "cpu",
     **extra: Any,
 ) -> None:
     """A checkpoint saved by transformers' ``cls`` (settings changed by ``extra``) loads with
     ``from_pretrained(dir, head="auto")`` with no missing or unexpected keys and gives transformers' numbers
     (on :func:`batch`, or ``inputs`` with their real-token ``mask``); saved by bertblocks, the same class loads
-    it with no missing, unexpected or mismatched keys, reads the family's config back, and gives them again."""
-    reference = save_hf(family, cls, tmp_path / "hf", **extra)
+    it with no missing, unexpected or mismatched keys, reads the family's config back, and gives them again.
+    Both models run on ``device`` (the ``device`` fixture of tests/conftest.py), in float32."""
+    reference = save_hf(family, cls, tmp_path / "hf", **extra).to(device)
     if inputs is None or mask is None:
         inputs, mask = batch(family, cls)
-    inputs = call_inputs(cls, inputs)
+    inputs = to_device(call_inputs(cls, inputs), device)
     ours, info = bertblocks.from_pretrained(tmp_path / "hf", head="auto", output_loading_info=True)
-    ours.eval()
+    ours.to(device).eval()
     assert info.missing_keys == []
     assert info.unexpected_keys == []
     with torch.no_grad():
@@ -896,7 +900,7 @@ def round_trip(
     for name in family.config_fields:
         assert getattr(again.config, name) == getattr(reference.config, name), name
     with torch.no_grad():
-        assert_same(expected, again.eval()(**inputs), mask)
+        assert_same(expected, again.to(device).eval()(**inputs), mask)
 
 
 #: a remote family's written-out equations: ``(weights, input_ids, attention_mask, token_type_ids)`` → the last hidden

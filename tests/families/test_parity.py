@@ -24,6 +24,7 @@ import bertblocks
 from bertblocks import BertTokenizer
 from bertblocks.config import ConfigError
 from bertblocks.hf.config_json import config_from_hf
+from tests.conftest import to_device
 
 from .reference import (
     CASES,
@@ -42,30 +43,30 @@ from .test_tokenizers import PAIRS, TEXTS
 
 
 @pytest.mark.parametrize(("family_name", "cls"), CASES, ids=[f"{f}-{c}" for f, c in CASES])
-def test_loads_transformers_checkpoint_and_saves_one_it_loads(tmp_path, family_name, cls):
-    round_trip(tmp_path, FAMILIES[family_name], cls)
+def test_loads_transformers_checkpoint_and_saves_one_it_loads(tmp_path, family_name, cls, device):
+    round_trip(tmp_path, FAMILIES[family_name], cls, device=device)
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("packing", ["never", "always"])
 @pytest.mark.parametrize("family_name", rows(lambda family: family.both_paddings))
-def test_padded_and_packed_paths_agree_with_transformers(tmp_path, family_name, packing, side):
+def test_padded_and_packed_paths_agree_with_transformers(tmp_path, family_name, packing, side, device):
     """transformers counts positions 0, 1, … over left padding too; packed, bertblocks restarts them at each
     sequence's first real token: RoPE scores (and DeBERTa's relative table, read at query - key) depend on
     position differences only, so the numbers agree. DeBERTa's packed layers run their attention kernel on the
     re-padded heads (a score bias: see docs/explanation/packing.md), everything else on the real tokens."""
     family = FAMILIES[family_name]
     cls = family.classes[0]  # the backbone
-    reference = save_hf(family, cls, tmp_path)
+    reference = save_hf(family, cls, tmp_path).to(device)
     inputs, mask = batch(family, cls, left=side == "left")
-    inputs = call_inputs(cls, inputs)
-    ours = bertblocks.from_pretrained(tmp_path, [f"encoder.packing={packing}"]).eval()
+    inputs = to_device(call_inputs(cls, inputs), device)
+    ours = bertblocks.from_pretrained(tmp_path, [f"encoder.packing={packing}"]).to(device).eval()
     with torch.no_grad():
         assert_same(reference(**inputs), ours(**inputs), mask)
 
 
 @pytest.mark.parametrize("family_name", rows(lambda family: family.hidden_states))
-def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path, family_name):
+def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path, family_name, device):
     """Attention probabilities under the eager backend, unless the row says otherwise (ModernBERT's local layers
     need their sliding-window backend: the default backends, hidden states only)."""
     family = FAMILIES[family_name]
@@ -73,11 +74,12 @@ def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path, 
     assert cls is not None
     save_hf(family, cls, tmp_path)
     implementation = {"attn_implementation": "eager"} if attentions else {}
-    reference = getattr(transformers, cls).from_pretrained(tmp_path, **implementation).eval()
+    reference = getattr(transformers, cls).from_pretrained(tmp_path, **implementation).to(device).eval()
     inputs, mask = batch(family, cls)
-    inputs = call_inputs(cls, inputs)
+    inputs = to_device(call_inputs(cls, inputs), device)
+    mask = mask.to(device)
     overrides = ["encoder.attention.backend=eager"] if attentions else []
-    ours = bertblocks.from_pretrained(tmp_path, overrides, head="auto").eval()
+    ours = bertblocks.from_pretrained(tmp_path, overrides, head="auto").to(device).eval()
     with torch.no_grad():
         theirs = reference(**inputs, output_hidden_states=True, output_attentions=attentions)
         got = ours(**inputs, output_hidden_states=True, output_attentions=attentions)

@@ -383,7 +383,10 @@ def test_unknown_component_lists_what_exists_and_the_closest():
 
 def test_unknown_option_of_a_component_gets_a_did_you_mean():
     (message,) = _messages(_error(TINY, ["encoder.attention.backend.nmae=eager"]))
-    assert message == "encoder.attention.backend.nmae: unknown field; allowed fields: name (did you mean 'name'?)"
+    assert (
+        message
+        == "encoder.attention.backend.nmae: unknown field; allowed fields: name, varlen_kernel (did you mean 'name'?)"
+    )
     (message,) = _messages(_error(TINY, ["encoder.attention.num_head=3"]))
     assert message.startswith(
         "encoder.attention.num_head: unknown field; allowed fields: backend, dropout, fused_qkv, name,"

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 import bertblocks
 from bertblocks.core.cache import KVCache
-from tests.conftest import TINY, V4
+from tests.conftest import TINY, V4, to_device
 from tests.tolerances import assert_close, assert_identical
 
 DECODER = {**TINY, "is_decoder": True, "add_cross_attention": True, "initializer_range": 0.2}
@@ -101,11 +101,11 @@ def _random_decoder(position, backend, cross=True, seed=0):
 @pytest.mark.parametrize("backend", ["eager", "sdpa"])
 @pytest.mark.parametrize("position", ["absolute", "relative_key", "relative_key_query"])
 @pytest.mark.parametrize("chunks", [(3, 1, 1, 1, 1, 1), (3, 2, 3), (1, 4, 3), (8,)])
-def test_incremental_decoding_equals_full_forward(position, backend, chunks):
+def test_incremental_decoding_equals_full_forward(position, backend, chunks, device):
     """Prefix + one-token steps, and prefix + multi-token chunks, give the full forward's outputs (fp32)."""
-    model = _random_decoder(position, backend)
-    x = _inputs(2)
-    mask = torch.tensor([[1] * 8, [0, 1] + [1] * 6])  # a left-padded row too
+    model = _random_decoder(position, backend).to(device)
+    x = to_device(_inputs(2), device)
+    mask = torch.tensor([[1] * 8, [0, 1] + [1] * 6], device=device)  # a left-padded row too
     with torch.no_grad():
         full = model(**x, attention_mask=mask, use_cache=False).last_hidden_state
         cache, start, outs = None, 0, []

@@ -19,7 +19,7 @@ from bertblocks.core.outputs import SequenceClassifierOutput
 from bertblocks.hf.config_json import config_to_hf
 from bertblocks.hf.weights import CheckpointError
 from bertblocks.registry import BuildError, Registry, set_registry
-from tests.conftest import TINY, TINY_HF, batch
+from tests.conftest import TINY, TINY_HF, batch, to_device
 from tests.tolerances import assert_close
 
 B, L, VOCAB = 3, 9, 99
@@ -105,9 +105,10 @@ def _quiet_transformers():
     logging.getLogger("transformers").setLevel(logging.ERROR)
 
 
-def _run(model, case):
+def _run(model, case, device="cpu"):
     inputs = _inputs(case)
     labels = CASES[case][2](inputs)
+    inputs, labels = to_device(inputs, device), to_device(labels, device)
     with torch.no_grad():
         return model(**inputs, **labels), model(**inputs)
 
@@ -125,17 +126,17 @@ def _real(tensor, mask):
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_head_matches_transformers(hf_checkpoint, case):
+def test_head_matches_transformers(hf_checkpoint, case, device):
     cls_name, overrides, _, fields = CASES[case]
     directory = hf_checkpoint(cls_name, **overrides)
-    hf = getattr(transformers, cls_name).from_pretrained(directory).eval()
+    hf = getattr(transformers, cls_name).from_pretrained(directory).to(device).eval()
     ours, info = getattr(bertblocks, cls_name).from_pretrained(directory, NEVER_PACK, output_loading_info=True)
     assert not info.missing_keys
     assert not info.unexpected_keys
     assert not info.mismatched_keys
     assert list(ours.state_dict()) == list(hf.state_dict())  # HF's keys, HF's order
-    ours.eval()
-    (theirs, theirs_plain), (mine, mine_plain) = _run(hf, case), _run(ours, case)
+    ours.to(device).eval()
+    (theirs, theirs_plain), (mine, mine_plain) = _run(hf, case, device), _run(ours, case, device)
     for field in fields:
         assert_close(mine[field], theirs[field], what=field)
         assert_close(mine_plain[field], theirs_plain[field], what=field)
@@ -145,10 +146,10 @@ def test_head_matches_transformers(hf_checkpoint, case):
     assert ours.config.problem_type == hf.config.problem_type  # inferred and written back as HF does
 
     # the default config (packing `auto`): real positions and losses that ignore padding still match
-    packed = getattr(bertblocks, cls_name).from_pretrained(directory).eval()
+    packed = getattr(bertblocks, cls_name).from_pretrained(directory).to(device).eval()
     assert packed.config.encoder.packing == "auto"
-    mask = _inputs(case)["attention_mask"]
-    default, _ = _run(packed, case)
+    mask = _inputs(case)["attention_mask"].to(device)
+    default, _ = _run(packed, case, device)
     for field in fields:
         assert_close(_real(default[field], mask), _real(theirs[field], mask), what=field)
     assert_close(default.loss, theirs.loss)

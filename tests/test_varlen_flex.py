@@ -1,0 +1,148 @@
+"""The flex varlen kernel (``bertblocks/plugins/varlen_flex.py``) against its reference, the per-sequence SDPA calls
+(``varlen_sdpa.py``): the same numbers on every device the machine has, its score-modification hook, one block mask
+per forward pass, and the per-device choice made when the backend is built."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+import bertblocks
+from bertblocks.config import ConfigError
+from bertblocks.plugins import backends, varlen_flex
+from bertblocks.plugins.varlen_flex import PackedIndex, flex_varlen_attention, varlen_kernels
+from bertblocks.plugins.varlen_sdpa import sdpa_per_sequence
+from tests.conftest import TINY, to_device
+from tests.tolerances import assert_close
+
+LENGTHS = [5, 1, 7, 7, 3, 12]  # a single token, a run of equal lengths, the longest last
+
+
+def _packed(device: str, heads: int = 4, dim: int = 16) -> tuple[torch.Tensor, ...]:
+    """Random packed heads of :data:`LENGTHS` (16 wide: the narrowest flex's GPU kernel takes)."""
+    g = torch.Generator().manual_seed(0)
+    tokens = sum(LENGTHS)
+    q, k, v = (torch.randn(tokens, heads, dim, generator=g).to(device) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(LENGTHS).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    return q, k, v, cu
+
+
+def test_packed_index_gives_each_token_its_sequence_and_position():
+    cu = torch.tensor([0, 2, 2, 5], dtype=torch.int32)  # an empty sequence in between adds no token
+    index = PackedIndex.from_cu_seqlens(cu, 5)
+    assert index.document.tolist() == [0, 0, 2, 2, 2]
+    assert index.position.tolist() == [0, 1, 0, 1, 2]
+
+
+def test_flex_equals_the_per_sequence_reference(device):
+    q, k, v, cu = _packed(device)
+    scale = 16**-0.5
+    assert_close(flex_varlen_attention(q, k, v, cu, scale), sdpa_per_sequence(q, k, v, cu, scale))
+
+
+def test_a_score_modification_sees_positions_within_each_sequence(device):
+    """An ALiBi-style bias ``-slope[h]·|i - j|`` by positions within the sequence, through the hook, equals the
+    written-out attention of each sequence alone with that bias (what a score-bias scheme will pass)."""
+    q, k, v, cu = _packed(device)
+    scale = 16**-0.5
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], device=device)
+
+    def alibi(index: PackedIndex):
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score - slopes[h] * (index.position[q_idx] - index.position[kv_idx]).abs()
+
+        return score_mod
+
+    got = flex_varlen_attention(q, k, v, cu, scale, score_mod=alibi)
+    bounds = cu.tolist()
+    for start, stop in itertools.pairwise(bounds):
+        qs, ks, vs = (x[start:stop].transpose(0, 1) for x in (q, k, v))  # [h, l, d]
+        pos = torch.arange(stop - start, device=device)
+        bias = -slopes[:, None, None] * (pos[:, None] - pos[None, :]).abs()  # [h, l, l]
+        expected = torch.softmax(qs @ ks.transpose(-1, -2) * scale + bias, dim=-1) @ vs
+        assert_close(got[start:stop], expected.transpose(0, 1), what=f"sequence at {start}")
+    # the bias matters: without it the outputs differ far beyond the tolerance
+    assert (flex_varlen_attention(q, k, v, cu, scale) - got).abs().max() > 1e-2
+
+
+def _tiny(kernel: str, dropout: float = 0.1) -> torch.nn.Module:
+    torch.manual_seed(0)
+    # 2 heads of 16 (flex's GPU kernel takes no narrower heads)
+    attention = {"num_heads": 2, "dropout": dropout, "backend": {"name": "sdpa", "varlen_kernel": kernel}}
+    config = {
+        **TINY,
+        "initializer_range": 0.2,
+        "hidden_dropout_prob": dropout,
+        "encoder": {**TINY["encoder"], "attention": attention},
+    }
+    return bertblocks.create_model(config, ["encoder.packing=always"])
+
+
+def _batch() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    mask = (torch.arange(12)[None, :] < torch.tensor([12, 5, 9, 2])[:, None]).long()
+    return {"input_ids": torch.randint(1, 99, (4, 12), generator=g), "attention_mask": mask}
+
+
+def test_a_packed_model_on_flex_equals_per_sequence_with_one_block_mask_per_pass(device, monkeypatch):
+    flex, reference = _tiny("flex").to(device).eval(), _tiny("per_sequence").to(device).eval()
+    assert flex.encoder.layer[0].attention.backend.varlen_kernels == {"cpu": "flex", "cuda": "flex"}
+    calls, masks = [], []
+    monkeypatch.setattr(
+        varlen_flex, "flex_varlen_attention", lambda *a, **k: calls.append(1) or flex_varlen_attention(*a, **k)
+    )
+    from torch.nn.attention import flex_attention as flex_module
+
+    create = flex_module.create_block_mask
+    monkeypatch.setattr(flex_module, "create_block_mask", lambda *a, **k: masks.append(1) or create(*a, **k))
+    x = to_device(_batch(), device)
+    real = x["attention_mask"].bool()
+    with torch.no_grad():
+        got, expected = flex(**x).last_hidden_state, reference(**x).last_hidden_state
+        flex(**x)  # a second batch (the same values, a new cu_seqlens tensor): a new mask
+    assert len(calls) == 2 * 2  # every layer of both passes went through flex
+    assert len(masks) == 2  # one block mask per pass, shared by the layers
+    assert_close(got[real], expected[real])
+    assert (got[~real] == 0).all()
+
+
+def test_flex_hands_dropout_to_the_per_sequence_kernel(monkeypatch):
+    """flex has no dropout: a training step with attention dropout runs the per-sequence kernel."""
+    model = _tiny("flex").train()
+    monkeypatch.setattr(varlen_flex, "flex_varlen_attention", lambda *a, **k: pytest.fail("flex ran with dropout"))
+    out = model(**_batch()).last_hidden_state
+    out.sum().backward()
+    assert model.encoder.layer[0].attention.self.query.weight.grad is not None
+
+
+def test_flex_hands_cpu_gradients_and_narrow_gpu_heads_to_the_per_sequence_kernel():
+    """flex has no CPU backward, and its GPU kernel takes heads of 16 or more: those calls go per sequence."""
+    q, k, v, _ = _packed("cpu")
+    assert varlen_flex.flex_serves(q, k, v, 0.0)
+    assert not varlen_flex.flex_serves(q, k, v, 0.1)  # dropout
+    with torch.no_grad():
+        assert varlen_flex.flex_serves(q.requires_grad_(), k, v, 0.0)
+    assert not varlen_flex.flex_serves(q, k, v, 0.0)  # q needs a gradient
+    narrow, wide = torch.empty(3, 2, 8, device="meta"), torch.empty(3, 2, 16, device="meta")
+    assert not varlen_flex.flex_serves(narrow, narrow, narrow, 0.0)
+    assert varlen_flex.flex_serves(wide, wide, wide, 0.0)
+    model = _tiny("flex", dropout=0.0).train()  # no dropout: only the CPU backward keeps flex out
+    out = model(**_batch()).last_hidden_state
+    out.sum().backward()  # flex would raise "does not support backward on CPU"
+    assert model.encoder.layer[0].attention.self.query.weight.grad is not None
+
+
+def test_the_kernel_is_chosen_per_device_when_built(monkeypatch):
+    assert varlen_kernels("auto") == {
+        "cpu": "per_sequence",
+        "cuda": "flex",
+    }  # measured: docs/explanation/performance.md
+    assert varlen_kernels("per_sequence") == {"cpu": "per_sequence", "cuda": "per_sequence"}
+    assert _tiny("auto").encoder.layer[0].attention.backend.varlen_kernels["cpu"] == "per_sequence"
+    monkeypatch.setattr(varlen_flex, "flex_available", lambda: False)
+    assert varlen_kernels("auto") == {"cpu": "per_sequence", "cuda": "per_sequence"}  # a torch without flex
+    monkeypatch.setattr(backends, "flex_available", lambda: False)
+    with pytest.raises(ConfigError, match=r"encoder\.attention\.backend.*varlen_kernel.*flex needs"):
+        _tiny("flex")
