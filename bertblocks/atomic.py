@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import BertBlocksError
+from .errors import BertBlocksError, InputError
 
 try:
     import fcntl
@@ -379,7 +379,7 @@ def replace_files(
     directory = Path(directory)
     names = [n for n in files if n != commit] + [commit]
     if commit not in files or not all(_plain_name(n) and n != JOURNAL for n in names):
-        raise ValueError(f"replace_files: {names} must be plain file names including commit {commit!r}")
+        raise InputError(f"replace_files: {names} must be plain file names including commit {commit!r}")
     removed_first = [n for n in dict.fromkeys(remove_first) if n not in names[:-1]]
     removed_after = [n for n in dict.fromkeys(remove_after) if n not in names]
     if directory.exists() and not directory.is_dir():

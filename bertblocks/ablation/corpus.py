@@ -16,6 +16,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from ..errors import InputError
+
 _SINGULAR = {
     "det": ["the", "a", "every", "this", "that"],
     "noun": ["cat", "dog", "bird", "child", "teacher", "farmer", "doctor", "girl", "boy", "horse", "student"],
@@ -110,13 +112,13 @@ def _numbered_lines(path: Path) -> list[tuple[int, str]]:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(
+            raise InputError(
                 f"{path}, line {number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1})"
             ) from None
         # str.splitlines also breaks at the separators bytes.splitlines keeps (\x0b, \x1c, \u2028, …)
         lines.extend((number, part.strip()) for part in text.splitlines() if part.strip())
     if not lines:
-        raise ValueError(f"corpus file {path} holds no text")
+        raise InputError(f"corpus file {path} holds no text")
     return lines
 
 
@@ -140,6 +142,6 @@ def read_labelled(path: Path) -> list[tuple[str, int]]:
     for number, line in _numbered_lines(path):
         label, sep, text = line.partition("\t")
         if not sep or not label.strip().isdigit() or not text.strip():
-            raise ValueError(f"{path}, line {number}: expected LABEL<TAB>TEXT with an integer label")
+            raise InputError(f"{path}, line {number}: expected LABEL<TAB>TEXT with an integer label")
         out.append((text.strip(), int(label)))
     return out

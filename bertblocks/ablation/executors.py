@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import torch
 
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, InputError
 from .run import RunTask, execute
 from .study import StudyError
 
@@ -92,7 +92,7 @@ class LocalExecutor:
 
     def __init__(self, workers: int = 1) -> None:
         if workers < 1:
-            raise ValueError(f"workers must be at least 1; got {workers}")
+            raise InputError(f"workers must be at least 1; got {workers}")
         self.workers = workers
         self._pool: ProcessPoolExecutor | None = None
 

@@ -46,7 +46,7 @@ from collections.abc import Callable, Collection, Iterator, MutableMapping, Sequ
 from typing import Any
 
 from ..core.component import Command
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, InputError, MissingKeyError
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -131,7 +131,7 @@ class CommandTable(MutableMapping[str, Command]):
         elif name in plugin_commands() and name not in self._removed:
             self._removed.add(name)
         else:
-            raise KeyError(name)
+            raise MissingKeyError(name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._all())
@@ -149,7 +149,7 @@ def register_subcommand(
     """Add a command in-process; a name already taken (by a plugin or in-process) is an error."""
     if name in SUBCOMMANDS:
         provider = SUBCOMMANDS[name].provider or "(in-process)"
-        raise ValueError(f"bertblocks subcommand {name!r} is already registered (by {provider})")
+        raise InputError(f"bertblocks subcommand {name!r} is already registered (by {provider})")
     command = Command(name, help, configure, run, description, provider="(in-process)")
     SUBCOMMANDS[name] = command
     return command

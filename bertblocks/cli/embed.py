@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..atomic import write_file
+from ..errors import InputError
 from ..hf.tokenizer import BertTokenizer
 from ..plugins.poolers import masked_mean
 from . import EXIT_OK, CLIError, add_set_argument, emit
@@ -97,7 +98,7 @@ def embed_corpus(
         ValueError: ``batch_size`` below 1.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        raise InputError(f"batch_size must be at least 1, got {batch_size}")
     if not texts:
         return torch.empty(0, int(model.config.hidden_size))
     lengths = [len(encoding.ids) for encoding in tokenizer.backend.encode_batch(list(texts))]

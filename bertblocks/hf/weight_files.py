@@ -34,7 +34,7 @@ from typing import IO, Any
 
 import torch
 
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, InputError
 
 #: the largest header accepted (the ``safetensors`` library's own limit)
 MAX_HEADER_BYTES = 100_000_000
@@ -147,7 +147,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ValueError(f"the name {key!r} is given twice")
+            raise InputError(f"the name {key!r} is given twice")
         out[key] = value
     return out
 
@@ -249,7 +249,7 @@ def write_safetensors(
     for name in order:
         tensor = tensors[name]
         if name == "__metadata__" or tensor.dtype not in codes:
-            raise ValueError(f"cannot write tensor {name!r} ({tensor.dtype}) to safetensors")
+            raise InputError(f"cannot write tensor {name!r} ({tensor.dtype}) to safetensors")
         nbytes = tensor.numel() * tensor.element_size()
         header[name] = {
             "dtype": codes[tensor.dtype],

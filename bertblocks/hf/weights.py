@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from ..atomic import Writer, finish_interrupted_save, replace_files
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, InputError
 from .weight_files import WeightFileError, read_safetensors, read_weight_file, write_safetensors
 
 logger = logging.getLogger("bertblocks")
@@ -113,7 +113,7 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     out: dict[str, object] = {}
     for key, value in pairs:
         if key in out:
-            raise ValueError(f"{key!r} is named twice")
+            raise InputError(f"{key!r} is named twice")
         out[key] = value
     return out
 

@@ -14,6 +14,8 @@ import yaml
 
 from bertblocks.core.component import Preset
 
+from ..errors import InputError
+
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable  # Python 3.11+; only needed by type checkers
 
@@ -37,9 +39,9 @@ def read_preset(file: Traversable) -> Preset:
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ValueError(f"preset file {file.name} is not valid YAML: {e}") from None
+        raise InputError(f"preset file {file.name} is not valid YAML: {e}") from None
     if not isinstance(config, dict):
-        raise ValueError(f"preset file {file.name} must hold a mapping, got {type(config).__name__}")
+        raise InputError(f"preset file {file.name} must hold a mapping, got {type(config).__name__}")
     return Preset(name=name, config=config, description=_description(name, text))
 
 
