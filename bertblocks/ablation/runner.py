@@ -53,7 +53,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, InputError
 from . import downstream, report
 from .data import PreparedData, get_tokenizer, load_texts, prepare, tokenizer_key
 from .downstream import DownstreamData, DownstreamRunTask, finetune_config, prepare_downstream, spec_metrics
@@ -118,6 +118,7 @@ def run_study(
 
     Raises:
         StudyError: an invalid study, a missing corpus file, Ray missing or unreachable (nothing written).
+        InputError: ``out_dir`` is a file or below one (nothing written).
         StudyRunError: runs that failed (after the others are written and summarised).
     """
     study = source if isinstance(source, Study) else load_study(source, list(overrides))
@@ -126,6 +127,7 @@ def run_study(
     if executor == "local" and workers < 0:
         raise StudyError.single("workers", f"must be 0 (this process) or more; got {workers}", study)
     out = Path(out_dir) if out_dir is not None else Path("ablation") / study.title
+    _check_out(out)
 
     data, tokenizer_json, texts = None, None, None
     tasks_data: list[DownstreamData] = []
@@ -267,6 +269,16 @@ def run_study(
     if failures:
         raise StudyRunError(failures)
     return result
+
+
+def _check_out(out: Path) -> None:
+    """Refuse, before any work, an output folder that cannot be one: a file, or below a file."""
+    for folder in (out, *out.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "is a file" if folder == out else f"is below {folder}, which is a file"
+                raise InputError(f"the output folder {out} {where}; give a folder (--out)")
+            return
 
 
 def _warn_small_eval_set(study: Study, data: PreparedData) -> None:

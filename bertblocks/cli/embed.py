@@ -27,7 +27,7 @@ from ..atomic import write_file
 from ..errors import InputError
 from ..hf.tokenizer import BertTokenizer
 from ..plugins.poolers import masked_mean
-from . import EXIT_OK, CLIError, add_set_argument, emit
+from . import EXIT_OK, CLIError, add_set_argument, check_output_file, emit
 from .commands import _clip, _load_tokenizer
 
 #: output file suffixes ``--output`` writes
@@ -163,8 +163,7 @@ def check_output(output: Path, input_path: str | None) -> None:
     Raises:
         CLIError: naming both paths.
     """
-    if output.is_dir():
-        raise CLIError(f"--output {output} is a directory; give the file to write")
+    check_output_file(output, "--output")
     if not input_path or input_path == "-":
         return
     source = Path(input_path)
