@@ -20,7 +20,7 @@ from bertblocks import cli
 from bertblocks.errors import BertBlocksError
 
 #: exception classes that are not errors: control flow, never shown to a user as a failure
-NOT_ERRORS = {"bertblocks.testing.subject.ConformanceSkip"}
+NOT_ERRORS = {"bertblocks.testing.subject.ConformanceSkip", "bertblocks.ablation.interrupts.RunInterrupted"}
 
 
 def _exception_classes() -> dict[str, type[BaseException]]:

@@ -370,6 +370,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return code
     except KeyboardInterrupt:
         print(f"bertblocks {args.command}: interrupted", file=sys.stderr)
+        if args.debug:
+            traceback.print_exc()
         return EXIT_INTERRUPTED
 
 
