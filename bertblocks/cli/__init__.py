@@ -316,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         code = _main(argv)
-        sys.stdout.flush()  # a closed stdout shows here at the latest, not as a traceback at interpreter exit
+        if sys.stdout is not None:  # None when started with no stdout at all (`>&-`)
+            sys.stdout.flush()  # a closed stdout shows here at the latest, not as a traceback at interpreter exit
         return code
     except BrokenPipeError:
         if not _stdout_closed():
