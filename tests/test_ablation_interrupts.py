@@ -9,12 +9,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from bertblocks.ablation import run_study
+from bertblocks.ablation.executors import LocalExecutor
+from bertblocks.ablation.interrupts import Interrupts
 from tests.test_ablation import write_study
 
 #: runs long enough (~seconds each) that the study is still going when the first record appears
@@ -152,3 +156,24 @@ def test_ctrl_c_stops_a_study_on_ray(tmp_path):
     assert proc.returncode == 130, err
     _assert_stopped(err, signal.SIGINT, out, study, "--executor ray")
     _assert_no_worker_left(proc.pid)
+
+
+def test_a_run_that_finishes_while_the_study_stops_is_still_recorded():
+    """The wind-down yields a run that finishes after the stop was asked for, and never starts a queued one
+    (a thread pool stands in for the process pool: the same futures, no process start-up)."""
+    stop = Interrupts()
+    stop.signum = signal.SIGINT  # as the handler sets it
+    executor = LocalExecutor(1, stop)
+    executor._pool = ThreadPoolExecutor(1)  # type: ignore[assignment]
+    release = threading.Event()
+
+    def finishing() -> dict:
+        release.wait(timeout=30)
+        return {"run": "finished during the stop"}
+
+    running = executor._pool.submit(finishing)
+    queued = executor._pool.submit(lambda: {"run": "must never start"})
+    threading.Timer(0.3, release.set).start()
+    outcomes = list(executor._wind_down({running: "a", queued: "b"}))  # type: ignore[dict-item]
+    assert outcomes == [("a", {"run": "finished during the stop"})]
+    assert queued.cancelled()
