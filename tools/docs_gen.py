@@ -233,6 +233,9 @@ def cli_reference() -> str:
     lines.extend(f"| {code} | {_cell(text)} |" for code, text in cli.EXIT_CODES.items())
     lines.append("")
     lines.append("Errors are printed as one message on stderr (a config error lists each problem on its own line).")
+    lines.append("Exit 4 means a bug in bertblocks and nothing else: every input bertblocks refuses raises a")
+    lines.append("`BertBlocksError` (exit 1), which a test checks for every `raise` in the package (see")
+    lines.append("[security and limits](../explanation/security-and-limits.md#errors-and-exit-codes)).")
     lines.append("")
     for command in cli.SUBCOMMANDS.values():
         parser = argparse.ArgumentParser(prog=f"bertblocks {command.name}", add_help=False)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ..errors import MissingAttributeError
+
 if TYPE_CHECKING:
     from .runner import StudyResult, StudyRunError, run_study
     from .study import Study, StudyError, StudySpec, Variant, load_study
@@ -39,7 +41,7 @@ _HOMES = {
 def __getattr__(name: str) -> Any:
     if name in _HOMES:
         return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    raise MissingAttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

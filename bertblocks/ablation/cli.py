@@ -9,6 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import shlex
+import sys
+
+from .interrupts import StudyInterruptedError
+from .runner import StudyRunError, run_study
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -39,10 +44,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the study; exit 0 when every run finished, 1 when some failed (the rest are saved)."""
+    """Run the study; exit 0 when every run finished, 1 when some failed (the rest are saved), 130/143 when a
+    Ctrl-C/SIGTERM stopped it (the finished runs are saved; the line printed says how to resume)."""
     from bertblocks.cli import CLIError, UnavailableError
-
-    from .runner import StudyRunError, run_study  # here, not at the top: `bertblocks --help` imports this module
 
     if args.ray_address and args.executor != "ray":
         raise CLIError("--ray-address needs --executor ray")
@@ -62,9 +66,26 @@ def run(args: argparse.Namespace) -> int:
         )
     except StudyRunError as e:
         raise CLIError(str(e)) from None
+    except StudyInterruptedError as e:
+        print(f"bertblocks ablate: {e}: {resume_command(args, e.out_dir)}", file=sys.stderr)
+        return e.exit_code
     if as_json:  # the summaries (results.json without the per-run records)
         from .report import summary_dict
 
         summaries = [summary_dict(s) for s in result.summaries]
         print(json.dumps({"study": result.study.title, "out": str(result.out_dir), "variants": summaries}, indent=2))
     return 0
+
+
+def resume_command(args: argparse.Namespace, out_dir: object) -> str:
+    """The command that resumes this study: the same study, output folder, ``--set``s and executor."""
+    words = ["bertblocks", "ablate", args.study, "--out", str(out_dir)]
+    for override in args.overrides:
+        words += ["--set", override]
+    if args.executor != "local":
+        words += ["--executor", args.executor]
+    if args.ray_address:
+        words += ["--ray-address", args.ray_address]
+    if args.workers != 1:
+        words += ["--workers", str(args.workers)]
+    return shlex.join(words)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from bertblocks.readers import read_lines
 
+from ..errors import InputError
+
 _SINGULAR = {
     "det": ["the", "a", "every", "this", "that"],
     "noun": ["cat", "dog", "bird", "child", "teacher", "farmer", "doctor", "girl", "boy", "horse", "student"],
@@ -114,7 +116,7 @@ def _numbered_lines(path: Path) -> list[tuple[int, str]]:
         # str.splitlines also breaks at the separators a line keeps (\r, \x0b, \x1c, \u2028, …)
         lines.extend((number, part.strip()) for part in text.splitlines() if part.strip())
     if not lines:
-        raise ValueError(f"corpus file {path} holds no text")
+        raise InputError(f"corpus file {path} holds no text")
     return lines
 
 
@@ -138,6 +140,6 @@ def read_labelled(path: Path) -> list[tuple[str, int]]:
     for number, line in _numbered_lines(path):
         label, sep, text = line.partition("\t")
         if not sep or not label.strip().isdigit() or not text.strip():
-            raise ValueError(f"{path}, line {number}: expected LABEL<TAB>TEXT with an integer label")
+            raise InputError(f"{path}, line {number}: expected LABEL<TAB>TEXT with an integer label")
         out.append((text.strip(), int(label)))
     return out

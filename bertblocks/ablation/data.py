@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 
+from ..errors import InputError
 from ..readers import ReadError, read_text
 from .corpus import generate_labelled, generate_sentences, read_labelled, read_sentences
 from .study import Study, StudyError, fingerprint
@@ -95,7 +96,7 @@ def train_tokenizer(texts: list[str], vocab_size: int, lowercase: bool = True, t
     letters = sorted({ch for word in counts for ch in word})
     tokens = [*SPECIAL_TOKENS, *letters, *(f"##{ch}" for ch in letters)]
     if len(tokens) > vocab_size:
-        raise ValueError(f"vocab_size {vocab_size} is below the {len(tokens)} special and character tokens")
+        raise InputError(f"vocab_size {vocab_size} is below the {len(tokens)} special and character tokens")
     seen = set(tokens)
     for word, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
         if len(tokens) >= vocab_size:

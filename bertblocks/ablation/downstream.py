@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..errors import InputError
 from .stats import LEVEL, Interval, interval, paired_difference, t_quantile
 from .study import DownstreamTaskSpec, Study, StudyError
 from .tasks import EMBEDDED_SIZES, Example, TaskDataError, embedded_examples, load_hf, read_examples
@@ -346,7 +347,7 @@ def run_downstream(task: DownstreamRunTask) -> dict[str, Any]:
     own = model.state_dict()
     shared = {k: v for k, v in pretrained.items() if k in own and own[k].shape == v.shape}
     if not shared:
-        raise RuntimeError(f"the pre-trained weights of {task.pretrain_run} share no weight with the task model")
+        raise InputError(f"the pre-trained weights of {task.pretrain_run} share no weight with the task model")
     model.load_state_dict(shared, strict=False)
     types = config.type_vocab_size >= 2  # a model without token types (ModernBERT) reads the pair untyped
 
@@ -431,7 +432,7 @@ def metric_batch(metric: str, pred: torch.Tensor, gold: torch.Tensor) -> torch.T
         return _pearson(_average_ranks(pred.double()), _average_ranks(gold.double()))
     if metric == "pearson":
         return _pearson(pred.double(), gold.double())
-    raise ValueError(f"unknown downstream metric {metric!r}")
+    raise InputError(f"unknown downstream metric {metric!r}")
 
 
 def _macro_f1(pred: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:

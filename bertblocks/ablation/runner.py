@@ -53,12 +53,13 @@ from typing import Any, Literal
 import yaml
 
 from ..atomic import write_bytes, write_text
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, InputError
 from ..readers import ReadError, read_json
 from . import downstream, report
 from .data import PreparedData, get_tokenizer, load_texts, prepare, tokenizer_key
 from .downstream import DownstreamData, DownstreamRunTask, finetune_config, prepare_downstream, spec_metrics
 from .executors import Executor, InlineExecutor, LocalExecutor, RayExecutor, connect_ray, describe
+from .interrupts import Interrupts, StudyInterruptedError, stopping_notice
 from .lock import FolderLock
 from .provenance import code_version, data_fingerprint, plugin_versions
 from .run import RunTask
@@ -119,7 +120,10 @@ def run_study(
 
     Raises:
         StudyError: an invalid study, a missing corpus file, Ray missing or unreachable (nothing written).
+        InputError: ``out_dir`` is a file or below one (nothing written).
         StudyRunError: runs that failed (after the others are written and summarised).
+        StudyInterruptedError: a SIGINT (Ctrl-C) or SIGTERM stopped the study; every run that finished is
+            recorded (no summaries are written); running the study again resumes it.
     """
     study = source if isinstance(source, Study) else load_study(source, list(overrides))
     if executor not in ("local", "ray"):
@@ -127,6 +131,7 @@ def run_study(
     if executor == "local" and workers < 0:
         raise StudyError.single("workers", f"must be 0 (this process) or more; got {workers}", study)
     out = Path(out_dir) if out_dir is not None else Path("ablation") / study.title
+    _check_out(out)
 
     data, tokenizer_json, texts = None, None, None
     tasks_data: list[DownstreamData] = []
@@ -148,6 +153,7 @@ def run_study(
     if executor == "ray":
         started_ray = connect_ray(ray_address, num_cpus=workers if ray_address is None else None)
     stack = ExitStack()
+    interrupts = Interrupts(stopping_notice if progress else None)
     try:
         tasks = _tasks(study, data, tokenizer_json)
         for task in tasks:
@@ -193,14 +199,18 @@ def run_study(
         result = StudyResult(study, out, [], [], reused=list(records), downstream_reused=list(ds_records))
 
         failures: dict[str, str] = {}
+        # from here a Ctrl-C or SIGTERM stops the runs and keeps the finished ones (bertblocks.ablation.interrupts)
+        interrupts.install()
         engine: Executor
         if executor == "ray":
-            engine = RayExecutor(study.spec.threads)
+            engine = RayExecutor(study.spec.threads, interrupts)
         else:
-            engine = LocalExecutor(workers) if workers else InlineExecutor()
+            engine = LocalExecutor(workers, interrupts) if workers else InlineExecutor(interrupts)
         bar = _progress(len(tasks) + len(plans), len(records) + len(ds_records), study.title, progress)
         try:
             for task, outcome in engine.run(todo):
+                if isinstance(outcome, BaseException) and interrupts.requested:
+                    continue  # stopped, not failed: a resume runs it
                 if isinstance(outcome, BaseException):
                     failures[task.run_id] = describe(outcome)
                 else:
@@ -214,6 +224,8 @@ def run_study(
             engine.close()  # the pre-training pool; the fine-tunings start their own
             fine_tunings = _downstream_tasks(tasks, records, ds_todo, weights_dir, study.spec.threads, bar)
             for ds_task, outcome in engine.run(fine_tunings):  # type: ignore[arg-type]
+                if isinstance(outcome, BaseException) and interrupts.requested:
+                    continue  # stopped, not failed: a resume runs it
                 if isinstance(outcome, BaseException):
                     failures[ds_task.run_id] = describe(outcome)
                 else:
@@ -224,6 +236,10 @@ def run_study(
         finally:
             bar.close()
             engine.close()
+            interrupts.settle()
+        if interrupts.signum is not None:  # the finished runs are on disk; no summaries of a part of the study
+            recorded = len(records) + len(ds_records)
+            raise StudyInterruptedError(interrupts.signum, out, recorded, len(tasks) + len(plans))
 
         ordered = [records[t.run_id] for t in tasks if t.run_id in records]
         result.records = ordered
@@ -260,6 +276,9 @@ def run_study(
             import ray
 
             ray.shutdown()
+        interrupts.restore()  # after Ray's shutdown: Ray's signal checks may run the handler again for one signal
+    if interrupts.signum is not None:  # a stop asked for while the summaries were written: still a stop
+        raise StudyInterruptedError(interrupts.signum, out, len(records) + len(ds_records), len(tasks) + len(plans))
     if echo is not None:
         echo(result.table)
         echo(f"results: {', '.join(map(str, written))}")
@@ -268,6 +287,16 @@ def run_study(
     if failures:
         raise StudyRunError(failures)
     return result
+
+
+def _check_out(out: Path) -> None:
+    """Refuse, before any work, an output folder that cannot be one: a file, or below a file."""
+    for folder in (out, *out.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "is a file" if folder == out else f"is below {folder}, which is a file"
+                raise InputError(f"the output folder {out} {where}; give a folder (--out)")
+            return
 
 
 def _warn_small_eval_set(study: Study, data: PreparedData) -> None:

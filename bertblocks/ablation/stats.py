@@ -33,6 +33,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..errors import InputError
+
 LEVEL = 0.95
 
 
@@ -161,7 +163,7 @@ def paired_difference(
 def t_quantile(p: float, df: float) -> float:
     """The ``p`` quantile of Student's t with ``df`` (real, > 0) degrees of freedom."""
     if not 0 < p < 1 or df <= 0:
-        raise ValueError(f"need 0 < p < 1 and df > 0; got p={p}, df={df}")
+        raise InputError(f"need 0 < p < 1 and df > 0; got p={p}, df={df}")
     if p < 0.5:
         return -t_quantile(1 - p, df)
     if p == 0.5:

@@ -34,6 +34,8 @@ from bertblocks.config_files import apply_overrides, load_config
 from bertblocks.readers import ReadError, parse_json, read_yaml
 from bertblocks.registry import RegistryError
 
+from ..errors import InputError, MissingFileError
+
 Metric = Literal["params", "flops", "latency", "memory"]
 ALL_METRICS: tuple[Metric, ...] = ("params", "flops", "latency", "memory")
 
@@ -91,7 +93,7 @@ class TrainSpec(_Strict):
     @model_validator(mode="after")
     def _unique_seeds(self) -> TrainSpec:
         if len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds must be distinct; got {self.seeds}")
+            raise InputError(f"seeds must be distinct; got {self.seeds}")
         return self
 
 
@@ -108,9 +110,9 @@ class CorpusSpec(_Strict):
     @model_validator(mode="after")
     def _path(self) -> CorpusSpec:
         if self.kind == "file" and not self.path:
-            raise ValueError("kind: file needs a path")
+            raise InputError("kind: file needs a path")
         if self.kind == "generated" and self.path:
-            raise ValueError("path is only read with kind: file")
+            raise InputError("path is only read with kind: file")
         return self
 
 
@@ -194,41 +196,41 @@ class DownstreamTaskSpec(_Strict):
         if prefix == "embedded" and rest:
             if rest not in EMBEDDED_TASKS:
                 hint = closest(rest, list(EMBEDDED_TASKS))
-                raise ValueError(
+                raise InputError(
                     f"source: no embedded task {rest!r}; there are: {', '.join(EMBEDDED_TASKS)}"
                     + (f" (did you mean {hint!r}?)" if hint else "")
                 )
             if self.kind is not None and self.kind != EMBEDDED_TASKS[rest]:
-                raise ValueError(f"kind: the embedded task {rest!r} is {EMBEDDED_TASKS[rest]}, not {self.kind}")
+                raise InputError(f"kind: the embedded task {rest!r} is {EMBEDDED_TASKS[rest]}, not {self.kind}")
             self.kind = EMBEDDED_TASKS[rest]
             if self.eval_source is not None:
-                raise ValueError("eval_source: an embedded task generates its own eval examples")
+                raise InputError("eval_source: an embedded task generates its own eval examples")
         elif prefix == "hf":
             if not rest.strip("/"):
-                raise ValueError("source: hf: needs a dataset name, e.g. hf:glue/sst2")
+                raise InputError("source: hf: needs a dataset name, e.g. hf:glue/sst2")
         elif not self.source.lower().endswith(DOWNSTREAM_FILE_SUFFIXES):
-            raise ValueError(
+            raise InputError(
                 f"source: {self.source!r} is neither embedded:NAME, hf:DATASET[/CONFIG] nor a file ending in "
                 + ", ".join(DOWNSTREAM_FILE_SUFFIXES)
             )
         elif self.eval_source is not None and not self.eval_source.lower().endswith(DOWNSTREAM_FILE_SUFFIXES):
-            raise ValueError(
+            raise InputError(
                 f"eval_source: {self.eval_source!r} is not a file ending in {', '.join(DOWNSTREAM_FILE_SUFFIXES)}"
             )
         if self.kind is None:
-            raise ValueError(
+            raise InputError(
                 f"kind: required for source {self.source!r}; choose one of {', '.join(DOWNSTREAM_METRICS)}"
             )
         allowed = DOWNSTREAM_METRICS[self.kind]
         wrong = [m for m in self.metrics or () if m not in allowed]
         if wrong:
-            raise ValueError(
+            raise InputError(
                 f"metrics: {', '.join(wrong)} cannot be computed for {self.kind}; it reports {', '.join(allowed)}"
             )
         if self.metrics is not None and len(set(self.metrics)) != len(self.metrics):
-            raise ValueError(f"metrics: listed twice in {self.metrics}")
+            raise InputError(f"metrics: listed twice in {self.metrics}")
         if self.kind == "similarity-regression" and self.num_labels is not None:
-            raise ValueError("num_labels: a similarity-regression task has one output (the score)")
+            raise InputError("num_labels: a similarity-regression task has one output (the score)")
         return self
 
     @property
@@ -368,7 +370,7 @@ def load_study(
     else:
         path = Path(source)
         if not path.is_file():
-            raise FileNotFoundError(f"study file not found: {path}")
+            raise MissingFileError(f"study file not found: {path}")
         where = str(path)
         try:
             raw = read_yaml(path) or {}  # bounded: size, UTF-8, nesting, alias bombs refused

@@ -22,6 +22,7 @@ from torch import nn
 
 from bertblocks.config import BertConfig
 
+from ..errors import InputError, UnsupportedError
 from .data import PreparedData
 
 EVAL_SEED = 20240601  # masking of the eval set: fixed, shared by all runs of all studies
@@ -47,7 +48,9 @@ def task_model(task: str, config: BertConfig) -> nn.Module:
     family = get_family(config.family, source=None)
     architecture = next((a for a in family.architectures if a.endswith(suffixes)), None)
     if architecture is None:
-        raise RuntimeError(f"the {config.family} family has no {suffixes[0][3:]} head, which the {task} task trains")
+        raise UnsupportedError(
+            f"the {config.family} family has no {suffixes[0][3:]} head, which the {task} task trains"
+        )
     # the head as a checkpoint of that class would be read: the family fills in options that follow from the
     # config (ELECTRA's generator head narrows to embedding_size)
     head = config_from_hf({**config_to_hf(config), "architectures": [architecture]})["head"]
@@ -109,7 +112,7 @@ def train_model(
     the whole group.
     """
     if spec.batch_size % world_size:
-        raise ValueError(f"train.batch_size {spec.batch_size} must be divisible by the {world_size} DDP processes")
+        raise InputError(f"train.batch_size {spec.batch_size} must be divisible by the {world_size} DDP processes")
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
     model.train()

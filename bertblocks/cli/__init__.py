@@ -13,7 +13,14 @@ Exit codes (scripts may rely on them):
 2     usage error (argparse: unknown command or option, missing argument)
 3     a feature this installation lacks (a part of bertblocks or an optional dependency is missing)
 4     any other exception: an unexpected internal error (a bug: please report it with the output of ``--debug``)
+130   interrupted by Ctrl-C (SIGINT); ``bertblocks ablate`` says how to resume
+141   stdout was closed before the output was written (``bertblocks presets | head -1``): nothing more is
+      printed, no error message; the status a shell gives a Unix tool ended by SIGPIPE
+143   stopped by SIGTERM (``bertblocks ablate``: the finished runs are recorded; it says how to resume)
 ====  ================================================================================================
+
+Exit 4 means a bug in bertblocks and nothing else: every error bertblocks raises for a refused input is a
+:class:`~bertblocks.errors.BertBlocksError` (``tests/test_errors.py`` checks every ``raise`` in the package).
 
 Errors are one clear message on stderr; ``--debug`` adds the traceback. ``--json`` (before or after the
 command) prints machine-readable output on stdout instead of tables.
@@ -40,26 +47,34 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import select
 import sys
 import traceback
 from collections.abc import Callable, Collection, Iterator, MutableMapping, Sequence
 from typing import Any
 
 from ..core.component import Command
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, InputError, MissingKeyError
 
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 EXIT_INTERNAL = 4
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for a program Ctrl-C stopped
+EXIT_CLOSED_STDOUT = 141  # 128 + SIGPIPE, what a shell reports for `yes | head -1`'s yes
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
     EXIT_INVALID: "invalid input: missing file, malformed or invalid config, unknown preset/component, bad weights",
     EXIT_USAGE: "usage error (unknown command or option, missing argument)",
     EXIT_UNAVAILABLE: "a feature this installation lacks",
-    EXIT_INTERNAL: "unexpected internal error (a bug; rerun with --debug)",
+    EXIT_INTERNAL: "unexpected internal error (a bug, and nothing else; rerun with --debug)",
+    EXIT_INTERRUPTED: "interrupted by Ctrl-C (SIGINT); `ablate` records the finished runs and says how to resume",
+    EXIT_CLOSED_STDOUT: "stdout was closed early (`| head`): the rest is dropped quietly, as Unix tools do",
+    EXIT_TERMINATED: "stopped by SIGTERM; `ablate` records the finished runs and says how to resume",
 }
 
 
@@ -131,7 +146,7 @@ class CommandTable(MutableMapping[str, Command]):
         elif name in plugin_commands() and name not in self._removed:
             self._removed.add(name)
         else:
-            raise KeyError(name)
+            raise MissingKeyError(name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._all())
@@ -149,7 +164,7 @@ def register_subcommand(
     """Add a command in-process; a name already taken (by a plugin or in-process) is an error."""
     if name in SUBCOMMANDS:
         provider = SUBCOMMANDS[name].provider or "(in-process)"
-        raise ValueError(f"bertblocks subcommand {name!r} is already registered (by {provider})")
+        raise InputError(f"bertblocks subcommand {name!r} is already registered (by {provider})")
     command = Command(name, help, configure, run, description, provider="(in-process)")
     SUBCOMMANDS[name] = command
     return command
@@ -203,6 +218,26 @@ def load_config_source(source: str, overrides: Sequence[str] = ()) -> Any:
     import bertblocks
 
     return bertblocks.load_config(source, overrides)
+
+
+def check_output_file(path: str | os.PathLike[str], option: str) -> None:
+    """Refuse, before any work, an output file that cannot be written: a directory, or one whose folder is
+    missing or is a file. Every command that writes a file calls it, so a wrong path is exit 1 with its name,
+    never an OSError from deep inside (exit 4, "a bug").
+
+    Raises:
+        CLIError: naming the option and the path.
+    """
+    from pathlib import Path
+
+    out = Path(path)
+    if out.is_dir():
+        raise CLIError(f"{option} {out} is a directory; give the file to write")
+    folder = out.parent
+    if not folder.exists():
+        raise CLIError(f"{option} {out}: the folder {folder} does not exist; create it first")
+    if not folder.is_dir():
+        raise CLIError(f"{option} {out}: {folder} is a file, not a folder")
 
 
 def emit(args: argparse.Namespace, text: str, data: Any) -> None:
@@ -290,6 +325,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         >>> main(["validate", "examples/configs/minilm-relative-ablation.yaml"])
         0
     """
+    try:
+        code = _main(argv)
+        if sys.stdout is not None:  # None when started with no stdout at all (`>&-`)
+            sys.stdout.flush()  # a closed stdout shows here at the latest, not as a traceback at interpreter exit
+        return code
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # the reader is gone (`| head`): say nothing, as Unix tools do; what Python still buffers for stdout
+        # goes to /dev/null, so its flush at exit raises nothing either
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_CLOSED_STDOUT
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (a BrokenPipeError from elsewhere, e.g. a worker's pipe,
+    is an error like any other)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by an object without a file (a test's capture)
+        return False
+    if not hasattr(select, "poll"):  # pragma: no cover - Windows: no poll; the broken pipe can only be stdout's
+        return True
+    poller = select.poll()
+    poller.register(fd, 0)  # POLLERR is reported whatever the mask: a pipe's write end whose reader closed
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     arguments = list(argv) if argv is not None else sys.argv[1:]
     chosen = next((a for a in arguments if not a.startswith("-")), None)
     try:
@@ -304,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(_resolve(args._run)(args))
     except Exception as e:
+        if isinstance(e, BrokenPipeError) and _stdout_closed():
+            raise  # main() ends quietly
         code = _exit_code(e)
         message = _message(e)
         print(f"bertblocks {args.command}: error: {message}", file=sys.stderr)
@@ -313,7 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("(this is a bug; rerun with --debug for the traceback)", file=sys.stderr)
         return code
     except KeyboardInterrupt:
-        return 130
+        print(f"bertblocks {args.command}: interrupted", file=sys.stderr)
+        if args.debug:
+            traceback.print_exc()
+        return EXIT_INTERRUPTED
 
 
 def _exit_code(error: Exception) -> int:

@@ -25,6 +25,7 @@ from . import (
     UnavailableError,
     add_config_argument,
     add_set_argument,
+    check_output_file,
     config_from_args,
     emit,
     load_config_source,
@@ -439,6 +440,7 @@ def _run_convert(args: argparse.Namespace) -> int:
         raise CLIError(f"{out}: cannot tell the format from the extension; use .json (HF) or .yaml/.yml")
     if out.exists() and not args.force:
         raise CLIError(f"{out} exists; pass --force to overwrite it")
+    check_output_file(out, "OUT")
     cfg = load_config_source(args.input, args.overrides)
     bertblocks.save_config(cfg, out)
     fmt = "HF config.json" if out.suffix == ".json" else "YAML"
@@ -453,6 +455,8 @@ def _configure_schema(parser: argparse.ArgumentParser) -> None:
 def _run_schema(args: argparse.Namespace) -> int:
     from ..config import BertConfig
 
+    if args.output:
+        check_output_file(args.output, "--output")
     text = json.dumps(BertConfig.model_json_schema(), indent=2)
     if args.output:
         write_text(args.output, text + "\n")

@@ -24,10 +24,11 @@ import torch
 import torch.nn.functional as F
 
 from ..atomic import write_file
+from ..errors import InputError
 from ..hf.tokenizer import BertTokenizer
 from ..plugins.poolers import masked_mean
 from ..readers import parse_json, read_lines
-from . import EXIT_OK, CLIError, add_set_argument, emit
+from . import EXIT_OK, CLIError, add_set_argument, check_output_file, emit
 from .commands import _clip, _load_tokenizer
 
 #: output file suffixes ``--output`` writes
@@ -96,7 +97,7 @@ def embed_corpus(
         ValueError: ``batch_size`` below 1.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        raise InputError(f"batch_size must be at least 1, got {batch_size}")
     if not texts:
         return torch.empty(0, int(model.config.hidden_size))
     lengths = [len(encoding.ids) for encoding in tokenizer.backend.encode_batch(list(texts))]
@@ -161,8 +162,7 @@ def check_output(output: Path, input_path: str | None) -> None:
     Raises:
         CLIError: naming both paths.
     """
-    if output.is_dir():
-        raise CLIError(f"--output {output} is a directory; give the file to write")
+    check_output_file(output, "--output")
     if not input_path or input_path == "-":
         return
     source = Path(input_path)

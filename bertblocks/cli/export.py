@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import EXIT_OK, CLIError, add_set_argument, emit, progress
+from . import EXIT_OK, CLIError, add_set_argument, check_output_file, emit, progress
 
 #: output suffix → format
 FORMATS = {".onnx": "onnx", ".pt2": "torch.export"}
@@ -49,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
     fmt = FORMATS.get(output.suffix)
     if fmt is None:
         raise CLIError(f"{output}: the suffix must be one of {', '.join(FORMATS)} (the format follows from it)")
-    if output.is_dir():  # checked before the (slow) export
-        raise CLIError(f"{output} is a directory; give the file to write")
+    check_output_file(output, "FILE")  # before the (slow) export
     head = None if args.head == "none" else args.head
     progress(args, f"loading {args.checkpoint}")
     model = bertblocks.from_pretrained(args.checkpoint, args.overrides, head=head).eval()

@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
+from ..errors import MissingAttributeError
+
 #: the config's top-level fields that transformers' configs have under the same name and meaning
 FLAT_FIELDS: tuple[str, ...] = (
     "vocab_size",
@@ -131,7 +133,7 @@ class FlatConfigView:
         try:
             return super().__getattr__(name)  # type: ignore[misc]  # pydantic's (private attributes, errors)
         except AttributeError:
-            raise AttributeError(f"{type(self).__name__} has no attribute {name!r}") from None
+            raise MissingAttributeError(f"{type(self).__name__} has no attribute {name!r}") from None
 
     # ---------------------------------------------------------------------------------------- writing
     def __setattr__(self, name: str, value: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..errors import InputError
 from .errors import FieldError, closest
 from .limits import MAX_LAYERS_ENV, max_layers
 from .specs import (
@@ -37,21 +38,21 @@ def _layer_ranges(value: str, num_layers: int | None = None) -> list[tuple[int, 
         lo, sep, hi = span.partition("-")
         if sep and not hi:
             if num_layers is None:
-                raise ValueError(f"layer range {part!r} has no end; it needs the encoder's num_layers")
+                raise InputError(f"layer range {part!r} has no end; it needs the encoder's num_layers")
             if lo.isdigit() and int(lo) >= num_layers:
                 continue  # a rule that holds for no layer of this stack
             hi = str(num_layers - 1)
         try:
             start, stop, step = int(lo), int(hi if sep else lo), int(every) if slash else 1
         except ValueError:
-            raise ValueError(
+            raise InputError(
                 f"cannot read layer range {value!r}; write e.g. '6-11', '6-' (6 to the last), '0,2,4' or "
                 "'0-21/3' (every third)"
             ) from None
         if stop < start:
-            raise ValueError(f"layer range {part!r} is empty (end before start)")
+            raise InputError(f"layer range {part!r} is empty (end before start)")
         if step < 1:
-            raise ValueError(f"layer range {part!r}: the step after '/' must be at least 1")
+            raise InputError(f"layer range {part!r}: the step after '/' must be at least 1")
         ranges.append((start, stop, step))
     return ranges
 
@@ -64,7 +65,7 @@ def _parse_layers(value: Any) -> list[int]:
     deeper, and ``"0-10000000"`` would otherwise take a gigabyte to expand before it could be refused.
     """
     if isinstance(value, bool):
-        raise ValueError("layers must be an index, a range like '6-11', or a list of indices")
+        raise InputError("layers must be an index, a range like '6-11', or a list of indices")
     if isinstance(value, int):
         return [value]
     if isinstance(value, str):
@@ -72,7 +73,7 @@ def _parse_layers(value: Any) -> list[int]:
         deepest = max_layers()
         highest = max(stop for _, stop, _ in ranges)
         if deepest is not None and highest >= deepest:
-            raise ValueError(
+            raise InputError(
                 f"layer range {value!r} reaches layer {highest}, but no stack may have more than {deepest} "
                 f"layers ({MAX_LAYERS_ENV})"
             )
@@ -82,7 +83,7 @@ def _parse_layers(value: Any) -> list[int]:
         return sorted(out)
     if isinstance(value, list | tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return sorted(set(value))
-    raise ValueError("layers must be an index, a range like '6-11', or a list of indices")
+    raise InputError("layers must be an index, a range like '6-11', or a list of indices")
 
 
 #: component keys a per-layer override may change: the encoder's own (``encoder.<key>``) and the model's

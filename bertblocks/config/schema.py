@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 
+from ..errors import InputError
 from .errors import ConfigIssue, FieldError
 from .flat_view import FlatConfigView
 from .limits import label_limit_issue
@@ -100,7 +101,7 @@ class BertConfig(FlatConfigView, BaseModel):
         # written into config.json as they are: a value JSON cannot hold is refused now, not when saving
         problem = json_value_problem(value)
         if problem is not None:
-            raise ValueError(problem)
+            raise InputError(problem)
         return value
 
     @field_validator("id2label", mode="before")

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ..errors import InputError
+
 
 class _Growing:
     """One layer's self-attention keys or values with amortised O(1) appends along the time axis."""
@@ -105,7 +107,7 @@ class KVCache:
         current = self.get_seq_length()
         keep = current + length if length < 0 else min(length, current)
         if keep < 0:
-            raise ValueError(f"cannot crop {current} cached positions to {length}")
+            raise InputError(f"cannot crop {current} cached positions to {length}")
         for store in (self._keys, self._values):
             for entry in store:
                 if entry is not None:
@@ -120,7 +122,7 @@ class KVCache:
                 pruning).
         """
         if self.num_layers != len(shapes):
-            raise ValueError(
+            raise InputError(
                 f"past_key_values hold {self.num_layers} layers but this model has {len(shapes)}; "
                 "the cache comes from a model of another shape"
             )
@@ -130,12 +132,12 @@ class KVCache:
                 continue
             b, h, _, d = entry[0].shape
             if (h, d) != (n, head_dim):
-                raise ValueError(
+                raise InputError(
                     f"past_key_values layer {i} holds {h} heads x {d} dims but this model's layer {i} has "
                     f"{n} x {head_dim}; the cache comes from a model of another shape"
                 )
             if b != batch_size:
-                raise ValueError(f"past_key_values hold a batch of {b} but the input has {batch_size} rows")
+                raise InputError(f"past_key_values hold a batch of {b} but the input has {batch_size} rows")
 
     # ------------------------------------------------------------------------------ transformers 4.x form
     def to_legacy(self) -> tuple[tuple[torch.Tensor, ...], ...]:
@@ -144,7 +146,7 @@ class KVCache:
         for i in range(self.num_layers):
             entry = self.layer(i)
             if entry is None:
-                raise ValueError(f"layer {i} has no cached keys")
+                raise InputError(f"layer {i} has no cached keys")
             cross = self._cross[i]
             out.append(entry + cross if cross is not None else entry)
         return tuple(out)
@@ -155,7 +157,7 @@ class KVCache:
         cache = cls(len(legacy))
         for i, entry in enumerate(legacy):
             if len(entry) not in (2, 4):
-                raise ValueError(f"past_key_values[{i}] has {len(entry)} tensors; expected (k, v) or (k, v, ck, cv)")
+                raise InputError(f"past_key_values[{i}] has {len(entry)} tensors; expected (k, v) or (k, v, ck, cv)")
             cache.update(i, entry[0], entry[1])
             if len(entry) == 4:
                 cache.set_cross(i, entry[2], entry[3])
@@ -166,12 +168,12 @@ def _check_pair(where: str, keys: torch.Tensor, values: torch.Tensor) -> None:
     """Keys and values of one layer must agree in batch, heads and length (``[b, h, t, d]``): a cache built
     by hand (or from transformers 4.x tuples) that does not would otherwise attend to keys without values."""
     if keys.dim() != 4 or values.dim() != 4:
-        raise ValueError(
+        raise InputError(
             f"past_key_values {where}: keys and values must be 4-D [batch, heads, length, head_dim]; got "
             f"{tuple(keys.shape)} and {tuple(values.shape)}"
         )
     if keys.shape[:3] != values.shape[:3]:
-        raise ValueError(
+        raise InputError(
             f"past_key_values {where}: keys {tuple(keys.shape)} and values {tuple(values.shape)} disagree in "
             "batch, heads or length ([batch, heads, length, head_dim])"
         )

@@ -18,6 +18,7 @@ from torch.autograd.graph import save_on_cpu
 from torch.utils.checkpoint import checkpoint
 
 from ..config import BertConfig
+from ..errors import InputError, InputTypeError
 from .cache import KVCache
 from .capabilities import CapabilityError, attention_capabilities, padding_readers
 from .interfaces import (
@@ -114,7 +115,7 @@ def cross_attend(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A decoder layer's cross-attention call on the encoder's states from the context."""
     if ctx.encoder_hidden_states is None:
-        raise ValueError("this decoder has cross-attention layers: pass encoder_hidden_states")
+        raise InputError("this decoder has cross-attention layers: pass encoder_hidden_states")
     return crossattention(
         hidden_states,
         mask=ctx.encoder_mask,
@@ -182,7 +183,7 @@ class Encoder(nn.Module):
         self.layer = nn.ModuleList(layers)  # singular name: HF's key is `encoder.layer.N`
         self.groups: tuple[int, ...] = tuple(groups) if groups is not None else tuple(range(len(layers)))
         if any(not 0 <= g < len(layers) for g in self.groups):
-            raise ValueError(f"layer groups {self.groups} name layers outside 0..{len(layers) - 1}")
+            raise InputError(f"layer groups {self.groups} name layers outside 0..{len(layers) - 1}")
         self.final_norm = final_norm
         self.gradient_checkpointing = False
         self._shares = groups is not None
@@ -194,7 +195,7 @@ class Encoder(nn.Module):
         self.shared_term_names: tuple[str, ...] = tuple(term.module_name for term in shared_terms)
         for term in shared_terms:
             if hasattr(self, term.module_name):
-                raise ValueError(
+                raise InputError(
                     f"shared position term {type(term).__name__} takes the module name {term.module_name!r}, "
                     "which the encoder already uses"
                 )
@@ -223,7 +224,7 @@ class Encoder(nn.Module):
             term: SharedPositionTerm = getattr(self, name)
             value = term(positions, dtype)
             if not isinstance(value, term.produces):
-                raise TypeError(
+                raise InputTypeError(
                     f"shared position term {type(term).__name__} (encoder.{name}) returned "
                     f"{type(value).__name__}, not the {term.produces.__name__} it declares"
                 )
@@ -412,7 +413,7 @@ class EncoderModel(nn.Module):
                 cache.check_compatible(batch, signature[1:])
                 cache.signature = signature
         if encoder_hidden_states is not None and not cfg.add_cross_attention:
-            raise ValueError(
+            raise InputError(
                 "encoder_hidden_states given, but this model has no cross-attention layers "
                 "(set is_decoder: true and add_cross_attention: true in its config)"
             )
@@ -525,7 +526,7 @@ class EncoderModel(nn.Module):
         cfg = self.config
         if not cfg.is_decoder:
             if past_key_values is not None:
-                raise ValueError("past_key_values given, but this model is not a decoder (is_decoder: false)")
+                raise InputError("past_key_values given, but this model is not a decoder (is_decoder: false)")
             return None
         if use_cache is None:
             use_cache = cfg.use_cache
@@ -557,40 +558,40 @@ class EncoderModel(nn.Module):
     ) -> tuple[int, int]:
         cfg = self.config
         if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("give exactly one of input_ids and inputs_embeds")
+            raise InputError("give exactly one of input_ids and inputs_embeds")
         checking = not torch.compiler.is_compiling()  # data-dependent checks would break the graph
         if input_ids is not None:
             if input_ids.dim() != 2:
-                raise ValueError(f"input_ids must be [batch, seq]; got shape {tuple(input_ids.shape)}")
+                raise InputError(f"input_ids must be [batch, seq]; got shape {tuple(input_ids.shape)}")
             _check_integer("input_ids", input_ids)
             if checking and input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= cfg.vocab_size):
                 bad = input_ids[(input_ids < 0) | (input_ids >= cfg.vocab_size)]
-                raise ValueError(
+                raise InputError(
                     f"input_ids hold {bad[0].item()}, outside the vocabulary [0, {cfg.vocab_size}) of this model"
                 )
             batch, length = input_ids.shape
         else:
             assert inputs_embeds is not None
             if inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != cfg.hidden_size:
-                raise ValueError(
+                raise InputError(
                     f"inputs_embeds must be [batch, seq, {cfg.hidden_size}]; got {tuple(inputs_embeds.shape)}"
                 )
             batch, length = inputs_embeds.shape[:2]
         given = "input_ids" if input_ids is not None else "inputs_embeds"
         if length == 0:  # nothing to encode; it would fail later with an IndexError naming no input
-            raise ValueError(f"{given} is empty (sequence length 0); give at least one token per sequence")
+            raise InputError(f"{given} is empty (sequence length 0); give at least one token per sequence")
         if batch == 0:  # the outputs would be empty and a loss over them NaN, silently
-            raise ValueError(f"{given} is an empty batch (batch size 0); give at least one sequence, or skip the call")
+            raise InputError(f"{given} is an empty batch (batch size 0); give at least one sequence, or skip the call")
         if past_length + length > cfg.max_position_embeddings and self.position_scheme.limits_length:
             cached = f" after {past_length} cached tokens" if past_length else ""
-            raise ValueError(
+            raise InputError(
                 f"sequence length {length}{cached} exceeds max_position_embeddings={cfg.max_position_embeddings} "
                 f"of this model; truncate the input (e.g. tokenizer max_length)"
             )
         if token_type_ids is not None:
             _check_integer("token_type_ids", token_type_ids)
             if tuple(token_type_ids.shape) != (batch, length):
-                raise ValueError(
+                raise InputError(
                     f"token_type_ids must have the input's shape {(batch, length)}; got {tuple(token_type_ids.shape)}"
                 )
             if (
@@ -599,17 +600,17 @@ class EncoderModel(nn.Module):
                 and token_type_ids.numel()
                 and (token_type_ids.min() < 0 or token_type_ids.max() >= cfg.type_vocab_size)
             ):
-                raise ValueError(f"token_type_ids must lie in [0, {cfg.type_vocab_size}) (type_vocab_size)")
+                raise InputError(f"token_type_ids must lie in [0, {cfg.type_vocab_size}) (type_vocab_size)")
         if position_ids is not None:
             _check_integer("position_ids", position_ids)
             if position_ids.dim() != 2 or position_ids.shape[-1] != length or position_ids.shape[0] not in (1, batch):
-                raise ValueError(f"position_ids must be [batch or 1, {length}]; got shape {tuple(position_ids.shape)}")
+                raise InputError(f"position_ids must be [batch or 1, {length}]; got shape {tuple(position_ids.shape)}")
             if (
                 checking
                 and position_ids.numel()
                 and (position_ids.min() < 0 or position_ids.max() >= cfg.max_position_embeddings)
             ):
-                raise ValueError(
+                raise InputError(
                     f"position_ids must lie in [0, {cfg.max_position_embeddings}) (max_position_embeddings)"
                 )
         return batch, length
@@ -630,16 +631,16 @@ class EncoderModel(nn.Module):
             uniform = heads[0] if len(set(heads)) == 1 else None
             if uniform is None or tuple(head_mask.shape) not in ((uniform,), (layers, uniform)):
                 # checked before expanding: report what was given
-                raise ValueError(f"head_mask must be {_head_mask_shapes(heads)}; got shape {tuple(head_mask.shape)}")
+                raise InputError(f"head_mask must be {_head_mask_shapes(heads)}; got shape {tuple(head_mask.shape)}")
             if head_mask.dim() == 1:
                 head_mask = head_mask.unsqueeze(0).expand(layers, -1)
             return head_mask.to(dtype)
         masks = list(head_mask)
         if len(masks) != layers:
-            raise ValueError(f"head_mask must be {_head_mask_shapes(heads)}; got {len(masks)} masks")
+            raise InputError(f"head_mask must be {_head_mask_shapes(heads)}; got {len(masks)} masks")
         for i, (mask, n) in enumerate(zip(masks, heads, strict=True)):
             if mask is not None and tuple(mask.shape) != (n,):
-                raise ValueError(
+                raise InputError(
                     f"head_mask[{i}] has shape {tuple(mask.shape)} but layer {i} has {n} heads; head_mask must be "
                     f"{_head_mask_shapes(heads)}"
                 )
@@ -712,7 +713,7 @@ def _checked_bias(shared: SharedPositionBias, positions: Positions, dtype: torch
     q, k = positions.query.shape[0], positions.key.shape[0]
     if not isinstance(bias, torch.Tensor) or bias.dim() != 4 or tuple(bias.shape[-2:]) != (q, k):
         got = tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__
-        raise ValueError(
+        raise InputError(
             f"shared position bias {type(shared).__name__} returned {got}; a score bias must be [1|b, h, {q}, {k}] "
             "(queries, keys of this pass); to hand layers something else, use a SharedPositionTerm"
         )
@@ -732,7 +733,7 @@ def _check_integer(name: str, tensor: torch.Tensor) -> None:
     # an embedding look-up with floats (or uint8, int16) fails deep inside torch naming no argument
     if tensor.dtype not in (torch.long, torch.int):
         kind = "an integer tensor" if tensor.is_floating_point() or tensor.dtype == torch.bool else "torch.long or int"
-        raise ValueError(f"{name} must be {kind}; got {tensor.dtype} (convert with {name}.long())")
+        raise InputError(f"{name} must be {kind}; got {tensor.dtype} (convert with {name}.long())")
 
 
 def init_weights(module: nn.Module, std: float) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 import torch
 from torch import nn
 
+from ..errors import InputError, UnsupportedError
 from .capabilities import AttentionCapabilities
 from .outputs import ModelOutput, ModelOutputWithPooling
 
@@ -98,7 +99,7 @@ class Positions:
         """Positions of this call's tokens: ``[b|1, q]``, or ``[1, T]`` with ``packed=True``."""
         if packed:
             if self.packed_ids is None:
-                raise ValueError("tokens(packed=True) asked of positions built for a batch that is not packed")
+                raise InputError("tokens(packed=True) asked of positions built for a batch that is not packed")
             return self.packed_ids
         return self.ids if self.ids is not None else self.query[None]
 
@@ -259,7 +260,7 @@ class Rotary(nn.Module, ABC):
         self, value: torch.Tensor, positions: torch.Tensor, memo: dict[Any, Any] | None = None
     ) -> torch.Tensor:
         """``value [B, t, h, d]`` rotated by its positions; called only when :attr:`rotates_value` is set."""
-        raise NotImplementedError(f"{type(self).__name__} declares rotates_value but does not rotate values")
+        raise UnsupportedError(f"{type(self).__name__} declares rotates_value but does not rotate values")
 
 
 @dataclass
@@ -406,7 +407,7 @@ class AttentionBackend(ABC):
 
         ``cu_seqlens [n + 1]`` (int32) delimits the sequences. Only called when ``capabilities.varlen``.
         """
-        raise NotImplementedError(f"backend {self.name!r} does not implement varlen attention")
+        raise UnsupportedError(f"backend {self.name!r} does not implement varlen attention")
 
     def accepts_varlen(self, *, dropout_p: float) -> bool:
         """Whether this call may go through :meth:`varlen` (default: ``capabilities.varlen``). A backend whose

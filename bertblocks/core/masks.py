@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InputError
+
 
 def check_attention_mask(mask: torch.Tensor, batch_size: int, query_length: int, key_length: int) -> None:
     """Raise a clear ``ValueError`` unless ``mask`` is ``[b, k]`` or ``[b, q, k]`` for this input."""
@@ -23,12 +25,12 @@ def check_attention_mask(mask: torch.Tensor, batch_size: int, query_length: int,
     elif mask.dim() == 3:
         expected = (batch_size, query_length, key_length)
     else:
-        raise ValueError(
+        raise InputError(
             f"attention_mask must be 2-D [batch, key_len] or 3-D [batch, query_len, key_len]; "
             f"got {mask.dim()}-D with shape {tuple(mask.shape)}"
         )
     if tuple(mask.shape) != expected:
-        raise ValueError(
+        raise InputError(
             f"attention_mask has shape {tuple(mask.shape)} but the input needs {expected} "
             f"(batch={batch_size}, query_len={query_length}, key_len={key_length}, where key_len counts "
             f"cached positions too)"
@@ -38,9 +40,9 @@ def check_attention_mask(mask: torch.Tensor, batch_size: int, query_length: int,
         # additive mask (0 / -10000) or a count passed by mistake would silently give wrong numbers
         low, high = (v.item() for v in torch.aminmax(mask))
         if low != low or high != high:  # NaN (aminmax propagates it): would give NaN outputs silently
-            raise ValueError("attention_mask holds NaN: pass a 0/1 padding mask (1 = attend)")
+            raise InputError("attention_mask holds NaN: pass a 0/1 padding mask (1 = attend)")
         if low < 0 or high > 1:
-            raise ValueError(
+            raise InputError(
                 f"attention_mask holds values outside [0, 1] (min {low}, max {high}): pass a 0/1 padding mask "
                 "(1 = attend), not an additive mask"
             )

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from ..errors import MissingKeyError
+
 
 @dataclass
 class ModelOutput:
@@ -57,7 +59,7 @@ class ModelOutput:
     def __getitem__(self, key: str | int | slice) -> Any:
         if isinstance(key, str):
             if key not in self.keys():
-                raise KeyError(f"{type(self).__name__} has no field {key!r} set; set fields: {self.keys()}")
+                raise MissingKeyError(f"{type(self).__name__} has no field {key!r} set; set fields: {self.keys()}")
             return self._extra()[key] if key in self._extra() else getattr(self, key)
         return self.to_tuple()[key]
 

@@ -15,6 +15,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import InputError
+
 #: Nomic's field → transformers' (and the GPT-2 default the remote-code class inherits)
 RENAMES: dict[str, tuple[str, Any]] = {
     "n_embd": ("hidden_size", 768),
@@ -88,7 +90,7 @@ def original_to_transformers(hf: Mapping[str, Any]) -> dict[str, Any]:
     if len(set(dropouts.values())) > 1:
         problems.append(f"resid_pdrop and embd_pdrop differ ({dropouts}); transformers has one hidden_dropout_prob")
     if problems:
-        raise ValueError("cannot read Nomic's original config.json: " + "; ".join(problems))
+        raise InputError("cannot read Nomic's original config.json: " + "; ".join(problems))
     for field, (target, default) in RENAMES.items():
         out[target] = src.pop(field, default)
     n_inner = src.pop("n_inner", None)

@@ -14,6 +14,8 @@ from typing import Any
 
 from bertblocks.config import BertConfig
 
+from ..errors import InputError
+
 #: what the families fix about their rope scheme (a config.json's ``bertblocks`` block may not say otherwise)
 ROPE_FIXED: dict[str, Any] = {
     "position.name": "rope",
@@ -32,19 +34,19 @@ def rope_from_hf(src: dict[str, Any], default_theta: float) -> dict[str, Any]:
     """
     params = src.pop("rope_parameters", None) or {}
     if not isinstance(params, Mapping):
-        raise ValueError(f"rope_parameters must be a mapping, got {params!r}")
+        raise InputError(f"rope_parameters must be a mapping, got {params!r}")
     theta = params.get("rope_theta", src.pop("rope_theta", default_theta))
     if isinstance(theta, bool) or not isinstance(theta, int | float):
-        raise ValueError(f"rope_theta must be a number; got {theta!r}")
+        raise InputError(f"rope_theta must be a number; got {theta!r}")
     rope_type = params.get("rope_type", "default")
     if rope_type != "default":
-        raise ValueError(
+        raise InputError(
             f"rope_parameters.rope_type is {rope_type!r}; bertblocks' rope scheme computes the default frequencies "
             "only (1 / rope_theta^(2i/d))"
         )
     unknown = sorted(set(params) - {"rope_theta", "rope_type"})
     if unknown:
-        raise ValueError(f"rope_parameters has fields bertblocks' rope scheme cannot represent: {', '.join(unknown)}")
+        raise InputError(f"rope_parameters has fields bertblocks' rope scheme cannot represent: {', '.join(unknown)}")
     return {"name": "rope", "base": float(theta)}
 
 

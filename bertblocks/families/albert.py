@@ -17,6 +17,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
+from ..errors import InputError
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 
 _G = "albert.encoder.albert_layer_groups.{g}.albert_layers.0"
@@ -47,7 +48,7 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     src = dict(hf)
     if src.pop("inner_group_num", 1) != 1:
         # several distinct layers inside one group: no published ALBERT has them, and the encoder's groups hold one
-        raise ValueError(
+        raise InputError(
             f"inner_group_num must be 1 (one layer per group, as every published ALBERT); got {hf['inner_group_num']}"
         )
     groups = src.pop("num_hidden_groups", 1)

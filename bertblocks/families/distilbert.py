@@ -11,6 +11,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
+from ..errors import InputError
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 
 _LAYER = "distilbert.transformer.layer.{i}"
@@ -54,7 +55,7 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     src = {k: v for k, v in hf.items() if k != "architectures"}
     for field in ("type_vocab_size", "layer_norm_eps", "position_embedding_type"):
         if field in src:
-            raise ValueError(f"{field} is not a DistilBERT config field (DistilBERT has no such choice)")
+            raise InputError(f"{field} is not a DistilBERT config field (DistilBERT has no such choice)")
     renamed = {_NAMES.get(k, k): v for k, v in src.items()}
     renamed["layer_norm_eps"] = _LAYER_NORM_EPS
     renamed["type_vocab_size"] = 1  # unused: the embedding has no token-type table

@@ -13,6 +13,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
+from ..errors import InputError
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf, default
 
 _MC = ("dense_multiple_choice",)
@@ -46,7 +47,7 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     for key in ("summary_type", "summary_use_proj", "summary_activation"):
         expected = {"summary_type": "first", "summary_use_proj": True, "summary_activation": "gelu"}[key]
         if src.get(key, expected) != expected:
-            raise ValueError(f"{key} is {src[key]!r}; bertblocks' ELECTRA multiple-choice head needs {expected!r}")
+            raise InputError(f"{key} is {src[key]!r}; bertblocks' ELECTRA multiple-choice head needs {expected!r}")
     data = bert_fields_from_hf(src)
     data["pooler"] = None  # ElectraModel has none
     hidden = data.get("hidden_size", default("hidden_size"))

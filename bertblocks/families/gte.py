@@ -46,6 +46,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import Drop, Join, KeyMap, Rename, Split
 
+from ..errors import InputError
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 from .roberta import roberta_tokenizer
@@ -132,7 +133,7 @@ def _components(src: dict[str, Any], position: dict[str, Any]) -> dict[str, Any]
     architectures = src.get("architectures")
     if src.get("tie_word_embeddings") is False and architectures in (["GteForMaskedLM"], ["NewForMaskedLM"]):
         # the checkpoint then stores the decoder's own bias under the name the tied head's bias has
-        raise ValueError(
+        raise InputError(
             "tie_word_embeddings is false: an untied GTE masked-LM head is not built (its decoder bias would load "
             "into the tied head's unused bias)"
         )
@@ -157,7 +158,7 @@ def _head_dim(src: Mapping[str, Any]) -> int:
     """The rotated width (GteConfig's head size) of a config.json, with GteConfig's defaults (768 / 12)."""
     hidden, heads = src.get("hidden_size", 768), src.get("num_attention_heads", 12)
     if isinstance(hidden, bool) or isinstance(heads, bool) or not isinstance(hidden, int) or not isinstance(heads, int):
-        raise ValueError(f"hidden_size {hidden!r} and num_attention_heads {heads!r} must be integers")
+        raise InputError(f"hidden_size {hidden!r} and num_attention_heads {heads!r} must be integers")
     return hidden // max(heads, 1)
 
 
@@ -170,7 +171,7 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         rest = dict(params)
         factor = rest.pop("factor", None)
         if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 1.0:
-            raise ValueError(f"rope_parameters.factor must be a number >= 1, got {factor!r}")
+            raise InputError(f"rope_parameters.factor must be a number >= 1, got {factor!r}")
         src["rope_parameters"] = {**rest, "rope_type": "default"}
     position = rope_from_hf(src, DEFAULT_THETA)
     if linear and factor != 1.0:
@@ -246,20 +247,20 @@ def _scaling(rope_scaling: Any) -> float:
     if rope_scaling is None:
         return 1.0
     if not isinstance(rope_scaling, Mapping):
-        raise ValueError(f"rope_scaling must be a mapping or null, got {rope_scaling!r}")
+        raise InputError(f"rope_scaling must be a mapping or null, got {rope_scaling!r}")
     kind = rope_scaling.get("type", rope_scaling.get("rope_type"))
     if kind != "ntk":
-        raise ValueError(f"rope_scaling.type is {kind!r}; bertblocks builds GTE's fixed NTK scaling ('ntk') only")
+        raise InputError(f"rope_scaling.type is {kind!r}; bertblocks builds GTE's fixed NTK scaling ('ntk') only")
     if rope_scaling.get("mixed_b") is not None:
-        raise ValueError(
+        raise InputError(
             f"rope_scaling.mixed_b is {rope_scaling['mixed_b']!r}: mixed NTK scaling is not implemented (fixed only)"
         )
     unknown = sorted(set(rope_scaling) - {"type", "rope_type", "factor", "mixed_b"})
     if unknown:
-        raise ValueError(f"rope_scaling has fields bertblocks cannot represent: {', '.join(unknown)}")
+        raise InputError(f"rope_scaling has fields bertblocks cannot represent: {', '.join(unknown)}")
     factor = rope_scaling.get("factor", 1.0)
     if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 1.0:
-        raise ValueError(f"rope_scaling.factor must be a number >= 1, got {factor!r}")
+        raise InputError(f"rope_scaling.factor must be a number >= 1, got {factor!r}")
     return float(factor)
 
 
@@ -273,10 +274,10 @@ def _new_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if "rope_theta" not in src:
         problems.append("rope_theta is missing (its default lives in remote code, which bertblocks never reads)")
     if problems:
-        raise ValueError("cannot build this GTE config.json: " + "; ".join(problems))
+        raise InputError("cannot build this GTE config.json: " + "; ".join(problems))
     theta = src.pop("rope_theta")
     if isinstance(theta, bool) or not isinstance(theta, int | float):
-        raise ValueError(f"rope_theta must be a number, got {theta!r}")
+        raise InputError(f"rope_theta must be a number, got {theta!r}")
     factor = _scaling(src.pop("rope_scaling", None))
     position: dict[str, Any] = {"name": "rope", "base": float(theta)}
     if factor != 1.0:

@@ -33,6 +33,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
+from ..errors import InputError
 from .bertlike import POSITION_FIELD, bert_fields_from_hf, bert_fields_to_hf
 
 #: the published remote code this family implements (other repositories' JinaBert classes differ)
@@ -133,7 +134,7 @@ def _from_hf(hf: Any) -> dict[str, Any]:
         # has one activation for both
         problems.append(f"hidden_act {hidden_act!r} differs from the {feed_forward} gate's {activation!r}")
     if problems:
-        raise ValueError("cannot read this Jina-embeddings-v2 config.json: " + "; ".join(problems))
+        raise InputError("cannot read this Jina-embeddings-v2 config.json: " + "; ".join(problems))
     if src.get(POSITION_FIELD) == ALIBI[0]:
         src[POSITION_FIELD] = ALIBI[1]
     data = bert_fields_from_hf(src)

@@ -45,6 +45,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import Family
 from bertblocks.families.keymap import Join, KeyMap, KeyMapError, Rename
 
+from ..errors import InputError
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf
 from .roberta import LM_HEAD_RULES, roberta_tokenizer
@@ -182,7 +183,7 @@ def published_to_native(hf: Mapping[str, Any]) -> dict[str, Any]:
     if task is not None and task != NO_TASK and isinstance(adaptations, list) and task not in adaptations:
         problems.append(f"lora_task is {task!r}; the adapters are {', '.join(map(str, adaptations))} (or {NO_TASK!r})")
     if problems:
-        raise ValueError("cannot read the published Jina-embeddings-v3 config.json: " + "; ".join(problems))
+        raise InputError("cannot read the published Jina-embeddings-v3 config.json: " + "; ".join(problems))
     theta = src.pop("rotary_emb_base", DEFAULT_THETA)
     src["rope_parameters"] = {"rope_theta": theta, "rope_type": "default"}
     for key in REMOTE_IGNORED:

@@ -26,6 +26,8 @@ from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 from bertblocks.plugins.heads.transform_heads import TRANSFORM_HEADS
 
+from ..errors import InputError
+
 FULL, SLIDING = "full_attention", "sliding_attention"
 #: ModernBertConfig's defaults, for the fields a config.json may leave out
 DEFAULTS: dict[str, Any] = {
@@ -92,10 +94,10 @@ def _layer_types(src: dict[str, Any], num_layers: int) -> list[str]:
     types = src.pop("layer_types", None)
     if types is None:
         if not isinstance(every, int) or every < 1:
-            raise ValueError(f"global_attn_every_n_layers must be a positive integer; got {every!r}")
+            raise InputError(f"global_attn_every_n_layers must be a positive integer; got {every!r}")
         return [SLIDING if i % every else FULL for i in range(num_layers)]
     if not isinstance(types, list) or len(types) != num_layers or any(t not in (FULL, SLIDING) for t in types):
-        raise ValueError(
+        raise InputError(
             f"layer_types must list {FULL!r} or {SLIDING!r} for each of the {num_layers} layers; got {types!r}"
         )
     return list(types)
@@ -103,20 +105,20 @@ def _layer_types(src: dict[str, Any], num_layers: int) -> list[str]:
 
 def _rope_bases(src: dict[str, Any]) -> dict[str, float]:
     if src.pop("rope_scaling", None) is not None:
-        raise ValueError("rope_scaling is not supported (bertblocks' rope is the default, unscaled RoPE)")
+        raise InputError("rope_scaling is not supported (bertblocks' rope is the default, unscaled RoPE)")
     params = src.pop("rope_parameters", None) or {}
     if not isinstance(params, Mapping) or any(not isinstance(v, Mapping | None) for v in params.values()):
-        raise ValueError(f"rope_parameters must map layer types to their rope fields; got {params!r}")
+        raise InputError(f"rope_parameters must map layer types to their rope fields; got {params!r}")
     old = {FULL: src.pop("global_rope_theta", None), SLIDING: src.pop("local_rope_theta", None)}
     bases = {}
     for kind in (FULL, SLIDING):
         given = dict(params.get(kind) or {})
         rope_type = given.pop("rope_type", "default")
         if rope_type != "default":
-            raise ValueError(f"rope_parameters.{kind}.rope_type {rope_type!r} is not supported (only 'default')")
+            raise InputError(f"rope_parameters.{kind}.rope_type {rope_type!r} is not supported (only 'default')")
         theta = given.pop("rope_theta", None)
         if given:
-            raise ValueError(f"rope_parameters.{kind}: unsupported fields {sorted(given)}")
+            raise InputError(f"rope_parameters.{kind}: unsupported fields {sorted(given)}")
         bases[kind] = float(theta if theta is not None else old[kind] if old[kind] is not None else THETA[kind])
     return bases
 
@@ -141,7 +143,7 @@ def _head(architectures: Any, fields: Mapping[str, Any]) -> dict[str, Any] | Non
         }
     if name in ("transform_classification", "transform_multiple_choice"):
         if fields["classifier_pooling"] not in ("cls", "mean"):
-            raise ValueError(f"classifier_pooling must be 'cls' or 'mean'; got {fields['classifier_pooling']!r}")
+            raise InputError(f"classifier_pooling must be 'cls' or 'mean'; got {fields['classifier_pooling']!r}")
         # transformers' multiple-choice class takes the first *real* token as cls (attention_mask.argmax)
         cls = "first_real" if name == "transform_multiple_choice" else "first"
         return {"name": name, **transform, "pooling": cls if fields["classifier_pooling"] == "cls" else "mean"}

@@ -23,6 +23,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import Join, KeyMap, Rename
 
+from ..errors import InputError
 from ._nomic_original_config import is_original, original_to_transformers
 from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
 from .bertlike import bert_fields_from_hf, bert_fields_to_hf, default
@@ -93,7 +94,7 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     # wrongly typed sizes are the schema's to refuse (naming the field); a head_dim of another type is wrong here
     typed = isinstance(heads, int) and isinstance(hidden, int)
     if head_dim is not None and (not isinstance(head_dim, int) or (typed and head_dim * heads != hidden)):
-        raise ValueError(
+        raise InputError(
             f"head_dim {head_dim} × num_attention_heads {heads} is not hidden_size {hidden}; bertblocks' "
             "attention has head_dim = hidden_size / num_attention_heads"
         )

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..config import BertConfig, ConfigError, ConfigIssue
+from ..errors import InputTypeError
 from ..families.family import Family
 from ..families.keymap import BACKBONE_PREFIX, LEGACY_SUFFIXES, KeyMapError, to_checkpoint, to_model
 from ..registry import Registry, UnknownComponentError, get_registry
@@ -47,7 +48,7 @@ def get_family(model_type: str, registry: Registry | None = None, source: str | 
         ) from None
     family = component.factory(options=component.options())
     if not isinstance(family, Family):
-        raise TypeError(
+        raise InputTypeError(
             f"family {model_type!r} from {component.provider} returned {type(family).__name__}, not a Family"
         )
     return family

@@ -31,7 +31,7 @@ import torch
 from tokenizers import Encoding, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from ..atomic import Writer, reading, replace_files
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, InputError
 from ..families.family import BERT_TOKENIZER, TokenizerConvention
 from ..readers import ReadError, parse_json, read_json, read_lines, read_text
 from .hub import resolve_tokenizer_files
@@ -66,7 +66,7 @@ class TokenizerFileError(BertBlocksError, ValueError):
 def _token_count(name: str, value: Any) -> int:
     """``value`` as a length in tokens (an integer of at least 1), or a ``ValueError`` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive number of tokens; got {value!r}")
+        raise InputError(f"{name} must be a positive number of tokens; got {value!r}")
     return value
 
 
@@ -160,7 +160,7 @@ class BertTokenizer:
         if not isinstance(max_length, int) or max_length >= _NO_LIMIT:
             max_length = 512
         if isinstance(max_length, bool) or max_length < 1:  # a negative length would fail in the backend, unnamed
-            raise ValueError(
+            raise InputError(
                 f"{directory / TOKENIZER_CONFIG}: model_max_length is {max_length!r}; it must be a positive number "
                 "of tokens (fix the file, or remove the field for the default 512)"
             )
@@ -284,14 +284,14 @@ class BertTokenizer:
         single = isinstance(text, str)
         texts = [text] if single else list(text)
         if not all(isinstance(t, str) for t in texts):
-            raise ValueError("text must be a string or a list of strings")
+            raise InputError("text must be a string or a list of strings")
         pairs: list[str] | None = None
         if text_pair is not None:
             pairs = [text_pair] if isinstance(text_pair, str) else list(text_pair)
             if isinstance(text_pair, str) != single or len(pairs) != len(texts):
-                raise ValueError(f"text_pair must match text: {len(texts)} text(s) but {len(pairs)} pair(s)")
+                raise InputError(f"text_pair must match text: {len(texts)} text(s) but {len(pairs)} pair(s)")
         if return_tensors not in ("pt", None):
-            raise ValueError(f"return_tensors must be 'pt' or None, got {return_tensors!r}")
+            raise InputError(f"return_tensors must be 'pt' or None, got {return_tensors!r}")
         limit = self.model_max_length if max_length is None else _token_count("max_length", max_length)
         encodings = self._encode(texts, pairs, padding, truncation, limit, add_special_tokens)
         out = {
@@ -303,7 +303,7 @@ class BertTokenizer:
         if return_tensors == "pt":
             lengths = {len(ids) for ids in out["input_ids"]}
             if len(lengths) > 1:
-                raise ValueError(
+                raise InputError(
                     f"texts encode to different lengths {sorted(lengths)}; pass padding=True to make one tensor"
                 )
             return {key: torch.tensor(value, dtype=torch.long) for key, value in out.items()}
@@ -321,12 +321,12 @@ class BertTokenizer:
         backend = self.backend
         strategy = {True: "longest_first", False: None, "do_not_truncate": None}.get(truncation, truncation)  # type: ignore[call-overload]
         if strategy not in (None, "longest_first", "only_first", "only_second"):
-            raise ValueError(
+            raise InputError(
                 f"truncation must be True, False, 'longest_first', 'only_first' or 'only_second', got {truncation!r}"
             )
         pad = {True: "longest", False: None, "do_not_pad": None}.get(padding, padding)  # type: ignore[call-overload]
         if pad not in (None, "longest", "max_length"):
-            raise ValueError(f"padding must be True, False, 'longest' or 'max_length', got {padding!r}")
+            raise InputError(f"padding must be True, False, 'longest' or 'max_length', got {padding!r}")
         # The backend's settings are set for this call and cleared after, so nothing leaks between calls.
         try:
             if strategy is not None:
@@ -344,7 +344,7 @@ class BertTokenizer:
             except Exception as e:  # tokenizers raises a bare Exception for impossible truncation
                 if "truncat" not in str(e).lower():
                     raise
-                raise ValueError(
+                raise InputError(
                     f"cannot truncate to max_length={max_length} with truncation={truncation!r}: {e}"
                 ) from None
         finally:

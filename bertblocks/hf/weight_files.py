@@ -34,7 +34,7 @@ from typing import IO, Any
 
 import torch
 
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, InputError
 from ..readers import ReadError, parse_json
 
 #: the largest header accepted (the ``safetensors`` library's own limit)
@@ -241,7 +241,7 @@ def write_safetensors(
     for name in order:
         tensor = tensors[name]
         if name == "__metadata__" or tensor.dtype not in codes:
-            raise ValueError(f"cannot write tensor {name!r} ({tensor.dtype}) to safetensors")
+            raise InputError(f"cannot write tensor {name!r} ({tensor.dtype}) to safetensors")
         nbytes = tensor.numel() * tensor.element_size()
         header[name] = {
             "dtype": codes[tensor.dtype],

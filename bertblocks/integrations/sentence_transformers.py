@@ -32,7 +32,7 @@ import torch
 from sentence_transformers.base.modules.input_module import InputModule
 from transformers import AutoTokenizer
 
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, InputTypeError, MissingFileError
 from ..models.backbone import BertModel
 from ..readers import ReadError, read_json
 
@@ -191,10 +191,12 @@ def load_pipeline(folder: str | Path, **kwargs: Any) -> Any:
     from sentence_transformers import SentenceTransformer
 
     if "trust_remote_code" in kwargs:
-        raise TypeError("load_pipeline() takes no trust_remote_code: it never imports code from the pipeline folder")
+        raise InputTypeError(
+            "load_pipeline() takes no trust_remote_code: it never imports code from the pipeline folder"
+        )
     modules_file = Path(folder) / "modules.json"
     if not modules_file.is_file():
-        raise FileNotFoundError(f"{modules_file} not found: not a folder written by SentenceTransformer.save")
+        raise MissingFileError(f"{modules_file} not found: not a folder written by SentenceTransformer.save")
     allowed = _allowed_module_types()
     foreign = [t for t in _module_types(modules_file) if t not in allowed]
     if foreign:

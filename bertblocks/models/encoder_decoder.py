@@ -28,6 +28,7 @@ from ..config.flat_view import FlatConfigView
 from ..config_files import apply_overrides, load_config
 from ..core.encoder import EncoderModel
 from ..core.outputs import ModelOutput
+from ..errors import InputError, MissingFileError, UnsupportedError
 from ..hf.config_json import config_to_hf
 from ..readers import read_json, read_yaml
 from ..registry import Registry
@@ -193,7 +194,7 @@ class BertEncoderDecoder(PretrainedSurface, PretrainedModel):
         Raises:
             NotImplementedError: always.
         """
-        raise NotImplementedError(
+        raise UnsupportedError(
             "resizing the embeddings of an encoder-decoder model directly is not supported (as in transformers): "
             "call resize_token_embeddings on model.encoder and model.decoder"
         )
@@ -227,7 +228,7 @@ class BertEncoderDecoder(PretrainedSurface, PretrainedModel):
         the labels shifted right; the loss is cross-entropy of the logits against the labels (no further shift).
         """
         if input_ids is None:
-            raise ValueError("input_ids (the encoder's input) are required")
+            raise InputError("input_ids (the encoder's input) are required")
         shared = {"output_attentions": output_attentions, "output_hidden_states": output_hidden_states}
         states, encoded = self.encode(input_ids, attention_mask, **shared)
         if labels is not None and decoder_input_ids is None:
@@ -235,7 +236,7 @@ class BertEncoderDecoder(PretrainedSurface, PretrainedModel):
             if decoder_attention_mask is None:
                 decoder_attention_mask = (decoder_input_ids != self.config.pad_token_id).long()
         if decoder_input_ids is None:
-            raise ValueError("give decoder_input_ids, or labels to derive them from")
+            raise InputError("give decoder_input_ids, or labels to derive them from")
         decoded = self.decoder(
             input_ids=decoder_input_ids,
             attention_mask=decoder_attention_mask,
@@ -314,7 +315,7 @@ def _read_config(
         if path.is_dir():
             path = path / "config.json"
         if not path.is_file():
-            raise FileNotFoundError(f"encoder-decoder config not found: {path}")
+            raise MissingFileError(f"encoder-decoder config not found: {path}")
         data = read_json(path) if path.suffix == ".json" else read_yaml(path)  # bounded; alias bombs refused
     else:
         data = dict(config)

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..atomic import write_bytes, write_file
+from ..errors import InputError
 from .quantize import is_quantized, onnx_translations
 
 #: the inputs an exported encoder takes, in this order
@@ -71,7 +72,7 @@ def example_inputs(
     available = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
     unknown = [name for name in input_names if name not in available]
     if unknown:
-        raise ValueError(f"cannot make example inputs {unknown}; exportable inputs are {list(available)}")
+        raise InputError(f"cannot make example inputs {unknown}; exportable inputs are {list(available)}")
     device = next(model.parameters()).device
     return {name: available[name].to(device) for name in input_names}
 
@@ -121,12 +122,12 @@ def _dynamic_shapes(model: nn.Module, input_names: Sequence[str]) -> dict[str, d
 def _check_exportable(model: nn.Module) -> None:
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "vocab_size"):
-        raise ValueError(f"{type(model).__name__} is not a bertblocks backbone or task model (no BERT config)")
+        raise InputError(f"{type(model).__name__} is not a bertblocks backbone or task model (no BERT config)")
     if getattr(config, "is_decoder", False):
-        raise ValueError("exporting a decoder (is_decoder: true, with its key/value cache) is not supported")
+        raise InputError("exporting a decoder (is_decoder: true, with its key/value cache) is not supported")
     head = getattr(config, "head", None)
     if head is not None and head.name == "multiple_choice":
-        raise ValueError("exporting multiple choice ([batch, choices, seq] inputs) is not supported")
+        raise InputError("exporting multiple choice ([batch, choices, seq] inputs) is not supported")
 
 
 @_quiet_exporter()

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ..errors import InputError
+
 
 def left_align(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Move each row's padding to the left, keeping the order of its real tokens (no-op if already so)."""
@@ -78,20 +80,20 @@ def generate(
         ValueError: bad shapes or sampling parameters.
     """
     if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be [batch, seq]; got shape {tuple(input_ids.shape)}")
+        raise InputError(f"input_ids must be [batch, seq]; got shape {tuple(input_ids.shape)}")
     if max_new_tokens < 0:
-        raise ValueError("max_new_tokens must be >= 0")
+        raise InputError("max_new_tokens must be >= 0")
     if do_sample and (temperature <= 0 or not 0 < top_p <= 1 or top_k < 0):
-        raise ValueError("sampling needs temperature > 0, 0 < top_p <= 1 and top_k >= 0")
+        raise InputError("sampling needs temperature > 0, 0 < top_p <= 1 and top_k >= 0")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     elif attention_mask.shape != input_ids.shape:
-        raise ValueError(
+        raise InputError(
             f"attention_mask must have the shape of input_ids {tuple(input_ids.shape)}; "
             f"got {tuple(attention_mask.shape)}"
         )
     if bool((attention_mask.sum(dim=1) == 0).any()):
-        raise ValueError("every prompt needs at least one real token")
+        raise InputError("every prompt needs at least one real token")
     input_ids, attention_mask = left_align(input_ids, attention_mask)
     pad = pad_token_id if pad_token_id is not None else (eos_token_id if eos_token_id is not None else 0)
     encoder_kwargs = {}

@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from ..errors import InputError
+
 M = TypeVar("M", bound=nn.Module)
 
 #: Inductor's modes this path accepts; ``None`` is Inductor's default.
@@ -99,7 +101,7 @@ def optimize_for_inference(
         ValueError: an unknown ``mode``.
     """
     if mode not in MODES:
-        raise ValueError(f"optimize_for_inference: mode must be one of {MODES}, got {mode!r}")
+        raise InputError(f"optimize_for_inference: mode must be one of {MODES}, got {mode!r}")
     model.eval()
     compiled = torch.compile(model._call_impl, mode=mode, dynamic=dynamic, fullgraph=fullgraph)
     # nn.Module.compile's own slot: __call__ goes through it, so hooks and module names are untouched.

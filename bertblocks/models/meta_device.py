@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..core.encoder import init_module
+from ..errors import InputTypeError
 from ..hf.weights import tied_parameters
 
 _META = torch.device("meta")
@@ -93,7 +94,7 @@ def materialize(model: nn.Module, std: float) -> list[str]:
             module.to_empty(device="cpu", recurse=False)
             if not init_module(module, std):
                 missing = [name for name, p in own.items() if p.is_meta]
-                raise TypeError(
+                raise InputTypeError(
                     f"{type(module).__module__}.{type(module).__qualname__} owns parameters {missing} that the "
                     "checkpoint lacks, and bertblocks does not know how to initialise them: define "
                     "reset_parameters_like_hf(std) on the module (see the writing-a-plugin guide)"

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..core.encoder import Encoder
+from ..errors import InputError, InputTypeError, MissingAttributeError
 from ..readers import parse_yaml
 
 #: keyword arguments of transformers' ``from_pretrained`` that bertblocks reads (the rest name config fields)
@@ -43,15 +44,15 @@ def parse_size(value: int | str | None) -> int | None:
     """
     if value is None or isinstance(value, int):
         if isinstance(value, int) and value < 1:
-            raise ValueError(f"max_shard_size must be at least 1 byte, got {value}")
+            raise InputError(f"max_shard_size must be at least 1 byte, got {value}")
         return value
     match = _SIZE.match(value)
     if match is None:
-        raise ValueError(f"max_shard_size {value!r} is not a size such as 5GB, 200MB, 1GiB or a number of bytes")
+        raise InputError(f"max_shard_size {value!r} is not a size such as 5GB, 200MB, 1GiB or a number of bytes")
     number, unit = match.groups()
     size = int(float(number) * _UNITS[(unit or "").lower()])
     if size < 1:
-        raise ValueError(f"max_shard_size must be at least 1 byte, got {value!r}")
+        raise InputError(f"max_shard_size must be at least 1 byte, got {value!r}")
     return size
 
 
@@ -74,7 +75,7 @@ def resolve_dtype(
         return resolve_dtype(checkpoint_dtype) if checkpoint_dtype else weights_dtype
     dtype = getattr(torch, str(value).removeprefix("torch."), None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype {value!r} is not a floating-point torch dtype (float32, bfloat16, float16, …)")
+        raise InputError(f"dtype {value!r} is not a floating-point torch dtype (float32, bfloat16, float16, …)")
     return dtype
 
 
@@ -93,7 +94,7 @@ def split_load_kwargs(
     fields = {k: v for k, v in kwargs.items() if k not in LOAD_OPTIONS}
     unknown = [k for k in fields if k not in config_fields]
     if unknown:
-        raise TypeError(
+        raise InputTypeError(
             f"from_pretrained() got unexpected keyword arguments {unknown}: neither a load option "
             f"({', '.join(LOAD_OPTIONS)}) nor a config field"
         )
@@ -125,7 +126,7 @@ def requested_dtype(options: Mapping[str, Any]) -> torch.dtype | str | None:
     """
     dtypes = {options.get("dtype"), options.get("torch_dtype")} - {None}
     if len(dtypes) > 1:
-        raise ValueError(f"dtype and torch_dtype disagree: {options.get('dtype')} vs {options.get('torch_dtype')}")
+        raise InputError(f"dtype and torch_dtype disagree: {options.get('dtype')} vs {options.get('torch_dtype')}")
     return dtypes.pop() if dtypes else None
 
 
@@ -152,7 +153,7 @@ def apply_load_options(
         if isinstance(device_map, Mapping):
             devices = set(device_map.values())
             if len(devices) != 1:
-                raise ValueError(f"device_map places the model on several devices {sorted(map(str, devices))}")
+                raise InputError(f"device_map places the model on several devices {sorted(map(str, devices))}")
             device_map = devices.pop()
         if device_map != "auto":
             model.to(torch.device(device_map) if isinstance(device_map, str | int) else device_map)
@@ -235,7 +236,7 @@ class PretrainedSurface:
             ValueError: ``every_n_layers`` below 1.
         """
         if every_n_layers < 1:
-            raise ValueError(f"every_n_layers must be at least 1, got {every_n_layers}")
+            raise InputError(f"every_n_layers must be at least 1, got {every_n_layers}")
         options = {"use_reentrant": False, **(activation_checkpointing_kwargs or {})}
         for encoder in self._encoders():
             encoder.gradient_checkpointing = True
@@ -298,7 +299,7 @@ class PretrainedSurface:
         """Replace the LM decoder. Raises ``AttributeError`` for a model without one."""
         old = self.get_output_embeddings()
         if old is None:
-            raise AttributeError(f"{type(self).__name__} has no output embeddings (no language-model head)")
+            raise MissingAttributeError(f"{type(self).__name__} has no output embeddings (no language-model head)")
         _replace_module(self._module(), old, new_embeddings)
 
     def tie_weights(self) -> None:
@@ -329,10 +330,10 @@ class PretrainedSurface:
         size = old.num_embeddings if new_num_tokens is None else new_num_tokens
         if pad_to_multiple_of is not None:
             if not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1:
-                raise ValueError(f"pad_to_multiple_of must be a positive integer, got {pad_to_multiple_of!r}")
+                raise InputError(f"pad_to_multiple_of must be a positive integer, got {pad_to_multiple_of!r}")
             size = -(-size // pad_to_multiple_of) * pad_to_multiple_of
         if size < 1:
-            raise ValueError(f"new_num_tokens must be at least 1, got {size}")
+            raise InputError(f"new_num_tokens must be at least 1, got {size}")
         if size == old.num_embeddings:
             return old
         module = self._module()
@@ -447,7 +448,7 @@ def _replace_module(root: nn.Module, old: nn.Module, new: nn.Module) -> None:
                 module._modules[name] = new
                 found = True
     if not found:
-        raise ValueError(f"{type(old).__name__} is not a submodule of {type(root).__name__}")
+        raise InputError(f"{type(old).__name__} is not a submodule of {type(root).__name__}")
 
 
 __all__ = [

@@ -28,6 +28,7 @@ from ..core.capabilities import padding_readers
 from ..core.encoder import EncoderModel, init_weights
 from ..core.interfaces import Head
 from ..core.outputs import ModelOutput
+from ..errors import InputError
 from ..families.bert import BERT_ARCHITECTURES
 from ..hf.config_json import config_to_hf
 from ..hf.families import FamilyKeyMap
@@ -216,7 +217,7 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
                 given[name] = backbone_kwargs.pop(name)
         unknown = [name for name in given if name not in head.label_names]
         if unknown:
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__} ({self._head_label()} head) takes {', '.join(head.label_names)}; "
                 f"got {', '.join(unknown)}"
             )

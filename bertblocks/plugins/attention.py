@@ -33,6 +33,7 @@ from bertblocks.core.interfaces import (
 )
 from bertblocks.core.packing import Packing
 
+from ..errors import InputError
 from .feedforward import ResidualOutput
 
 
@@ -177,7 +178,7 @@ class BertAttention(Attention):
     ) -> None:
         super().__init__()
         if hidden_size % num_heads:
-            raise ValueError(f"num_heads {num_heads} must divide hidden_size {hidden_size}")
+            raise InputError(f"num_heads {num_heads} must divide hidden_size {hidden_size}")
         self.num_heads = num_heads
         self.head_dim = hidden_size // num_heads
         self.num_kv_heads = num_kv_heads or num_heads
@@ -187,14 +188,14 @@ class BertAttention(Attention):
                 pruning=False, reason="grouped-query attention: each key/value head serves several query heads"
             )
         if num_heads % self.num_kv_heads:
-            raise ValueError(f"encoder.attention.num_kv_heads {num_kv_heads} must divide num_heads {num_heads}")
+            raise InputError(f"encoder.attention.num_kv_heads {num_kv_heads} must divide num_heads {num_heads}")
         if qkv_layout == "heads" and not fused_qkv:
-            raise ValueError("encoder.attention.qkv_layout 'heads' orders a fused Wqkv's rows: set fused_qkv: true")
+            raise InputError("encoder.attention.qkv_layout 'heads' orders a fused Wqkv's rows: set fused_qkv: true")
         grouped = self.num_kv_heads != num_heads
         if grouped and fused_qkv:
-            raise ValueError("encoder.attention.num_kv_heads (grouped-query attention) needs fused_qkv: false")
+            raise InputError("encoder.attention.num_kv_heads (grouped-query attention) needs fused_qkv: false")
         if grouped and position_bias is not None and position_bias.reads_projections:
-            raise ValueError(
+            raise InputError(
                 "encoder.attention.num_kv_heads (grouped-query attention) cannot be combined with a position term "
                 "that projects through the layer's keys (disentangled attention)"
             )
@@ -295,7 +296,7 @@ class BertAttention(Attention):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Position biases, backend, head mask: ``[b, h, q, d]`` context and optional probabilities."""
         if mask is not None and not self.backend.capabilities.additive_mask:
-            raise ValueError(
+            raise InputError(
                 f"attention backend {self.backend.name!r} takes no attention mask, but this batch is padded "
                 "(or masked); pass unpadded inputs, or choose a backend that takes masks (eager, sdpa)"
             )
@@ -398,10 +399,10 @@ class BertAttention(Attention):
         if not drop:
             return
         if self.num_kv_heads != self.num_heads:
-            raise ValueError("pruning heads of grouped-query attention (num_kv_heads) is not supported")
+            raise InputError("pruning heads of grouped-query attention (num_kv_heads) is not supported")
         keep_now = [i for i, head in enumerate(self.kept_heads) if head not in drop]  # current numbering
         if not keep_now:
-            raise ValueError("cannot prune every head of a layer")
+            raise InputError("cannot prune every head of a layer")
         d = self.head_dim
         device = self.output.dense.weight.device
         index = torch.cat([torch.arange(i * d, (i + 1) * d) for i in keep_now]).to(device)

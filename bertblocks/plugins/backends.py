@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities
 from bertblocks.core.masks import causal_additive
+from bertblocks.errors import InputError
 from bertblocks.plugins.varlen_flex import KERNELS, VarlenKernelName, flex_available, varlen_kernels
 
 
@@ -61,7 +62,7 @@ class SdpaOptions(BaseModel):
     @classmethod
     def _flex_exists(cls, value: str) -> str:
         if value == "flex" and not flex_available():
-            raise ValueError(
+            raise InputError(
                 f"flex needs torch.nn.attention.flex_attention (torch 2.5 or later; this is {torch.__version__})"
             )
         return value

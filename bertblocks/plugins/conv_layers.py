@@ -27,6 +27,8 @@ from bertblocks.core.encoder import LayerContext, TransformerLayer
 from bertblocks.core.interfaces import Attention, FeedForward, Positions
 from bertblocks.plugins.feedforward import ACTIVATIONS
 
+from ..errors import InputError
+
 SublayerFactory = Callable[[Callable[[], nn.Module] | None], Any]
 
 
@@ -42,9 +44,9 @@ class ConvLayerOptions(BaseModel):
 
     def model_post_init(self, context: Any) -> None:
         if self.kernel_size % 2 == 0:
-            raise ValueError(f"kernel_size {self.kernel_size} must be odd (the output keeps the sequence length)")
+            raise InputError(f"kernel_size {self.kernel_size} must be odd (the output keeps the sequence length)")
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+            raise InputError(f"unknown activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
 
 
 class TokenConv(nn.Module):
@@ -104,7 +106,7 @@ def _real_tokens(mask: torch.Tensor | None, batch: int, length: int, device: tor
     if mask is None:
         return torch.ones(batch, length, dtype=torch.bool, device=device)
     if mask.shape[-1] != length:
-        raise ValueError(f"post_ln_conv: the mask covers {mask.shape[-1]} keys for {length} tokens (no KV cache)")
+        raise InputError(f"post_ln_conv: the mask covers {mask.shape[-1]} keys for {length} tokens (no KV cache)")
     visible = mask[:, 0] == 0  # [b, 1|q, k]
     # a pairwise mask ([b, q, k], padded queries see nothing) marks a real token on its diagonal
     return visible[:, 0] if visible.shape[1] == 1 else visible.diagonal(dim1=-2, dim2=-1)
@@ -123,7 +125,7 @@ def build_post_ln_conv(
     **_: Any,
 ) -> TransformerLayer:
     if crossattention is not None:
-        raise ValueError("post_ln_conv has no cross-attention sub-layer (an encoder layer)")
+        raise InputError("post_ln_conv has no cross-attention sub-layer (an encoder layer)")
     if layer_index != 0:
         return TransformerLayer(attention(norm), feedforward(norm), chunk_size_feed_forward)
     return ConvPostLNLayer(

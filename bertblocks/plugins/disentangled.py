@@ -43,6 +43,8 @@ from bertblocks.core.interfaces import (
 )
 from bertblocks.plugins.feedforward import ACTIVATIONS
 
+from ..errors import InputError
+
 Term = Literal["c2p", "p2c"]
 
 
@@ -74,11 +76,11 @@ class RelativeTable:
 
     def __post_init__(self) -> None:
         if self.embeddings.dim() != 2 or self.embeddings.shape[0] != 2 * self.span:
-            raise ValueError(
+            raise InputError(
                 f"relative table must be [2·span = {2 * self.span}, H]; got {tuple(self.embeddings.shape)}"
             )
         if self.relative.dim() != 2:
-            raise ValueError(f"relative positions must be [q, k]; got {tuple(self.relative.shape)}")
+            raise InputError(f"relative positions must be [q, k]; got {tuple(self.relative.shape)}")
 
 
 class RelativeTableTerm(SharedPositionTerm):
@@ -147,14 +149,14 @@ class DisentangledBias(PositionBias):
             return query.new_zeros(1, 1, query.shape[2], key.shape[2])
         table = positions.term(RelativeTable)
         if table is None:
-            raise ValueError(
+            raise InputError(
                 "the disentangled position bias reads the relative table the encoder computes once per pass "
                 "(positions.term(RelativeTable)); none was given: build the model with the 'disentangled' scheme"
             )
         b, h, q, d = query.shape
         k = key.shape[2]
         if not self.share_att_key and h != self.num_heads:
-            raise ValueError(
+            raise InputError(
                 f"this layer has {h} of its {self.num_heads} heads left after pruning, but its own position "
                 "projections (share_att_key: false) cover every head: prune only with share_att_key true"
             )
@@ -179,7 +181,7 @@ class DisentangledBias(PositionBias):
         if not self.share_att_key:
             return (self.pos_key_proj if which == "key" else self.pos_query_proj)(rel)
         if projections is None:
-            raise ValueError("share_att_key: the attention must pass its projections (reads_projections)")
+            raise InputError("share_att_key: the attention must pass its projections (reads_projections)")
         return projections.project_key(rel) if which == "key" else projections.project_query(rel)
 
     @staticmethod
@@ -274,7 +276,7 @@ class ContextPoolerOptions(BaseModel):
 
     def model_post_init(self, context: Any) -> None:
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+            raise InputError(f"unknown activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
 
 
 class ContextPooler(Pooler):

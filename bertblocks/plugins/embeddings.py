@@ -26,6 +26,8 @@ from torch import nn
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Embedding, PositionScheme
 
+from ..errors import InputError
+
 
 class BertEmbeddingOptions(BaseModel):
     """Options of the ``bert`` embedding; the defaults are BERT's."""
@@ -75,7 +77,7 @@ class BertEmbeddings(Embedding):
         # subclasses built with another options model (or none) get BERT's defaults
         opts = options if isinstance(options, BertEmbeddingOptions) else BertEmbeddingOptions()
         if opts.position_offset == "padding" and pad_token_id is None:
-            raise ValueError("embedding.position_offset 'padding' needs a pad_token_id to offset positions past")
+            raise InputError("embedding.position_offset 'padding' needs a pad_token_id to offset positions past")
         width = opts.embedding_size or hidden_size
         self.position_offset = opts.position_offset
         self.padding_idx = pad_token_id
@@ -135,7 +137,7 @@ class BertEmbeddings(Embedding):
                 )
             embeddings = embeddings + self.token_type_embeddings(token_type_ids)
         elif token_type_ids is not None and not self.ignores_token_types:
-            raise ValueError("this model has no token types (embedding.token_types: false); do not pass token_type_ids")
+            raise InputError("this model has no token types (embedding.token_types: false); do not pass token_type_ids")
         if self.has_position_table:
             if position_ids is None:
                 position_ids = self._default_positions(input_ids, inputs_embeds, past_length)
@@ -152,7 +154,7 @@ class BertEmbeddings(Embedding):
         if inputs_embeds.dtype == table or (inputs_embeds.is_floating_point() and torch.is_autocast_enabled()):
             return
         # a float64 input into a float32 model fails later inside LayerNorm ("mixed dtype"), naming nothing
-        raise ValueError(
+        raise InputError(
             f"inputs_embeds are {inputs_embeds.dtype} but this model computes in {table}: pass "
             f"inputs_embeds.to({table}) (or convert the model with model.to({inputs_embeds.dtype}))"
             if inputs_embeds.is_floating_point()
@@ -188,7 +190,7 @@ class BertEmbeddings(Embedding):
         pad = self.padding_idx
         assert pad is not None
         cached = f" after {past_length} cached tokens" if past_length else ""
-        raise ValueError(
+        raise InputError(
             f"sequence length {q}{cached} needs position {highest}, past the {table} positions of this model "
             f"(max_position_embeddings={table}); its positions start after pad_token_id={pad}, so it takes at "
             f"most {table - pad - 1} tokens: truncate the input (e.g. tokenizer max_length={table - pad - 1})"
@@ -244,13 +246,13 @@ class EsmEmbeddings(Embedding):
     ) -> None:
         super().__init__()
         if options.token_dropout and options.mask_token_id is None:
-            raise ValueError("embedding.token_dropout needs embedding.mask_token_id (the mask token it rescales for)")
+            raise InputError("embedding.token_dropout needs embedding.mask_token_id (the mask token it rescales for)")
         self.padding_idx = pad_token_id
         self.word_embeddings = nn.Embedding(vocab_size, hidden_size, padding_idx=pad_token_id)
         table = position.embedding(hidden_size)
         if table is not None:
             if pad_token_id is None:
-                raise ValueError("ESM's position table starts past the padding index: it needs a pad_token_id")
+                raise InputError("ESM's position table starts past the padding index: it needs a pad_token_id")
             self.position_embeddings = table
         self.has_position_table = table is not None
         if options.norm:
@@ -280,7 +282,7 @@ class EsmEmbeddings(Embedding):
         if inputs_embeds is not None and self.inputs_embeds_as_is:
             return inputs_embeds  # EsmModel hands them to the encoder as they are
         if attention_mask is not None and attention_mask.dim() != 2:
-            raise ValueError(
+            raise InputError(
                 f"ESM's embeddings take a 2-D attention_mask [batch, seq]; got shape {tuple(attention_mask.shape)}"
             )
         embeddings = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # [b, q, H]

@@ -27,6 +27,8 @@ from bertblocks.core.component import Component
 from bertblocks.core.encoder import LayerContext, TransformerLayer, cross_attend, run_feedforward, self_attend
 from bertblocks.core.interfaces import Attention, FeedForward, Layer, Positions
 
+from ..errors import InputError
+
 #: what a layer factory receives to make its sub-layers: ``attention(norm)`` with ``norm`` a no-argument
 #: factory of the norm that ends the sub-layer (post-LN) or ``None`` (the layer normalises)
 SublayerFactory = Callable[[Callable[[], nn.Module] | None], Any]
@@ -204,7 +206,7 @@ def build_parallel(
     **_: Any,
 ) -> ParallelLayer:
     if crossattention is not None:  # refused at validate (check_no_cross_attention); kept for direct callers
-        raise ValueError("a parallel layer has no cross-attention sub-layer")
+        raise InputError("a parallel layer has no cross-attention sub-layer")
     return ParallelLayer(
         attention(None), feedforward(None), norm(), None if options.shared_norm else norm(), chunk_size_feed_forward
     )

@@ -13,6 +13,8 @@ from torch import nn
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Pooler
 
+from ..errors import InputError
+
 #: the smallest token count a mean divides by (sentence-transformers' clamp): an all-padding row gives zeros
 MIN_TOKEN_COUNT = 1e-9
 
@@ -26,7 +28,7 @@ def token_mask(attention_mask: torch.Tensor, length: int) -> torch.Tensor:
     if attention_mask.dim() == 3:
         attention_mask = attention_mask.amax(dim=-1)  # [b, q]
     if attention_mask.dim() != 2:
-        raise ValueError(
+        raise InputError(
             "pooling needs an attention_mask [batch, seq] or [batch, seq, seq]; "
             f"got shape {tuple(attention_mask.shape)}"
         )

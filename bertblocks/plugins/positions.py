@@ -28,6 +28,8 @@ from bertblocks.core.interfaces import (
     SharedPositionTerm,
 )
 
+from ..errors import InputError
+
 
 class AbsolutePositions(PositionScheme):
     """A learned embedding per position, added to the token embeddings (original BERT)."""
@@ -66,7 +68,7 @@ class RelativeBias(PositionBias):
     def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
         lo, hi = positions.distance_range
         if hi > self.max_positions - 1 or -lo > self.max_positions - 1:
-            raise ValueError(
+            raise InputError(
                 f"relative distance {max(hi, -lo)} exceeds the table of max_position_embeddings="
                 f"{self.max_positions} (sequence plus cache must not be longer than that)"
             )
@@ -144,12 +146,12 @@ class RopeOptions(BaseModel):
     @model_validator(mode="after")
     def _one_width(self) -> RopeOptions:
         if self.rotary_dim is not None and self.rotary_fraction is not None:
-            raise ValueError("give rotary_dim or rotary_fraction, not both")
+            raise InputError("give rotary_dim or rotary_fraction, not both")
         if self.table == "sinusoidal" and self.base != 10000.0:
-            raise ValueError(f"table: sinusoidal is RoFormer's table of base 10000; base {self.base:g} needs computed")
+            raise InputError(f"table: sinusoidal is RoFormer's table of base 10000; base {self.base:g} needs computed")
         if self.table != "computed" and self.ntk_factor != 1.0:
             # a stored table holds its own frequencies: scaling them again would not be what the checkpoint has
-            raise ValueError(
+            raise InputError(
                 f"ntk_factor {self.ntk_factor:g} needs table: computed (a stored {self.table} table is used as stored)"
             )
         return self
@@ -351,7 +353,7 @@ class RopePositions(PositionScheme):
         width = self.options.width(head_dim)
         if self.options.table != "computed" and (self.table is None or self.table_width != width):
             # a per-layer scheme (an override) has no table of its own: the encoder holds the one stored
-            raise ValueError(
+            raise InputError(
                 f"rope with table: {self.options.table} keeps one table for the whole model; a layer cannot "
                 "override the position scheme or its head width"
             )
@@ -499,7 +501,7 @@ def alibi_slopes(num_heads: int, max_bias: float = 8.0) -> list[float]:
         ValueError: ``num_heads`` is not positive.
     """
     if num_heads < 1:
-        raise ValueError(f"ALiBi needs a positive number of heads, got {num_heads}")
+        raise InputError(f"ALiBi needs a positive number of heads, got {num_heads}")
     closest = 2 ** (num_heads.bit_length() - 1)  # largest power of two <= num_heads, exactly (no log2 rounding)
     slopes = [2.0 ** (-max_bias * i / closest) for i in range(1, closest + 1)]
     odd = [2.0 ** (-max_bias * i / (2 * closest)) for i in range(1, 2 * closest, 2)]  # 2c heads' 1st, 3rd, …
@@ -556,7 +558,7 @@ class AlibiPositions(PositionScheme):
         if slopes == "geometric":
             return AlibiBias(alibi_slopes(num_heads, self.options.max_bias))
         if len(slopes) != num_heads:
-            raise ValueError(f"symmetric_alibi: slopes lists {len(slopes)} values but the model has {num_heads} heads")
+            raise InputError(f"symmetric_alibi: slopes lists {len(slopes)} values but the model has {num_heads} heads")
         return AlibiBias(list(slopes))
 
     def problems(self, num_heads: int, head_dim: int) -> list[str]:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from bertblocks.core.component import Preset
 from bertblocks.readers import parse_yaml
 
+from ..errors import InputError
+
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable  # Python 3.11+; only needed by type checkers
 
@@ -35,7 +37,7 @@ def read_preset(file: Traversable) -> Preset:
     text = file.read_text(encoding="utf-8")
     config = parse_yaml(text, f"preset file {file.name}")  # a ReadError (a ValueError) naming the file and line
     if not isinstance(config, dict):
-        raise ValueError(f"preset file {file.name} must hold a mapping, got {type(config).__name__}")
+        raise InputError(f"preset file {file.name} must hold a mapping, got {type(config).__name__}")
     return Preset(name=name, config=config, description=_description(name, text))
 
 

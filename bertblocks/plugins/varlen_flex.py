@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import torch
 
+from bertblocks.errors import InputError
 from bertblocks.plugins.varlen_sdpa import varlen_attention
 
 #: a varlen kernel: ``(query, key, value [T, h, d], cu_seqlens [n + 1], scale, dropout_p) → [T, h, d]``
@@ -192,10 +193,10 @@ def varlen_kernels(choice: VarlenKernelName) -> dict[str, str]:
     per-sequence SDPA calls elsewhere (measured faster on CPU, see the module); a name is that kernel everywhere.
 
     Raises:
-        ValueError: ``flex`` asked for on a torch without ``flex_attention``.
+        InputError: ``flex`` asked for on a torch without ``flex_attention``.
     """
     if choice == "flex" and not flex_available():
-        raise ValueError(
+        raise InputError(
             f"varlen_kernel: flex needs torch.nn.attention.flex_attention (torch 2.5+; this is {torch.__version__})"
         )
     if choice == "auto":

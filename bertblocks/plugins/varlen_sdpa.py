@@ -20,6 +20,8 @@ import itertools
 import torch
 import torch.nn.functional as F
 
+from ..errors import InputError
+
 
 def equal_length_runs(cu_seqlens: torch.Tensor) -> list[tuple[int, int, int]]:
     """``(start, count, length)`` for each run of consecutive non-empty sequences of one length.
@@ -156,6 +158,6 @@ def varlen_attention(
     """Eager: the Python loop; compiled: the custom op (which takes no dropout, see the module)."""
     if torch.compiler.is_compiling():
         if dropout_p > 0.0:
-            raise ValueError("compiled varlen attention takes no dropout (SdpaBackend.accepts_varlen says so)")
+            raise InputError("compiled varlen attention takes no dropout (SdpaBackend.accepts_varlen says so)")
         return torch.ops.bertblocks.sdpa_varlen(query, key, value, cu_seqlens, scale)
     return sdpa_per_sequence(query, key, value, cu_seqlens, scale, dropout_p)

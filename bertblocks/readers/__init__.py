@@ -199,7 +199,9 @@ def parse_json(text: str | bytes, source: Path | str, *, max_depth: int = MAX_DE
     return value
 
 
-class _DuplicateKeyError(ValueError):
+class _DuplicateKeyError(BertBlocksError, ValueError):
+    """Internal: raised inside json's object hook, turned into a :class:`ReadError` naming the file and line."""
+
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key

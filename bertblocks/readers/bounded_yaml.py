@@ -27,7 +27,7 @@ import yaml
 from yaml.composer import ComposerError
 from yaml.nodes import MappingNode, Node, SequenceNode
 
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, InputError
 
 MAX_ALIAS_NODES_ENV = "BERTBLOCKS_MAX_YAML_ALIAS_NODES"
 DEFAULT_MAX_ALIAS_NODES = 10_000
@@ -45,7 +45,7 @@ def max_alias_nodes() -> int | None:
     try:
         value = int(float(text))
     except ValueError:
-        raise ValueError(f"{MAX_ALIAS_NODES_ENV}={text!r} is not a number (0 switches the limit off)") from None
+        raise InputError(f"{MAX_ALIAS_NODES_ENV}={text!r} is not a number (0 switches the limit off)") from None
     return value if value > 0 else None
 
 

@@ -35,6 +35,7 @@ from pydantic import BaseModel
 
 from bertblocks.core.component import KINDS, Command, Component, ComponentKind, Preset
 
+from ..errors import InputTypeError
 from .errors import (
     DuplicateCommandError,
     DuplicateComponentError,
@@ -424,53 +425,53 @@ def _unknown_hooks(plugin: object) -> str:
 
 def _check_kinds(returned: Any) -> list[ComponentKind]:
     if not isinstance(returned, list | tuple):
-        raise TypeError(f"bertblocks_register_kinds must return a list of ComponentKind, got {type(returned)}")
+        raise InputTypeError(f"bertblocks_register_kinds must return a list of ComponentKind, got {type(returned)}")
     for item in returned:
         if not isinstance(item, ComponentKind):
-            raise TypeError(f"bertblocks_register_kinds returned {item!r}, not a ComponentKind")
+            raise InputTypeError(f"bertblocks_register_kinds returned {item!r}, not a ComponentKind")
         if not isinstance(item.name, str) or not item.name.isidentifier():
-            raise TypeError(f"a component kind's name must be an identifier, got {item.name!r}")
+            raise InputTypeError(f"a component kind's name must be an identifier, got {item.name!r}")
     return list(returned)
 
 
 def _check_components(returned: Any, kinds: set[str] | None = None) -> list[Component]:
     kinds = kinds if kinds is not None else set(KINDS)
     if not isinstance(returned, list | tuple):
-        raise TypeError(f"bertblocks_register_components must return a list of Component, got {type(returned)}")
+        raise InputTypeError(f"bertblocks_register_components must return a list of Component, got {type(returned)}")
     for item in returned:
         if not isinstance(item, Component):
-            raise TypeError(f"bertblocks_register_components returned {item!r}, not a Component")
+            raise InputTypeError(f"bertblocks_register_components returned {item!r}, not a Component")
         if item.kind not in kinds:
-            raise TypeError(
+            raise InputTypeError(
                 f"component {item.name!r} has unknown kind {item.kind!r}; kinds: {', '.join(sorted(kinds))} "
                 "(a plugin declares a new kind with bertblocks_register_kinds)"
             )
         if not (isinstance(item.options, type) and issubclass(item.options, BaseModel)):
-            raise TypeError(f"component {item.kind} {item.name!r}: options must be a pydantic model class")
+            raise InputTypeError(f"component {item.kind} {item.name!r}: options must be a pydantic model class")
     return list(returned)
 
 
 def _check_presets(returned: Any) -> list[Preset]:
     if not isinstance(returned, list | tuple):
-        raise TypeError(f"bertblocks_register_presets must return a list of Preset, got {type(returned)}")
+        raise InputTypeError(f"bertblocks_register_presets must return a list of Preset, got {type(returned)}")
     for item in returned:
         if not isinstance(item, Preset):
-            raise TypeError(f"bertblocks_register_presets returned {item!r}, not a Preset")
+            raise InputTypeError(f"bertblocks_register_presets returned {item!r}, not a Preset")
         if not isinstance(item.name, str) or not item.name:
-            raise TypeError(f"preset name must be a non-empty string, got {item.name!r}")
+            raise InputTypeError(f"preset name must be a non-empty string, got {item.name!r}")
         if not isinstance(item.config, Mapping):
-            raise TypeError(f"preset {item.name!r}: config must be a mapping, got {type(item.config).__name__}")
+            raise InputTypeError(f"preset {item.name!r}: config must be a mapping, got {type(item.config).__name__}")
     return list(returned)
 
 
 def _check_commands(returned: Any) -> list[Command]:
     if not isinstance(returned, list | tuple):
-        raise TypeError(f"bertblocks_register_commands must return a list of Command, got {type(returned)}")
+        raise InputTypeError(f"bertblocks_register_commands must return a list of Command, got {type(returned)}")
     for item in returned:
         if not isinstance(item, Command):
-            raise TypeError(f"bertblocks_register_commands returned {item!r}, not a Command")
+            raise InputTypeError(f"bertblocks_register_commands returned {item!r}, not a Command")
         if not isinstance(item.name, str) or not item.name or item.name.startswith("-"):
-            raise TypeError(f"command name must be a non-empty string not starting with '-', got {item.name!r}")
+            raise InputTypeError(f"command name must be a non-empty string not starting with '-', got {item.name!r}")
     return list(returned)
 
 

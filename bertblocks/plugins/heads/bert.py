@@ -27,6 +27,7 @@ from bertblocks.core.outputs import (
     TokenClassifierOutput,
 )
 
+from ...errors import InputError
 from .composition import Branch, ComposedHead, HeadArguments
 from .losses import CrossEntropy, Loss, ProblemTypeLoss, SpanLoss, SumOfLosses
 from .pooling import Pooling
@@ -145,7 +146,7 @@ def span_head(name: str, a: HeadArguments, transform: nn.Module | None = None) -
         ValueError: ``num_labels`` is not 2.
     """
     if a.num_labels != 2:
-        raise ValueError(
+        raise InputError(
             f"the {name} head needs num_labels = 2 (start and end logits); the config has num_labels = {a.num_labels}"
         )
     modules: dict[str, nn.Module] = {"qa_outputs": nn.Linear(a.hidden_size, 2)}

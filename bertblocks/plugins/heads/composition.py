@@ -26,6 +26,7 @@ from bertblocks.core.interfaces import Head
 from bertblocks.core.outputs import ModelOutput, ModelOutputWithPooling
 from bertblocks.core.packing import real_token_index
 
+from ...errors import InputError
 from .losses import Loss, LossContext, check_shape, is_integer
 from .pooling import Pooling, pool
 
@@ -117,7 +118,7 @@ class ComposedHead(Head):
         if labels and len(labels) != len(self.label_names):
             needs = " and ".join(self.label_names)
             given = ", ".join(labels)
-            raise ValueError(
+            raise InputError(
                 f"the {self.name} loss needs {'both ' if len(self.label_names) == 2 else ''}{needs}; "
                 f"only {given} was given"
             )
@@ -153,7 +154,7 @@ def _labelled_positions(
     """``hidden [b, q, H]`` and ``target [b, q]`` → the ``n`` positions whose label is not ``ignore_index``:
     ``[n, H]``, ``[n]``."""
     if not is_integer(target):
-        raise ValueError(f"labels must be an integer tensor of token ids; got dtype {target.dtype}")
+        raise InputError(f"labels must be an integer tensor of token ids; got dtype {target.dtype}")
     check_shape("labels", target, (tuple(hidden.shape[:-1]),), "token ids [batch, seq] or -100")
     flat = target.reshape(-1)
     keep = flat != ignore_index
@@ -175,11 +176,11 @@ def flatten_choices(inputs: dict[str, torch.Tensor | None]) -> dict[str, torch.T
     """
     ids, embeds = inputs.get("input_ids"), inputs.get("inputs_embeds")
     if ids is not None and ids.dim() != 3:
-        raise ValueError(
+        raise InputError(
             f"multiple choice input_ids must be 3-D [batch, num_choices, seq]; got shape {tuple(ids.shape)}"
         )
     if embeds is not None and embeds.dim() != 4:
-        raise ValueError(
+        raise InputError(
             "multiple choice inputs_embeds must be 4-D [batch, num_choices, seq, hidden]; "
             f"got shape {tuple(embeds.shape)}"
         )
@@ -190,7 +191,7 @@ def flatten_choices(inputs: dict[str, torch.Tensor | None]) -> dict[str, torch.T
         if tensor is None:
             continue
         if lead is not None and tuple(tensor.shape) != lead:
-            raise ValueError(
+            raise InputError(
                 f"multiple choice {name} must have the input's shape {lead} [batch, num_choices, seq]; "
                 f"got {tuple(tensor.shape)}"
             )

@@ -20,6 +20,7 @@ from torch import nn
 from bertblocks.core.outputs import MaskedLMOutput, SequenceClassifierOutput
 from bertblocks.plugins.feedforward import ACTIVATIONS
 
+from ...errors import InputError
 from .composition import Branch, ComposedHead, HeadArguments
 from .losses import CrossEntropy, ProblemTypeLoss
 from .projections import TiedLinear
@@ -49,7 +50,7 @@ class DensePooledOptions(BaseModel):
     @classmethod
     def _known(cls, value: str) -> str:
         if value not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {value!r}; choose one of {', '.join(ACTIVATIONS)}")
+            raise InputError(f"unknown activation {value!r}; choose one of {', '.join(ACTIVATIONS)}")
         return value
 
 

@@ -17,6 +17,8 @@ import torch.nn.functional as F
 
 from bertblocks.plugins.poolers import token_mask
 
+from ...errors import InputError
+
 IGNORE_INDEX = -100  # transformers' (and PyTorch's) default ignore index for cross-entropy
 
 
@@ -30,7 +32,7 @@ def check_shape(name: str, labels: torch.Tensor, shapes: tuple[tuple[int, ...], 
     """Raise a clear ``ValueError`` unless ``labels`` has one of the allowed ``shapes``."""
     if tuple(labels.shape) not in shapes:
         allowed = " or ".join(str(s) for s in shapes)
-        raise ValueError(f"{name} must have shape {allowed} ({what}); got {tuple(labels.shape)}")
+        raise InputError(f"{name} must have shape {allowed} ({what}); got {tuple(labels.shape)}")
 
 
 def check_class_labels(
@@ -39,12 +41,12 @@ def check_class_labels(
     """Raise a clear ``ValueError`` unless ``labels`` are integer class indices in ``[0, num_classes)`` (or the
     ignore index -100) of one of the allowed ``shapes``."""
     if not is_integer(labels):
-        raise ValueError(f"{name} must be an integer tensor of class indices ({what}); got dtype {labels.dtype}")
+        raise InputError(f"{name} must be an integer tensor of class indices ({what}); got dtype {labels.dtype}")
     check_shape(name, labels, shapes, what)
     if labels.numel() and not torch.compiler.is_compiling():  # a data-dependent check would break the graph
         bad = ((labels < 0) | (labels >= num_classes)) & (labels != IGNORE_INDEX)
         if bool(bad.any()):
-            raise ValueError(
+            raise InputError(
                 f"{name} hold {labels[bad][0].item()}, outside [0, {num_classes}) and not the ignore index "
                 f"{IGNORE_INDEX} ({what})"
             )
@@ -53,7 +55,7 @@ def check_class_labels(
 def check_float_labels(name: str, labels: torch.Tensor, shapes: tuple[tuple[int, ...], ...], what: str) -> None:
     """Raise a clear ``ValueError`` unless ``labels`` are floating point and of one of the allowed ``shapes``."""
     if not labels.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor ({what}); got dtype {labels.dtype}")
+        raise InputError(f"{name} must be a floating-point tensor ({what}); got dtype {labels.dtype}")
     check_shape(name, labels, shapes, what)
 
 
@@ -194,9 +196,9 @@ class SpanLoss:
             logits, target = outputs[field], labels[name]
             b, length = logits.shape
             if not is_integer(target):
-                raise ValueError(f"{name} must be an integer tensor of token positions; got dtype {target.dtype}")
+                raise InputError(f"{name} must be an integer tensor of token positions; got dtype {target.dtype}")
             if tuple(target.shape) not in ((b,), (b, 1)):
-                raise ValueError(
+                raise InputError(
                     f"{name} must have shape ({b},) or ({b}, 1): one position per example; got {tuple(target.shape)}"
                 )
             position = target.reshape(b).clamp(0, length)  # out of range → `length`, ignored below

@@ -10,6 +10,8 @@ import torch
 from bertblocks.core.outputs import ModelOutputWithPooling
 from bertblocks.plugins.poolers import masked_mean, token_mask
 
+from ...errors import InputError
+
 #: ``pooler``: the backbone's ``pooler_output`` ``[b, H]`` (the backbone then keeps its pooler); ``none``: every
 #: position ``[b, q, H]``; ``first``: position 0; ``first_real``: the first position the mask keeps (left
 #: padding); ``mean``: the masked mean; ``last``: the last position the mask keeps (a decoder's summary token)
@@ -31,7 +33,7 @@ def pool(output: ModelOutputWithPooling, attention_mask: torch.Tensor | None, po
     """
     if pooling == "pooler":
         if output.pooler_output is None:
-            raise ValueError("the head reads the pooled output, but the backbone returned none")
+            raise InputError("the head reads the pooled output, but the backbone returned none")
         return output.pooler_output
     hidden = output.last_hidden_state
     assert hidden is not None

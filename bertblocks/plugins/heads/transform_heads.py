@@ -29,6 +29,7 @@ from bertblocks.core.outputs import (
 )
 from bertblocks.plugins.feedforward import ACTIVATIONS
 
+from ...errors import InputError
 from .bert import CHOICE_LOSS, TOKEN_LOSS, dropout_classifier, span_head
 from .composition import Branch, ComposedHead, HeadArguments
 from .losses import CrossEntropy, ProblemTypeLoss
@@ -60,7 +61,7 @@ class TransformOptions(BaseModel):
     @classmethod
     def _known(cls, value: str) -> str:
         if value not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {value!r}; choose one of {', '.join(ACTIVATIONS)}")
+            raise InputError(f"unknown activation {value!r}; choose one of {', '.join(ACTIVATIONS)}")
         return value
 
 

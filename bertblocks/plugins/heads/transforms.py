@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...errors import InputError
+
 #: the transform's layer names in BERT's ``BertPredictionHeadTransform`` (CamelCase ``LayerNorm``: HF's key)
 BERT_TRANSFORM = ("dense", "transform_act_fn", "LayerNorm")
 #: the same layers in ModernBERT's prediction head (bertblocks' names; the family's key map renames them)
@@ -35,7 +37,7 @@ class Steps(nn.Module):
         self.order = tuple(name for name, _ in steps)
         for name, module in steps:
             if name in self._modules and self._modules[name] is not module:
-                raise ValueError(f"two different modules named {name!r} in one Steps")
+                raise InputError(f"two different modules named {name!r} in one Steps")
             self.add_module(name, module)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
