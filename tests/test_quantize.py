@@ -255,6 +255,24 @@ def test_a_packed_fbgemm_weight_is_never_stale():
     assert (other(x) - expected).abs().max().item() <= 1e-5 * expected.abs().max().item()
 
 
+def test_a_model_quantized_and_run_under_inference_mode_keeps_track_of_its_weights():
+    """Built under ``inference_mode``, the int8 buffers are still ordinary tensors (inference tensors keep no
+    version counter, which the fbgemm kernel's staleness check reads)."""
+    torch.manual_seed(0)
+    inputs = batch()
+    with torch.inference_mode():
+        model = quantize(_tiny(), kernel=FBGEMM)
+        first = model(**inputs).last_hidden_state
+    layer = model.encoder.layer[0].attention.self.query
+    assert not layer.weight.is_inference()
+    with torch.no_grad():
+        layer.weight.copy_(-layer.weight)
+        assert not torch.equal(model(**inputs).last_hidden_state, first)
+    with torch.inference_mode():
+        layer.weight = torch.zeros_like(layer.weight)  # an inference tensor, assigned: packed afresh
+        assert torch.equal(layer(inputs["input_ids"].float()[..., None].expand(3, 9, 32)), layer.bias.expand(3, 9, 32))
+
+
 AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
 AVX2_SCRIPT = """
 import json, torch, bertblocks

@@ -182,9 +182,10 @@ class _Packed:
 
     def __init__(self, weight: torch.Tensor) -> None:
         # Holding the source keeps its memory alive, so no other tensor can take its address: the same
-        # data pointer and version counter mean the same values.
+        # data pointer and version counter mean the same values. (An inference tensor has no version counter,
+        # and can only be changed in place under inference_mode; Int8Linear's own buffers never are one.)
         self.source = weight
-        self.version = weight._version
+        self.version = _version(weight)
         qmax = WEIGHT_QMAX[FBGEMM]
         peak = int(weight.abs().max().item()) if weight.numel() else 0
         ratio = 1.0
@@ -205,8 +206,13 @@ class _Packed:
         return (
             self.source.data_ptr() == weight.data_ptr()
             and self.source.shape == weight.shape
-            and self.source._version == self.version == weight._version
+            and _version(self.source) == self.version == _version(weight)
         )
+
+
+def _version(tensor: torch.Tensor) -> int:
+    """The tensor's version counter (bumped by every in-place change); -1 for an inference tensor (none kept)."""
+    return -1 if tensor.is_inference() else tensor._version
 
 
 #: packed weights by the handle of their :class:`Int8Linear` (freed with it)
@@ -248,9 +254,10 @@ class Int8Linear(nn.Module):
         self.in_features = in_features
         self.out_features = out_features
         self.kernel = kernel
-        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
-        self.register_buffer("weight_scale", torch.ones(out_features))
-        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        with torch.inference_mode(False):  # tensors with version counters, even when built under inference_mode
+            self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
+            self.register_buffer("weight_scale", torch.ones(out_features))
+            self.register_buffer("bias", torch.zeros(out_features) if bias else None)
         if kernel == FBGEMM:
             self.handle = next(_HANDLES)
             weakref.finalize(self, _PACKED.pop, self.handle, None)
@@ -260,7 +267,7 @@ class Int8Linear(nn.Module):
         """Quantize a float ``nn.Linear`` for ``kernel`` (its weights are read once; the result holds no reference
         to it)."""
         module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, kernel=kernel)
-        with torch.no_grad():
+        with torch.inference_mode(False), torch.no_grad():  # not inference tensors: see __init__
             q, scale = quantize_weight(linear.weight.detach().float(), WEIGHT_QMAX[kernel])
             module.weight = q
             module.weight_scale = scale
