@@ -537,6 +537,26 @@ def test_minilm_embeddings_keep_a_mean_cosine_of_0_995_to_fp32(kernel: str):
     assert cosine.min().item() >= MIN_COSINE, f"{kernel}: worst cosine {cosine.min().item():.5f}"
 
 
+def test_the_cli_prints_the_kernel_and_saves_a_loadable_model(
+    hf_checkpoint: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    from bertblocks import cli
+
+    checkpoint = hf_checkpoint()
+    assert cli.main(["quantize", str(checkpoint), str(tmp_path / "int8")]) == 0
+    kernel = choose_kernel(quantize_module.cpu_features())
+    assert f"with the {kernel} kernel" in capsys.readouterr().out
+    assert quantization_kernel(load_quantized(tmp_path / "int8")) == kernel
+    assert cli.main(["quantize", str(checkpoint), str(tmp_path / "fb"), "--kernel", "fbgemm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kernel"] == FBGEMM
+    monkeypatch.setattr(quantize_module, "cpu_features", lambda: _cpu("DEFAULT", engines=("qnnpack",)))
+    assert cli.main(["quantize", str(checkpoint), str(tmp_path / "none")]) == cli.EXIT_UNAVAILABLE
+    assert "no int8 kernel" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+    assert cli.main(["quantize", str(checkpoint), str(tmp_path / "forced"), "--force"]) == 0
+    assert "with the int_mm kernel" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------------------------------ errors
 def _tiny() -> nn.Module:
     return bertblocks.create_model(TINY).eval()
