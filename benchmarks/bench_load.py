@@ -1,11 +1,18 @@
-"""from_pretrained of a bert-base-size checkpoint: load time and peak memory, bertblocks vs transformers.
+"""from_pretrained of a bert-base-size checkpoint: load time and memory, bertblocks vs transformers.
 
 The checkpoint (random bert-base weights, safetensors) is written once by transformers. Each load runs in a
 fresh Python process that first loads a tiny checkpoint (so imports and one-time set-up are not counted),
 then resets its peak-memory counter and loads the big one: the time of the ``from_pretrained`` call, the
-time until every weight has been read once (bertblocks maps the file lazily, so the call alone would
-flatter it), and the peak resident memory over the resident memory just before the call, against the
+time until every weight has been read once (a library that maps the file lazily would be flattered by the
+call alone), the peak resident memory over the resident memory just before the call, and the resident
+memory over that baseline twice: when the call returns and after every weight has been read once (what any
+first forward pass does), split into file-backed pages (the checkpoint's own pages, mapped: shared with the
+page cache, never a second copy) and anonymous memory (copies, caches, allocator slack), each against the
 size of the weights on disk. Runs alternate between the two libraries; medians are printed.
+
+Both libraries map safetensors files: their weights become resident as they are first read. bertblocks reads
+every weight during the call (its non-finite screen), transformers at the first forward pass, so "resident
+after the call" differs while "resident after one read" does not.
 
 Usage:
     python benchmarks/bench_load.py [--runs 5] [--quick]
@@ -21,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from machine import machine_line  # the script's own folder is on sys.path
 
 CHILD = r"""
 import json, sys, time
@@ -38,17 +47,26 @@ def status(field):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024  # MiB
 
+def resident():
+    return {field: status(field) for field in ("VmRSS", "RssAnon", "RssFile")}
+
 load(warmup)  # imports and one-time set-up are not what is measured
+base = resident()
 before = status("VmRSS")
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # reset the peak (VmHWM) to the current resident size
 start = time.perf_counter()
 model = load(path)
 seconds = time.perf_counter() - start
+loaded = resident()
 with torch.no_grad():  # touch every weight, so lazily mapped pages are counted as resident
     total = sum(float(p.sum()) for p in model.parameters())
 touched = time.perf_counter() - start
-print(json.dumps({"seconds": seconds, "touched": touched, "peak_mib": status("VmHWM") - before}))
+read = resident()
+print(json.dumps({
+    "seconds": seconds, "touched": touched, "peak_mib": status("VmHWM") - before,
+    **{f"loaded_{k}": loaded[k] - base[k] for k in base}, **{f"read_{k}": read[k] - base[k] for k in base},
+}))
 """
 
 
@@ -75,7 +93,7 @@ def main() -> None:
                     [sys.executable, "-c", CHILD, library, tmp, warmup], capture_output=True, text=True, check=True
                 )
                 results[library].append(json.loads(out.stdout.strip().splitlines()[-1]))
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    print(f"{machine_line()}\ntransformers {transformers.__version__}; {args.runs} runs per library, alternating")
     print(f"checkpoint: bert-base shape, {layers} layers, {weights_mib:.0f} MiB of weights (safetensors)\n")
     print(f"{'':<13} {'load (s)':>9} {'load+touch (s)':>15} {'peak over baseline (MiB)':>25} {'peak / weights':>15}")
     med = {}
@@ -85,7 +103,18 @@ def main() -> None:
         peak = statistics.median(r["peak_mib"] for r in runs)
         med[library] = touched
         print(f"{library:<13} {seconds:>9.2f} {touched:>15.2f} {peak:>25.0f} {peak / weights_mib:>15.2f}")
-    print(f"\nload+touch time ratio bertblocks / transformers = {med['bertblocks'] / med['transformers']:.2f}")
+    print(f"\nload+touch time ratio bertblocks / transformers = {med['bertblocks'] / med['transformers']:.2f}\n")
+    print("resident memory over the baseline, MiB (x weights): total = file-backed + anonymous; median [range]")
+    for moment in ("loaded", "read"):
+        label = "when the call returns" if moment == "loaded" else "after every weight is read once"
+        print(f"  {label}")
+        for library, runs in results.items():
+            cells = []
+            for field in ("VmRSS", "RssFile", "RssAnon"):
+                values = [r[f"{moment}_{field}"] for r in runs]
+                middle = statistics.median(values)
+                cells.append(f"{middle:5.0f} ({middle / weights_mib:4.2f}x) [{min(values):.0f}-{max(values):.0f}]")
+            print(f"    {library:<13} total {cells[0]}   file {cells[1]}   anon {cells[2]}")
 
 
 if __name__ == "__main__":

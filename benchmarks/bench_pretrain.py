@@ -8,7 +8,18 @@ saves it; bertblocks loads that checkpoint with ``encoder.packing=always`` (the 
 backward see the real tokens only) and, a third contender, the same model under ``torch.compile``
 (``dynamic=True``; packing stays in the graph with no dynamo setting, its token count symbolic). With
 ``--sparse``, a fourth: packed with the ``masked_lm`` head's ``sparse_prediction`` (the decoder runs on the
-labelled positions only; the same loss, logits ``[n_labelled, vocab]``).
+labelled positions only; the same loss, logits ``[n_labelled, vocab]``), and its fair baseline: transformers'
+``BertForMaskedLM`` with the head applied to the masked positions by hand, the four lines a user writes::
+
+    hidden = model.bert(input_ids, attention_mask=attention_mask).last_hidden_state
+    chosen = labels != -100
+    logits = model.cls(hidden[chosen])
+    loss = F.cross_entropy(logits, labels[chosen])
+
+With ``--modernbert``, two more of the same shape (hidden, layers, heads, intermediate size, vocabulary):
+transformers' ``ModernBertForMaskedLM`` with its own ``sparse_prediction=True`` (SDPA; eager: its
+``reference_compile`` off), and bertblocks loading that checkpoint packed with ``sparse_prediction``. Packing
+is then the only difference between the two sides of each pair; the ratios between pairs are printed.
 Each contender has its own AdamW; a step is ``zero_grad`` + forward with labels + ``backward`` + ``step``.
 
 Before timing, the eval-mode MLM loss of the first batch is compared with transformers' (it must agree to
@@ -23,6 +34,7 @@ Usage:
     python benchmarks/bench_pretrain.py --steps 30 --no-compile
     python benchmarks/bench_pretrain.py --vocab 2000     # a small vocabulary: the encoder dominates the step
     python benchmarks/bench_pretrain.py --sparse         # also packed + sparse prediction (head on masked tokens)
+    python benchmarks/bench_pretrain.py --sparse --modernbert --no-compile   # the fair baselines, eager
 """
 
 from __future__ import annotations
@@ -38,7 +50,9 @@ from collections.abc import Callable
 
 import torch
 import torch._dynamo
+import torch.nn.functional as F
 import transformers
+from machine import machine_line  # the script's own folder is on sys.path
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerFast
 
 import bertblocks
@@ -84,6 +98,34 @@ def _stepper(model: torch.nn.Module, run: Callable[..., object], lr: float = 1e-
     return step
 
 
+class _Loss:
+    """What a contender's call returns: ``.loss``, as transformers' outputs."""
+
+    def __init__(self, loss: torch.Tensor) -> None:
+        self.loss = loss
+
+
+def sparse_by_hand(model: transformers.BertForMaskedLM) -> Callable[..., _Loss]:
+    """transformers' BERT with the MLM head on the masked positions only: what a user writes by hand."""
+
+    def run(input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> _Loss:
+        hidden = model.bert(input_ids, attention_mask=attention_mask).last_hidden_state
+        chosen = labels != -100
+        logits = model.cls(hidden[chosen])
+        return _Loss(F.cross_entropy(logits, labels[chosen]))
+
+    return run
+
+
+#: (contender, its fair baseline): the pairs whose ratio says what packing adds
+PAIRS = [
+    ("bertblocks packed", "transformers"),
+    ("bertblocks packed+sparse", "transformers sparse by hand"),
+    ("bertblocks ModernBERT packed+sparse", "transformers ModernBERT sparse"),
+    ("bertblocks packed+sparse", "transformers ModernBERT sparse"),
+]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small shape and few steps: a smoke test")
@@ -94,6 +136,11 @@ def main() -> None:
         "--sparse",
         action="store_true",
         help="add a contender: packed, with the masked_lm head's sparse_prediction (decoder on masked tokens only)",
+    )
+    parser.add_argument(
+        "--modernbert",
+        action="store_true",
+        help="add ModernBertForMaskedLM(sparse_prediction=True) of transformers and bertblocks' packed load of it",
     )
     parser.add_argument(
         "--vocab",
@@ -125,11 +172,29 @@ def main() -> None:
         )
         sparse = ["encoder.packing=always", "head.sparse_prediction=true"]
         ours_s = bertblocks.from_pretrained(tmp, sparse, head="auto") if args.sparse else None
+        hf_s = transformers.BertForMaskedLM.from_pretrained(tmp, attn_implementation="sdpa") if args.sparse else None
+    modern: dict[str, torch.nn.Module] = {}
+    if args.modernbert:
+        modern_config = transformers.ModernBertConfig(
+            vocab_size=config.vocab_size,
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=4 * hidden,
+            max_position_embeddings=max(512, length),
+            sparse_prediction=True,
+            reference_compile=False,
+            pad_token_id=0,
+        )
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.manual_seed(0)
+            transformers.ModernBertForMaskedLM(modern_config).save_pretrained(tmp)
+            modern["hf"] = transformers.ModernBertForMaskedLM.from_pretrained(tmp, attn_implementation="sdpa")
+            modern["ours"] = bertblocks.from_pretrained(tmp, sparse, head="auto")
 
     real = [int(b["attention_mask"].sum()) for b in batches]
     shape = [tuple(b["input_ids"].shape) for b in batches]
-    print(f"torch {torch.__version__}, transformers {transformers.__version__}, threads {torch.get_num_threads()}")
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{machine_line()}\ntransformers {transformers.__version__}")
     print(
         f"shape: hidden {hidden}, layers {layers}, vocab {config.vocab_size} ({vocab} in the corpus); batch {batch}, "
         f"documents up to {length} tokens; "
@@ -140,15 +205,23 @@ def main() -> None:
     with torch.no_grad():  # the same loss on the same batch (eval mode: no dropout)
         reference = float(hf.eval()(**batches[0]).loss)
         difference = abs(float(ours.eval()(**batches[0]).loss) - reference)
-        if ours_s is not None:
+        if ours_s is not None and hf_s is not None:
             difference = max(difference, abs(float(ours_s.eval()(**batches[0]).loss) - reference))
-    print(f"eval-mode MLM loss on batch 0: transformers {reference:.6f}, bertblocks differs by {difference:.1e}")
+            difference = max(difference, abs(float(sparse_by_hand(hf_s.eval())(**batches[0]).loss) - reference))
+        if modern:
+            modern_reference = float(modern["hf"].eval()(**batches[0]).loss)
+            difference = max(difference, abs(float(modern["ours"].eval()(**batches[0]).loss) - modern_reference))
+    print(f"eval-mode MLM loss on batch 0: transformers {reference:.6f}, the others differ by {difference:.1e}")
     if difference > 1e-4:
         raise SystemExit("the losses differ: not timing a model that computes something else")
 
     steppers = {"transformers": _stepper(hf.train(), hf), "bertblocks packed": _stepper(ours.train(), ours)}
-    if ours_s is not None:
+    if ours_s is not None and hf_s is not None:
         steppers["bertblocks packed+sparse"] = _stepper(ours_s.train(), ours_s)
+        steppers["transformers sparse by hand"] = _stepper(hf_s.train(), sparse_by_hand(hf_s))
+    if modern:
+        steppers["transformers ModernBERT sparse"] = _stepper(modern["hf"].train(), modern["hf"])
+        steppers["bertblocks ModernBERT packed+sparse"] = _stepper(modern["ours"].train(), modern["ours"])
     compile_seconds = None
     if ours_c is not None:
         compiled = torch.compile(ours_c.train(), dynamic=True)
@@ -176,7 +249,16 @@ def main() -> None:
         rate = tokens / sum(ts)
         per_step = [b / t for t, b in zip(ts, times["transformers"], strict=True)]
         print(
-            f"  {name:<28} {rate:9.0f} tok/s   {rate / base:5.2f}x   {statistics.median(ts) * 1e3:8.1f} ms   "
+            f"  {name:<36} {rate:9.0f} tok/s   {rate / base:5.2f}x   {statistics.median(ts) * 1e3:8.1f} ms   "
+            f"({min(per_step):.2f}-{max(per_step):.2f})"
+        )
+    pairs = [(a, b) for a, b in PAIRS if a in times and b in times]
+    if pairs:
+        print("\nagainst the fairest baseline (same head work; the difference is packing): speed ratio, spread")
+    for name, baseline in pairs:
+        per_step = [b / t for t, b in zip(times[name], times[baseline], strict=True)]
+        print(
+            f"  {name} / {baseline}: {sum(times[baseline]) / sum(times[name]):.2f}x "
             f"({min(per_step):.2f}-{max(per_step):.2f})"
         )
     if compile_seconds is not None:

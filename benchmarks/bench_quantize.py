@@ -1,16 +1,23 @@
 """Int8 inference (:func:`bertblocks.quantize`) against the fp32 fast path and ONNX Runtime's dynamic int8.
 
-Three parts, one run:
+Four parts, one run (each prints the machine line: CPU model and flags, ATen's ISA, threads, load):
 
+0. **One layer** (``--parts layer``): ``Linear(768 -> 3072)`` on 128 rows, every int8 kernel against fp32:
+   ``torch._int_mm`` as PyTorch dispatches it here, ``torch._int_mm`` with oneDNN switched off (the plain loop
+   that PyTorch runs on every CPU without AVX-512 VNNI: the 20-70x cliff), the two ``Int8Linear`` kernels, and
+   ``torch.ao``'s dynamic per-channel linear. Run it under the AVX2 emulation (below) to see why the cliff
+   needs the oneDNN switch: ``ATEN_CPU_CAPABILITY`` does not change ``_int_mm``'s dispatch, which reads the
+   CPU's own AVX-512 VNNI flag.
 1. **Speed, bert-base** (random weights, ``create_model("bert-base-uncased")``), batches uniform 8 x 128 and
    padded (lengths [128, 20, 35, 64, 16, 90, 12, 48], 413 of 1024 tokens real), every repeat runs each
    contender once in rotating order; medians and ratios of medians to the fp32 fast path, with the spread of
    per-repeat ratios. Contenders: the fp32 fast path (``optimize_for_inference``); the int8 fast path
    (``quantize`` then ``optimize_for_inference``); int8 eager (``quantize`` only); PyTorch's own
-   ``torch.ao.quantization.quantize_dynamic`` (fbgemm, eager: it cannot be compiled), for the choice of kernel;
-   ONNX Runtime fp32 and int8 (``onnxruntime.quantization.quantize_dynamic``, QInt8 weights) of transformers'
-   ``BertModel`` holding the same weights, exported with the TorchScript exporter (opset 17), all graph
-   optimisations on. Before timing, each contender's outputs on real tokens are compared with fp32 eager.
+   ``torch.ao.quantization.quantize_dynamic`` (fbgemm, eager: it cannot be compiled; per tensor and per
+   channel), for the choice of kernel; ONNX Runtime fp32 and int8 (``onnxruntime.quantization.quantize_dynamic``,
+   QInt8 weights, per tensor and ``per_channel=True``) of transformers' ``BertModel`` holding the same weights,
+   exported with the TorchScript exporter (opset 17), all graph optimisations on. Before timing, each
+   contender's outputs on real tokens are compared with fp32 eager.
 2. **Embedding accuracy, all-MiniLM-L6-v2** (the real checkpoint): 1,000+ generated sentences of varied topics
    and lengths; embeddings from sentence-transformers' fp32 ``encode`` are the reference; bertblocks int8
    (eager and fast path) and ONNX Runtime int8 (default, and ``per_channel=True``): cosine to the reference
@@ -19,8 +26,15 @@ Three parts, one run:
 3. **Classifier accuracy**: a tiny BERT classifier fine-tuned here on a synthetic task; held-out accuracy in
    fp32, bertblocks int8, ONNX Runtime int8 (of the bertblocks fp32 model exported with ``export_onnx``).
 
+The int8 contenders use the kernel :func:`bertblocks.quantize` chooses for this CPU (printed); ``--kernel``
+forces one. An AVX2-only CPU, emulated on an AVX-512 one (ATen, oneDNN, fbgemm and MKL held to AVX2; the
+kernel choice then sees ``AVX2``)::
+
+    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+        OMP_NUM_THREADS=1 python benchmarks/bench_quantize.py --parts layer,speed
+
 Usage:
-    OMP_NUM_THREADS=1 python benchmarks/bench_quantize.py            # all three parts, 5 repeats
+    OMP_NUM_THREADS=1 python benchmarks/bench_quantize.py            # all parts, 5 repeats
     python benchmarks/bench_quantize.py --quick                      # small shape, 2 repeats (a smoke run)
     python benchmarks/bench_quantize.py --parts speed                # one part: speed, minilm, classifier
 """
@@ -29,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
 import statistics
 import tempfile
@@ -42,10 +57,11 @@ import numpy as np
 import torch
 import transformers
 from bench_inference import export_hf_onnx  # the script's own folder is on sys.path
+from machine import machine_line
 
 import bertblocks
 from bertblocks.models.export import export_onnx
-from bertblocks.models.quantize import quantize
+from bertblocks.models.quantize import FBGEMM, INT_MM, Int8Linear, quantization_kernel, quantize
 from bertblocks.sentence import encode, minilm_path
 
 LENGTHS = [128, 20, 35, 64, 16, 90, 12, 48]
@@ -112,8 +128,50 @@ def _report(title: str, times: dict[str, list[float]], base_name: str) -> None:
     print()
 
 
+# ------------------------------------------------------------------------------------------------ part 0
+def part_layer(repeats: int) -> None:
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(768, 3072).eval()
+    x = torch.randn(128, 768)
+    q = torch.randint(-127, 128, (128, 768), dtype=torch.int8)
+    kernels = {name: Int8Linear.from_float(linear, kernel=name) for name in (INT_MM, FBGEMM)}
+    weight_t = kernels[INT_MM].weight.t()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        ao = quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear: per_channel_dynamic_qconfig})
+
+    def int_mm_without_onednn() -> torch.Tensor:
+        # the branch _int_mm takes on a CPU without AVX-512 VNNI (the flags' own warning is about TF32)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.backends.mkldnn.flags(enabled=False):
+                return torch._int_mm(q, weight_t)
+
+    contenders: dict[str, Callable[[], Any]] = {
+        "fp32 F.linear": lambda: linear(x),
+        "torch._int_mm (as dispatched)": lambda: torch._int_mm(q, weight_t),
+        "torch._int_mm, oneDNN off": int_mm_without_onednn,
+        "Int8Linear kernel=int_mm": lambda: kernels[INT_MM](x),
+        "Int8Linear kernel=fbgemm": lambda: kernels[FBGEMM](x),
+        "torch.ao dynamic, per channel": lambda: ao(x),
+    }
+    print(f"{machine_line()}\nLinear(768 -> 3072) on 128 rows, {repeats} repeats\n")
+    with torch.inference_mode():
+        for fn in contenders.values():
+            fn()
+        _report("one layer", _time(contenders, repeats), "fp32 F.linear")
+
+
+def _ratio(times: dict[str, list[float]], name: str, base_name: str) -> None:
+    per_repeat = [t / b for t, b in zip(times[name], times[base_name], strict=True)]
+    ratio = statistics.median(times[name]) / statistics.median(times[base_name])
+    print(f"  {name} / {base_name}: {ratio:.2f}x ({min(per_repeat):.2f}-{max(per_repeat):.2f})\n")
+
+
 # ------------------------------------------------------------------------------------------------ part 1
-def part_speed(repeats: int, quick: bool, tmp: Path) -> None:
+def part_speed(repeats: int, quick: bool, tmp: Path, kernel: str) -> None:
     overrides = (QUICK + QUICK_FF) if quick else []
     torch.manual_seed(0)
     fp32 = bertblocks.create_model("bert-base-uncased", overrides=overrides).eval()
@@ -125,13 +183,14 @@ def part_speed(repeats: int, quick: bool, tmp: Path) -> None:
         return model
 
     fast32 = bertblocks.optimize_for_inference(fresh())
-    fast8 = bertblocks.optimize_for_inference(quantize(fresh()))
-    eager8 = quantize(fresh())
+    fast8 = bertblocks.optimize_for_inference(quantize(fresh(), kernel=kernel))
+    eager8 = quantize(fresh(), kernel=kernel)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
-        from torch.ao.quantization import quantize_dynamic
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
         ao8 = quantize_dynamic(fresh(), {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+        ao8c = quantize_dynamic(fresh(), {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
 
     fp32.save_pretrained(tmp / "bert")
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -145,9 +204,10 @@ def part_speed(repeats: int, quick: bool, tmp: Path) -> None:
     example["attention_mask"] = example["attention_mask"].long()
     onnx32 = export_hf_onnx(hf, tmp / "bert.onnx", example)
     ort32, ort8 = _session(onnx32), _session(_ort_int8(onnx32))
+    ort8c = _session(_ort_int8(onnx32, per_channel=True))
     print(
-        f"torch {torch.__version__}, threads {torch.get_num_threads()}, quantized engine ao: "
-        f"{torch.backends.quantized.engine}, cpu capability {torch.backends.cpu.get_cpu_capability()}\n"
+        f"{machine_line()}\nbertblocks int8 kernel: {quantization_kernel(eager8)}; torch.ao engine: "
+        f"{torch.backends.quantized.engine}; {repeats} repeats\n"
     )
     with torch.inference_mode():
         for title, mask in batches.items():
@@ -163,8 +223,12 @@ def part_speed(repeats: int, quick: bool, tmp: Path) -> None:
                 "torch.ao quantize_dynamic (eager)": lambda i=ids, m=mask: (
                     ao8(input_ids=i, attention_mask=m).last_hidden_state
                 ),
+                "torch.ao per channel (eager)": lambda i=ids, m=mask: (
+                    ao8c(input_ids=i, attention_mask=m).last_hidden_state
+                ),
                 "ONNX Runtime fp32": lambda f=feeds: torch.from_numpy(ort32.run(None, f)[0]),
                 "ONNX Runtime int8": lambda f=feeds: torch.from_numpy(ort8.run(None, f)[0]),
+                "ONNX Runtime int8 per channel": lambda f=feeds: torch.from_numpy(ort8c.run(None, f)[0]),
             }
             reference = fp32(input_ids=ids, attention_mask=mask).last_hidden_state[real]
             start = time.perf_counter()
@@ -177,7 +241,10 @@ def part_speed(repeats: int, quick: bool, tmp: Path) -> None:
                     f"{cos.mean().item():.5f} / {cos.min().item():.5f}"
                 )
             print(f"  (first calls, compilation included: {time.perf_counter() - start:.0f} s)\n")
-            _report(title, _time(contenders, repeats), "fp32 fast path")
+            times = _time(contenders, repeats)
+            _report(title, times, "fp32 fast path")
+            _ratio(times, "int8 fast path (quantize + fast)", "ONNX Runtime int8 per channel")
+        print(f"after: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
 
 
 # ------------------------------------------------------------------------------------------------ part 2
@@ -262,7 +329,7 @@ def _agreement(reference: torch.Tensor, other: torch.Tensor, k: int = 10) -> tup
     return top1, overlap
 
 
-def part_minilm(count: int, repeats: int, tmp: Path) -> None:
+def part_minilm(count: int, repeats: int, tmp: Path, kernel: str) -> None:
     import sentence_transformers
 
     logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -275,8 +342,9 @@ def part_minilm(count: int, repeats: int, tmp: Path) -> None:
         f"tokens (mean {statistics.mean(lengths):.0f})"
     )
     st = sentence_transformers.SentenceTransformer(str(path), device="cpu").eval()
-    int8 = quantize(bertblocks.from_pretrained(path).eval())
-    fast8 = bertblocks.optimize_for_inference(quantize(bertblocks.from_pretrained(path).eval()))
+    int8 = quantize(bertblocks.from_pretrained(path).eval(), kernel=kernel)
+    fast8 = bertblocks.optimize_for_inference(quantize(bertblocks.from_pretrained(path).eval(), kernel=kernel))
+    print(f"{machine_line()}\nbertblocks int8 kernel: {quantization_kernel(int8)}")
     hf = transformers.BertModel.from_pretrained(path, attn_implementation="sdpa").eval()
     example = {"input_ids": torch.randint(1000, 20000, (2, 16)), "attention_mask": torch.ones(2, 16, dtype=torch.long)}
     onnx32 = export_hf_onnx(hf, tmp / "minilm.onnx", example)
@@ -381,7 +449,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sentences", type=int, default=1000)
     parser.add_argument("--quick", action="store_true", help="small shape, 2 repeats, 200 sentences")
-    parser.add_argument("--parts", default="speed,minilm,classifier")
+    parser.add_argument("--parts", default="layer,speed,minilm,classifier")
+    parser.add_argument("--kernel", default="auto", help="int8 kernel for bertblocks: auto, int_mm or fbgemm")
     args = parser.parse_args()
     repeats = 2 if args.quick else args.repeats
     parts = set(args.parts.split(","))
@@ -392,9 +461,11 @@ def main() -> None:
         if "classifier" in parts:
             part_classifier(tmp)
         if "minilm" in parts:
-            part_minilm(200 if args.quick else args.sentences, repeats, tmp)
+            part_minilm(200 if args.quick else args.sentences, repeats, tmp, args.kernel)
+        if "layer" in parts:
+            part_layer(max(repeats, 10))
         if "speed" in parts:
-            part_speed(repeats, args.quick, tmp)
+            part_speed(repeats, args.quick, tmp, args.kernel)
 
 
 if __name__ == "__main__":

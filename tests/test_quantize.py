@@ -22,12 +22,20 @@ from torch import nn
 
 import bertblocks
 from bertblocks.errors import BertBlocksError
+from bertblocks.models import quantize as quantize_module
 from bertblocks.models.inference import restore_eager
 from bertblocks.models.quantize import (
+    FBGEMM,
+    INT_MM,
+    KERNELS,
+    CpuFeatures,
     Int8Linear,
     QuantizationError,
+    QuantizationWarning,
+    choose_kernel,
     is_quantized,
     load_quantized,
+    quantization_kernel,
     quantize,
     quantize_weight,
     save_quantized,
@@ -118,6 +126,198 @@ def test_a_token_quantizes_independently_of_its_batch():
     assert torch.equal(together, layer(x))
 
 
+# ------------------------------------------------------------------------------------------------ the kernel
+def _cpu(capability: str, vnni: bool = False, **changes: Any) -> CpuFeatures:
+    fields = {"avx_vnni": False, "amx": False, "mkldnn": True, "engines": ("onednn", "x86", "fbgemm", "qnnpack")}
+    return CpuFeatures(capability=capability, avx512_vnni=vnni, **{**fields, **changes})
+
+
+@pytest.mark.parametrize(
+    ("features", "expected"),
+    [
+        (_cpu("AVX512", vnni=True), INT_MM),  # Cascade Lake and later, Zen 4
+        (_cpu("AVX512", vnni=True, amx=True), INT_MM),  # Sapphire Rapids
+        (_cpu("AVX512"), FBGEMM),  # Skylake-SP: AVX-512 without VNNI, where _int_mm takes its slow loop
+        (_cpu("AVX2"), FBGEMM),  # Zen 2/3, Haswell-Broadwell: the CPU of the 66x cliff
+        (_cpu("AVX2", avx_vnni=True), FBGEMM),  # Alder Lake: AVX-VNNI is not what _int_mm checks
+        (_cpu("AVX2", vnni=True), FBGEMM),  # ATEN_CPU_CAPABILITY=avx2 on an AVX-512 VNNI CPU: taken as AVX2
+        (_cpu("AVX512", vnni=True, mkldnn=False), FBGEMM),  # oneDNN off: _int_mm would take its slow loop
+        (_cpu("DEFAULT"), None),  # no vector ISA ATen knows
+        (_cpu("AVX2", engines=("qnnpack",)), None),  # a build without fbgemm
+        (_cpu("SVE256", engines=("qnnpack",)), None),  # ARM
+    ],
+)
+def test_the_kernel_is_chosen_by_what_the_cpu_has(features: CpuFeatures, expected: str | None):
+    assert choose_kernel(features) == expected
+
+
+def test_this_cpu_gets_the_kernel_its_features_choose():
+    features = quantize_module.cpu_features()
+    assert features.capability == torch.backends.cpu.get_cpu_capability()
+    model = quantize(_tiny(), force=True)
+    assert quantization_kernel(model) == (choose_kernel(features) or INT_MM)
+
+
+def test_on_an_avx2_cpu_quantize_takes_fbgemm_with_7_bit_weights(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setattr(quantize_module, "cpu_features", lambda: _cpu("AVX2"))
+    torch.manual_seed(0)
+    model = _tiny()
+    inputs = batch()
+    with torch.no_grad():
+        reference = model(**inputs)
+        quantized = quantize(model)(**inputs)
+    assert quantization_kernel(model) == FBGEMM
+    layers = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    assert layers
+    assert all(m.kernel == FBGEMM for m in layers)
+    assert all(m.weight.abs().max().item() == 63 for m in layers)  # 7 bits, all of them used
+    assert assert_close_to_fp32(reference, quantized, inputs["attention_mask"]) >= 1
+    save_quantized(model, tmp_path)
+    assert json.loads((tmp_path / "quantization.json").read_text())["kernel"] == FBGEMM
+
+
+def test_where_no_kernel_beats_fp32_the_model_stays_fp32_with_a_warning_unless_forced(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    monkeypatch.setattr(quantize_module, "cpu_features", lambda: _cpu("DEFAULT", engines=("qnnpack",)))
+    model = _tiny()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.warns(QuantizationWarning, match=r"no int8 kernel.*DEFAULT.*force=True"):
+        assert quantize(model) is model
+    assert not is_quantized(model)
+    assert quantization_kernel(model) is None
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(QuantizationError, match="not quantized"):
+        save_quantized(model, "unused")
+    quantize(model, force=True)  # the one kernel that runs everywhere
+    assert quantization_kernel(model) == INT_MM
+
+
+def test_an_unknown_or_missing_kernel_is_refused(monkeypatch: pytest.MonkeyPatch):
+    with pytest.raises(QuantizationError, match="kernel must be"):
+        quantize(_tiny(), kernel="vnni")
+    with pytest.raises(QuantizationError, match="kernel must be"):
+        Int8Linear(4, 4, kernel="vnni")
+    monkeypatch.setattr(quantize_module, "cpu_features", lambda: _cpu("AVX2", engines=("qnnpack",)))
+    with pytest.raises(QuantizationError, match="fbgemm engine"):
+        quantize(_tiny(), kernel=FBGEMM)
+
+
+def _pair(weight: torch.Tensor, bias: torch.Tensor) -> tuple[Int8Linear, Int8Linear]:
+    """One int8 layer per kernel, holding the same buffers."""
+    layers = []
+    for kernel in KERNELS:
+        layer = Int8Linear(weight.shape[1], weight.shape[0], kernel=kernel)
+        layer.weight, layer.weight_scale, layer.bias = weight.clone(), torch.full((weight.shape[0],), 0.01), bias
+        layers.append(layer)
+    return layers[0], layers[1]
+
+
+def test_both_kernels_multiply_the_same_integers():
+    """On 7-bit weights the two kernels compute the same int32 sums (fbgemm's u8 input is the int8 value + 128);
+    the outputs differ only by fp32 rounding of the rescale."""
+    torch.manual_seed(0)
+    weight = torch.randint(-63, 64, (96, 160), dtype=torch.int8)
+    int_mm, fbgemm = _pair(weight, torch.randn(96))
+    x = torch.randn(3, 11, 160) * torch.linspace(0.01, 10.0, 11)[None, :, None]
+    a, b = int_mm(x), fbgemm(x)
+    assert (a - b).abs().max().item() <= 1e-5 * a.abs().max().item()
+
+
+def test_fbgemm_sums_do_not_saturate_even_for_8_bit_weights():
+    """The worst case for AVX2's int16 pair sums (``vpmaddubsw``): every input at its peak, every weight at the
+    channel's peak. 7-bit weights are exact; 8-bit ones (saved on a VNNI CPU, loaded on an AVX2 one) are
+    re-quantized to 7 bits in the packed copy, so the sum stays within one 7-bit step instead of wrapping."""
+    x = torch.ones(4, 256)
+    for peak in (63, 127):
+        weight = torch.full((8, 256), peak, dtype=torch.int8)
+        weight[1::2] *= -1
+        _, fbgemm = _pair(weight, torch.zeros(8))
+        exact = x @ (weight.float() * 0.01).T
+        assert (fbgemm(x) - exact).abs().max().item() <= 1e-4 * exact.abs().max().item(), peak
+
+
+def test_a_packed_fbgemm_weight_is_never_stale():
+    torch.manual_seed(0)
+    layer = Int8Linear.from_float(nn.Linear(32, 16), kernel=FBGEMM)
+    x = torch.randn(5, 32)
+    first = layer(x)
+    with torch.no_grad():
+        layer.weight.copy_(-layer.weight)  # in place: the same tensor, a new version
+    assert torch.allclose(layer(x) - layer.bias, -(first - layer.bias), atol=1e-5)
+    layer.weight = torch.zeros_like(layer.weight)  # a new tensor
+    assert torch.equal(layer(x), layer.bias.expand(5, 16))
+    other = Int8Linear.from_float(nn.Linear(32, 16), kernel=FBGEMM)
+    other.load_state_dict(Int8Linear.from_float(nn.Linear(32, 16), kernel=FBGEMM).state_dict())
+    expected = (torch.round(x / (x.abs().amax(1, keepdim=True) / 127)) * (x.abs().amax(1, keepdim=True) / 127)) @ (
+        other.dequantized_weight().T
+    ) + other.bias
+    assert (other(x) - expected).abs().max().item() <= 1e-5 * expected.abs().max().item()
+
+
+def test_a_model_quantized_and_run_under_inference_mode_keeps_track_of_its_weights():
+    """Built under ``inference_mode``, the int8 buffers are still ordinary tensors (inference tensors keep no
+    version counter, which the fbgemm kernel's staleness check reads)."""
+    torch.manual_seed(0)
+    inputs = batch()
+    with torch.inference_mode():
+        model = quantize(_tiny(), kernel=FBGEMM)
+        first = model(**inputs).last_hidden_state
+    layer = model.encoder.layer[0].attention.self.query
+    assert not layer.weight.is_inference()
+    with torch.no_grad():
+        layer.weight.copy_(-layer.weight)
+        assert not torch.equal(model(**inputs).last_hidden_state, first)
+    with torch.inference_mode():
+        layer.weight = torch.zeros_like(layer.weight)  # an inference tensor, assigned: packed afresh
+        assert torch.equal(layer(inputs["input_ids"].float()[..., None].expand(3, 9, 32)), layer.bias.expand(3, 9, 32))
+
+
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"}
+AVX2_SCRIPT = """
+import json, torch, bertblocks
+from bertblocks.models.quantize import Int8Linear, quantization_kernel, quantize
+from tests.conftest import TINY, batch
+torch.manual_seed(0)
+model = bertblocks.create_model(TINY).eval()
+inputs = batch()
+real = inputs["attention_mask"].bool()
+with torch.no_grad():
+    reference = model(**inputs).last_hidden_state[real]
+    out = quantize(model)(**inputs).last_hidden_state[real]
+    x = torch.ones(4, 256)  # the saturating case for AVX2's int16 pair sums, 8-bit weights
+    layer = Int8Linear(256, 8, kernel="fbgemm")
+    layer.weight = torch.full((8, 256), 127, dtype=torch.int8)
+    worst = (layer(x) - layer.bias - 256 * 127).abs().max().item() / (256 * 127)
+print(json.dumps({
+    "capability": torch.backends.cpu.get_cpu_capability(),
+    "kernel": quantization_kernel(model),
+    "cosine": torch.nn.functional.cosine_similarity(out, reference, dim=-1).min().item(),
+    "saturation": worst,
+}))
+"""
+
+
+def test_under_avx2_emulation_quantize_takes_fbgemm_within_the_bound():
+    """A fresh process with ATen, oneDNN and fbgemm held to AVX2 (what an AVX2-only CPU runs): the kernel is
+    fbgemm, not ``torch._int_mm``, and its outputs stay within the bound."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, **AVX2_ENV, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", AVX2_SCRIPT], env=env, cwd=root, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["capability"] == "AVX2"
+    assert result["kernel"] == FBGEMM
+    assert result["cosine"] >= MIN_COSINE
+    assert result["saturation"] <= 1e-3  # within one 7-bit step, not wrapped at 32767
+
+
 # ------------------------------------------------------------------------------------------------ every family
 @pytest.mark.parametrize(("family_name", "cls"), ALL_CASES, ids=[f"{f}-{c}" for f, c in ALL_CASES])
 def test_every_family_and_head_stays_within_the_bound_of_fp32(tmp_path: Path, family_name: str, cls: str, device: str):
@@ -152,15 +352,16 @@ def test_skip_keeps_matching_layers_in_fp32():
 
 
 # ------------------------------------------------------------------------------------------------ composition
-def test_packed_and_padded_int8_give_the_same_outputs():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_packed_and_padded_int8_give_the_same_outputs(kernel: str):
     """Per-token scales make each token's int8 product independent of the batch, so packing (which drops the
     padding rows) changes nothing beyond fp32 rounding in attention."""
     torch.manual_seed(0)
     packed = bertblocks.create_model(TINY, ["encoder.packing=auto"]).eval()
     padded = bertblocks.create_model(TINY, ["encoder.packing=never"]).eval()
     padded.load_state_dict(packed.state_dict())
-    quantize(packed)
-    quantize(padded)
+    quantize(packed, kernel=kernel)
+    quantize(padded, kernel=kernel)
     inputs = batch()
     real = inputs["attention_mask"].bool()
     with torch.no_grad():
@@ -170,14 +371,15 @@ def test_packed_and_padded_int8_give_the_same_outputs():
     assert (a[~real] == 0).all()  # packed: padded positions hold zeros, as in fp32
 
 
-def test_the_fast_path_compiles_a_quantized_model_in_one_graph():
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_fast_path_compiles_a_quantized_model_in_one_graph(kernel: str):
     torch.manual_seed(0)
     model = bertblocks.create_model(TINY).eval()
     inputs = batch()
     real = inputs["attention_mask"].bool()
     with torch.no_grad():
         reference = model(**inputs).last_hidden_state
-        eager = quantize(model)(**inputs).last_hidden_state
+        eager = quantize(model, kernel=kernel)(**inputs).last_hidden_state
     bertblocks.optimize_for_inference(model)  # fullgraph=True: a graph break would raise
     compiled = model(**inputs).last_hidden_state
     # Inductor may round a value on a .5 boundary the other way (x * (1/s) against x / s): one int8 step
@@ -211,9 +413,12 @@ def test_cached_decoding_matches_full_recomputation():
 def test_save_and_load_give_the_same_model(tmp_path: Path, family_name: str, cls: str):
     save_hf(_family(family_name), cls, tmp_path / "hf")
     model = quantize(bertblocks.from_pretrained(tmp_path / "hf", head="auto").eval())
+    kernel = quantization_kernel(model)
     inputs, _ = family_batch(_family(family_name), cls)
     save_quantized(model, tmp_path / "int8")
+    assert json.loads((tmp_path / "int8" / "quantization.json").read_text())["kernel"] == kernel
     loaded = load_quantized(tmp_path / "int8")
+    assert quantization_kernel(loaded) == kernel  # the same CPU chooses the same kernel
     assert type(loaded) is type(model)
     assert not loaded.training
     assert loaded.state_dict().keys() == model.state_dict().keys()
@@ -236,13 +441,14 @@ def test_load_quantized_reports_a_missing_file_and_a_mismatch(tmp_path: Path):
         load_quantized(tmp_path)
 
 
-def test_onnx_export_runs_int8_matmuls_in_onnx_runtime(tmp_path: Path):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_onnx_export_runs_int8_matmuls_in_onnx_runtime(tmp_path: Path, kernel: str):
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
     from bertblocks.models.export import export_onnx
 
     torch.manual_seed(0)
-    model = quantize(bertblocks.create_model(TINY).eval())
+    model = quantize(bertblocks.create_model(TINY).eval(), kernel=kernel)
     path = export_onnx(model, tmp_path / "int8.onnx")
     ops = [node.op_type for node in onnx.load(str(path)).graph.node]
     assert ops.count("MatMulInteger") == 2 * 6 + 1  # 6 linear layers per layer, 2 layers, the pooler
@@ -292,6 +498,68 @@ def test_a_fine_tuned_classifier_keeps_its_held_out_accuracy():
     quantize(model)
     int8 = accuracy()
     assert abs(int8 - fp32) <= 0.01, f"held-out accuracy fp32 {fp32:.4f}, int8 {int8:.4f}"
+
+
+#: sentence parts for the MiniLM check: 8 x 8 x 8 combinations, varied topics and lengths
+_SUBJECTS = [
+    "The chef",
+    "Our team",
+    "The storm",
+    "The programmer",
+    "A young pianist",
+    "The tourists",
+    "A nurse",
+    "Investors",
+]
+_VERBS = ["cooked", "won", "flooded", "debugged", "performed", "visited", "treated", "sold"]
+_OBJECTS = [
+    "a spicy curry",
+    "the final match after a long and difficult season",
+    "the valley",
+    "a memory leak in the web service that nobody had noticed for years",
+    "a symphony",
+    "the old town",
+    "a broken arm",
+    "government bonds despite the warnings",
+]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_minilm_embeddings_keep_a_mean_cosine_of_0_995_to_fp32(kernel: str):
+    """The real all-MiniLM-L6-v2 on 256 sentences: each kernel's int8 embeddings against fp32's. The fbgemm
+    kernel's 7-bit weights cost a little (about 0.996 against 0.997); 7-bit activations instead would not meet
+    the bound (about 0.994)."""
+    from bertblocks.sentence import encode, minilm_path
+
+    texts = [f"{s} {v} {o}." for s in _SUBJECTS for v in _VERBS for o in _OBJECTS][::2]
+    path = minilm_path()
+    tokenizer = bertblocks.BertTokenizer.from_pretrained(path)
+    with torch.inference_mode():
+        reference = encode(bertblocks.from_pretrained(path).eval(), tokenizer, texts)
+        int8 = encode(quantize(bertblocks.from_pretrained(path).eval(), kernel=kernel), tokenizer, texts)
+    cosine = (int8 * reference).sum(-1)
+    assert cosine.mean().item() >= 0.995, f"{kernel}: mean cosine {cosine.mean().item():.5f}"
+    assert cosine.min().item() >= MIN_COSINE, f"{kernel}: worst cosine {cosine.min().item():.5f}"
+
+
+def test_the_cli_prints_the_kernel_and_saves_a_loadable_model(
+    hf_checkpoint: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+):
+    from bertblocks import cli
+
+    checkpoint = hf_checkpoint()
+    assert cli.main(["quantize", str(checkpoint), str(tmp_path / "int8")]) == 0
+    kernel = choose_kernel(quantize_module.cpu_features())
+    assert f"with the {kernel} kernel" in capsys.readouterr().out
+    assert quantization_kernel(load_quantized(tmp_path / "int8")) == kernel
+    assert cli.main(["quantize", str(checkpoint), str(tmp_path / "fb"), "--kernel", "fbgemm", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kernel"] == FBGEMM
+    monkeypatch.setattr(quantize_module, "cpu_features", lambda: _cpu("DEFAULT", engines=("qnnpack",)))
+    assert cli.main(["quantize", str(checkpoint), str(tmp_path / "none")]) == cli.EXIT_UNAVAILABLE
+    assert "no int8 kernel" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+    assert cli.main(["quantize", str(checkpoint), str(tmp_path / "forced"), "--force"]) == 0
+    assert "with the int_mm kernel" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------------------------------ errors

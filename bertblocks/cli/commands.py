@@ -1,5 +1,6 @@
 """The built-in ``bertblocks`` commands: build, validate, plugins, components, presets, trace, diagram, embed,
-similarity, convert, schema, export (embed and export live in their own modules, imported when they run).
+similarity, convert, schema, export, quantize (embed, export and quantize live in their own modules, imported when
+they run).
 
 This module is a plugin like any other: it hands its commands to the CLI through the
 ``bertblocks_register_commands`` hook (:func:`bertblocks_register_commands`). Heavy imports (torch, the model
@@ -514,5 +515,11 @@ def bertblocks_register_commands() -> list[Command]:
             "export a checkpoint to ONNX or torch.export (dynamic batch and sequence, attention mask kept)",
             "bertblocks.cli.export:configure",
             "bertblocks.cli.export:run",
+        ),
+        Command(
+            "quantize",
+            "quantize a checkpoint to int8 with the kernel this CPU runs (prints it) and save the int8 model",
+            "bertblocks.cli.quantize:configure",
+            "bertblocks.cli.quantize:run",
         ),
     ]

@@ -5,20 +5,35 @@
 
 - **weights**: int8, symmetric, one scale per output channel (``weight`` keeps its ``[out, in]`` shape, next to
   a ``weight_scale`` ``[out]`` buffer); the bias stays fp32;
-- **activations**: quantized per call, symmetric, one scale per token (row), then ``torch._int_mm``
-  multiplies int8 by int8 into int32 and the result is scaled back to fp32 (``acc · s_token · s_channel +
-  bias``).
+- **activations**: quantized per call, symmetric, one scale per token (row), then an int8 × int8 → int32
+  kernel multiplies them and the result is scaled back to fp32 (``acc · s_token · s_channel + bias``).
 
-Everything is plain tensor arithmetic on plain tensors, which is why this module does not use PyTorch's
+**The kernel is chosen by what the CPU has** (:func:`choose_kernel`, once per :func:`quantize` call, recorded on
+the model and in ``quantization.json``):
+
+- ``"int_mm"``: ``torch._int_mm``. PyTorch sends it to oneDNN only on a CPU with AVX-512 VNNI (AMX CPUs have it
+  too); elsewhere it runs a plain C++ loop, 20-70x *slower* than fp32. So: CPUs with AVX-512 VNNI.
+- ``"fbgemm"``: fbgemm's u8 × s8 GEMM through ``torch.ops.quantized`` (weights pre-packed once, a cache of the
+  int8 ``weight`` buffer). Without VNNI, fbgemm multiplies with ``vpmaddubsw``, which adds two u8 · s8 products
+  in int16 and saturates past 32767; weights therefore keep 7 bits (``|q| ≤ 63``: 255 · 63 · 2 < 32768), so
+  the sums stay exact, while activations keep their 8 bits (per-token, as on VNNI; a 7-bit activation loses
+  more accuracy than a 7-bit weight). So: AVX2 CPUs without AVX-512 VNNI.
+- neither (no x86 vector ISA, no fbgemm: e.g. ARM): no int8 kernel is known to beat fp32, so :func:`quantize`
+  warns (:class:`QuantizationWarning`) and leaves the model in fp32, unless ``force=True``.
+
+The layers stay plain tensors, which is why this module does not use PyTorch's
 ``torch.ao.quantization.quantize_dynamic`` (fbgemm's ``quantized::linear_dynamic``): that op keeps its weights
 in an opaque packed object, which ``torch.compile`` cannot trace (so no packing in the graph and no fast
-path), ``state_dict`` cannot hold as tensors, and no ONNX exporter translates. Here the model stays
-traceable: :func:`bertblocks.optimize_for_inference` compiles a quantized model into one graph (Inductor fuses
+path), ``state_dict`` cannot hold as tensors, and no ONNX exporter translates. The ``"fbgemm"`` kernel keeps
+the packed object out of the module's state: the ``weight`` buffer is the truth, the packed copy a cache
+checked at every call, and the call is a custom op that ``torch.compile`` and ``torch.export`` see as one node
+(an export writes ``_int_mm``, which runs anywhere). The model stays traceable:
+:func:`bertblocks.optimize_for_inference` compiles a quantized model into one graph (Inductor fuses
 the activation quantization into the preceding kernel and the rescale into the matmul's epilogue), packing
 works as in fp32 (the layers see ``[tokens, hidden]`` rows), ``state_dict`` holds int8 tensors
 (:func:`save_quantized` / :func:`load_quantized`), and :func:`bertblocks.models.export.export_onnx` writes
 ``MatMulInteger`` nodes (:func:`onnx_translations`). Per-token activation scales are also more accurate than
-fbgemm's one scale per tensor. Measured figures: docs/explanation/performance.md.
+``quantize_dynamic``'s one scale per tensor. Measured figures: docs/explanation/performance.md.
 
 What is not quantized: embeddings, LayerNorms, attention's two products (softmax(QKᵀ)V runs in fp32), and
 every ``nn.Linear`` whose qualified name matches a pattern in ``skip``.
@@ -33,10 +48,14 @@ Example:
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import json
+import warnings
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -64,34 +83,196 @@ class QuantizationError(BertBlocksError, ValueError):
     """A model that :func:`quantize` cannot quantize, or a saved quantized model that cannot be loaded."""
 
 
-def quantize_weight(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-output-channel symmetric int8: ``(q [out, in] int8, scale [out] fp32)`` with ``weight ≈ q · scale``."""
-    scale = weight.abs().amax(dim=1).clamp(min=EPS) / QMAX
-    q = torch.round(weight / scale[:, None]).clamp(-QMAX, QMAX).to(torch.int8)
+class QuantizationWarning(UserWarning):
+    """:func:`quantize` kept a model in fp32: no int8 kernel on this CPU is known to beat fp32."""
+
+
+# ------------------------------------------------------------------------------------------------ the kernels
+#: ``torch._int_mm`` (oneDNN's VNNI/AMX int8 GEMM): weights use all 8 bits
+INT_MM = "int_mm"
+#: fbgemm's u8 × s8 GEMM (``torch.ops.quantized``): weights keep 7 bits so that AVX2's int16 pair sums cannot
+#: saturate
+FBGEMM = "fbgemm"
+KERNELS = (INT_MM, FBGEMM)
+#: the largest weight magnitude each kernel multiplies exactly
+WEIGHT_QMAX = {INT_MM: QMAX, FBGEMM: 63}
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """What :func:`choose_kernel` decides by (see :func:`cpu_features`).
+
+    Attributes:
+        capability: ``torch.backends.cpu.get_cpu_capability()``: the vector ISA ATen runs (``"AVX512"``,
+            ``"AVX2"``, ``"DEFAULT"``, ...); ``ATEN_CPU_CAPABILITY=avx2`` lowers it on an AVX-512 CPU.
+        avx512_vnni: the CPU has AVX-512 VNNI (the flag ``torch._int_mm`` checks before it uses oneDNN).
+        avx_vnni: the CPU has the 256-bit AVX-VNNI (not enough for ``torch._int_mm``'s oneDNN path).
+        amx: the CPU has AMX int8 tiles.
+        mkldnn: oneDNN is enabled (``torch.backends.mkldnn.enabled``; off, ``_int_mm`` takes its slow loop).
+        engines: ``torch.backends.quantized.supported_engines``.
+    """
+
+    capability: str
+    avx512_vnni: bool
+    avx_vnni: bool
+    amx: bool
+    mkldnn: bool
+    engines: tuple[str, ...]
+
+    def describe(self) -> str:
+        """One line for warnings and reports: ``"AVX2 (no AVX-512 VNNI, no AMX)"``."""
+        flags = [f"{'' if have else 'no '}{name}" for name, have in self._flags()]
+        return f"{self.capability} ({', '.join(flags)})"
+
+    def _flags(self) -> list[tuple[str, bool]]:
+        return [("AVX-512 VNNI", self.avx512_vnni), ("AVX-VNNI", self.avx_vnni), ("AMX", self.amx)]
+
+
+def _cpuinfo_flags() -> dict[str, bool]:
+    """The CPU flags as PyTorch's cpuinfo reads them (``torch.cpu.get_capabilities``; /proc/cpuinfo before 2.5)."""
+    read = getattr(torch.cpu, "get_capabilities", None)
+    if read is not None:
+        found = read()
+        return {
+            "avx512_vnni": bool(found.get("avx512_vnni")),
+            "avx_vnni": bool(found.get("avx_vnni")),
+            "amx": bool(found.get("amx_int8")),
+        }
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    return {"avx512_vnni": "avx512_vnni" in flags, "avx_vnni": "avx_vnni" in flags, "amx": "amx_int8" in flags}
+
+
+def cpu_features() -> CpuFeatures:
+    """This process's CPU, as the kernels see it (monkeypatch this function to test another CPU)."""
+    return CpuFeatures(
+        capability=torch.backends.cpu.get_cpu_capability(),
+        mkldnn=torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled,
+        engines=tuple(torch.backends.quantized.supported_engines),
+        **_cpuinfo_flags(),
+    )
+
+
+def choose_kernel(features: CpuFeatures) -> str | None:
+    """The int8 kernel that beats fp32 on a CPU with ``features``, or ``None`` when none is known to.
+
+    - AVX-512 VNNI (or AMX), ATen running AVX-512, oneDNN on: ``"int_mm"`` (``torch._int_mm`` checks the same
+      flag and runs oneDNN's VNNI kernel; without it, a plain loop 20-70x slower than fp32).
+    - otherwise AVX2 or AVX-512 with fbgemm built in: ``"fbgemm"`` (0.4x of fp32 per layer on AVX2, measured in
+      docs/explanation/performance.md). An ATen capability lowered to AVX2 (``ATEN_CPU_CAPABILITY=avx2``) counts
+      as an AVX2 CPU.
+    - otherwise ``None``.
+    """
+    if features.capability == "AVX512" and (features.avx512_vnni or features.amx) and features.mkldnn:
+        return INT_MM
+    if features.capability in ("AVX2", "AVX512") and FBGEMM in features.engines:
+        return FBGEMM
+    return None
+
+
+def quantize_weight(weight: torch.Tensor, qmax: int = QMAX) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-output-channel symmetric int8: ``(q [out, in] int8, scale [out] fp32)`` with ``weight ≈ q · scale``
+    and ``|q| ≤ qmax`` (127, or a kernel's :data:`WEIGHT_QMAX`)."""
+    scale = weight.abs().amax(dim=1).clamp(min=EPS) / qmax
+    q = torch.round(weight / scale[:, None]).clamp(-qmax, qmax).to(torch.int8)
     return q, scale.to(torch.float32)
+
+
+class _Packed:
+    """fbgemm's packed copy of one int8 weight, with what it was packed from (to tell when it is stale)."""
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        # Holding the source keeps its memory alive, so no other tensor can take its address: the same
+        # data pointer and version counter mean the same values. (An inference tensor has no version counter,
+        # and can only be changed in place under inference_mode; Int8Linear's own buffers never are one.)
+        self.source = weight
+        self.version = _version(weight)
+        qmax = WEIGHT_QMAX[FBGEMM]
+        peak = int(weight.abs().max().item()) if weight.numel() else 0
+        ratio = 1.0
+        if peak > qmax:  # weights saved by the 8-bit kernel: 7 bits here, or AVX2's int16 pair sums saturate
+            ratio = peak / qmax
+            weight = torch.round(weight.float() / ratio).clamp(-qmax, qmax).to(torch.int8)
+        previous = torch.backends.quantized.engine
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PyTorch's deprecation notice on quantized tensor creation
+            try:
+                torch.backends.quantized.engine = FBGEMM
+                qweight = torch._make_per_tensor_quantized_tensor(weight.contiguous(), ratio, 0)
+                self.packed = torch.ops.quantized.linear_prepack(qweight, None)
+            finally:
+                torch.backends.quantized.engine = previous
+
+    def fits(self, weight: torch.Tensor) -> bool:
+        return (
+            self.source.data_ptr() == weight.data_ptr()
+            and self.source.shape == weight.shape
+            and _version(self.source) == self.version == _version(weight)
+        )
+
+
+def _version(tensor: torch.Tensor) -> int:
+    """The tensor's version counter (bumped by every in-place change); -1 for an inference tensor (none kept)."""
+    return -1 if tensor.is_inference() else tensor._version
+
+
+#: packed weights by the handle of their :class:`Int8Linear` (freed with it)
+_PACKED: dict[int, _Packed] = {}
+_HANDLES = itertools.count()
+
+
+@torch.library.custom_op("bertblocks::fbgemm_int8_mm", mutates_args=())
+def fbgemm_int8_mm(rows: torch.Tensor, weight: torch.Tensor, handle: int) -> torch.Tensor:
+    """``round(127 · rows) @ weightᵀ / 127`` with fbgemm, for rows already divided by their max abs value.
+
+    ``rows`` ``[n, in]`` fp32 in [-1, 1]; ``weight`` ``[out, in]`` int8; ``handle`` names the cache slot of its
+    packed copy (repacked whenever ``weight`` is not the tensor it was packed from, or was changed in place).
+    """
+    packed = _PACKED.get(handle)
+    if packed is None or not packed.fits(weight):
+        packed = _PACKED[handle] = _Packed(weight)
+    # u8 = round(127 · x) + 128: the same integers as the symmetric per-token int8, offset for fbgemm's u8 input
+    return torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(rows, 1.0 / QMAX, 128, packed.packed)
+
+
+@fbgemm_int8_mm.register_fake
+def _(rows: torch.Tensor, weight: torch.Tensor, handle: int) -> torch.Tensor:
+    return rows.new_empty(rows.shape[0], weight.shape[0])
 
 
 class Int8Linear(nn.Module):
     """``nn.Linear`` with int8 weights (per output channel) and dynamic int8 activations (per token).
 
     Buffers (all in ``state_dict``): ``weight`` int8 ``[out, in]``, ``weight_scale`` fp32 ``[out]``, ``bias`` fp32
-    ``[out]`` or ``None``. Inputs ``[..., in]`` fp32, output ``[..., out]`` fp32.
+    ``[out]`` or ``None``. Inputs ``[..., in]`` fp32, output ``[..., out]`` fp32. ``kernel`` (one of
+    :data:`KERNELS`) multiplies; the products are the same integers for both (as long as ``|weight| ≤ 63``).
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, kernel: str = INT_MM) -> None:
         super().__init__()
+        if kernel not in KERNELS:
+            raise QuantizationError(f"Int8Linear: kernel must be one of {KERNELS}, got {kernel!r}")
         self.in_features = in_features
         self.out_features = out_features
-        self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
-        self.register_buffer("weight_scale", torch.ones(out_features))
-        self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        self.kernel = kernel
+        with torch.inference_mode(False):  # tensors with version counters, even when built under inference_mode
+            self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
+            self.register_buffer("weight_scale", torch.ones(out_features))
+            self.register_buffer("bias", torch.zeros(out_features) if bias else None)
+        if kernel == FBGEMM:
+            self.handle = next(_HANDLES)
+            weakref.finalize(self, _PACKED.pop, self.handle, None)
 
     @classmethod
-    def from_float(cls, linear: nn.Linear) -> Int8Linear:
-        """Quantize a float ``nn.Linear`` (its weights are read once; the result holds no reference to it)."""
-        module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None)
-        with torch.no_grad():
-            q, scale = quantize_weight(linear.weight.detach().float())
+    def from_float(cls, linear: nn.Linear, kernel: str = INT_MM) -> Int8Linear:
+        """Quantize a float ``nn.Linear`` for ``kernel`` (its weights are read once; the result holds no reference
+        to it)."""
+        module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, kernel=kernel)
+        with torch.inference_mode(False), torch.no_grad():  # not inference tensors: see __init__
+            q, scale = quantize_weight(linear.weight.detach().float(), WEIGHT_QMAX[kernel])
             module.weight = q
             module.weight_scale = scale
             if linear.bias is not None:
@@ -100,10 +281,14 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)  # packed [T, in] or padded [b·s, in]
-        scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=EPS) / QMAX  # [n, 1], one per token
-        q = torch.round(rows / scale).clamp(-QMAX, QMAX).to(torch.int8)
-        acc = torch._int_mm(q, self.weight.t())  # [n, out] int32: exact, |acc| <= 127² · in
-        out = acc.to(rows.dtype) * (scale * self.weight_scale)
+        peak = rows.abs().amax(dim=1, keepdim=True).clamp(min=EPS)  # [n, 1], one per token
+        if self.kernel == FBGEMM and not torch.compiler.is_exporting():  # an export writes _int_mm (runs anywhere)
+            out = fbgemm_int8_mm(rows / peak, self.weight, self.handle) * (peak * self.weight_scale)
+        else:
+            scale = peak / QMAX
+            q = torch.round(rows / scale).clamp(-QMAX, QMAX).to(torch.int8)
+            acc = torch._int_mm(q, self.weight.t())  # [n, out] int32: exact, |acc| <= 127² · in
+            out = acc.to(rows.dtype) * (scale * self.weight_scale)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
@@ -113,7 +298,10 @@ class Int8Linear(nn.Module):
         return self.weight.float() * self.weight_scale[:, None]
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+            f"kernel={self.kernel}"
+        )
 
 
 def is_quantized(model: nn.Module) -> bool:
@@ -196,7 +384,7 @@ def _roots(model: nn.Module) -> list[nn.Module]:
     return roots
 
 
-def quantize(model: M, *, skip: Sequence[str] = ()) -> M:
+def quantize(model: M, *, skip: Sequence[str] = (), kernel: str = "auto", force: bool = False) -> M:
     """Quantize every ``nn.Linear`` of ``model`` (backbone and heads) to :class:`Int8Linear`, in place.
 
     Compose with the rest of the inference stack: packing works unchanged, and
@@ -204,18 +392,25 @@ def quantize(model: M, *, skip: Sequence[str] = ()) -> M:
     Weights tied to the word embeddings (a masked-LM decoder) get their own int8 copy; the embedding table
     stays fp32.
 
+    The int8 kernel is chosen by what this CPU has (:func:`choose_kernel`); which one ran is recorded
+    (:func:`quantization_kernel`, ``quantization.json``). Where no int8 kernel is known to beat fp32, the model
+    stays in fp32 with a :class:`QuantizationWarning` (``force=True`` quantizes anyway, with ``"int_mm"``).
+
     Args:
         model: an fp32 bertblocks backbone or task model on CPU, in ``eval()`` mode (any ``nn.Module`` works).
         skip: ``fnmatch`` patterns of qualified module names to keep in fp32 (``["cls.*"]`` keeps a masked-LM
             head; ``["*.classifier"]`` a classifier).
+        kernel: ``"auto"`` (by this CPU), or one of :data:`KERNELS` to override the choice.
+        force: quantize even where no int8 kernel is known to beat fp32 on this CPU.
 
     Returns:
-        ``model`` itself.
+        ``model`` itself (still fp32 if no kernel beats fp32 and ``force`` is off).
 
     Raises:
         QuantizationError: a model in training mode, with non-fp32 or non-CPU linear weights, already
             quantized, already compiled by ``optimize_for_inference``, with no ``nn.Linear`` to quantize, or
-            with a fused ``Wqkv`` that cross-attention or a position term reads in parts (name it in ``skip``).
+            with a fused ``Wqkv`` that cross-attention or a position term reads in parts (name it in ``skip``);
+            an unknown ``kernel``, or ``"fbgemm"`` on a PyTorch built without it.
     """
     _check(model)
     targets = [
@@ -228,10 +423,14 @@ def quantize(model: M, *, skip: Sequence[str] = ()) -> M:
             f"quantize: {type(model).__name__} has no nn.Linear layer to quantize (skip={list(skip)!r})"
         )
     _check_fused_parts(model, {id(module) for _, module in targets})
+    chosen = _resolve_kernel(kernel, force)
+    if chosen is None:
+        model._bertblocks_quantization = {"scheme": None, "skip": list(skip), "kernel": None}
+        return model
     converted: dict[int, Int8Linear] = {}  # a layer shared by several names (ALBERT) stays shared
     for _, module in targets:
         if id(module) not in converted:
-            converted[id(module)] = Int8Linear.from_float(module)
+            converted[id(module)] = Int8Linear.from_float(module, kernel=chosen)
     # Replace by identity wherever the layer is a child: a task model's head object holds the same modules
     # as the model (which registers them under HF's names) without being a registered submodule itself.
     for root in _roots(model):
@@ -239,8 +438,37 @@ def quantize(model: M, *, skip: Sequence[str] = ()) -> M:
             for child_name, child in parent._modules.items():
                 if child is not None and id(child) in converted:
                     parent._modules[child_name] = converted[id(child)]
-    model._bertblocks_quantization = {"scheme": "int8-dynamic", "skip": list(skip)}  # read by save_quantized
+    # read by save_quantized (quantization.json) and quantization_kernel
+    model._bertblocks_quantization = {"scheme": "int8-dynamic", "skip": list(skip), "kernel": chosen}
     return model
+
+
+def _resolve_kernel(kernel: str, force: bool) -> str | None:
+    """The kernel :func:`quantize` uses: the one asked for, or this CPU's (``None``: stay in fp32, warned)."""
+    if kernel != "auto" and kernel not in KERNELS:
+        raise QuantizationError(f"quantize: kernel must be 'auto' or one of {KERNELS}, got {kernel!r}")
+    features = cpu_features()
+    if kernel == FBGEMM and FBGEMM not in features.engines:
+        raise QuantizationError(
+            f"quantize: kernel='fbgemm' needs PyTorch's fbgemm engine, which this build lacks (it has "
+            f"{list(features.engines)}); use kernel='auto'"
+        )
+    if kernel != "auto":
+        return kernel
+    chosen = choose_kernel(features)
+    if chosen is None and not force:
+        warnings.warn(
+            f"quantize: no int8 kernel is known to beat fp32 on this CPU ({features.describe()}; torch._int_mm "
+            "needs AVX-512 VNNI, fbgemm AVX2): the model stays in fp32. Pass force=True to quantize anyway.",
+            QuantizationWarning,
+            stacklevel=3,
+        )
+    return INT_MM if chosen is None and force else chosen
+
+
+def quantization_kernel(model: nn.Module) -> str | None:
+    """The int8 kernel :func:`quantize` chose for ``model`` (``None``: it kept fp32, or never ran)."""
+    return (getattr(model, "_bertblocks_quantization", None) or {}).get("kernel")
 
 
 # ------------------------------------------------------------------------------------------------ save / load
@@ -302,6 +530,7 @@ class QuantizationManifest(BaseModel):
         model_class: the bertblocks model class (``class`` in the file).
         scheme: how the weights are quantized; one of :data:`SCHEMES`.
         skip: the ``fnmatch`` patterns of the layers kept in fp32.
+        kernel: the int8 kernel of the saving machine (one of :data:`KERNELS`).
     """
 
     model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
@@ -309,6 +538,8 @@ class QuantizationManifest(BaseModel):
     model_class: str = Field(alias="class")
     scheme: str
     skip: list[str] = Field(default_factory=list)
+    #: the kernel that ran when it was saved (informational: a load picks this CPU's, the weights fit both)
+    kernel: Literal["int_mm", "fbgemm"] | None = None
 
 
 def read_manifest(path: Path) -> QuantizationManifest:
@@ -371,7 +602,8 @@ def load_quantized(directory: str | Path) -> nn.Module:
     except WeightFileError as e:
         raise QuantizationError(f"load_quantized: {e}") from None
     model = cls._from_config(directory / CONFIG_FILE).eval()
-    quantize(model, skip=manifest.skip)
+    # this CPU's kernel (the saved weights fit both); forced: the int8 weights are all there is to run
+    quantize(model, skip=manifest.skip, force=True)
     _load_checked(model, tensors, directory / WEIGHTS_FILE)
     return model
 
@@ -425,12 +657,20 @@ def onnx_translations() -> dict[Any, Any]:
 
 
 __all__ = [
+    "FBGEMM",
+    "INT_MM",
+    "KERNELS",
+    "CpuFeatures",
     "Int8Linear",
     "QuantizationError",
     "QuantizationManifest",
+    "QuantizationWarning",
+    "choose_kernel",
+    "cpu_features",
     "is_quantized",
     "load_quantized",
     "onnx_translations",
+    "quantization_kernel",
     "quantize",
     "quantize_weight",
     "read_manifest",
