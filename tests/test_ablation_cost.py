@@ -156,6 +156,41 @@ def test_plot_adds_a_row_of_panels_per_downstream_task(tmp_path):
         write_pareto_plot(tmp_path / "bad.png", "t", variants, quality=["eval_loss", "number/acc"])
 
 
+def test_a_cost_equal_for_every_variant_gets_no_panel(tmp_path, monkeypatch):
+    import bertblocks.ablation.pareto as pareto
+
+    drawn: list[str] = []
+    original = pareto._panel
+    monkeypatch.setattr(
+        pareto, "_panel", lambda ax, dicts, cost, *rest: drawn.append(cost) or original(ax, dicts, cost, *rest)
+    )
+    variants = [
+        _summary("a", params=10.0, flops_per_token=1.0, eval_loss=4.0),
+        _summary("b", params=10.0, flops_per_token=2.0, eval_loss=3.0),
+    ]
+    assert write_pareto_plot(tmp_path / "p.png", "t", variants)
+    assert drawn == ["flops_per_token"]  # params is 10 for both: a panel that ranks nothing
+    drawn.clear()
+    assert write_pareto_plot(tmp_path / "q.png", "t", variants, costs=["params"]) is False
+    assert drawn == []
+
+
+def test_control_rows_are_drawn_as_lines_in_their_task_s_panels(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+
+    from bertblocks.ablation.downstream import ControlRow, DownstreamSummary
+
+    lines: list[tuple[float, str]] = []
+    original = Axes.axhline
+    monkeypatch.setattr(Axes, "axhline", lambda ax, y, **kw: lines.append((y, kw["label"])) or original(ax, y, **kw))
+    variants = [_with_downstream("a", 1.0, 4.0, 0.9, 0.05), _with_downstream("b", 2.0, 3.0, 0.8, 0.05)]
+    row = ControlRow(
+        "majority / mean", {"number/accuracy": DownstreamSummary("number", "accuracy", [0], 0.53, None)}, ""
+    )
+    assert write_pareto_plot(tmp_path / "p.png", "t", variants, controls=[row])
+    assert lines == [(0.53, "majority / mean")]  # the number row's one panel; not the eval-loss or sts rows
+
+
 def test_cli_prints_the_front_of_a_downstream_metric(tmp_path, capsys):
     variants = [_with_downstream("a", 1.0, 4.0, 0.9, 0.05), _with_downstream("b", 2.0, 3.0, 0.8, 0.05)]
     results = tmp_path / "results.json"

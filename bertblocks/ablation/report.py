@@ -25,6 +25,7 @@ import io
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,9 +91,11 @@ class VariantSummary:
     params_used_at: int | None = None
     #: ``task/metric`` → its :class:`~bertblocks.ablation.downstream.DownstreamSummary` (``downstream:`` tasks)
     downstream: dict[str, Any] = field(default_factory=dict)
+    #: with ``comparisons: all-pairs``: metric → an earlier variant (not the baseline) → ``this − that``
+    pairs: dict[str, dict[str, Interval]] = field(default_factory=dict)
 
 
-def _samples(run: dict[str, Any], metric: str) -> list[float] | None:
+def run_samples(run: dict[str, Any], metric: str) -> list[float] | None:
     """The per-sample values ``metric`` of ``run`` is the mean of, when its record keeps them."""
     kept = run.get("eval_samples")
     key = PER_SAMPLE.get(metric)
@@ -101,7 +104,7 @@ def _samples(run: dict[str, Any], metric: str) -> list[float] | None:
     return [float(v) for v in kept[key]]
 
 
-def _per_seed(runs: list[dict[str, Any]], metric: str) -> dict[int, float]:
+def seed_metrics(runs: list[dict[str, Any]], metric: str) -> dict[int, float]:
     values = {r["seed"]: float(r["metrics"][metric]) for r in runs if metric in r["metrics"]}
     return {seed: v for seed, v in values.items() if math.isfinite(v)}  # records of older versions may hold NaN
 
@@ -130,15 +133,15 @@ def summarize(
         summary = VariantSummary(name, overrides, [r["seed"] for r in runs])
         summary.diverged = [r["seed"] for r in runs if r.get("status") == "diverged"]
         for metric in METRICS:
-            values = list(_per_seed(runs, metric).values())
+            values = list(seed_metrics(runs, metric).values())
             if values:
                 summary.mean[metric] = statistics.fmean(values)
                 summary.std[metric] = statistics.stdev(values) if len(values) > 1 else 0.0
         for metric in QUALITY:
-            per_seed = _per_seed(runs, metric)
+            per_seed = seed_metrics(runs, metric)
             if not per_seed:
                 continue
-            rows = [_samples(r, metric) for r in runs if r["seed"] in per_seed]
+            rows = [run_samples(r, metric) for r in runs if r["seed"] in per_seed]
             matrix = None if any(row is None for row in rows) else rows
             summary.intervals[metric] = interval(matrix, list(per_seed.values()), level)  # type: ignore[arg-type]
         summary.params_used_at = next(
@@ -146,7 +149,7 @@ def summarize(
         )
         evaluated = [r for r in runs if "eval_loss" in r["metrics"]]
         if evaluated:
-            loss = _samples(evaluated[0], "eval_loss")
+            loss = run_samples(evaluated[0], "eval_loss")
             summary.eval_samples = len(loss) if loss is not None else 0
             summary.eval_unit = str(evaluated[0].get("eval_samples", {}).get("unit", "token"))
             summary.eval_rows = evaluated[0]["metrics"].get("eval_rows")
@@ -156,10 +159,10 @@ def summarize(
             base_runs = by_variant[baseline]
             for metric in QUALITY:
                 diff = paired_difference(
-                    {r["seed"]: _samples(r, metric) for r in runs},
-                    {r["seed"]: _samples(r, metric) for r in base_runs},
-                    _per_seed(runs, metric),
-                    _per_seed(base_runs, metric),
+                    {r["seed"]: run_samples(r, metric) for r in runs},
+                    {r["seed"]: run_samples(r, metric) for r in base_runs},
+                    seed_metrics(runs, metric),
+                    seed_metrics(base_runs, metric),
                     level,
                 )
                 if diff is not None:
@@ -201,15 +204,10 @@ def _pm(centre: float, half: float) -> str:
 def _signed(iv: Interval) -> str:
     text = _pm(iv.estimate, iv.half_width) if iv.known else _number(iv.estimate)
     text = text if text.startswith("-") else f"+{text}"
-    return f"{text} ≈" if not distinguishable(iv) else text
+    return f"{text} ≈" if not iv.distinguishable else text
 
 
-def distinguishable(iv: Interval) -> bool:
-    """Whether a difference's interval excludes 0 (an interval that is not known does not)."""
-    return iv.known and not iv.contains(0.0)
-
-
-def _primary(summaries: list[VariantSummary]) -> str | None:
+def primary(summaries: list[VariantSummary]) -> str | None:
     """The quality metric the Δ column compares: eval loss, else accuracy, else train loss."""
     for metric in ("eval_loss", "accuracy", "train_loss"):
         if any(metric in s.differences for s in summaries):
@@ -221,14 +219,16 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
     """A plain-text table: one row per variant; quality metrics as ``mean ± half-width of the 95%
     interval``, costs as ``mean ± std over seeds`` where runs differ; the paired difference against the
     baseline, and how many eval samples the eval figures rest on."""
+    from .comparisons import decisions_line
+
     metrics = [m for m in METRICS if any(m in s.mean for s in summaries)]
-    primary = _primary(summaries)
+    compared = primary(summaries)
     baseline = next((s.baseline for s in summaries if s.baseline), None)
     with_eval = any("eval_loss" in s.mean for s in summaries)
     unit = next((s.eval_unit for s in summaries if s.eval_samples), "token")
     header = ["variant", "seeds", *(METRICS[m][0] for m in metrics)]
-    if primary is not None:
-        header.append(f"Δ {METRICS[primary][0]} vs {baseline}")
+    if compared is not None:
+        header.append(f"Δ {METRICS[compared][0]} vs {baseline}{_adjusted_tag(summaries)}")
     if with_eval:
         header.append(f"eval {unit}s")
     rows = []
@@ -249,10 +249,10 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
                 cells.append(f"{_number(s.mean[m])} ± {_number(s.std[m])}")
             else:
                 cells.append(_number(s.mean[m]))
-        if primary is not None:
+        if compared is not None:
             cells.append(
-                _signed(s.differences[primary])
-                if primary in s.differences
+                _signed(s.differences[compared])
+                if compared in s.differences
                 else "(baseline)"
                 if s.baseline is None
                 else "-"
@@ -261,8 +261,10 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
             cells.append(f"{s.eval_samples:,}" if s.eval_samples else "-")
         rows.append(cells)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    decided = decisions_line(summaries)
     lines = [
         title,
+        *([decided] if decided else []),
         "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=False))),
     ]
     lines.append("  ".join("-" * w for w in widths))
@@ -289,10 +291,10 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
             f"quality ± is the half-width of a {level:.0%} interval over seeds and eval {unit}s "
             f"(train loss: over seeds only); costs ± is the std over seeds"
         )
-    if primary is not None:
+    if compared is not None:
         notes.append(
-            f"Δ is paired with {baseline} (same seeds, same eval {unit}s); ≈: its interval contains 0, "
-            "not distinguishable"
+            f"Δ is paired with {baseline} (same seeds, same eval {unit}s); ≈: not distinguishable from 0"
+            + (" after the adjustment above" if decided else " (its interval contains 0)")
         )
     if any(len(s.seeds) - len(s.diverged) == 1 for s in summaries if "eval_loss" in s.mean):
         notes.append("one seed: the intervals hold the eval-set noise only; the seed-to-seed spread is unknown")
@@ -308,7 +310,53 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
             f"{short.eval_rows}; all {short.eval_rows} were used"
         )
     lines += [f"note: {n}" for n in notes]
+    pairs = format_pairs(summaries)
+    if pairs:
+        lines += ["", pairs]
     return "\n".join(lines)
+
+
+def _adjusted_tag(summaries: list[VariantSummary]) -> str:
+    """`` (Holm)`` in a Δ column's header: the adjustment its ``≈`` marks follow."""
+    from .comparisons import SHORT_NAMES
+
+    method = next(
+        (iv.adjustment for s in summaries for iv in s.differences.values() if iv.adjustment is not None), None
+    )
+    return f" ({SHORT_NAMES[method]})" if method is not None else ""
+
+
+def format_pairs(summaries: list[VariantSummary]) -> str:
+    """With ``comparisons: all-pairs``: one row per pair of non-baseline variants (``later − earlier``), one
+    column per compared metric, ``≈`` after the family's adjustment; empty otherwise."""
+    keys: list[str] = []
+    for s in summaries:
+        keys += [k for k in s.pairs if k not in keys]
+    if not keys:
+        return ""
+    rows = []
+    names = [s.variant for s in summaries]
+    for s in summaries:
+        for other in names[: names.index(s.variant)]:
+            if not any(other in s.pairs.get(k, {}) for k in keys):
+                continue
+            cells = [f"{s.variant} − {other}"]
+            for key in keys:
+                iv = s.pairs.get(key, {}).get(other)
+                cells.append(_signed(iv) if iv is not None else "-")
+            rows.append(cells)
+    header = ["pair", *(f"Δ {METRICS[k][0]}" if k in METRICS else f"Δ {k}" for k in keys)]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        pairs = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs)
+
+    out = ["pairs of variants besides the baseline (comparisons: all-pairs)", line(header)]
+    out.append("  ".join("-" * w for w in widths))
+    out += [line(r) for r in rows]
+    out.append("note: these Δ are part of the family the decisions above are adjusted over")
+    return "\n".join(out)
 
 
 def write_csv(
@@ -316,12 +364,18 @@ def write_csv(
 ) -> None:
     """One row per variant: ``METRIC`` (mean) and ``METRIC_std`` columns; for quality metrics also the
     interval (``METRIC_ci_low``, ``METRIC_ci_high``) and the paired difference with the baseline
-    (``delta_METRIC``, ``delta_METRIC_ci_low``, ``delta_METRIC_ci_high``, ``delta_METRIC_distinguishable``).
+    (``delta_METRIC``, ``delta_METRIC_ci_low``, ``delta_METRIC_ci_high``, the raw and adjusted p-values
+    ``delta_METRIC_p``, ``delta_METRIC_p_adjusted`` and ``delta_METRIC_adjustment``, and
+    ``delta_METRIC_distinguishable``, the adjusted decision).
     ``extra``: more columns at the end, a header and one row per summary (the downstream metrics)."""
     metrics = [m for m in METRICS if any(m in s.mean for s in summaries)]
     quality = [m for m in QUALITY if any(m in s.intervals for s in summaries)]
     interval_columns = [f"{m}_{end}" for m in quality for end in ("ci_low", "ci_high")]
-    delta_columns = [f"delta_{m}{end}" for m in quality for end in ("", "_ci_low", "_ci_high", "_distinguishable")]
+    delta_columns = [
+        f"delta_{m}{end}"
+        for m in quality
+        for end in ("", "_ci_low", "_ci_high", "_p", "_p_adjusted", "_adjustment", "_distinguishable")
+    ]
     buffer = io.StringIO(newline="")
     writer = csv.writer(buffer)
     writer.writerow(
@@ -348,14 +402,9 @@ def write_csv(
             d = s.differences.get(m)
             known = d is not None and d.known
             deltas += (
-                [d.estimate, d.low, d.high, distinguishable(d)]
+                [d.estimate, d.low, d.high, *p_columns(d), d.distinguishable]
                 if d is not None and known
-                else [
-                    d.estimate if d is not None else "",
-                    "",
-                    "",
-                    "",
-                ]
+                else [d.estimate if d is not None else "", "", "", "", "", "", ""]
             )
         writer.writerow(
             [
@@ -373,6 +422,16 @@ def write_csv(
     write_text(path, buffer.getvalue())
 
 
+def p_columns(iv: Interval) -> list[Any]:
+    """The raw p-value, the adjusted one and the adjustment's name, as CSV cells (empty when not known)."""
+    raw = iv.p_value
+    return [
+        raw if math.isfinite(raw) else "",
+        iv.p_adjusted if iv.p_adjusted is not None else "",
+        iv.adjustment or "",
+    ]
+
+
 def summary_dict(s: VariantSummary) -> dict[str, Any]:
     """One variant's summary as JSON data: what results.json and ``bertblocks --json ablate`` print."""
     return {
@@ -383,7 +442,11 @@ def summary_dict(s: VariantSummary) -> dict[str, Any]:
         "std": s.std,
         "intervals": {m: iv.as_dict() for m, iv in s.intervals.items()},
         "baseline": s.baseline,
-        "differences": {m: {**iv.as_dict(), "distinguishable": distinguishable(iv)} for m, iv in s.differences.items()},
+        "differences": {m: {**iv.as_dict(), "distinguishable": iv.distinguishable} for m, iv in s.differences.items()},
+        "pairs": {
+            m: {other: {**iv.as_dict(), "distinguishable": iv.distinguishable} for other, iv in pairs.items()}
+            for m, pairs in s.pairs.items()
+        },
         "eval_samples": s.eval_samples,
         "eval_unit": s.eval_unit,
         "eval_rows": s.eval_rows,
@@ -401,11 +464,18 @@ def write_json(
     records: list[dict[str, Any]],
     *,
     downstream: list[dict[str, Any]] | None = None,
+    comparisons: dict[str, Any] | None = None,
+    controls: Sequence[Any] = (),
+    control_runs: Sequence[dict[str, Any]] = (),
 ) -> None:
     """Summaries (with intervals and paired differences) and every run's record; with ``downstream``, each
-    variant's fine-tuning records too (``downstream_runs``)."""
+    variant's fine-tuning records too (``downstream_runs``); ``comparisons``: the study's ``comparisons`` and
+    ``adjust`` settings, so that a table rebuilt from the file decides as the run did; ``controls``: the
+    downstream control rows (:func:`~bertblocks.ablation.downstream.controls`), and ``control_runs`` the
+    from-scratch control's fine-tuning records."""
     data = {
         "study": title,
+        **({"comparisons": comparisons} if comparisons is not None else {}),
         "variants": [
             {
                 **summary_dict(s),
@@ -414,6 +484,8 @@ def write_json(
             }
             for s in summaries
         ],
+        **({"controls": [c.as_dict() for c in controls]} if controls else {}),
+        **({"control_runs": list(control_runs)} if control_runs else {}),
     }
     # strict JSON (NaN and inf written as null), so that every reader can load it
     write_text(path, json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n")

@@ -55,8 +55,16 @@ import yaml
 
 from ..errors import BertBlocksError
 from . import downstream, report
+from .comparisons import decide, full_table
 from .data import PreparedData, get_tokenizer, load_texts, prepare, tokenizer_key
-from .downstream import DownstreamData, DownstreamRunTask, finetune_config, prepare_downstream, spec_metrics
+from .downstream import (
+    FROM_SCRATCH,
+    DownstreamData,
+    DownstreamRunTask,
+    finetune_config,
+    prepare_downstream,
+    spec_metrics,
+)
 from .executors import Executor, InlineExecutor, LocalExecutor, RayExecutor, connect_ray, describe
 from .lock import FolderLock
 from .provenance import code_version, data_fingerprint, plugin_versions
@@ -90,6 +98,8 @@ class StudyResult:
     downstream_executed: list[str] = field(default_factory=list)
     downstream_reused: list[str] = field(default_factory=list)
     downstream_records: list[dict[str, Any]] = field(default_factory=list)
+    #: the downstream table's control rows (majority / mean, chance, from scratch)
+    controls: list[downstream.ControlRow] = field(default_factory=list)
 
 
 def run_study(
@@ -152,6 +162,7 @@ def run_study(
         for task in tasks:
             task.keep_weights = bool(tasks_data)
         plans = _downstream_plans(tasks, tasks_data)
+        scratch = _from_scratch_tasks(study, tasks_data) if study.spec.from_scratch else []
         # one study per folder: a second one is refused before it writes anything (released at exit, or
         # with the process if it is killed)
         stack.enter_context(FolderLock(out))
@@ -175,6 +186,14 @@ def run_study(
             else:
                 ds_todo.setdefault(plan.pretrain.run_id, []).append(plan)
 
+        scratch_todo = []  # the from-scratch control's fine-tunings still to do
+        for ds_task in scratch:
+            previous = _read_downstream_record(downstream_dir / f"{ds_task.run_id}.json")
+            if previous is not None and previous["fingerprint"] == ds_task.fingerprint:
+                ds_records[ds_task.run_id] = previous
+            else:
+                scratch_todo.append(ds_task)
+
         records: dict[str, dict[str, Any]] = {}
         todo: list[RunTask] = []
         for task in tasks:
@@ -197,7 +216,7 @@ def run_study(
             engine = RayExecutor(study.spec.threads)
         else:
             engine = LocalExecutor(workers) if workers else InlineExecutor()
-        bar = _progress(len(tasks) + len(plans), len(records) + len(ds_records), study.title, progress)
+        bar = _progress(len(tasks) + len(plans) + len(scratch), len(records) + len(ds_records), study.title, progress)
         try:
             for task, outcome in engine.run(todo):
                 if isinstance(outcome, BaseException):
@@ -212,6 +231,7 @@ def run_study(
                 bar.update(1)
             engine.close()  # the pre-training pool; the fine-tunings start their own
             fine_tunings = _downstream_tasks(tasks, records, ds_todo, weights_dir, study.spec.threads, bar)
+            fine_tunings += scratch_todo
             for ds_task, outcome in engine.run(fine_tunings):  # type: ignore[arg-type]
                 if isinstance(outcome, BaseException):
                     failures[ds_task.run_id] = describe(outcome)
@@ -230,17 +250,35 @@ def run_study(
             [(v.name, v.overrides) for v in study.variants], ordered, baseline=study.baseline
         )
         result.downstream_records = [ds_records[p.run_id] for p in plans if p.run_id in ds_records]
+        control_runs = [ds_records[t.run_id] for t in scratch if t.run_id in ds_records]
         downstream.attach(
             result.summaries,
             result.downstream_records,
             [(d.name, spec_metrics(d.spec)) for d in tasks_data],
             study.baseline,
         )
-        result.table = report.format_table(study.title, result.summaries)
-        if tasks_data:
-            result.table += "\n\n" + downstream.format_table(result.summaries)
+        result.controls = downstream.controls(
+            [*result.downstream_records, *control_runs],
+            [(d.name, spec_metrics(d.spec)) for d in tasks_data],
+            study.baseline,
+        )
+        decide(
+            result.summaries,
+            ordered,
+            result.downstream_records,
+            scope=study.spec.comparisons,
+            method=study.spec.adjust,
+        )
+        result.table = full_table(study.title, result.summaries, result.controls)
         report.write_json(
-            out / "results.json", study.title, result.summaries, ordered, downstream=result.downstream_records
+            out / "results.json",
+            study.title,
+            result.summaries,
+            ordered,
+            downstream=result.downstream_records,
+            comparisons={"scope": study.spec.comparisons, "adjust": study.spec.adjust},
+            controls=result.controls,
+            control_runs=control_runs,
         )
         report.write_csv(
             out / "results.csv", result.summaries, downstream.csv_columns(result.summaries) if tasks_data else None
@@ -251,7 +289,7 @@ def run_study(
             written.append(out / "results.png")
             from .pareto import write_pareto_plot  # quality against cost (studies that train)
 
-            if write_pareto_plot(out / "results-pareto.png", study.title, result.summaries):
+            if write_pareto_plot(out / "results-pareto.png", study.title, result.summaries, controls=result.controls):
                 written.append(out / "results-pareto.png")
     finally:
         stack.close()  # the lock is held until the summaries are written
@@ -324,13 +362,45 @@ class _Plan:
     run_id: str
 
 
+def _task_slug(data: DownstreamData) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", data.name).strip("_")[:40] or "task"
+    return f"{slug}-{hashlib.sha1(data.name.encode()).hexdigest()[:6]}"
+
+
+def _from_scratch_tasks(study: Study, tasks_data: list[DownstreamData]) -> list[DownstreamRunTask]:
+    """The from-scratch control: the baseline's architecture fine-tuned on every task with every seed, from
+    its random initialisation (no pre-trained weights), by the same recipe as the variants."""
+    variant = next(v for v in study.variants if v.name == study.baseline)
+    config = variant.config.model_dump(mode="json")
+    out = []
+    for data in tasks_data:
+        shared = {"task": data.spec, "data": data.digest(), "code": code_version(), "config": config}
+        for seed in study.seeds:
+            out.append(
+                DownstreamRunTask(
+                    variant=FROM_SCRATCH,
+                    seed=seed,
+                    config=finetune_config(config, data),
+                    task=data.spec,
+                    data=data,
+                    weights=None,
+                    threads=study.spec.threads,
+                    fingerprint=fingerprint(
+                        {**shared, "seed": seed, "threads": study.spec.threads, "control": FROM_SCRATCH}
+                    ),
+                    run_id=f"{FROM_SCRATCH}__seed{seed}__{_task_slug(data)}",
+                    pretrain_run="",
+                )
+            )
+    return out
+
+
 def _downstream_plans(tasks: list[RunTask], tasks_data: list[DownstreamData]) -> list[_Plan]:
     """Every pre-training run × downstream task, with the fingerprint its record must have to be reused."""
     plans = []
     for data in tasks_data:
         shared = {"task": data.spec, "data": data.digest(), "code": code_version()}
-        slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", data.name).strip("_")[:40] or "task"
-        slug = f"{slug}-{hashlib.sha1(data.name.encode()).hexdigest()[:6]}"
+        slug = _task_slug(data)
         for task in tasks:
             plans.append(
                 _Plan(

@@ -273,6 +273,21 @@ class StudySpec(_Strict):
     downstream: list[DownstreamTaskSpec] = Field(
         default_factory=list, description="tasks each pre-trained run is fine-tuned and evaluated on"
     )
+    from_scratch: bool = Field(
+        True,
+        description="with downstream tasks, also fine-tune the baseline's architecture from random weights (a "
+        "control row: what pre-training adds)",
+    )
+    comparisons: Literal["baseline", "all-pairs"] = Field(
+        "baseline",
+        description="which paired differences the report decides on: each variant against the baseline, or "
+        "also every pair of the other variants",
+    )
+    adjust: Literal["holm", "bh", "none"] = Field(
+        "holm",
+        description="how the decisions (≈ or resolved) are adjusted over every Δ of the report: holm "
+        "(Holm–Bonferroni, family-wise error), bh (Benjamini–Hochberg, false discovery rate), none",
+    )
 
 
 # ------------------------------------------------------------------------------------------- the result
@@ -435,6 +450,13 @@ def _downstream_issues(spec: StudySpec) -> list[ConfigIssue]:
                 "fine-tunes the weights of masked-LM pre-training: it needs `train:` with task: mlm",
             )
         ]
+    reserved = [
+        ConfigIssue(f"variants.{name}", "'from-scratch' names the downstream control row; choose another name")
+        for name in spec.variants
+        if name == "from-scratch"
+    ]
+    if reserved:
+        return reserved
     titles = [task.title for task in spec.downstream]
     return [
         ConfigIssue(f"downstream.{i}.name", f"{title!r} names two tasks; give each a distinct name")
