@@ -101,6 +101,7 @@ def decide(
                         report.seed_metrics(runs[later.variant], primary),
                         report.seed_metrics(runs[earlier.variant], primary),
                         level,
+                        clusters=report.run_clusters(runs[later.variant] + runs[earlier.variant], primary),
                     )
                     if d is not None:
                         family.append(Comparison(primary, later.variant, earlier.variant, d))

@@ -84,6 +84,8 @@ class VariantSummary:
     baseline: str | None = None
     differences: dict[str, Interval] = field(default_factory=dict)
     eval_samples: int = 0
+    #: sentences the eval tokens come from, when the intervals resample sentences (0: tokens independent)
+    eval_clusters: int = 0
     eval_unit: str = "token"
     eval_rows: int | None = None
     eval_rows_asked: int | None = None
@@ -102,6 +104,20 @@ def run_samples(run: dict[str, Any], metric: str) -> list[float] | None:
     if not isinstance(kept, dict) or key is None or not isinstance(kept.get(key), list):
         return None
     return [float(v) for v in kept[key]]
+
+
+def run_clusters(runs: list[dict[str, Any]], metric: str) -> list[int] | None:
+    """The sentence of each eval token, when ``metric`` is the eval loss and every run keeps the same list
+    (they evaluate the same tokens); ``None`` otherwise (then the tokens count as independent samples)."""
+    if metric != "eval_loss" or not runs:
+        return None
+    kept = [
+        r.get("eval_samples", {}).get("sentence") if isinstance(r.get("eval_samples"), dict) else None for r in runs
+    ]
+    first = kept[0]
+    if not isinstance(first, list) or any(k != first for k in kept):
+        return None
+    return [int(c) for c in first]
 
 
 def seed_metrics(runs: list[dict[str, Any]], metric: str) -> dict[int, float]:
@@ -143,7 +159,15 @@ def summarize(
                 continue
             rows = [run_samples(r, metric) for r in runs if r["seed"] in per_seed]
             matrix = None if any(row is None for row in rows) else rows
-            summary.intervals[metric] = interval(matrix, list(per_seed.values()), level)  # type: ignore[arg-type]
+            clusters = run_clusters([r for r in runs if r["seed"] in per_seed], metric)
+            summary.intervals[metric] = interval(
+                matrix,  # type: ignore[arg-type]
+                list(per_seed.values()),
+                level,
+                clusters=clusters,
+            )
+            if clusters is not None:
+                summary.eval_clusters = len(set(clusters))
         summary.params_used_at = next(
             (r["metrics"]["params_used_at"] for r in runs if "params_used_at" in r["metrics"]), None
         )
@@ -164,6 +188,7 @@ def summarize(
                     seed_metrics(runs, metric),
                     seed_metrics(base_runs, metric),
                     level,
+                    clusters=run_clusters([*runs, *base_runs], metric),
                 )
                 if diff is not None:
                     summary.differences[metric] = diff
@@ -295,6 +320,17 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
         notes.append(
             f"Δ is paired with {baseline} (same seeds, same eval {unit}s); ≈: not distinguishable from 0"
             + (" after the adjustment above" if decided else " (its interval contains 0)")
+        )
+    sentences = sorted({s.eval_clusters for s in summaries if s.eval_clusters})
+    if sentences:
+        notes.append(
+            f"eval loss intervals and Δ resample the {'/'.join(f'{n:,}' for n in sentences)} sentences the eval "
+            "tokens come from, not single tokens (the tokens of a sentence share its difficulty)"
+        )
+    elif unit == "token" and any(s.eval_samples for s in summaries if "eval_loss" in s.intervals):
+        notes.append(
+            "eval tokens counted as independent (records without sentence ids, an older version): tokens of one "
+            "sentence share its difficulty, so these intervals are too narrow"
         )
     if any(len(s.seeds) - len(s.diverged) == 1 for s in summaries if "eval_loss" in s.mean):
         notes.append("one seed: the intervals hold the eval-set noise only; the seed-to-seed spread is unknown")

@@ -521,7 +521,7 @@ def _valid_samples(samples: Any) -> bool:
     """Whether a record's ``eval_samples`` are what :func:`~bertblocks.ablation.training.evaluate` writes."""
     if not isinstance(samples, dict) or not isinstance(samples.get("loss"), list):
         return False
-    lists = [samples["loss"], *([samples["correct"]] if "correct" in samples else [])]
+    lists = [samples["loss"], *(samples[key] for key in ("correct", "sentence") if key in samples)]
     return all(
         isinstance(values, list)
         and len(values) == len(samples["loss"])

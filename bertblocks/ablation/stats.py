@@ -19,6 +19,11 @@ is ``mean ± t · se`` with Welch–Satterthwaite degrees of freedom. With one s
 is known (the interval then says nothing about seed noise); without per-sample losses (a metric such as
 the training loss, or a record of an older version) only the seed term is.
 
+The eval tokens of one sentence share its difficulty: they are not independent draws. When the runs keep
+each token's sentence, the rows are first turned into one pseudo-value per sentence (:func:`cluster_rows`),
+so that sentences are the samples of the layout and the interval does not claim the precision of
+independent tokens (resampling sentences, not tokens).
+
 A *paired* difference against a baseline variant applies the same estimator to ``y_v[s, t] − y_b[s, t]``
 over the seeds both have: the same seed and the same eval token on both sides, so what they share cancels.
 Its estimate is the mean of the per-seed differences of the metric. An interval that contains 0 marks the
@@ -109,7 +114,13 @@ class Interval:
         return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()}
 
 
-def interval(per_sample: Sequence[Sequence[float]] | None, per_seed: Sequence[float], level: float = LEVEL) -> Interval:
+def interval(
+    per_sample: Sequence[Sequence[float]] | None,
+    per_seed: Sequence[float],
+    level: float = LEVEL,
+    *,
+    clusters: Sequence[int] | None = None,
+) -> Interval:
     """The interval of the grand mean of a seeds × samples matrix (see the module doc).
 
     Args:
@@ -117,9 +128,13 @@ def interval(per_sample: Sequence[Sequence[float]] | None, per_seed: Sequence[fl
             ``None`` when the runs kept no per-sample values.
         per_seed: the metric of each seed (used when ``per_sample`` is ``None``).
         level: confidence level, e.g. 0.95.
+        clusters: the cluster (sentence) of each sample: the samples of one cluster are not independent, so
+            the interval treats clusters as the units (:func:`cluster_rows`); ``samples`` then counts them.
     """
     if per_sample is not None and per_sample and len({len(row) for row in per_sample}) == 1 and per_sample[0]:
         rows = [[float(v) for v in row] for row in per_sample]
+        if clusters is not None:
+            rows = cluster_rows(rows, clusters)
         seeds, samples = len(rows), len(rows[0])
         row_means = [math.fsum(row) / samples for row in rows]
         estimate = math.fsum(row_means) / seeds
@@ -164,6 +179,8 @@ def paired_difference(
     variant_metric: dict[int, float],
     baseline_metric: dict[int, float],
     level: float = LEVEL,
+    *,
+    clusters: Sequence[int] | None = None,
 ) -> Interval | None:
     """``variant − baseline`` over the seeds both have, paired by seed and by eval sample.
 
@@ -171,6 +188,7 @@ def paired_difference(
         variant, baseline: seed → that run's per-sample values (``None`` when the record has none).
         variant_metric, baseline_metric: seed → the run's metric (its mean over the samples).
         level: confidence level.
+        clusters: the cluster (sentence) of each eval sample, as for :func:`interval`.
 
     Returns:
         The interval of the difference, or ``None`` when no seed is shared.
@@ -186,7 +204,39 @@ def paired_difference(
             continue
         rows.append([float(x) - float(y) for x, y in zip(a, b, strict=True)])
     per_seed = [variant_metric[s] - baseline_metric[s] for s in seeds]
-    return interval(rows, per_seed, level)
+    return interval(rows, per_seed, level, clusters=clusters if rows is not None else None)
+
+
+def cluster_rows(rows: Sequence[Sequence[float]], clusters: Sequence[int]) -> list[list[float]]:
+    """Each row's per-sample values turned into one pseudo-value per cluster, so that the clusters (sentences),
+    not the samples (tokens), are the independent units of the interval.
+
+    A row's mean is a ratio, ``Σ_c T_c / N`` (``T_c`` the cluster's total, ``n_c`` its size, ``N = Σ n_c``); its
+    linearisation gives cluster ``c`` the pseudo-value ``C·(T_c − m·n_c)/N + m`` (``m`` the row's mean, ``C``
+    the cluster count), whose mean over the clusters is ``m`` exactly, and whose variance over clusters
+    divided by ``C`` is the usual cluster-robust (sandwich) variance of a mean over clustered samples. The
+    seeds × clusters matrix keeps the crossed layout of the module doc (every seed sees the same sentences).
+
+    Raises:
+        ValueError: a row whose length is not the number of cluster ids.
+    """
+    if any(len(row) != len(clusters) for row in rows):
+        raise ValueError(f"need one sentence id per value of every row; got {len(clusters)} ids")
+    index: dict[int, int] = {}
+    for c in clusters:
+        index.setdefault(c, len(index))
+    counts = [0] * len(index)
+    for c in clusters:
+        counts[index[c]] += 1
+    total, count = len(clusters), len(index)
+    out = []
+    for row in rows:
+        sums = [0.0] * count
+        for value, c in zip(row, clusters, strict=True):
+            sums[index[c]] += value
+        mean = math.fsum(row) / total
+        out.append([count * (t - mean * n) / total + mean for t, n in zip(sums, counts, strict=True)])
+    return out
 
 
 # ------------------------------------------------------------------------------ multiple comparisons

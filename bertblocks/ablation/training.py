@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,29 +157,60 @@ def eval_rows(data: PreparedData, spec: Any) -> tuple[int, int | None]:
     return min(available, asked), asked
 
 
+def _eval_passes(data: PreparedData, spec: Any) -> Iterator[tuple[torch.Tensor, Batch]]:
+    """The eval batches, masked with the one fixed generator: what :func:`evaluate` scores and
+    :func:`eval_sentences` reads, so that both see the same masked tokens in the same order."""
+    generator = torch.Generator().manual_seed(EVAL_SEED)
+    n, _ = eval_rows(data, spec)
+    for start in range(0, n, spec.batch_size):
+        rows = torch.arange(start, min(start + spec.batch_size, n))
+        yield rows, _batch(data, rows, spec, generator, train=False)
+
+
+def _sentence_ids(data: PreparedData) -> torch.Tensor:
+    """``[rows, seq_len]``: the sentence of every eval position (``-1`` for a block's ``[CLS]``). The eval blocks
+    cut one stream of sentences, each ending in ``[SEP]`` (:func:`~bertblocks.ablation.data.prepare`), so a
+    token's sentence is the number of ``[SEP]`` before it in that stream; a sentence cut by a block boundary
+    keeps one id."""
+    body = data.eval_ids[:, 1:]
+    seps = (body == data.sep_id).long().reshape(-1)
+    ids = (torch.cumsum(seps, 0) - seps).reshape(body.shape)
+    return torch.cat([torch.full((len(body), 1), -1, dtype=torch.long), ids], 1)
+
+
+def eval_sentences(data: PreparedData, spec: Any) -> list[int]:
+    """The sentence of every masked eval token, in :func:`evaluate`'s order (masked-LM only)."""
+    ids = _sentence_ids(data)
+    out: list[int] = []
+    for rows, batch in _eval_passes(data, spec):
+        out += ids[rows][batch.labels != -100].tolist()
+    return out
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, data: PreparedData, spec: Any) -> dict[str, Any]:
     """Eval loss over the held-out rows (see :func:`eval_rows`); perplexity for mlm, accuracy for
     classification.
 
     Besides the metrics, ``eval_samples`` holds what they average over, one value per masked token (mlm) or
-    per example (classification): ``loss``, and ``correct`` (0/1, classification). Every run evaluates the
+    per example (classification): ``loss``, ``correct`` (0/1, classification), and ``sentence`` (mlm: the
+    sentence of each token, see :func:`eval_sentences`). Every run evaluates the
     same samples in the same order (the eval set is masked with one fixed generator), so the summaries can
     pair them across seeds and variants (:mod:`bertblocks.ablation.stats`).
     """
     model.eval()
-    generator = torch.Generator().manual_seed(EVAL_SEED)
     n, asked = eval_rows(data, spec)
     losses: list[torch.Tensor] = []
     correct: list[torch.Tensor] = []
-    for start in range(0, n, spec.batch_size):
-        rows = torch.arange(start, min(start + spec.batch_size, n))
-        batch = _batch(data, rows, spec, generator, train=False)
+    sentences: list[torch.Tensor] = []
+    ids = _sentence_ids(data) if data.task == "mlm" else None
+    for rows, batch in _eval_passes(data, spec):
         out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
         logits = out.logits.float()
-        if data.task == "mlm":
+        if ids is not None:
             keep = batch.labels != -100
             losses.append(nn.functional.cross_entropy(logits[keep], batch.labels[keep], reduction="none"))
+            sentences.append(ids[rows][keep])
         else:
             losses.append(nn.functional.cross_entropy(logits, batch.labels, reduction="none"))
             correct.append((logits.argmax(-1) == batch.labels).long())
@@ -194,6 +226,7 @@ def evaluate(model: nn.Module, data: PreparedData, spec: Any) -> dict[str, Any]:
     }
     if data.task == "mlm":
         result["perplexity"] = math.exp(min(loss, 50.0))
+        samples["sentence"] = torch.cat(sentences).tolist()  # what the intervals resample (not single tokens)
     else:
         hits = torch.cat(correct)
         result["accuracy"] = float(hits.double().mean())
