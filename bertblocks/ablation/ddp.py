@@ -49,7 +49,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .data import PreparedData, get_tokenizer, load_texts, prepare
 from .study import Study, StudyError, TrainSpec, expand_variants, load_study
-from .training import evaluate, task_model, train_model
+from .training import evaluate, resolved_train, task_model, train_flops_per_token, train_model
 
 
 @dataclass
@@ -97,7 +97,7 @@ def prepare_job(
         variant=variant,
         slug=chosen.slug,
         config=chosen.config.model_dump(mode="json"),
-        train=study.spec.train.model_dump(mode="json"),
+        train=resolved_train(study),  # type: ignore[arg-type]
         data=data,
         seed=seed,
         threads=study.spec.threads,
@@ -136,7 +136,17 @@ def run_rank(job: DdpJob, rank: int, world_size: int) -> dict[str, Any] | None:
         if job.save_weights:
             _save(model.state_dict(), weights / f"rank{rank}-initial.safetensors")
     per_rank = sum(_local_numel(p) for p in model.parameters())
-    metrics: dict[str, Any] = dict(train_model(trained, job.data, spec, job.seed, rank=rank, world_size=world_size))
+    metrics: dict[str, Any] = dict(
+        train_model(
+            trained,
+            job.data,
+            spec,
+            job.seed,
+            rank=rank,
+            world_size=world_size,
+            flops_per_token=train_flops_per_token(config, spec.seq_len),
+        )
+    )
     state = full_state_dict(model)  # a collective under FSDP: every rank takes part
     if job.save_weights:
         _save(state, weights / f"rank{rank}-final.safetensors")

@@ -45,6 +45,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "eval_loss": ("eval loss", "eval loss"),
     "perplexity": ("ppl", "eval perplexity"),
     "accuracy": ("accuracy", "eval accuracy"),
+    "train_steps": ("steps", "optimizer steps taken (token, FLOP or time budgets)"),
+    "train_flops": ("train FLOPs", "training FLOPs (3 × analytic forward, × real tokens)"),
     "train_seconds": ("train s", "training time (s)"),
     "train_tokens_per_s": ("train tok/s", "training throughput (real tokens/s)"),
 }
@@ -93,6 +95,9 @@ class VariantSummary:
     params_used_at: int | None = None
     #: ``task/metric`` → its :class:`~bertblocks.ablation.downstream.DownstreamSummary` (``downstream:`` tasks)
     downstream: dict[str, Any] = field(default_factory=dict)
+    #: the training budget its runs had: ``kind`` (steps, tokens, flops, seconds), ``value``, and the seeds that
+    #: stopped at the step cap before reaching it (``short``); empty for records of an older version
+    budget: dict[str, Any] = field(default_factory=dict)
     #: with ``comparisons: all-pairs``: metric → an earlier variant (not the baseline) → ``this − that``
     pairs: dict[str, dict[str, Interval]] = field(default_factory=dict)
 
@@ -193,6 +198,13 @@ def summarize(
                 if diff is not None:
                     summary.differences[metric] = diff
         summary.notes = sorted({r["metrics"]["flops_note"] for r in runs if r["metrics"].get("flops_note")})
+        budgeted = [r for r in runs if isinstance(r["metrics"].get("budget"), str)]
+        if budgeted:
+            summary.budget = {
+                "kind": budgeted[0]["metrics"]["budget"],
+                "value": budgeted[0]["metrics"].get("budget_value"),
+                "short": [r["seed"] for r in budgeted if r["metrics"].get("budget_reached") is False],
+            }
         out.append(summary)
     return out
 
@@ -304,6 +316,7 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
         for s in summaries
         if s.diverged
     ]
+    notes += budget_notes(summaries)
     lengths = sorted({s.params_used_at for s in summaries if s.params_used_at})
     if lengths:
         notes.append(
@@ -350,6 +363,28 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
     if pairs:
         lines += ["", pairs]
     return "\n".join(lines)
+
+
+def budget_notes(summaries: list[VariantSummary]) -> list[str]:
+    """Which training budget ruled: what every variant got the same amount of, and what it did not."""
+    kinds = {s.budget["kind"] for s in summaries if s.budget}
+    if not kinds:
+        return []
+    kind = kinds.pop()
+    if kind == "steps":
+        return ["budget: steps (every run took the same optimizer steps; variants differ in the FLOPs they spent)"]
+    value = next(s.budget["value"] for s in summaries if s.budget)
+    unit = {"tokens": "real training tokens", "flops": "training FLOPs", "seconds": "seconds of training"}[kind]
+    notes = [
+        f"budget: {kind} (every run trained until it had spent {value:.4g} {unit}, stopping within one step of it; "
+        "the steps column says how many steps each variant took)"
+    ]
+    notes += [
+        f"{s.variant}: seed(s) {', '.join(map(str, s.budget['short']))} stopped at the step cap before the budget"
+        for s in summaries
+        if s.budget.get("short")
+    ]
+    return notes
 
 
 def _adjusted_tag(summaries: list[VariantSummary]) -> str:

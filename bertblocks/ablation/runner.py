@@ -70,6 +70,7 @@ from .lock import FolderLock
 from .provenance import code_version, data_fingerprint, plugin_versions
 from .run import RunTask
 from .study import Study, StudyError, expand_variants, fingerprint, load_study
+from .training import resolved_train
 
 logger = logging.getLogger("bertblocks")
 
@@ -321,7 +322,7 @@ def _warn_small_eval_set(study: Study, data: PreparedData) -> None:
 def _tasks(study: Study, data: PreparedData | None, tokenizer_json: str | None) -> list[RunTask]:
     spec = study.spec
     measure = spec.measure.model_dump(mode="json")
-    train = spec.train.model_dump(mode="json") if spec.train else None
+    train = resolved_train(study)  # a tokens or flops budget made concrete: part of every run's fingerprint
     shared = {
         "measure": measure,
         "train": {k: v for k, v in (train or {}).items() if k != "seeds"} or None,

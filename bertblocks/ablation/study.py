@@ -88,11 +88,26 @@ class TrainSpec(_Strict):
     )
     mask_prob: float = Field(0.15, gt=0, lt=1, description="share of tokens masked (mlm)")
     num_labels: PositiveInt = Field(2, description="classes (classification)")
+    budget: Literal["steps", "tokens", "flops", "seconds"] = Field(
+        "steps",
+        description="what every variant gets the same amount of: optimizer steps, real training tokens, "
+        "training FLOPs (3 × the analytic forward FLOPs per token × tokens) or wall-clock seconds",
+    )
+    budget_value: float | None = Field(
+        None,
+        gt=0,
+        description="the amount (tokens, FLOPs or seconds); default for tokens and flops: what the baseline "
+        "spends in `steps` full batches; required for seconds",
+    )
 
     @model_validator(mode="after")
     def _unique_seeds(self) -> TrainSpec:
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct; got {self.seeds}")
+        if self.budget == "seconds" and self.budget_value is None:
+            raise ValueError("budget: seconds needs budget_value (the seconds every variant trains for)")
+        if self.budget == "steps" and self.budget_value is not None:
+            raise ValueError("budget_value is read with budget: tokens, flops or seconds; with steps, set steps")
         return self
 
 

@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -24,6 +24,9 @@ from torch import nn
 from bertblocks.config import BertConfig
 
 from .data import PreparedData
+
+if TYPE_CHECKING:
+    from .study import Study
 
 EVAL_SEED = 20240601  # masking of the eval set: fixed, shared by all runs of all studies
 
@@ -85,6 +88,38 @@ def _batch(data: PreparedData, rows: torch.Tensor, spec: Any, generator: torch.G
     return Batch(ids, mask, labels)
 
 
+#: a study trained to a token, FLOP or time budget stops at the latest after this many times ``train.steps``
+BUDGET_STEP_CAP = 20
+
+
+def train_flops_per_token(config: BertConfig, seq_len: int) -> float:
+    """Training FLOPs per token: three times the backbone's analytic forward FLOPs (the backward pass costs
+    about twice the forward). The head is left out: a masked-LM head costs every variant of one width and
+    vocabulary the same."""
+    from .flops import analytic_flops_per_token
+
+    return 3 * analytic_flops_per_token(config, seq_len).per_token
+
+
+def resolved_train(study: Study) -> dict[str, Any] | None:
+    """The study's ``train:`` section as its runs get it: a ``tokens`` or ``flops`` budget without a
+    ``budget_value`` gets what the baseline spends in ``steps`` full batches (``steps × batch_size × seq_len``
+    tokens, times the baseline's :func:`train_flops_per_token` for FLOPs), so every variant trains on the
+    compute the baseline's step count means."""
+    spec = study.spec.train
+    if spec is None:
+        return None
+    train = spec.model_dump(mode="json")
+    if spec.budget in ("tokens", "flops") and spec.budget_value is None:
+        tokens = float(spec.steps * spec.batch_size * spec.seq_len)
+        if spec.budget == "tokens":
+            train["budget_value"] = tokens
+        else:
+            baseline = next(v for v in study.variants if v.name == study.baseline)
+            train["budget_value"] = tokens * train_flops_per_token(baseline.config, spec.seq_len)
+    return train
+
+
 def train_model(
     model: nn.Module,
     data: PreparedData,
@@ -93,7 +128,8 @@ def train_model(
     *,
     rank: int = 0,
     world_size: int = 1,
-) -> dict[str, float]:
+    flops_per_token: float | None = None,
+) -> dict[str, Any]:
     """Train ``model`` (maybe DDP- or FSDP-wrapped) for ``spec.steps`` steps; returns the final training loss,
     the time, and the throughput.
 
@@ -108,9 +144,18 @@ def train_model(
     ranks, and ``train_tokens_per_s`` is that count over ``train_seconds`` (the wall time of the loop:
     batching, forward, backward and optimizer steps), so a data-parallel run reports the throughput of
     the whole group.
+
+    ``spec.budget`` decides when to stop: after ``spec.steps`` steps (``steps``), or at the first step that
+    brings the real tokens, the training FLOPs (tokens × ``flops_per_token``) or the seconds spent to
+    ``spec.budget_value`` or beyond, so runs of different variants stop within one step of the same compute;
+    never after more than :data:`BUDGET_STEP_CAP` × ``spec.steps`` steps (``budget_reached`` then says
+    ``False``). Under a budget the result also holds ``train_steps``, ``train_flops`` and the budget.
     """
     if spec.batch_size % world_size:
         raise ValueError(f"train.batch_size {spec.batch_size} must be divisible by the {world_size} DDP processes")
+    budget = getattr(spec, "budget", "steps")
+    if budget == "flops" and flops_per_token is None:
+        raise ValueError("budget: flops needs the variant's flops_per_token")
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
     model.train()
@@ -118,7 +163,9 @@ def train_model(
     losses: list[float] = []
     tokens = 0
     start = time.perf_counter()
-    for _ in range(spec.steps):
+    for _ in range(spec.steps if budget == "steps" else spec.steps * BUDGET_STEP_CAP):
+        if budget != "steps" and _spent(budget, tokens, flops_per_token, start, world_size) >= spec.budget_value:
+            break
         rows = torch.randint(0, len(data.train_ids), (spec.batch_size,), generator=generator)
         batch = _batch(data, rows, spec, generator, train=True)
         tokens += int(batch.attention_mask.sum())  # the global batch: every rank drew all of it
@@ -139,12 +186,40 @@ def train_model(
         gathered = torch.tensor(losses, dtype=torch.float64)
         dist.all_reduce(gathered)
         losses = (gathered / world_size).tolist()
-    timing = {"train_seconds": seconds, "train_tokens": tokens, "train_tokens_per_s": tokens / seconds}
+    timing: dict[str, Any] = {"train_seconds": seconds, "train_tokens": tokens, "train_tokens_per_s": tokens / seconds}
+    timing["budget"] = budget
+    if budget != "steps":
+        spent = _spent(budget, tokens, flops_per_token, start, world_size) if budget != "seconds" else seconds
+        timing |= {
+            "train_steps": len(losses),
+            "budget": budget,
+            "budget_value": spec.budget_value,
+            "budget_reached": spent >= spec.budget_value,
+        }
+        if flops_per_token is not None:
+            timing["train_flops"] = tokens * flops_per_token
     diverged = next((step for step, loss in enumerate(losses, 1) if not math.isfinite(loss)), None)
     if diverged is not None:
         return {"diverged_at_step": diverged, **timing}
     tail = losses[-max(1, len(losses) // 10) :]  # the last tenth: less noisy than the very last step
     return {"train_loss": sum(tail) / len(tail), **timing}
+
+
+def _spent(budget: str, tokens: int, flops_per_token: float | None, start: float, world_size: int) -> float:
+    """How much of a ``tokens``, ``flops`` or ``seconds`` budget the steps so far used."""
+    if budget == "tokens":
+        return float(tokens)
+    if budget == "flops":
+        assert flops_per_token is not None
+        return tokens * flops_per_token
+    elapsed = time.perf_counter() - start
+    if world_size > 1:  # every rank must stop at the same step: the slowest rank's clock decides
+        import torch.distributed as dist
+
+        clock = torch.tensor([elapsed], dtype=torch.float64)
+        dist.all_reduce(clock, op=dist.ReduceOp.MAX)
+        elapsed = float(clock[0])
+    return elapsed
 
 
 def eval_rows(data: PreparedData, spec: Any) -> tuple[int, int | None]:
@@ -243,7 +318,9 @@ def train_and_evaluate(
     ``state_dict`` as ``torch.save`` bytes in ``weights`` (for downstream fine-tuning)."""
     torch.manual_seed(seed)
     model = task_model(data.task, config)
-    result: dict[str, Any] = dict(train_model(model, data, spec, seed))
+    result: dict[str, Any] = dict(
+        train_model(model, data, spec, seed, flops_per_token=train_flops_per_token(config, spec.seq_len))
+    )
     if "diverged_at_step" not in result:  # a diverged model has nothing to evaluate
         result.update(evaluate(model, data, spec))
         if keep_weights:

@@ -1,0 +1,76 @@
+"""Compute-matched training budgets: a FLOP- or token-matched study stops every variant at the same compute
+(within one step), the default budget is what the baseline spends in ``steps`` steps, and the report says which
+budget ruled."""
+
+from __future__ import annotations
+
+import pytest
+from test_ablation import write_study
+
+from bertblocks.ablation import StudyError, load_study, run_study
+from bertblocks.ablation.training import resolved_train, train_flops_per_token
+
+# two variants whose steps cost different FLOPs: a feed-forward 37 wide against one 148 wide
+VARIANTS = {
+    "narrow": {"encoder.feedforward.intermediate_size": 37},
+    "wide": {"encoder.feedforward.intermediate_size": 148},
+}
+
+
+def budget_study(folder, **train):
+    settings = {"task": "mlm", "steps": 6, "batch_size": 4, "seq_len": 16, "seeds": [0], "eval_batches": 1}
+    return write_study(
+        folder,
+        vary={},
+        variants=VARIANTS,
+        measure={"batch": 1, "seq_len": 8, "repeats": 1, "warmup": 0, "metrics": ["params", "flops"]},
+        train={**settings, **train},
+        corpus={"sentences": 150},
+        tokenizer={"vocab_size": 150},
+    )
+
+
+def test_a_flop_matched_study_stops_every_variant_at_the_same_flops_within_one_step(tmp_path):
+    result = run_study(budget_study(tmp_path, budget="flops"), tmp_path / "out", workers=0, progress=False, echo=None)
+    by_name = {r["variant"]: r["metrics"] for r in result.records}
+    narrow, wide = by_name["narrow"], by_name["wide"]
+    study = result.study
+    per_token = {v.name: train_flops_per_token(v.config, 16) for v in study.variants}
+    assert per_token["wide"] > 1.5 * per_token["narrow"]
+    # the default budget: the baseline's (the first variant's) FLOPs in `steps` full batches
+    budget = 6 * 4 * 16 * per_token["narrow"]
+    step = {name: 4 * 16 * per_token[name] for name in per_token}  # a step's FLOPs (mlm rows are all real)
+    for name, metrics in by_name.items():
+        assert metrics["budget"] == "flops"
+        assert metrics["budget_value"] == pytest.approx(budget)
+        assert metrics["budget_reached"] is True
+        assert budget <= metrics["train_flops"] < budget + step[name], name  # stopped within one step
+    assert abs(narrow["train_flops"] - wide["train_flops"]) <= max(step.values())
+    assert narrow["train_steps"] == 6  # the baseline takes its `steps`
+    assert wide["train_steps"] < narrow["train_steps"]  # the dearer variant fewer
+    assert "budget: flops (every run trained until it had spent" in result.table
+    assert " steps " in result.table.splitlines()[2]  # the steps column
+
+
+def test_a_token_budget_counts_real_tokens_and_a_steps_budget_is_said(tmp_path):
+    study = load_study(budget_study(tmp_path, budget="tokens", budget_value=200))
+    assert resolved_train(study)["budget_value"] == 200
+    default = load_study(budget_study(tmp_path, budget="tokens"))
+    assert resolved_train(default)["budget_value"] == 6 * 4 * 16
+    result = run_study(
+        budget_study(tmp_path, budget="tokens", budget_value=200), tmp_path / "t", workers=0, progress=False, echo=None
+    )
+    for record in result.records:
+        assert 200 <= record["metrics"]["train_tokens"] < 200 + 4 * 16
+        assert record["metrics"]["train_steps"] == 4  # 64 tokens a step: the fourth reaches 200
+    steps = run_study(budget_study(tmp_path, steps=2), tmp_path / "s", workers=0, progress=False, echo=None)
+    assert "budget: steps (every run took the same optimizer steps" in steps.table
+
+
+def test_budget_settings_are_checked(tmp_path):
+    with pytest.raises(StudyError, match="budget: seconds needs budget_value"):
+        load_study(budget_study(tmp_path, budget="seconds"))
+    with pytest.raises(StudyError, match="budget_value is read with budget: tokens, flops or seconds"):
+        load_study(budget_study(tmp_path, budget_value=10))
+    with pytest.raises(StudyError, match=r"train\.budget"):
+        load_study(budget_study(tmp_path, budget="joules"))
