@@ -83,6 +83,13 @@ def prepare_job(
     study = study if isinstance(study, Study) else load_study(study, list(overrides))
     if study.spec.train is None:
         raise StudyError.single("train", "DDP training needs a `train:` section in the study", study)
+    if study.spec.train.lr_grid:
+        raise StudyError.single(
+            "train.lr_grid",
+            "a learning-rate search runs in the study's own runs (bertblocks ablate), not under torchrun; "
+            "set train.lr to the rate the study chose for this variant",
+            study,
+        )
     texts, labels = load_texts(study)
     tokenizer = get_tokenizer(study, texts, saved=Path(out_dir) / "tokenizer.json")
     data = prepare(study, tokenizer, texts, labels)

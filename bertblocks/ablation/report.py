@@ -95,6 +95,8 @@ class VariantSummary:
     params_used_at: int | None = None
     #: ``task/metric`` → its :class:`~bertblocks.ablation.downstream.DownstreamSummary` (``downstream:`` tasks)
     downstream: dict[str, Any] = field(default_factory=dict)
+    #: with ``train.lr_grid``: the learning rate each seed chose (in seed order)
+    lrs: list[float] = field(default_factory=list)
     #: the training budget its runs had: ``kind`` (steps, tokens, flops, seconds), ``value``, and the seeds that
     #: stopped at the step cap before reaching it (``short``); empty for records of an older version
     budget: dict[str, Any] = field(default_factory=dict)
@@ -198,6 +200,7 @@ def summarize(
                 if diff is not None:
                     summary.differences[metric] = diff
         summary.notes = sorted({r["metrics"]["flops_note"] for r in runs if r["metrics"].get("flops_note")})
+        summary.lrs = [float(r["metrics"]["lr"]) for r in runs if isinstance(r["metrics"].get("lr"), int | float)]
         budgeted = [r for r in runs if isinstance(r["metrics"].get("budget"), str)]
         if budgeted:
             summary.budget = {
@@ -263,14 +266,15 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
     baseline = next((s.baseline for s in summaries if s.baseline), None)
     with_eval = any("eval_loss" in s.mean for s in summaries)
     unit = next((s.eval_unit for s in summaries if s.eval_samples), "token")
-    header = ["variant", "seeds", *(METRICS[m][0] for m in metrics)]
+    tuned = any(s.lrs for s in summaries)
+    header = ["variant", "seeds", *(["lr"] if tuned else []), *(METRICS[m][0] for m in metrics)]
     if compared is not None:
         header.append(f"Δ {METRICS[compared][0]} vs {baseline}{_adjusted_tag(summaries)}")
     if with_eval:
         header.append(f"eval {unit}s")
     rows = []
     for s in summaries:
-        cells = [s.variant, str(len(s.seeds))]
+        cells = [s.variant, str(len(s.seeds)), *(["/".join(f"{lr:g}" for lr in s.lrs) or "-"] if tuned else [])]
         for m in metrics:
             if m not in s.mean:
                 cells.append("-")
@@ -317,6 +321,11 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
         if s.diverged
     ]
     notes += budget_notes(summaries)
+    if tuned:
+        notes.append(
+            "lr: the learning rate each seed chose (in seed order) from train.lr_grid, by the loss on a validation "
+            "split of the training rows, never on the eval set; the choice is part of each seed's run"
+        )
     lengths = sorted({s.params_used_at for s in summaries if s.params_used_at})
     if lengths:
         notes.append(
@@ -459,6 +468,7 @@ def write_csv(
             "baseline",
             *delta_columns,
             "eval_samples",
+            "lr_chosen",
             *(extra[0] if extra else []),
         ]
     )
@@ -487,6 +497,7 @@ def write_csv(
                 s.baseline or "",
                 *deltas,
                 s.eval_samples or "",
+                " ".join(f"{lr:g}" for lr in s.lrs),
                 *(extra[1][index] if extra else []),
             ]
         )
@@ -519,6 +530,9 @@ def summary_dict(s: VariantSummary) -> dict[str, Any]:
             for m, pairs in s.pairs.items()
         },
         "eval_samples": s.eval_samples,
+        "eval_sentences": s.eval_clusters,
+        "lrs": s.lrs,
+        "budget": s.budget,
         "eval_unit": s.eval_unit,
         "eval_rows": s.eval_rows,
         "eval_rows_asked": s.eval_rows_asked,

@@ -88,6 +88,12 @@ class TrainSpec(_Strict):
     )
     mask_prob: float = Field(0.15, gt=0, lt=1, description="share of tokens masked (mlm)")
     num_labels: PositiveInt = Field(2, description="classes (classification)")
+    lr_grid: list[float] | None = Field(
+        None,
+        min_length=1,
+        description="learning rates each variant and seed chooses from, on a validation split of the training "
+        "rows (never the eval set); default: lr for every variant",
+    )
     budget: Literal["steps", "tokens", "flops", "seconds"] = Field(
         "steps",
         description="what every variant gets the same amount of: optimizer steps, real training tokens, "
@@ -104,6 +110,10 @@ class TrainSpec(_Strict):
     def _unique_seeds(self) -> TrainSpec:
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct; got {self.seeds}")
+        if self.lr_grid is not None and any(not (lr > 0 and math.isfinite(lr)) for lr in self.lr_grid):
+            raise ValueError(f"lr_grid: every rate must be a positive number; got {self.lr_grid}")
+        if self.lr_grid is not None and len(set(self.lr_grid)) != len(self.lr_grid):
+            raise ValueError(f"lr_grid: a rate is listed twice in {self.lr_grid}")
         if self.budget == "seconds" and self.budget_value is None:
             raise ValueError("budget: seconds needs budget_value (the seconds every variant trains for)")
         if self.budget == "steps" and self.budget_value is not None:

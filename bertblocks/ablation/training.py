@@ -15,7 +15,7 @@ import io
 import math
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -315,12 +315,35 @@ def train_and_evaluate(
 ) -> dict[str, Any]:
     """One single-process training run: model from ``seed``, training, evaluation (with the per-sample
     values in ``eval_samples``, see :func:`evaluate`); with ``keep_weights``, also the trained
-    ``state_dict`` as ``torch.save`` bytes in ``weights`` (for downstream fine-tuning)."""
-    torch.manual_seed(seed)
-    model = task_model(data.task, config)
-    result: dict[str, Any] = dict(
-        train_model(model, data, spec, seed, flops_per_token=train_flops_per_token(config, spec.seq_len))
-    )
+    ``state_dict`` as ``torch.save`` bytes in ``weights`` (for downstream fine-tuning).
+
+    With ``spec.lr_grid``, the learning rate is chosen for this variant and seed: one model per rate, each
+    from the same seed, trained on the training rows without a validation split (:func:`validation_split`)
+    and scored on that split; the one of the lowest validation loss is kept, evaluated on the eval set and
+    reported with ``lr`` and ``lr_search`` (rate → validation loss). The eval set never takes part in the
+    choice, and every seed chooses on its own, so the choice's luck is part of the seeds' spread."""
+    flops = train_flops_per_token(config, spec.seq_len)
+    grid = list(getattr(spec, "lr_grid", None) or [])
+    if not grid:
+        torch.manual_seed(seed)
+        model = task_model(data.task, config)
+        result: dict[str, Any] = dict(train_model(model, data, spec, seed, flops_per_token=flops))
+    else:
+        fit, held = validation_split(data)
+        whole = spec.model_copy(update={"eval_batches": None})  # the whole validation split
+        search: dict[str, float | None] = {}
+        best: tuple[float, float, nn.Module, dict[str, Any]] | None = None
+        for lr in grid:
+            torch.manual_seed(seed)
+            candidate = task_model(data.task, config)
+            trained = dict(train_model(candidate, fit, spec.model_copy(update={"lr": lr}), seed, flops_per_token=flops))
+            loss = math.inf if "diverged_at_step" in trained else float(evaluate(candidate, held, whole)["eval_loss"])
+            search[f"{lr:g}"] = loss if math.isfinite(loss) else None  # None: diverged (strict JSON)
+            if best is None or loss < best[0]:  # ties: the first (smallest index) rate of the grid
+                best = (loss, lr, candidate, trained)
+        assert best is not None
+        _, chosen, model, result = best
+        result = {**result, "lr": chosen, "lr_search": search}
     if "diverged_at_step" not in result:  # a diverged model has nothing to evaluate
         result.update(evaluate(model, data, spec))
         if keep_weights:
@@ -328,3 +351,30 @@ def train_and_evaluate(
             torch.save(model.state_dict(), buffer)
             result["weights"] = buffer.getvalue()
     return result
+
+
+#: the share of the training rows a learning-rate search holds out to choose on
+VALIDATION_FRACTION = 0.1
+
+
+def validation_split(data: PreparedData) -> tuple[PreparedData, PreparedData]:
+    """``(fit, validation)``: the training rows without their last :data:`VALIDATION_FRACTION` (at least one
+    row), and those rows as the validation set (in the eval slots, so :func:`evaluate` scores them). The eval
+    set is in neither."""
+    held = max(1, round(len(data.train_ids) * VALIDATION_FRACTION))
+    if len(data.train_ids) - held < 1:
+        raise ValueError(f"{len(data.train_ids)} training rows are too few to hold a validation split out")
+    labels = data.train_labels
+    fit = replace(
+        data,
+        train_ids=data.train_ids[:-held],
+        train_mask=data.train_mask[:-held],
+        train_labels=labels[:-held] if labels is not None else None,
+    )
+    validation = replace(
+        data,
+        eval_ids=data.train_ids[-held:],
+        eval_mask=data.train_mask[-held:],
+        eval_labels=labels[-held:] if labels is not None else None,
+    )
+    return fit, validation
