@@ -74,3 +74,32 @@ def test_budget_settings_are_checked(tmp_path):
         load_study(budget_study(tmp_path, budget_value=10))
     with pytest.raises(StudyError, match=r"train\.budget"):
         load_study(budget_study(tmp_path, budget="joules"))
+
+
+def test_the_progress_bar_weighs_runs_by_their_estimated_flops(tmp_path, capsys, monkeypatch):
+    from bertblocks.ablation.downstream import DownstreamRunTask
+    from bertblocks.ablation.flops import analytic_flops_per_token
+    from bertblocks.ablation.runner import _progress, _tasks, estimated_work
+
+    study = load_study(budget_study(tmp_path, lr_grid=[1e-3, 1e-2]))
+    narrow, wide = _tasks(study, None, None)
+    config = study.variants[0].config
+    forward = {
+        n: analytic_flops_per_token(v.config, 16).per_token for n, v in zip(VARIANTS, study.variants, strict=True)
+    }
+    measure = analytic_flops_per_token(config, 8).per_token * 1 * 8 * 1
+    # two rates of 6 steps of 4 × 16 tokens, at 3 × the forward FLOPs
+    assert estimated_work(narrow) == pytest.approx(measure + 2 * 3 * forward["narrow"] * 6 * 4 * 16)
+    assert estimated_work(wide) > 1.5 * estimated_work(narrow)
+    spec = {"steps": 3, "batch_size": 2, "seq_len": 16}
+    fine = DownstreamRunTask("narrow", 0, narrow.config, spec, None, None, 1, "f", "r", "p")
+    assert estimated_work(fine) == pytest.approx(3 * forward["narrow"] * 3 * 2 * 16)
+    assert estimated_work(fine) < estimated_work(narrow) / 5  # 6 batches of 2 against 2 × 6 of 4: not a run
+
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tqdm" else real(name, *a))
+    bar = _progress(3, 0, 100.0, 0.0, "t", True)  # the plain line (without tqdm): runs and the share of work
+    bar.update(1, 80.0)
+    assert "t: 1/3 runs (80% of the estimated work)" in capsys.readouterr().err

@@ -271,3 +271,38 @@ def test_cli_names_a_metric_the_results_do_not_hold(trained_study, capsys):
     _, out = trained_study
     assert main([str(out / "results.json"), "--quality", "f1"]) == 1
     assert "no variant has 'f1'; the results hold: " in capsys.readouterr().err
+
+
+def _timed(variant: str, seed: int, latency: float, load: float) -> dict:
+    return {
+        "variant": variant,
+        "seed": seed,
+        "fingerprint": "x",
+        "status": "ok",
+        "metrics": {"params": 10.0, "flops_per_token": 1.0 if variant == "a" else 2.0, "latency_ms": latency},
+        "load_average": [load, load],
+        "cpus": 2,
+    }
+
+
+def test_timings_whose_spread_exceeds_their_differences_are_marked_and_left_off_the_front():
+    from bertblocks.ablation.pareto import _costs_present
+    from bertblocks.ablation.report import format_table, summarize, summary_dict
+
+    # latency: 10 ± ~7 against 12 ± ~7 under a load of 5 on 2 CPUs: the spread swamps the difference
+    noisy = [_timed("a", 0, 4.0, 5.0), _timed("a", 1, 16.0, 5.0), _timed("b", 0, 6.0, 5.0), _timed("b", 1, 18.0, 5.0)]
+    summaries = summarize([("a", {}), ("b", {})], noisy)
+    table = format_table("t", summaries)
+    assert "latency ms ~" in table.splitlines()[1]
+    assert "timings measured at a load average up to 5.0 on 2 CPUs" in table
+    assert "latency ms (marked ~): the spread over seeds is at least the differences" in table
+    assert "latency_ms" not in _costs_present([summary_dict(s) for s in summaries])
+    assert summary_dict(summaries[0])["load_average"] == 5.0
+
+    # the same difference measured quietly: a figure that ranks, kept
+    quiet = [_timed("a", 0, 10.0, 0.5), _timed("a", 1, 10.2, 0.5), _timed("b", 0, 12.0, 0.5), _timed("b", 1, 12.1, 0.5)]
+    summaries = summarize([("a", {}), ("b", {})], quiet)
+    table = format_table("t", summaries)
+    assert "~" not in table
+    assert "load average" not in table
+    assert "latency_ms" in _costs_present([summary_dict(s) for s in summaries])

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BertBlocksError
-from .report import METRICS, VariantSummary, save_figure, summary_dict
+from .report import METRICS, VariantSummary, noisy_timings, save_figure, summary_dict
 
 #: costs the plot puts on its x axes, in panel order (``params_used`` stands in for ``params`` when present)
 COSTS = ("params_used", "flops_per_token", "latency_ms", "peak_mem_mib", "train_tokens_per_s")
@@ -202,8 +202,11 @@ def primary_quality(variants: Sequence[VariantSummary | Mapping[str, Any]]) -> s
 
 
 def _costs_present(variants: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The default costs: those the variants hold, less the timings whose spread over seeds is at least their
+    differences (:func:`~bertblocks.ablation.report.noisy_timings`: measured under load, they rank nothing)."""
     present = {m for v in variants for m in (v.get("mean") or {})}
-    costs = [c for c in COSTS if c in present]
+    noisy = set(noisy_timings([(v.get("mean") or {}, v.get("std") or {}) for v in variants]))
+    costs = [c for c in COSTS if c in present and c not in noisy]
     if "params_used" not in present and "params" in present:
         costs.insert(0, "params")
     return costs

@@ -25,7 +25,7 @@ import io
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,8 @@ METRICS: dict[str, tuple[str, str]] = {
 PLOTTED = ("params", "flops_per_token", "latency_ms", "peak_mem_mib", "eval_loss", "accuracy")
 #: metrics with a confidence interval (the rest: mean ± sample std over seeds)
 QUALITY = ("train_loss", "eval_loss", "accuracy")
+#: costs measured by a clock: load on the machine moves them (the rest are counted, and exact)
+TIMINGS = ("latency_ms", "train_seconds", "train_tokens_per_s")
 #: metric → the per-sample values (in a run's ``eval_samples``) it is the mean of
 PER_SAMPLE = {"eval_loss": "loss", "accuracy": "correct"}
 
@@ -95,6 +97,9 @@ class VariantSummary:
     params_used_at: int | None = None
     #: ``task/metric`` → its :class:`~bertblocks.ablation.downstream.DownstreamSummary` (``downstream:`` tasks)
     downstream: dict[str, Any] = field(default_factory=dict)
+    #: the largest one-minute load average seen while its runs measured, and the CPUs they had
+    load_average: float | None = None
+    cpus: int | None = None
     #: with ``train.lr_grid``: the learning rate each seed chose (in seed order)
     lrs: list[float] = field(default_factory=list)
     #: the training budget its runs had: ``kind`` (steps, tokens, flops, seconds), ``value``, and the seeds that
@@ -200,6 +205,9 @@ def summarize(
                 if diff is not None:
                     summary.differences[metric] = diff
         summary.notes = sorted({r["metrics"]["flops_note"] for r in runs if r["metrics"].get("flops_note")})
+        loads = [float(v) for r in runs for v in (r.get("load_average") or []) if isinstance(v, int | float)]
+        summary.load_average = max(loads) if loads else None
+        summary.cpus = next((int(r["cpus"]) for r in runs if isinstance(r.get("cpus"), int)), None)
         summary.lrs = [float(r["metrics"]["lr"]) for r in runs if isinstance(r["metrics"].get("lr"), int | float)]
         budgeted = [r for r in runs if isinstance(r["metrics"].get("budget"), str)]
         if budgeted:
@@ -267,7 +275,13 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
     with_eval = any("eval_loss" in s.mean for s in summaries)
     unit = next((s.eval_unit for s in summaries if s.eval_samples), "token")
     tuned = any(s.lrs for s in summaries)
-    header = ["variant", "seeds", *(["lr"] if tuned else []), *(METRICS[m][0] for m in metrics)]
+    noisy = noisy_timings([(s.mean, s.std) for s in summaries])
+    header = [
+        "variant",
+        "seeds",
+        *(["lr"] if tuned else []),
+        *(f"{METRICS[m][0]} ~" if m in noisy else METRICS[m][0] for m in metrics),
+    ]
     if compared is not None:
         header.append(f"Δ {METRICS[compared][0]} vs {baseline}{_adjusted_tag(summaries)}")
     if with_eval:
@@ -321,6 +335,9 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
         if s.diverged
     ]
     notes += budget_notes(summaries)
+    loaded = load_note(summaries)
+    if loaded:
+        notes.append(loaded)
     if tuned:
         notes.append(
             "lr: the learning rate each seed chose (in seed order) from train.lr_grid, by the loss on a validation "
@@ -372,6 +389,43 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
     if pairs:
         lines += ["", pairs]
     return "\n".join(lines)
+
+
+def noisy_timings(variants: Sequence[tuple[Mapping[str, float], Mapping[str, float]]]) -> list[str]:
+    """The timing costs (:data:`TIMINGS`) that rank nothing: their spread over seeds (the largest std of a
+    variant) is at least the largest difference between the variants' means. Load on the machine makes such
+    figures; a table marks them and the Pareto front leaves them out.
+
+    Args:
+        variants: each variant's ``(mean, std)`` by metric.
+    """
+    noisy = []
+    for metric in TIMINGS:
+        means = [mean[metric] for mean, _ in variants if metric in mean]
+        spreads = [std.get(metric, 0.0) for mean, std in variants if metric in mean]
+        if len(means) > 1 and max(spreads) >= max(means) - min(means):
+            noisy.append(metric)
+    return noisy
+
+
+def load_note(summaries: list[VariantSummary]) -> str | None:
+    """What the table says of timings taken under load, or whose spread exceeds their differences."""
+    noisy = noisy_timings([(s.mean, s.std) for s in summaries])
+    loads = [s.load_average for s in summaries if s.load_average is not None]
+    cpus = next((s.cpus for s in summaries if s.cpus), None)
+    loaded = bool(loads and cpus and max(loads) > cpus)
+    if not noisy and not loaded:
+        return None
+    text = ""
+    if loaded:
+        text = f"timings measured at a load average up to {max(loads):.1f} on {cpus} CPUs (more work than CPUs)"
+    if noisy:
+        names = ", ".join(METRICS[m][0] for m in noisy)
+        text += ("; " if text else "") + (
+            f"{names} (marked ~): the spread over seeds is at least the differences between variants, so they "
+            "rank nothing and the Pareto front leaves them out"
+        )
+    return text
 
 
 def budget_notes(summaries: list[VariantSummary]) -> list[str]:
@@ -532,6 +586,8 @@ def summary_dict(s: VariantSummary) -> dict[str, Any]:
         "eval_samples": s.eval_samples,
         "eval_sentences": s.eval_clusters,
         "lrs": s.lrs,
+        "load_average": s.load_average,
+        "cpus": s.cpus,
         "budget": s.budget,
         "eval_unit": s.eval_unit,
         "eval_rows": s.eval_rows,

@@ -217,7 +217,21 @@ def run_study(
             engine = RayExecutor(study.spec.threads)
         else:
             engine = LocalExecutor(workers) if workers else InlineExecutor()
-        bar = _progress(len(tasks) + len(plans) + len(scratch), len(records) + len(ds_records), study.title, progress)
+        # weighed by estimated FLOPs: a pre-training run and a fine-tuning are not the same work
+        work = {t.run_id: estimated_work(t) for t in tasks} if progress else {}
+        ds_work = (
+            {p.run_id: estimated_work(_plan_task(p)) for p in plans} | {t.run_id: estimated_work(t) for t in scratch}
+            if progress
+            else {}
+        )
+        bar = _progress(
+            len(tasks) + len(plans) + len(scratch),
+            len(records) + len(ds_records),
+            sum(work.values()) + sum(ds_work.values()),
+            sum(work[r] for r in records if r in work) + sum(ds_work[r] for r in ds_records if r in ds_work),
+            study.title,
+            progress,
+        )
         try:
             for task, outcome in engine.run(todo):
                 if isinstance(outcome, BaseException):
@@ -229,9 +243,9 @@ def run_study(
                     _write_atomic(runs_dir / f"{task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
                     records[task.run_id] = outcome
                     result.executed.append(task.run_id)
-                bar.update(1)
+                bar.update(1, work.get(task.run_id, 0.0))
             engine.close()  # the pre-training pool; the fine-tunings start their own
-            fine_tunings = _downstream_tasks(tasks, records, ds_todo, weights_dir, study.spec.threads, bar)
+            fine_tunings = _downstream_tasks(tasks, records, ds_todo, weights_dir, study.spec.threads, bar, ds_work)
             fine_tunings += scratch_todo
             for ds_task, outcome in engine.run(fine_tunings):  # type: ignore[arg-type]
                 if isinstance(outcome, BaseException):
@@ -240,7 +254,7 @@ def run_study(
                     _write_atomic(downstream_dir / f"{ds_task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
                     ds_records[ds_task.run_id] = outcome
                     result.downstream_executed.append(ds_task.run_id)
-                bar.update(1)
+                bar.update(1, ds_work.get(ds_task.run_id, 0.0))
         finally:
             bar.close()
             engine.close()
@@ -396,6 +410,22 @@ def _from_scratch_tasks(study: Study, tasks_data: list[DownstreamData]) -> list[
     return out
 
 
+def _plan_task(plan: _Plan) -> DownstreamRunTask:
+    """A plan as the task it becomes, without its weights (for :func:`estimated_work`)."""
+    return DownstreamRunTask(
+        variant=plan.pretrain.variant,
+        seed=plan.pretrain.seed,
+        config=finetune_config(plan.pretrain.config, plan.data),
+        task=plan.data.spec,
+        data=None,
+        weights=None,
+        threads=plan.pretrain.threads,
+        fingerprint=plan.fingerprint,
+        run_id=plan.run_id,
+        pretrain_run=plan.pretrain.run_id,
+    )
+
+
 def _downstream_plans(tasks: list[RunTask], tasks_data: list[DownstreamData]) -> list[_Plan]:
     """Every pre-training run × downstream task, with the fingerprint its record must have to be reused."""
     plans = []
@@ -436,6 +466,7 @@ def _downstream_tasks(
     weights_dir: Path,
     threads: int,
     bar: Any,
+    work: dict[str, float],
 ) -> list[DownstreamRunTask]:
     """The fine-tunings still to do, of the runs that pre-trained (one that failed or diverged has none:
     its fine-tunings are counted done on the progress bar and left out of the summaries)."""
@@ -447,7 +478,7 @@ def _downstream_tasks(
         if not plans:
             continue
         if record is None or record.get("status") != "ok" or not path.is_file():
-            bar.update(len(plans))
+            bar.update(len(plans), sum(work.get(plan.run_id, 0.0) for plan in plans))
             continue
         weights = path.read_bytes()
         for plan in plans:
@@ -549,27 +580,94 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 class _Bar:
-    def update(self, n: int) -> None: ...
+    def update(self, runs: int, work: float) -> None: ...
 
     def close(self) -> None: ...
 
 
 class _TextBar(_Bar):
-    """Without tqdm: one line per finished run."""
+    """Without tqdm: one line per finished run, with the share of the estimated work done."""
 
-    def __init__(self, total: int, done: int, title: str) -> None:
+    def __init__(self, total: int, done: int, work: float, work_done: float, title: str) -> None:
         self.total, self.done, self.title = total, done, title
+        self.work, self.work_done = work, work_done
 
-    def update(self, n: int) -> None:
-        self.done += n
-        print(f"{self.title}: {self.done}/{self.total} runs", file=sys.stderr, flush=True)
+    def update(self, runs: int, work: float) -> None:
+        self.done += runs
+        self.work_done += work
+        share = self.work_done / self.work if self.work else 1.0
+        print(
+            f"{self.title}: {self.done}/{self.total} runs ({share:.0%} of the estimated work)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
-def _progress(total: int, done: int, title: str, enabled: bool) -> Any:
+class _TqdmBar(_Bar):
+    """A tqdm bar over the estimated FLOPs, so that its rate and ETA weigh a pre-training run and a short
+    fine-tuning by what they cost, not as one run each; the runs are counted beside it."""
+
+    def __init__(self, total: int, done: int, work: float, work_done: float, title: str) -> None:
+        from tqdm import tqdm
+
+        self.total, self.done = total, done
+        self.bar = tqdm(
+            total=work,
+            initial=work_done,
+            desc=title,
+            unit="FLOP",
+            unit_scale=True,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
+        self.bar.set_postfix_str(f"{done}/{total} runs")
+
+    def update(self, runs: int, work: float) -> None:
+        self.done += runs
+        self.bar.set_postfix_str(f"{self.done}/{self.total} runs", refresh=False)
+        self.bar.update(work)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress(total: int, done: int, work: float, work_done: float, title: str, enabled: bool) -> _Bar:
     if not enabled:
         return _Bar()
     if importlib.util.find_spec("tqdm") is None:
-        return _TextBar(total, done, title)
-    from tqdm import tqdm
+        return _TextBar(total, done, work, work_done, title)
+    return _TqdmBar(total, done, work, work_done, title)
 
-    return tqdm(total=total, initial=done, desc=title, unit="run", file=sys.stderr, dynamic_ncols=True)
+
+def estimated_work(task: RunTask | DownstreamRunTask) -> float:
+    """A run's estimated FLOPs, what the progress bar weighs it by: the training steps' (3 × the analytic
+    forward FLOPs per token × tokens; under a token or FLOP budget, the budget; × the rates of an
+    ``lr_grid``), or a fine-tuning's, plus the cost measurement's forward passes."""
+    from bertblocks.config_files import load_config
+
+    from .flops import analytic_flops_per_token
+
+    config = load_config(task.config)
+    if isinstance(task, DownstreamRunTask):
+        spec = task.task
+        length = int(spec["seq_len"])
+        return 3 * analytic_flops_per_token(config, length).per_token * spec["steps"] * spec["batch_size"] * length
+    measure = task.measure
+    work = (
+        analytic_flops_per_token(config, measure["seq_len"]).per_token
+        * measure["batch"]
+        * measure["seq_len"]
+        * (measure["repeats"] + measure["warmup"])
+    )
+    train = task.train
+    if train is not None:
+        per_token = 3 * analytic_flops_per_token(config, train["seq_len"]).per_token
+        tokens = train["steps"] * train["batch_size"] * train["seq_len"]
+        if train.get("budget") == "flops" and train.get("budget_value"):
+            trained = float(train["budget_value"])
+        elif train.get("budget") == "tokens" and train.get("budget_value"):
+            trained = float(train["budget_value"]) * per_token
+        else:
+            trained = tokens * per_token
+        work += trained * len(train.get("lr_grid") or [None])
+    return work
