@@ -639,11 +639,11 @@ def controls(
         regression = first.get("kind") == "similarity-regression"
         if "constant" in first:
             constant = float(first["constant"])
-            notes["majority"].add("the training labels'")
+            notes["majority"].add("the training labels")
         else:
             majority = max(set(gold), key=lambda c: (gold.count(c), -c))  # the smallest id of a tie
             constant = statistics.fmean(gold) if regression else float(majority)
-            notes["majority"].add("the eval labels' (records of an older version keep no training labels)")
+            notes["majority"].add("the eval labels (records of an older version keep no training labels)")
         generator = torch.Generator().manual_seed(CHANCE_SEED)
         if regression:
             chance = [gold[i] for i in torch.randperm(len(gold), generator=generator).tolist()]
