@@ -102,3 +102,36 @@ def test_a_real_search_records_every_rate_it_tried(tmp_path):
         assert record["metrics"]["lr"] == min((1e-4, 3e-3), key=lambda lr: search[f"{lr:g}"])
     with pytest.raises(StudyError, match="listed twice"):
         load_study(lr_study(tmp_path, lr_grid=[1e-3, 1e-3]))
+
+
+def test_fine_tuning_chooses_its_rate_on_held_out_training_examples(tmp_path):
+    from test_ablation_downstream import write_study as downstream_study
+
+    from bertblocks.ablation.downstream import _validation_split, prepare_downstream
+
+    task = {"source": "embedded:number", "steps": 3, "train_examples": 40, "eval_examples": 24, "batch_size": 8}
+    path = downstream_study(
+        tmp_path,
+        vary={"position.name": ["absolute"]},
+        train={"task": "mlm", "steps": 2, "batch_size": 8, "seq_len": 32, "seeds": [0, 1], "eval_batches": 1},
+        downstream=[{**task, "lr_grid": [1e-5, 3e-3]}],
+        from_scratch=False,
+    )
+    result = run_study(path, tmp_path / "out", workers=0, progress=False, echo=None)
+    for record in result.downstream_records:
+        assert set(record["lr_search"]) == {"1e-05", "0.003"}
+        best = max(record["lr_search"].values())
+        assert record["lr_search"][f"{record['lr']:g}"] == best  # the best validation accuracy (first of a tie)
+    entry = result.summaries[0].downstream["number/accuracy"]
+    assert entry.lrs == [r["lr"] for r in sorted(result.downstream_records, key=lambda r: r["seed"])]
+    assert "number: fine-tuning rate each seed chose (in seed order) on a validation split" in result.table
+
+    study = load_study(path)
+    texts, _ = load_texts(study)
+    (data,) = prepare_downstream(study, get_tokenizer(study, texts))
+    fit, held = _validation_split(data)
+    assert torch.equal(torch.cat([fit.train_ids, held.eval_ids]), data.train_ids)
+    assert len(held.eval_ids) == 4  # a tenth of the 40 training examples
+    assert torch.equal(fit.eval_ids, data.eval_ids)  # the reported eval examples are not touched
+    with pytest.raises(StudyError, match="distinct positive rates"):
+        load_study(downstream_study(tmp_path, downstream=[{**task, "lr_grid": [1e-3, 1e-3]}]))

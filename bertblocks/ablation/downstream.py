@@ -32,7 +32,7 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -286,16 +286,89 @@ def finetune_config(config: dict[str, Any], data: DownstreamData) -> dict[str, A
 
 
 def run_downstream(task: DownstreamRunTask) -> dict[str, Any]:
-    """Fine-tune the pre-trained weights on the task, predict its eval examples; return the record."""
-    from bertblocks.config_files import load_config
+    """Fine-tune the pre-trained weights on the task, predict its eval examples; return the record.
 
-    from .training import task_model
+    With the task's ``lr_grid``, the rate is chosen for this run: one fine-tuning per rate, each from the same
+    weights and seed, on the training examples without their last :data:`~bertblocks.ablation.training.
+    VALIDATION_FRACTION`, scored by the task's first metric on those held-out examples; the best (the first of
+    a tie) is evaluated and recorded with ``lr`` and ``lr_search`` (rate → validation metric). The eval
+    examples never take part in the choice."""
+    from bertblocks.config_files import load_config
 
     assert task.data is not None
     data, spec = task.data, task.task
     torch.set_num_threads(task.threads)
     started = time.time()
     config = load_config(task.config)
+    grid = list(spec.get("lr_grid") or [])
+    search: dict[str, float | None] = {}
+    if grid:
+        fit, held = _validation_split(data)
+        first = spec_metrics(spec)[0]
+        best: tuple[float, float, torch.nn.Module, list[float], int] | None = None
+        for lr in grid:
+            model, losses, shared = _finetune(task, config, fit, lr)
+            score = -math.inf
+            if math.isfinite(losses[-1]):
+                pred = _predict(model, held, spec["batch_size"], config.type_vocab_size >= 2)
+                score = float(metric_batch(first, pred[None], held.eval_labels[None])[0])
+            search[f"{lr:g}"] = score if math.isfinite(score) else None  # None: diverged (strict JSON)
+            if best is None or score > best[0]:
+                best = (score, lr, model, losses, shared)
+        assert best is not None
+        _, chosen, model, losses, shared = best
+    else:
+        chosen = spec["lr"]
+        model, losses, shared = _finetune(task, config, data, chosen)
+    record: dict[str, Any] = {
+        "variant": task.variant,
+        "seed": task.seed,
+        "run_id": task.run_id,
+        "pretrain_run": task.pretrain_run,
+        "task": data.name,
+        "kind": spec["kind"],
+        "fingerprint": task.fingerprint,
+        "status": "ok",
+        "metrics": {},
+        "shared_weights": shared,
+        # what a model that ignores its input predicts, learnt from the training labels: the control rows
+        "constant": constant_prediction(data),
+        "torch": torch.__version__,
+        "threads": task.threads,
+    }
+    if grid:
+        record["lr"] = chosen
+        record["lr_search"] = search
+    if not math.isfinite(losses[-1]):
+        record["status"] = "diverged"
+        record["metrics"] = {"diverged_at_step": len(losses)}
+        record["seconds"] = time.time() - started
+        return record
+    pred = _predict(model, data, spec["batch_size"], config.type_vocab_size >= 2)
+    gold = data.eval_labels
+    tail = losses[-max(1, len(losses) // 10) :]
+    record["metrics"] = {
+        **{m: float(metric_batch(m, pred[None], gold[None])[0]) for m in spec_metrics(spec)},
+        "train_loss": sum(tail) / len(tail),
+        "eval_examples": len(gold),
+    }
+    # per-example predictions and gold labels: what the intervals resample (7 significant digits, float32's)
+    record["predictions"] = {
+        "pred": [float(f"{v:.7g}") for v in pred.tolist()] if data.regression else pred.tolist(),
+        "gold": [float(f"{v:.7g}") for v in gold.tolist()] if data.regression else gold.tolist(),
+    }
+    record["seconds"] = time.time() - started
+    return record
+
+
+def _finetune(
+    task: DownstreamRunTask, config: Any, data: DownstreamData, lr: float
+) -> tuple[torch.nn.Module, list[float], int]:
+    """The task model from the run's seed and pre-trained weights, fine-tuned at ``lr`` on ``data``'s training
+    examples; returns it, its losses, and how many pre-trained weights it loaded."""
+    from .training import task_model
+
+    spec = task.task
     torch.manual_seed(task.seed)
     model = task_model("classification", config)
     shared: dict[str, torch.Tensor] = {}
@@ -307,9 +380,8 @@ def run_downstream(task: DownstreamRunTask) -> dict[str, Any]:
             raise RuntimeError(f"the pre-trained weights of {task.pretrain_run} share no weight with the task model")
         model.load_state_dict(shared, strict=False)
     types = config.type_vocab_size >= 2  # a model without token types (ModernBERT) reads the pair untyped
-
     generator = torch.Generator().manual_seed(task.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=spec["weight_decay"])
     model.train()
     losses: list[float] = []
     for _ in range(spec["steps"]):
@@ -326,53 +398,50 @@ def run_downstream(task: DownstreamRunTask) -> dict[str, Any]:
         losses.append(float(out.loss.detach()))
         if not math.isfinite(losses[-1]):
             break
-    record: dict[str, Any] = {
-        "variant": task.variant,
-        "seed": task.seed,
-        "run_id": task.run_id,
-        "pretrain_run": task.pretrain_run,
-        "task": data.name,
-        "kind": spec["kind"],
-        "fingerprint": task.fingerprint,
-        "status": "ok",
-        "metrics": {},
-        "shared_weights": len(shared),
-        # what a model that ignores its input predicts, learnt from the training labels: the control rows
-        "constant": constant_prediction(data),
-        "torch": torch.__version__,
-        "threads": task.threads,
-    }
-    if not math.isfinite(losses[-1]):
-        record["status"] = "diverged"
-        record["metrics"] = {"diverged_at_step": len(losses)}
-        record["seconds"] = time.time() - started
-        return record
+    return model, losses, len(shared)
+
+
+@torch.no_grad()
+def _predict(model: torch.nn.Module, data: DownstreamData, batch_size: int, types: bool) -> torch.Tensor:
+    """The model's predictions for ``data``'s eval examples: a class id, or a score for regression."""
     model.eval()
     predictions: list[torch.Tensor] = []
-    with torch.no_grad():
-        for start in range(0, len(data.eval_ids), spec["batch_size"]):
-            part = slice(start, start + spec["batch_size"])
-            logits = model(
-                input_ids=data.eval_ids[part],
-                attention_mask=data.eval_mask[part],
-                **({"token_type_ids": data.eval_types[part]} if types else {}),
-            ).logits.float()
-            predictions.append(logits[:, 0] if data.regression else logits.argmax(-1))
-    pred = torch.cat(predictions)
-    gold = data.eval_labels
-    tail = losses[-max(1, len(losses) // 10) :]
-    record["metrics"] = {
-        **{m: float(metric_batch(m, pred[None], gold[None])[0]) for m in spec_metrics(spec)},
-        "train_loss": sum(tail) / len(tail),
-        "eval_examples": len(gold),
-    }
-    # per-example predictions and gold labels: what the intervals resample (7 significant digits, float32's)
-    record["predictions"] = {
-        "pred": [float(f"{v:.7g}") for v in pred.tolist()] if data.regression else pred.tolist(),
-        "gold": [float(f"{v:.7g}") for v in gold.tolist()] if data.regression else gold.tolist(),
-    }
-    record["seconds"] = time.time() - started
-    return record
+    for start in range(0, len(data.eval_ids), batch_size):
+        part = slice(start, start + batch_size)
+        logits = model(
+            input_ids=data.eval_ids[part],
+            attention_mask=data.eval_mask[part],
+            **({"token_type_ids": data.eval_types[part]} if types else {}),
+        ).logits.float()
+        predictions.append(logits[:, 0] if data.regression else logits.argmax(-1))
+    return torch.cat(predictions)
+
+
+def _validation_split(data: DownstreamData) -> tuple[DownstreamData, DownstreamData]:
+    """``(fit, validation)``: the training examples without their last share, and those examples in the eval
+    slots (the eval examples are in neither)."""
+    from .training import VALIDATION_FRACTION
+
+    held = max(1, round(len(data.train_ids) * VALIDATION_FRACTION))
+    if len(data.train_ids) - held < 1:
+        raise ValueError(f"{len(data.train_ids)} training examples are too few to hold a validation split out")
+    keep = slice(None, -held)
+    out = slice(-held, None)
+    fit = replace(
+        data,
+        train_ids=data.train_ids[keep],
+        train_mask=data.train_mask[keep],
+        train_types=data.train_types[keep],
+        train_labels=data.train_labels[keep],
+    )
+    validation = replace(
+        data,
+        eval_ids=data.train_ids[out],
+        eval_mask=data.train_mask[out],
+        eval_types=data.train_types[out],
+        eval_labels=data.train_labels[out],
+    )
+    return fit, validation
 
 
 def constant_prediction(data: DownstreamData) -> float:
@@ -501,6 +570,8 @@ class DownstreamSummary:
     difference: Interval | None = None
     examples: int = 0
     diverged: list[int] = field(default_factory=list)
+    #: with the task's ``lr_grid``: the rate each seed's fine-tuning chose (in seed order)
+    lrs: list[float] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -518,6 +589,7 @@ class DownstreamSummary:
             else None,
             "examples": self.examples,
             "diverged_seeds": self.diverged,
+            "lrs": self.lrs,
         }
 
 
@@ -567,6 +639,7 @@ def attach(
                     _interval(metric, ok, gold, None, level),
                     examples=len(gold),
                     diverged=diverged,
+                    lrs=[float(r["lr"]) for r in ok.values() if isinstance(r.get("lr"), int | float)],
                 )
                 if theirs:
                     entry.difference = _interval(metric, ok, gold, theirs, level)
@@ -771,6 +844,17 @@ def format_table(summaries: list[VariantSummary], control_rows: Sequence[Control
             if method is not None
             else " (its interval contains 0)"
         ),
+    ]
+    chosen: dict[str, list[str]] = {}
+    for s in summaries:
+        for e in s.downstream.values():
+            text = f"{s.variant} {'/'.join(f'{lr:g}' for lr in e.lrs)}"
+            if e.lrs and text not in chosen.setdefault(e.task, []):
+                chosen[e.task].append(text)
+    notes += [
+        f"{task}: fine-tuning rate each seed chose (in seed order) on a validation split of the training "
+        f"examples: {'; '.join(rates)}"
+        for task, rates in chosen.items()
     ]
     notes += [f"control {c.name}: {c.note}" for c in control_rows]
     if not any(c.name.startswith("from scratch") for c in control_rows):

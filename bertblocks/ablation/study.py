@@ -207,6 +207,12 @@ class DownstreamTaskSpec(_Strict):
     )
     steps: PositiveInt = Field(60, description="fine-tuning optimizer steps")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant)")
+    lr_grid: list[float] | None = Field(
+        None,
+        min_length=1,
+        description="rates each fine-tuning chooses from by the first metric on a validation split of the "
+        "training examples (never the eval examples); default: lr",
+    )
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
     batch_size: PositiveInt = Field(16, description="examples per step")
     seq_len: PositiveInt | None = Field(None, description="tokens per example (truncated); default: train.seq_len")
@@ -253,6 +259,11 @@ class DownstreamTaskSpec(_Strict):
             )
         if self.metrics is not None and len(set(self.metrics)) != len(self.metrics):
             raise ValueError(f"metrics: listed twice in {self.metrics}")
+        if self.lr_grid is not None and (
+            len(set(self.lr_grid)) != len(self.lr_grid)
+            or any(not (lr > 0 and math.isfinite(lr)) for lr in self.lr_grid)
+        ):
+            raise ValueError(f"lr_grid: needs distinct positive rates; got {self.lr_grid}")
         if self.kind == "similarity-regression" and self.num_labels is not None:
             raise ValueError("num_labels: a similarity-regression task has one output (the score)")
         return self
