@@ -103,3 +103,21 @@ def test_the_progress_bar_weighs_runs_by_their_estimated_flops(tmp_path, capsys,
     bar = _progress(3, 0, 100.0, 0.0, "t", True)  # the plain line (without tqdm): runs and the share of work
     bar.update(1, 80.0)
     assert "t: 1/3 runs (80% of the estimated work)" in capsys.readouterr().err
+
+
+def test_a_seconds_budget_stops_at_the_first_step_past_it(tmp_path):
+    from bertblocks.ablation.data import get_tokenizer, load_texts, prepare
+    from bertblocks.ablation.study import TrainSpec, expand_variants
+    from bertblocks.ablation.training import task_model, train_model
+
+    study = load_study(budget_study(tmp_path))
+    texts, labels = load_texts(study)
+    data = prepare(study, get_tokenizer(study, texts), texts, labels)
+    (variant, _) = expand_variants(study, {"vocab_size": data.vocab_size, "pad_token_id": data.pad_id})
+    spec = TrainSpec.model_validate({**study.spec.train.model_dump(), "budget": "seconds", "budget_value": 1e-9})
+    result = train_model(task_model("mlm", variant.config), data, spec, 0)
+    assert result["train_steps"] == 1  # any step outlasts a nanosecond: one step, then the budget is spent
+    assert result["budget_reached"] is True
+    assert result["budget"] == "seconds"
+    with pytest.raises(ValueError, match="budget: flops needs the variant's flops_per_token"):
+        train_model(task_model("mlm", variant.config), data, spec.model_copy(update={"budget": "flops"}), 0)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .stats import LEVEL, Interval, adjust_family, paired_difference
+from .stats import LEVEL, SHORT_NAMES, Interval, adjust_family, paired_difference
 
 if TYPE_CHECKING:
     from .downstream import ControlRow
@@ -29,10 +29,6 @@ if TYPE_CHECKING:
 
 #: ``comparisons:`` scopes
 SCOPES = ("baseline", "all-pairs")
-#: how the adjustments are named in tables
-ADJUSTMENT_NAMES = {"holm": "Holm–Bonferroni", "bh": "Benjamini–Hochberg", "none": "no adjustment"}
-#: and in a Δ column's header
-SHORT_NAMES = {"holm": "Holm", "bh": "BH", "none": "unadjusted"}
 
 
 @dataclass(frozen=True)
@@ -121,32 +117,6 @@ def decide(
         else:
             s.pairs.setdefault(c.metric, {})[c.against] = c.difference
     return out
-
-
-def decisions_line(summaries: list[VariantSummary]) -> str | None:
-    """The sentence a table's header gives its decisions: the adjustment, over how many Δ, at what level."""
-    adjusted = [
-        iv
-        for s in summaries
-        for iv in [
-            *s.differences.values(),
-            *(e.difference for e in s.downstream.values() if e.difference is not None),
-            *(d for pairs in s.pairs.values() for d in pairs.values()),
-        ]
-        if iv.adjustment is not None
-    ]
-    if not adjusted:
-        return None
-    first = adjusted[0]
-    level = first.level
-    name = ADJUSTMENT_NAMES.get(first.adjustment or "", first.adjustment)
-    what = "false discovery rate" if first.adjustment == "bh" else "family-wise error"
-    if first.adjustment == "none":
-        return f"decisions: each Δ alone at {level:.0%} (no adjustment over the {first.family} Δ of this report)"
-    return (
-        f"decisions: {name} over all {first.family} Δ of this report ({what} ≤ {1 - level:.0%}); "
-        f"≈ marks a Δ not resolved after adjustment, ± is each Δ's own {level:.0%} interval"
-    )
 
 
 def verdict(summaries: list[VariantSummary]) -> str | None:

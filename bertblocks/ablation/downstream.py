@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .stats import LEVEL, Interval, interval, paired_difference, t_quantile
+from .stats import LEVEL, SHORT_NAMES, Interval, interval, paired_difference, t_quantile
 from .study import DownstreamTaskSpec, Study, StudyError
 from .tasks import EMBEDDED_SIZES, Example, TaskDataError, embedded_examples, load_hf, read_examples
 
@@ -768,7 +768,6 @@ def format_table(summaries: list[VariantSummary], control_rows: Sequence[Control
     """The downstream block of the study's table: per task metric, ``mean ± half-width`` and the paired
     difference against the baseline (``≈`` when not distinguishable), then the control rows (:func:`controls`);
     empty without downstream tasks."""
-    from .comparisons import SHORT_NAMES
     from .report import _pm, _signed
 
     keys: list[str] = []

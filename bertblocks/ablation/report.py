@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_bytes, write_text
-from .stats import LEVEL, Interval, interval, paired_difference
+from .stats import ADJUSTMENT_NAMES, LEVEL, SHORT_NAMES, Interval, interval, paired_difference
 
 #: metric → (column title, unit shown in the plot); in table order
 METRICS: dict[str, tuple[str, str]] = {
@@ -267,8 +267,6 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
     """A plain-text table: one row per variant; quality metrics as ``mean ± half-width of the 95%
     interval``, costs as ``mean ± std over seeds`` where runs differ; the paired difference against the
     baseline, and how many eval samples the eval figures rest on."""
-    from .comparisons import decisions_line
-
     metrics = [m for m in METRICS if any(m in s.mean for s in summaries)]
     compared = primary(summaries)
     baseline = next((s.baseline for s in summaries if s.baseline), None)
@@ -450,10 +448,34 @@ def budget_notes(summaries: list[VariantSummary]) -> list[str]:
     return notes
 
 
+def decisions_line(summaries: list[VariantSummary]) -> str | None:
+    """The sentence a table's header gives its decisions: the adjustment, over how many Δ, at what level."""
+    adjusted = [
+        iv
+        for s in summaries
+        for iv in [
+            *s.differences.values(),
+            *(e.difference for e in s.downstream.values() if e.difference is not None),
+            *(d for pairs in s.pairs.values() for d in pairs.values()),
+        ]
+        if iv.adjustment is not None
+    ]
+    if not adjusted:
+        return None
+    first = adjusted[0]
+    level = first.level
+    name = ADJUSTMENT_NAMES.get(first.adjustment or "", first.adjustment)
+    what = "false discovery rate" if first.adjustment == "bh" else "family-wise error"
+    if first.adjustment == "none":
+        return f"decisions: each Δ alone at {level:.0%} (no adjustment over the {first.family} Δ of this report)"
+    return (
+        f"decisions: {name} over all {first.family} Δ of this report ({what} ≤ {1 - level:.0%}); "
+        f"≈ marks a Δ not resolved after adjustment, ± is each Δ's own {level:.0%} interval"
+    )
+
+
 def _adjusted_tag(summaries: list[VariantSummary]) -> str:
     """`` (Holm)`` in a Δ column's header: the adjustment its ``≈`` marks follow."""
-    from .comparisons import SHORT_NAMES
-
     method = next(
         (iv.adjustment for s in summaries for iv in s.differences.values() if iv.adjustment is not None), None
     )

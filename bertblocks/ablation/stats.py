@@ -243,6 +243,10 @@ def cluster_rows(rows: Sequence[Sequence[float]], clusters: Sequence[int]) -> li
 #: the adjustments :func:`adjust` knows: Holm–Bonferroni (family-wise error), Benjamini–Hochberg (false
 #: discovery rate), and none (each difference at the level alone)
 ADJUSTMENTS = ("holm", "bh", "none")
+#: how the adjustments are named in tables
+ADJUSTMENT_NAMES = {"holm": "Holm–Bonferroni", "bh": "Benjamini–Hochberg", "none": "no adjustment"}
+#: and in a Δ column's header
+SHORT_NAMES = {"holm": "Holm", "bh": "BH", "none": "unadjusted"}
 
 
 def adjust(p_values: Sequence[float], method: str) -> list[float]:

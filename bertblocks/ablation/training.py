@@ -164,7 +164,12 @@ def train_model(
     tokens = 0
     start = time.perf_counter()
     for _ in range(spec.steps if budget == "steps" else spec.steps * BUDGET_STEP_CAP):
-        if budget != "steps" and _spent(budget, tokens, flops_per_token, start, world_size) >= spec.budget_value:
+        # at least one step: a budget is spent by steps, and a run without one has nothing to report
+        if (
+            budget != "steps"
+            and losses
+            and _spent(budget, tokens, flops_per_token, start, world_size) >= spec.budget_value
+        ):
             break
         rows = torch.randint(0, len(data.train_ids), (spec.batch_size,), generator=generator)
         batch = _batch(data, rows, spec, generator, train=True)
