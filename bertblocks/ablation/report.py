@@ -232,7 +232,7 @@ def small_eval_note(used: int, asked: int, seq_len: int) -> str:
 def _number(value: float) -> str:
     if not math.isfinite(value):
         return str(value)
-    if value == int(value) and abs(value) >= 1000:
+    if value == int(value) and abs(value) >= 10:  # a count (steps, parameters): no decimals
         return f"{int(value):,}"
     if value == 0:
         return "0"
