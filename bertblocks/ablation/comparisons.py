@@ -6,9 +6,9 @@ those metrics. Each Δ alone is marked ``≈`` when its 95% interval contains 0,
 tests a false "resolved" becomes likely (about 1 − 0.95¹⁵ ≈ 54% with no true difference at all). So every Δ
 the report shows is one family, and its decisions come from p-values adjusted over that family
 (:func:`bertblocks.ablation.stats.adjust`: Holm–Bonferroni by default, Benjamini–Hochberg or none on
-request). The intervals stay unadjusted 95% intervals (the spread of each estimate); the ``≈`` marks, the
-``distinguishable`` columns of results.csv and results.json, and the Pareto plot's reading follow the
-adjusted decision, since they all ask :attr:`~bertblocks.ablation.stats.Interval.distinguishable`.
+request). The intervals stay unadjusted 95% intervals (the spread of each estimate); the ``≈`` marks and the
+``distinguishable`` columns of results.csv and results.json follow the adjusted decision, since they all ask
+:attr:`~bertblocks.ablation.stats.Interval.distinguishable`.
 
 :func:`decide` is the one step that does this; the runner and :mod:`~bertblocks.ablation.doctables` both
 call it after :func:`~bertblocks.ablation.report.summarize` and
