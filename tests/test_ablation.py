@@ -293,6 +293,7 @@ def test_missing_corpus_file_is_reported_before_anything_is_written(tmp_path):
         ("positions", VARIANTS),
         ("backends", ["eager", "sdpa", "eager-layer-0"]),
         ("alibi-plugin", ["absolute", "relative_key", "alibi", "alibi-local"]),
+        ("evidence", ["bert", "pre_ln-swiglu-rmsnorm-rope"]),
     ],
 )
 def test_example_studies_validate_and_start_with_a_comment(name, variants, monkeypatch):

@@ -159,6 +159,41 @@ def test_plot_adds_a_row_of_panels_per_downstream_task(tmp_path):
         write_pareto_plot(tmp_path / "bad.png", "t", variants, quality=["eval_loss", "number/acc"])
 
 
+def test_a_cost_equal_for_every_variant_gets_no_panel(tmp_path, monkeypatch):
+    import bertblocks.ablation.pareto as pareto
+
+    drawn: list[str] = []
+    original = pareto._panel
+    monkeypatch.setattr(
+        pareto, "_panel", lambda ax, dicts, cost, *rest: drawn.append(cost) or original(ax, dicts, cost, *rest)
+    )
+    variants = [
+        _summary("a", params=10.0, flops_per_token=1.0, eval_loss=4.0),
+        _summary("b", params=10.0, flops_per_token=2.0, eval_loss=3.0),
+    ]
+    assert write_pareto_plot(tmp_path / "p.png", "t", variants)
+    assert drawn == ["flops_per_token"]  # params is 10 for both: a panel that ranks nothing
+    drawn.clear()
+    assert write_pareto_plot(tmp_path / "q.png", "t", variants, costs=["params"]) is False
+    assert drawn == []
+
+
+def test_control_rows_are_drawn_as_lines_in_their_task_s_panels(tmp_path, monkeypatch):
+    from matplotlib.axes import Axes
+
+    from bertblocks.ablation.downstream import ControlRow, DownstreamSummary
+
+    lines: list[tuple[float, str]] = []
+    original = Axes.axhline
+    monkeypatch.setattr(Axes, "axhline", lambda ax, y, **kw: lines.append((y, kw["label"])) or original(ax, y, **kw))
+    variants = [_with_downstream("a", 1.0, 4.0, 0.9, 0.05), _with_downstream("b", 2.0, 3.0, 0.8, 0.05)]
+    row = ControlRow(
+        "majority / mean", {"number/accuracy": DownstreamSummary("number", "accuracy", [0], 0.53, None)}, ""
+    )
+    assert write_pareto_plot(tmp_path / "p.png", "t", variants, controls=[row])
+    assert lines == [(0.53, "majority / mean")]  # the number row's one panel; not the eval-loss or sts rows
+
+
 def test_cli_prints_the_front_of_a_downstream_metric(tmp_path, capsys):
     variants = [_with_downstream("a", 1.0, 4.0, 0.9, 0.05), _with_downstream("b", 2.0, 3.0, 0.8, 0.05)]
     results = tmp_path / "results.json"
@@ -239,3 +274,38 @@ def test_cli_names_a_metric_the_results_do_not_hold(trained_study, capsys):
     _, out = trained_study
     assert main([str(out / "results.json"), "--quality", "f1"]) == 1
     assert "no variant has 'f1'; the results hold: " in capsys.readouterr().err
+
+
+def _timed(variant: str, seed: int, latency: float, load: float) -> dict:
+    return {
+        "variant": variant,
+        "seed": seed,
+        "fingerprint": "x",
+        "status": "ok",
+        "metrics": {"params": 10.0, "flops_per_token": 1.0 if variant == "a" else 2.0, "latency_ms": latency},
+        "load_average": [load, load],
+        "cpus": 2,
+    }
+
+
+def test_timings_whose_spread_exceeds_their_differences_are_marked_and_left_off_the_front():
+    from bertblocks.ablation.pareto import _costs_present
+    from bertblocks.ablation.report import format_table, summarize, summary_dict
+
+    # latency: 10 ± ~7 against 12 ± ~7 under a load of 5 on 2 CPUs: the spread swamps the difference
+    noisy = [_timed("a", 0, 4.0, 5.0), _timed("a", 1, 16.0, 5.0), _timed("b", 0, 6.0, 5.0), _timed("b", 1, 18.0, 5.0)]
+    summaries = summarize([("a", {}), ("b", {})], noisy)
+    table = format_table("t", summaries)
+    assert "latency ms ~" in table.splitlines()[1]
+    assert "timings measured at a load average up to 5.0 on 2 CPUs" in table
+    assert "latency ms (marked ~): the spread over seeds is at least the differences" in table
+    assert "latency_ms" not in _costs_present([summary_dict(s) for s in summaries])
+    assert summary_dict(summaries[0])["load_average"] == 5.0
+
+    # the same difference measured quietly: a figure that ranks, kept
+    quiet = [_timed("a", 0, 10.0, 0.5), _timed("a", 1, 10.2, 0.5), _timed("b", 0, 12.0, 0.5), _timed("b", 1, 12.1, 0.5)]
+    summaries = summarize([("a", {}), ("b", {})], quiet)
+    table = format_table("t", summaries)
+    assert "~" not in table
+    assert "load average" not in table
+    assert "latency_ms" in _costs_present([summary_dict(s) for s in summaries])

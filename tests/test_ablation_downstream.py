@@ -74,12 +74,13 @@ def killed_then_resumed(tmp_path_factory):
 def test_killed_study_resumes_without_redoing_pretraining_or_finished_fine_tunings(killed_then_resumed):
     result, before, out = killed_then_resumed
     runs = len(VARIANTS) * len(SEEDS)
+    fine_tunings = (runs + len(SEEDS)) * len(TASKS)  # the from-scratch control's included
     assert len(before["runs"]) == runs, "the fine-tunings start once every pre-training run is on disk"
-    assert 1 <= len(before["downstream"]) < runs * len(TASKS), "the kill should come between two fine-tunings"
+    assert 1 <= len(before["downstream"]) < fine_tunings, "the kill should come between two fine-tunings"
     assert result.executed == []  # no pre-training redone: the weights were on disk
     assert sorted(result.reused) == sorted(n.removesuffix(".json") for n in before["runs"])
     assert sorted(result.downstream_reused) == sorted(n.removesuffix(".json") for n in before["downstream"])
-    assert len(result.downstream_executed) == runs * len(TASKS) - len(before["downstream"])
+    assert len(result.downstream_executed) == fine_tunings - len(before["downstream"])
     assert mtimes(out / "downstream") | before["downstream"] == mtimes(out / "downstream")  # not rewritten
     assert mtimes(out / "runs") == before["runs"]
     assert not list((out / "downstream").glob(".*.tmp"))
@@ -88,7 +89,7 @@ def test_killed_study_resumes_without_redoing_pretraining_or_finished_fine_tunin
     again = run_study(out / "study.yaml", out, workers=0, progress=False, echo=None)
     assert again.executed == []
     assert again.downstream_executed == []
-    assert len(again.downstream_reused) == runs * len(TASKS)
+    assert len(again.downstream_reused) == fine_tunings
 
 
 def test_downstream_metrics_have_intervals_and_paired_differences_in_table_csv_and_json(killed_then_resumed):
@@ -140,6 +141,30 @@ def test_downstream_metrics_have_intervals_and_paired_differences_in_table_csv_a
     assert record["shared_weights"] > 0  # the pre-trained backbone was loaded
 
 
+def test_control_rows_show_majority_chance_and_the_from_scratch_arm(killed_then_resumed):
+    result, _, out = killed_then_resumed
+    names = [c.name for c in result.controls]
+    assert names == ["majority / mean", "chance", f"from scratch ({VARIANTS[0]})"]
+    data = json.loads((out / "results.json").read_text())
+    scratch = data["control_runs"]
+    assert len(scratch) == len(SEEDS) * len(TASKS)
+    assert all(r["variant"] == "from-scratch" and r["shared_weights"] == 0 for r in scratch)  # random weights
+    row = result.controls[2].entries["number/accuracy"]
+    per_seed = [r["metrics"]["accuracy"] for r in scratch if r["task"] == "number"]
+    assert row.mean == pytest.approx(statistics.fmean(per_seed))
+    assert row.seeds == SEEDS
+    # the majority row predicts the training labels' majority class for every eval example
+    number = next(r for r in result.downstream_records if r["task"] == "number")
+    gold = number["predictions"]["gold"]
+    expected = sum(g == number["constant"] for g in gold) / len(gold)
+    assert result.controls[0].entries["number/accuracy"].mean == pytest.approx(expected)
+    assert result.controls[0].entries["similarity/spearman"].mean == 0  # a constant score ranks nothing
+    for name in names:
+        assert any(line.startswith(name) for line in result.table.splitlines()), name
+    assert [c["name"] for c in data["controls"]] == names
+    assert table_from_results(out / "results.json") == result.table  # rebuilt with the same control rows
+
+
 def test_the_study_pareto_plot_has_a_row_per_downstream_task(killed_then_resumed):
     _, _, out = killed_then_resumed
     image = (out / "results-pareto.png").read_bytes()
@@ -154,7 +179,7 @@ def test_missing_weights_redo_only_that_pretraining_and_give_the_same_numbers(tm
     copy = tmp_path / "out"
     subprocess.run(["cp", "-r", str(out), str(copy)], check=True)
     study = yaml.safe_load((copy / "study.yaml").read_text())
-    victim = sorted((copy / "downstream").glob("*.json"))[0]
+    victim = sorted(p for p in (copy / "downstream").glob("*.json") if not p.name.startswith("from-scratch"))[0]
     old = json.loads(victim.read_text())
     run_id = old["pretrain_run"]
     for path in (copy / "weights").glob(f"{run_id}__*.pt"):
@@ -174,7 +199,7 @@ def test_missing_weights_redo_only_that_pretraining_and_give_the_same_numbers(tm
     assert sorted(changed.downstream_executed) == sorted(
         r for r in changed.downstream_reused + changed.downstream_executed if "similarity" in r
     )
-    assert len(changed.downstream_reused) == len(VARIANTS) * len(SEEDS)
+    assert len(changed.downstream_reused) == (len(VARIANTS) + 1) * len(SEEDS)  # + the from-scratch control
 
 
 def test_fine_tunings_on_ray_match_those_of_a_local_worker(tmp_path, killed_then_resumed):
@@ -192,8 +217,9 @@ def test_fine_tunings_on_ray_match_those_of_a_local_worker(tmp_path, killed_then
     finally:
         ray.shutdown()
     assert result.executed == []
-    assert len(result.downstream_executed) == len(VARIANTS) * len(SEEDS) * len(TASKS)
+    assert len(result.downstream_executed) == (len(VARIANTS) + 1) * len(SEEDS) * len(TASKS)
     expected = {r["run_id"]: r for r in local.downstream_records}
+    assert len(result.downstream_records) == len(local.downstream_records)
     for record in result.downstream_records:
         assert record["predictions"] == expected[record["run_id"]]["predictions"], record["run_id"]
         assert record["metrics"]["train_loss"] == expected[record["run_id"]]["metrics"]["train_loss"]
@@ -454,3 +480,11 @@ def test_how_to_tables_are_the_tables_of_the_results_the_repo_keeps():
     seeds = {run["seed"] for v in modern["variants"] for run in v["runs"]}
     assert len(seeds) >= 3
     assert all(v["downstream_runs"] for v in modern["variants"])
+
+
+def test_from_scratch_is_a_reserved_variant_name_and_can_be_switched_off(tmp_path):
+    path = write_study(tmp_path, vary={}, variants={"from-scratch": {"position.name": "absolute"}})
+    with pytest.raises(StudyError, match="'from-scratch' names the downstream control row"):
+        load_study(path)
+    assert load_study(write_study(tmp_path, from_scratch=False)).spec.from_scratch is False
+    assert load_study(write_study(tmp_path)).spec.from_scratch is True  # on by default

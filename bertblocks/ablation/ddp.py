@@ -51,7 +51,7 @@ from ..atomic import write_file, write_text
 from ..readers import read_json
 from .data import PreparedData, get_tokenizer, load_texts, prepare
 from .study import Study, StudyError, TrainSpec, expand_variants, load_study
-from .training import evaluate, task_model, train_model
+from .training import evaluate, resolved_train, task_model, train_flops_per_token, train_model
 
 
 @dataclass
@@ -85,6 +85,13 @@ def prepare_job(
     study = study if isinstance(study, Study) else load_study(study, list(overrides))
     if study.spec.train is None:
         raise StudyError.single("train", "DDP training needs a `train:` section in the study", study)
+    if study.spec.train.lr_grid:
+        raise StudyError.single(
+            "train.lr_grid",
+            "a learning-rate search runs in the study's own runs (bertblocks ablate), not under torchrun; "
+            "set train.lr to the rate the study chose for this variant",
+            study,
+        )
     texts, labels = load_texts(study)
     tokenizer = get_tokenizer(study, texts, saved=Path(out_dir) / "tokenizer.json")
     data = prepare(study, tokenizer, texts, labels)
@@ -99,7 +106,7 @@ def prepare_job(
         variant=variant,
         slug=chosen.slug,
         config=chosen.config.model_dump(mode="json"),
-        train=study.spec.train.model_dump(mode="json"),
+        train=resolved_train(study),  # type: ignore[arg-type]
         data=data,
         seed=seed,
         threads=study.spec.threads,
@@ -138,7 +145,17 @@ def run_rank(job: DdpJob, rank: int, world_size: int) -> dict[str, Any] | None:
         if job.save_weights:
             _save(model.state_dict(), weights / f"rank{rank}-initial.safetensors")
     per_rank = sum(_local_numel(p) for p in model.parameters())
-    metrics: dict[str, Any] = dict(train_model(trained, job.data, spec, job.seed, rank=rank, world_size=world_size))
+    metrics: dict[str, Any] = dict(
+        train_model(
+            trained,
+            job.data,
+            spec,
+            job.seed,
+            rank=rank,
+            world_size=world_size,
+            flops_per_token=train_flops_per_token(config, spec.seq_len),
+        )
+    )
     state = full_state_dict(model)  # a collective under FSDP: every rank takes part
     if job.save_weights:
         _save(state, weights / f"rank{rank}-final.safetensors")

@@ -30,6 +30,8 @@ from ..atomic import write_text
 from ..errors import BertBlocksError
 from ..readers import ReadError, read_json
 from . import downstream, report
+from .comparisons import decide, full_table
+from .study import StudySpec
 
 #: a marked block; the markers start their lines (an indented one, e.g. in an example, is left alone)
 BLOCK = re.compile(
@@ -73,7 +75,7 @@ def find_blocks(page: Path, text: str) -> list[TableBlock]:
 
 
 def table_from_results(path: Path) -> str:
-    """The table :func:`bertblocks.ablation.report.format_table` prints, rebuilt from a ``results.json``.
+    """The report :func:`bertblocks.ablation.comparisons.full_table` prints, rebuilt from a ``results.json``.
 
     Raises:
         DocTableError: the file is missing or not a study's results.
@@ -89,17 +91,28 @@ def table_from_results(path: Path) -> str:
     except (ReadError, KeyError, TypeError) as e:
         raise DocTableError(f"{path} is not the results.json of a study ({e})") from None
     summaries = report.summarize(variants, records, baseline=baseline)
-    table = report.format_table(title, summaries)
+    controls: list[downstream.ControlRow] = []
     fine_tunings = [run for v in data["variants"] for run in v.get("downstream_runs", [])]
-    if fine_tunings:  # the downstream block, as the runner appends it
+    if fine_tunings:
         keys = [key for v in data["variants"] for key in v.get("downstream", {})]
         tasks: dict[str, list[str]] = {}
         for key in dict.fromkeys(keys):
             task, metric = key.rsplit("/", 1)
             tasks.setdefault(task, []).append(metric)
         downstream.attach(summaries, fine_tunings, list(tasks.items()), baseline)
-        table += "\n\n" + downstream.format_table(summaries)
-    return table
+        control_runs = [run for run in data.get("control_runs", []) if isinstance(run, dict)]
+        controls = downstream.controls([*fine_tunings, *control_runs], list(tasks.items()), baseline)
+    # the decisions as the run made them; results of a version before the adjustment get the defaults
+    settings = data.get("comparisons") if isinstance(data.get("comparisons"), dict) else {}
+    defaults = StudySpec.model_fields
+    decide(
+        summaries,
+        records,
+        fine_tunings,
+        scope=str(settings.get("scope", defaults["comparisons"].default)),
+        method=str(settings.get("adjust", defaults["adjust"].default)),
+    )
+    return full_table(title, summaries, controls)
 
 
 def update_page(

@@ -32,13 +32,13 @@ import math
 import statistics
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..errors import InputError
-from .stats import LEVEL, Interval, interval, paired_difference, t_quantile
+from .stats import LEVEL, SHORT_NAMES, Interval, interval, paired_difference, t_quantile
 from .study import DownstreamTaskSpec, Study, StudyError
 from .tasks import EMBEDDED_SIZES, Example, TaskDataError, embedded_examples, load_hf, read_examples
 
@@ -56,6 +56,10 @@ MAX_LABELS = 1000
 BOOTSTRAP_BYTES = 256 * 2**20
 #: metric → its short title in the table
 TITLES = {"accuracy": "acc", "f1": "F1", "spearman": "ρ", "pearson": "r"}
+#: the variant name of the from-scratch control's fine-tuning records (no study variant may take it)
+FROM_SCRATCH = "from-scratch"
+#: the seed of the generator that draws the chance control's predictions
+CHANCE_SEED = 20261127
 
 
 # ------------------------------------------------------------------------------------------------ data
@@ -303,7 +307,8 @@ class DownstreamRunTask:
         config: the variant's config with the task's ``num_labels`` / ``problem_type``.
         task: the task's spec as a dict (with its resolved ``seq_len``).
         data: the task's tensors.
-        weights: the pre-trained model's ``state_dict``, saved with ``torch.save``.
+        weights: the pre-trained model's ``state_dict``, saved with ``torch.save``; ``None`` for the
+            from-scratch control (:data:`FROM_SCRATCH`), fine-tuned from the random initialisation.
         threads, fingerprint, run_id: as for a pre-training run; ``pretrain_run`` is that run's id.
     """
 
@@ -312,7 +317,7 @@ class DownstreamRunTask:
     config: dict[str, Any]
     task: dict[str, Any]
     data: DownstreamData | None
-    weights: bytes
+    weights: bytes | None
     threads: int
     fingerprint: str
     run_id: str
@@ -331,28 +336,102 @@ def finetune_config(config: dict[str, Any], data: DownstreamData) -> dict[str, A
 
 
 def run_downstream(task: DownstreamRunTask) -> dict[str, Any]:
-    """Fine-tune the pre-trained weights on the task, predict its eval examples; return the record."""
-    from bertblocks.config_files import load_config
+    """Fine-tune the pre-trained weights on the task, predict its eval examples; return the record.
 
-    from .training import task_model
+    With the task's ``lr_grid``, the rate is chosen for this run: one fine-tuning per rate, each from the same
+    weights and seed, on the training examples without their last :data:`~bertblocks.ablation.training.
+    VALIDATION_FRACTION`, scored by the task's first metric on those held-out examples; the best (the first of
+    a tie) is evaluated and recorded with ``lr`` and ``lr_search`` (rate → validation metric). The eval
+    examples never take part in the choice."""
+    from bertblocks.config_files import load_config
 
     assert task.data is not None
     data, spec = task.data, task.task
     torch.set_num_threads(task.threads)
     started = time.time()
     config = load_config(task.config)
+    grid = list(spec.get("lr_grid") or [])
+    search: dict[str, float | None] = {}
+    if grid:
+        fit, held = _validation_split(data)
+        first = spec_metrics(spec)[0]
+        best: tuple[float, float, torch.nn.Module, list[float], int] | None = None
+        for lr in grid:
+            model, losses, shared = _finetune(task, config, fit, lr)
+            score = -math.inf
+            if math.isfinite(losses[-1]):
+                pred = _predict(model, held, spec["batch_size"], config.type_vocab_size >= 2)
+                score = float(metric_batch(first, pred[None], held.eval_labels[None])[0])
+            search[f"{lr:g}"] = score if math.isfinite(score) else None  # None: diverged (strict JSON)
+            if best is None or score > best[0]:
+                best = (score, lr, model, losses, shared)
+        assert best is not None
+        _, chosen, model, losses, shared = best
+    else:
+        chosen = spec["lr"]
+        model, losses, shared = _finetune(task, config, data, chosen)
+    record: dict[str, Any] = {
+        "variant": task.variant,
+        "seed": task.seed,
+        "run_id": task.run_id,
+        "pretrain_run": task.pretrain_run,
+        "task": data.name,
+        "kind": spec["kind"],
+        "fingerprint": task.fingerprint,
+        "status": "ok",
+        "metrics": {},
+        "shared_weights": shared,
+        # what a model that ignores its input predicts, learnt from the training labels: the control rows
+        "constant": constant_prediction(data),
+        "torch": torch.__version__,
+        "threads": task.threads,
+    }
+    if grid:
+        record["lr"] = chosen
+        record["lr_search"] = search
+    if not math.isfinite(losses[-1]):
+        record["status"] = "diverged"
+        record["metrics"] = {"diverged_at_step": len(losses)}
+        record["seconds"] = time.time() - started
+        return record
+    pred = _predict(model, data, spec["batch_size"], config.type_vocab_size >= 2)
+    gold = data.eval_labels
+    tail = losses[-max(1, len(losses) // 10) :]
+    record["metrics"] = {
+        **{m: float(metric_batch(m, pred[None], gold[None])[0]) for m in spec_metrics(spec)},
+        "train_loss": sum(tail) / len(tail),
+        "eval_examples": len(gold),
+    }
+    # per-example predictions and gold labels: what the intervals resample (7 significant digits, float32's)
+    record["predictions"] = {
+        "pred": [float(f"{v:.7g}") for v in pred.tolist()] if data.regression else pred.tolist(),
+        "gold": [float(f"{v:.7g}") for v in gold.tolist()] if data.regression else gold.tolist(),
+    }
+    record["seconds"] = time.time() - started
+    return record
+
+
+def _finetune(
+    task: DownstreamRunTask, config: Any, data: DownstreamData, lr: float
+) -> tuple[torch.nn.Module, list[float], int]:
+    """The task model from the run's seed and pre-trained weights, fine-tuned at ``lr`` on ``data``'s training
+    examples; returns it, its losses, and how many pre-trained weights it loaded."""
+    from .training import task_model
+
+    spec = task.task
     torch.manual_seed(task.seed)
     model = task_model("classification", config)
-    pretrained = torch.load(io.BytesIO(task.weights), map_location="cpu", weights_only=True)
-    own = model.state_dict()
-    shared = {k: v for k, v in pretrained.items() if k in own and own[k].shape == v.shape}
-    if not shared:
-        raise InputError(f"the pre-trained weights of {task.pretrain_run} share no weight with the task model")
-    model.load_state_dict(shared, strict=False)
+    shared: dict[str, torch.Tensor] = {}
+    if task.weights is not None:  # None: the from-scratch control, fine-tuned from its random initialisation
+        pretrained = torch.load(io.BytesIO(task.weights), map_location="cpu", weights_only=True)
+        own = model.state_dict()
+        shared = {k: v for k, v in pretrained.items() if k in own and own[k].shape == v.shape}
+        if not shared:
+            raise InputError(f"the pre-trained weights of {task.pretrain_run} share no weight with the task model")
+        model.load_state_dict(shared, strict=False)
     types = config.type_vocab_size >= 2  # a model without token types (ModernBERT) reads the pair untyped
-
     generator = torch.Generator().manual_seed(task.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec["lr"], weight_decay=spec["weight_decay"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=spec["weight_decay"])
     model.train()
     losses: list[float] = []
     for _ in range(spec["steps"]):
@@ -369,51 +448,58 @@ def run_downstream(task: DownstreamRunTask) -> dict[str, Any]:
         losses.append(float(out.loss.detach()))
         if not math.isfinite(losses[-1]):
             break
-    record: dict[str, Any] = {
-        "variant": task.variant,
-        "seed": task.seed,
-        "run_id": task.run_id,
-        "pretrain_run": task.pretrain_run,
-        "task": data.name,
-        "kind": spec["kind"],
-        "fingerprint": task.fingerprint,
-        "status": "ok",
-        "metrics": {},
-        "shared_weights": len(shared),
-        "torch": torch.__version__,
-        "threads": task.threads,
-    }
-    if not math.isfinite(losses[-1]):
-        record["status"] = "diverged"
-        record["metrics"] = {"diverged_at_step": len(losses)}
-        record["seconds"] = time.time() - started
-        return record
+    return model, losses, len(shared)
+
+
+@torch.no_grad()
+def _predict(model: torch.nn.Module, data: DownstreamData, batch_size: int, types: bool) -> torch.Tensor:
+    """The model's predictions for ``data``'s eval examples: a class id, or a score for regression."""
     model.eval()
     predictions: list[torch.Tensor] = []
-    with torch.no_grad():
-        for start in range(0, len(data.eval_ids), spec["batch_size"]):
-            part = slice(start, start + spec["batch_size"])
-            logits = model(
-                input_ids=data.eval_ids[part],
-                attention_mask=data.eval_mask[part],
-                **({"token_type_ids": data.eval_types[part]} if types else {}),
-            ).logits.float()
-            predictions.append(logits[:, 0] if data.regression else logits.argmax(-1))
-    pred = torch.cat(predictions)
-    gold = data.eval_labels
-    tail = losses[-max(1, len(losses) // 10) :]
-    record["metrics"] = {
-        **{m: float(metric_batch(m, pred[None], gold[None])[0]) for m in spec_metrics(spec)},
-        "train_loss": sum(tail) / len(tail),
-        "eval_examples": len(gold),
-    }
-    # per-example predictions and gold labels: what the intervals resample (7 significant digits, float32's)
-    record["predictions"] = {
-        "pred": [float(f"{v:.7g}") for v in pred.tolist()] if data.regression else pred.tolist(),
-        "gold": [float(f"{v:.7g}") for v in gold.tolist()] if data.regression else gold.tolist(),
-    }
-    record["seconds"] = time.time() - started
-    return record
+    for start in range(0, len(data.eval_ids), batch_size):
+        part = slice(start, start + batch_size)
+        logits = model(
+            input_ids=data.eval_ids[part],
+            attention_mask=data.eval_mask[part],
+            **({"token_type_ids": data.eval_types[part]} if types else {}),
+        ).logits.float()
+        predictions.append(logits[:, 0] if data.regression else logits.argmax(-1))
+    return torch.cat(predictions)
+
+
+def _validation_split(data: DownstreamData) -> tuple[DownstreamData, DownstreamData]:
+    """``(fit, validation)``: the training examples without their last share, and those examples in the eval
+    slots (the eval examples are in neither)."""
+    from .training import VALIDATION_FRACTION
+
+    held = max(1, round(len(data.train_ids) * VALIDATION_FRACTION))
+    if len(data.train_ids) - held < 1:
+        raise InputError(f"{len(data.train_ids)} training examples are too few to hold a validation split out")
+    keep = slice(None, -held)
+    out = slice(-held, None)
+    fit = replace(
+        data,
+        train_ids=data.train_ids[keep],
+        train_mask=data.train_mask[keep],
+        train_types=data.train_types[keep],
+        train_labels=data.train_labels[keep],
+    )
+    validation = replace(
+        data,
+        eval_ids=data.train_ids[out],
+        eval_mask=data.train_mask[out],
+        eval_types=data.train_types[out],
+        eval_labels=data.train_labels[out],
+    )
+    return fit, validation
+
+
+def constant_prediction(data: DownstreamData) -> float:
+    """The best input-blind prediction by the training labels: the majority class (the smallest id of a tie),
+    or the mean score for regression."""
+    if data.regression:
+        return float(data.train_labels.double().mean())
+    return float(torch.bincount(data.train_labels.long(), minlength=data.num_labels).argmax())
 
 
 def spec_metrics(spec: dict[str, Any]) -> list[str]:
@@ -540,10 +626,11 @@ def bootstrap_interval(
     var = sum(v for v, _ in terms)
     if samples < 2 or var == 0:
         ends = (estimate, estimate) if var == 0 and samples > 1 else (math.nan, math.nan)
-        return Interval(estimate, *ends, count, samples, sources if samples > 1 else "none", level)
+        df = math.inf if var == 0 and samples > 1 else math.nan
+        return Interval(estimate, *ends, count, samples, sources if samples > 1 else "none", level, df)
     df = var**2 / sum(v**2 / d for v, d in terms if v > 0)
     half = t_quantile(0.5 + level / 2, df) * math.sqrt(var)
-    return Interval(estimate, estimate - half, estimate + half, count, samples, sources, level)
+    return Interval(estimate, estimate - half, estimate + half, count, samples, sources, level, df)
 
 
 # ---------------------------------------------------------------------------------------------- summary
@@ -559,25 +646,26 @@ class DownstreamSummary:
     difference: Interval | None = None
     examples: int = 0
     diverged: list[int] = field(default_factory=list)
+    #: with the task's ``lr_grid``: the rate each seed's fine-tuning chose (in seed order)
+    lrs: list[float] = field(default_factory=list)
 
     @property
     def key(self) -> str:
         return f"{self.task}/{self.metric}"
 
     def as_dict(self) -> dict[str, Any]:
-        from .report import distinguishable
-
         return {
             "task": self.task,
             "metric": self.metric,
             "seeds": self.seeds,
             "mean": self.mean,
             "interval": self.interval.as_dict() if self.interval is not None else None,
-            "difference": {**self.difference.as_dict(), "distinguishable": distinguishable(self.difference)}
+            "difference": {**self.difference.as_dict(), "distinguishable": self.difference.distinguishable}
             if self.difference is not None
             else None,
             "examples": self.examples,
             "diverged_seeds": self.diverged,
+            "lrs": self.lrs,
         }
 
 
@@ -627,6 +715,7 @@ def attach(
                     _interval(metric, ok, gold, None, level),
                     examples=len(gold),
                     diverged=diverged,
+                    lrs=[float(r["lr"]) for r in ok.values() if isinstance(r.get("lr"), int | float)],
                 )
                 if theirs:
                     entry.difference = _interval(metric, ok, gold, theirs, level)
@@ -654,9 +743,107 @@ def _interval(
     return bootstrap_interval(metric, gold, preds, base_preds, level)
 
 
-def format_table(summaries: list[VariantSummary]) -> str:
+@dataclass
+class ControlRow:
+    """A reference row of the downstream table: what a model reaches without the study's pre-training.
+
+    Attributes:
+        name: the row's title.
+        entries: ``task/metric`` → its summary (no difference: a control is not a variant).
+        note: how the row was made.
+    """
+
+    name: str
+    entries: dict[str, DownstreamSummary]
+    note: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "note": self.note, "entries": {k: e.as_dict() for k, e in self.entries.items()}}
+
+
+def controls(
+    records: list[dict[str, Any]], tasks: list[tuple[str, list[str]]], baseline: str | None, level: float = LEVEL
+) -> list[ControlRow]:
+    """The control rows of the downstream table, from the fine-tuning records:
+
+    * ``majority / mean``: every eval example predicted as the training labels' majority class (a regression
+      task: their mean score, whose correlations are 0 by definition); the records of a version before this
+      one do not say, and then the eval labels' majority stands in (the note says so);
+    * ``chance``: a class drawn uniformly for every example (a regression task: the gold scores in a random
+      order), from one fixed generator;
+    * ``from scratch``: the :data:`FROM_SCRATCH` records, the baseline's architecture fine-tuned by the same
+      recipe and seeds from random weights (present when the study ran them).
+
+    The first two have the eval examples' noise only (one "seed"; bootstrap over examples).
+    """
+    rows = {"majority": ControlRow("majority / mean", {}, ""), "chance": ControlRow("chance", {}, "")}
+    scratch = ControlRow(f"from scratch ({baseline})" if baseline else "from scratch", {}, "")
+    notes: dict[str, set[str]] = {"majority": set(), "chance": set()}
+    for task, metrics in tasks:
+        ok = [r for r in records if r["task"] == task and r.get("status") == "ok"]
+        if not ok:
+            continue
+        first = ok[0]
+        gold = [float(g) for g in first["predictions"]["gold"]]
+        regression = first.get("kind") == "similarity-regression"
+        if "constant" in first:
+            constant = float(first["constant"])
+            notes["majority"].add("the training labels")
+        else:
+            majority = max(set(gold), key=lambda c: (gold.count(c), -c))  # the smallest id of a tie
+            constant = statistics.fmean(gold) if regression else float(majority)
+            notes["majority"].add("the eval labels (records of an older version keep no training labels)")
+        generator = torch.Generator().manual_seed(CHANCE_SEED)
+        if regression:
+            chance = [gold[i] for i in torch.randperm(len(gold), generator=generator).tolist()]
+        else:
+            classes = int(max(gold)) + 1
+            chance = torch.randint(0, classes, (len(gold),), generator=generator).double().tolist()
+        made = [(rows["majority"], [constant] * len(gold)), (rows["chance"], chance)]
+        for metric in metrics:
+            for row, pred in made:
+                iv = bootstrap_interval(metric, gold, {0: pred}, level=level)
+                row.entries[f"{task}/{metric}"] = DownstreamSummary(
+                    task, metric, [0], iv.estimate if iv is not None else math.nan, iv, examples=len(gold)
+                )
+        runs = {r["seed"]: r for r in ok if r["variant"] == FROM_SCRATCH}
+        for metric in metrics if runs else []:
+            entry = DownstreamSummary(
+                task,
+                metric,
+                sorted(runs),
+                statistics.fmean(float(r["metrics"][metric]) for r in runs.values()),
+                _interval(metric, dict(sorted(runs.items())), gold, None, level),
+                examples=len(gold),
+            )
+            scratch.entries[entry.key] = entry
+    rows["majority"].note = "majority class (regression: mean score) of " + " / ".join(sorted(notes["majority"]))
+    rows["chance"].note = "a uniformly drawn class per example (regression: the gold scores shuffled)"
+    scratch.note = "the baseline's architecture fine-tuned from random weights, same recipe and seeds"
+    return [row for row in (rows["majority"], rows["chance"], scratch) if row.entries]
+
+
+def pair_difference(
+    records: list[dict[str, Any]], key: str, variant: str, against: str, level: float = LEVEL
+) -> Interval | None:
+    """``variant − against`` on ``key`` (``task/metric``), paired by seed and eval example, from the fine-tuning
+    records (finished ones only); ``None`` when they share no seed."""
+    task, metric = key.rsplit("/", 1)
+
+    def runs(name: str) -> dict[int, dict[str, Any]]:
+        return {r["seed"]: r for r in records if r["variant"] == name and r["task"] == task and r.get("status") == "ok"}
+
+    mine, theirs = runs(variant), runs(against)
+    if not mine or not theirs:
+        return None
+    gold = next(iter(mine.values()))["predictions"]["gold"]
+    return _interval(metric, mine, gold, theirs, level)
+
+
+def format_table(summaries: list[VariantSummary], control_rows: Sequence[ControlRow] = ()) -> str:
     """The downstream block of the study's table: per task metric, ``mean ± half-width`` and the paired
-    difference against the baseline (``≈`` when not distinguishable); empty without downstream tasks."""
+    difference against the baseline (``≈`` when not distinguishable), then the control rows (:func:`controls`);
+    empty without downstream tasks."""
     from .report import _pm, _signed
 
     keys: list[str] = []
@@ -665,10 +852,20 @@ def format_table(summaries: list[VariantSummary]) -> str:
     if not keys:
         return ""
     baseline = next((s.baseline for s in summaries if s.baseline), None)
+    method = next(
+        (
+            e.difference.adjustment
+            for s in summaries
+            for e in s.downstream.values()
+            if e.difference is not None and e.difference.adjustment is not None
+        ),
+        None,
+    )
+    tag = f" ({SHORT_NAMES[method]})" if method is not None else ""
     header = ["variant"]
     for key in keys:
         task, metric = key.rsplit("/", 1)
-        header += [f"{task} {TITLES.get(metric, metric)}", f"Δ vs {baseline}" if baseline else "Δ"]
+        header += [f"{task} {TITLES.get(metric, metric)}", f"Δ vs {baseline}{tag}" if baseline else "Δ"]
     rows = []
     for s in summaries:
         cells = [s.variant]
@@ -684,15 +881,28 @@ def format_table(summaries: list[VariantSummary]) -> str:
             else:
                 cells.append("(baseline)" if s.baseline is None else "-")
         rows.append(cells)
+    for control in control_rows:
+        cells = [control.name]
+        for key in keys:
+            entry = control.entries.get(key)
+            iv = entry.interval if entry is not None else None
+            if entry is None:
+                cells += ["-", ""]
+            else:
+                cells += [_pm(iv.estimate, iv.half_width) if iv is not None and iv.known else f"{entry.mean:.3f}", ""]
+        rows.append(cells)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
         pairs = enumerate(zip(cells, widths, strict=True))
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs)
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs).rstrip()
 
     lines = ["downstream: each run fine-tuned from its pre-trained weights", line(header)]
     lines.append("  ".join("-" * w for w in widths))
-    lines += [line(cells) for cells in rows]
+    lines += [line(cells) for cells in rows[: len(summaries)]]
+    if control_rows:
+        lines.append("  ".join("·" * w for w in widths))  # the controls: references, not variants
+        lines += [line(cells) for cells in rows[len(summaries) :]]
     examples = {}
     for s in summaries:
         for entry in s.downstream.values():
@@ -703,9 +913,27 @@ def format_table(summaries: list[VariantSummary]) -> str:
         f"± is the half-width of a {level:.0%} interval over seeds and eval examples ("
         + ", ".join(f"{task}: {n:,}" for task, n in examples.items())
         + f"); accuracy's is analytic, F1's and the correlations' from {RESAMPLES:,} bootstrap resamples",
-        f"Δ is paired with {baseline} (same seeds, same eval examples); ≈: its interval contains 0, "
-        "not distinguishable",
+        f"Δ is paired with {baseline} (same seeds, same eval examples); ≈: not distinguishable from 0"
+        + (
+            " after the adjustment the decisions line above states (one family with the pre-training Δ)"
+            if method is not None
+            else " (its interval contains 0)"
+        ),
     ]
+    chosen: dict[str, list[str]] = {}
+    for s in summaries:
+        for e in s.downstream.values():
+            text = f"{s.variant} {'/'.join(f'{lr:g}' for lr in e.lrs)}"
+            if e.lrs and text not in chosen.setdefault(e.task, []):
+                chosen[e.task].append(text)
+    notes += [
+        f"{task}: fine-tuning rate each seed chose (in seed order) on a validation split of the training "
+        f"examples: {'; '.join(rates)}"
+        for task, rates in chosen.items()
+    ]
+    notes += [f"control {c.name}: {c.note}" for c in control_rows]
+    if not any(c.name.startswith("from scratch") for c in control_rows):
+        notes.append("no from-scratch control: the study ran without it (from_scratch: false, or an older version)")
     notes += sorted(
         {
             f"{s.variant}: fine-tuning on {e.task} diverged for seed(s) {', '.join(map(str, e.diverged))}; left out"
@@ -720,8 +948,9 @@ def format_table(summaries: list[VariantSummary]) -> str:
 
 def csv_columns(summaries: list[VariantSummary]) -> tuple[list[str], list[list[Any]]]:
     """Header and one row of cells per summary for results.csv: ``TASK/METRIC`` (mean), its interval, and
-    the paired difference with its interval and whether it is distinguishable."""
-    from .report import distinguishable
+    the paired difference with its interval, its raw and adjusted p-values, and whether it is distinguishable
+    (the adjusted decision)."""
+    from .report import p_columns
 
     keys: list[str] = []
     for s in summaries:
@@ -729,7 +958,18 @@ def csv_columns(summaries: list[VariantSummary]) -> tuple[list[str], list[list[A
     header = [
         f"{k}{end}"
         for k in keys
-        for end in ("", "_ci_low", "_ci_high", "_delta", "_delta_ci_low", "_delta_ci_high", "_delta_distinguishable")
+        for end in (
+            "",
+            "_ci_low",
+            "_ci_high",
+            "_delta",
+            "_delta_ci_low",
+            "_delta_ci_high",
+            "_delta_p",
+            "_delta_p_adjusted",
+            "_delta_adjustment",
+            "_delta_distinguishable",
+        )
     ]
     rows = []
     for s in summaries:
@@ -741,9 +981,9 @@ def csv_columns(summaries: list[VariantSummary]) -> tuple[list[str], list[list[A
             cells += [e.mean if e is not None and e.seeds else ""]
             cells += [iv.low, iv.high] if iv is not None and iv.known else ["", ""]
             cells += (
-                [d.estimate, d.low, d.high, distinguishable(d)]
+                [d.estimate, d.low, d.high, *p_columns(d), d.distinguishable]
                 if d is not None and d.known
-                else [d.estimate if d is not None else "", "", "", ""]
+                else [d.estimate if d is not None else "", "", "", "", "", "", ""]
             )
         rows.append(cells)
     return header, rows

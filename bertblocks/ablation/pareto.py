@@ -40,7 +40,7 @@ from typing import Any
 
 from ..errors import BertBlocksError
 from ..readers import read_json
-from .report import METRICS, VariantSummary, save_figure, summary_dict
+from .report import METRICS, VariantSummary, noisy_timings, save_figure, summary_dict
 
 #: costs the plot puts on its x axes, in panel order (``params_used`` stands in for ``params`` when present)
 COSTS = ("params_used", "flops_per_token", "latency_ms", "peak_mem_mib", "train_tokens_per_s")
@@ -202,8 +202,11 @@ def primary_quality(variants: Sequence[VariantSummary | Mapping[str, Any]]) -> s
 
 
 def _costs_present(variants: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The default costs: those the variants hold, less the timings whose spread over seeds is at least their
+    differences (:func:`~bertblocks.ablation.report.noisy_timings`: measured under load, they rank nothing)."""
     present = {m for v in variants for m in (v.get("mean") or {})}
-    costs = [c for c in COSTS if c in present]
+    noisy = set(noisy_timings([(v.get("mean") or {}, v.get("std") or {}) for v in variants]))
+    costs = [c for c in COSTS if c in present and c not in noisy]
     if "params_used" not in present and "params" in present:
         costs.insert(0, "params")
     return costs
@@ -221,11 +224,15 @@ def write_pareto_plot(
     quality: str | Sequence[str] | None = None,
     costs: Sequence[str] | None = None,
     lower_quality: bool | None = None,
+    controls: Sequence[Any] = (),
 ) -> bool:
     """One panel per cost and quality: quality against that cost, the front's variants filled and joined by
     a step line, the others hollow. ``quality`` is one metric or several (one row of panels each); by
-    default the primary quality and then each downstream task's first metric. Returns ``False`` (and
-    writes nothing) when there is no quality metric or no cost to plot.
+    default the primary quality and then each downstream task's first metric. A cost whose values are all
+    equal is left out (its panel would rank nothing: every point at one x). ``controls``: the downstream
+    control rows (:func:`bertblocks.ablation.downstream.controls`), drawn as dashed horizontal lines in
+    their task's panels. Returns ``False`` (and writes nothing) when there is no quality metric or no cost
+    to plot.
 
     Raises:
         ParetoError: a ``quality`` or cost named that no variant holds.
@@ -244,7 +251,7 @@ def write_pareto_plot(
     if not named:
         primary = primary_quality(dicts)
         named = [primary, *downstream_qualities(dicts)] if primary is not None else []
-    chosen = list(costs) if costs else _costs_present(dicts)
+    chosen = [c for c in (list(costs) if costs else _costs_present(dicts)) if not _all_equal(dicts, c)]
     if not named or not chosen:
         return False
     # one quality: up to three panels a row; several: one row of panels per quality, so each row reads alone
@@ -258,6 +265,12 @@ def write_pareto_plot(
         slot = (index // len(chosen)) * per_quality * cols + index % len(chosen)
         used.add(slot)
         _panel(flat[slot], dicts, cost, metric, lower_is_better(metric) if lower_quality is None else lower_quality)
+        for row, style in zip(controls, ("dashed", "dotted", "dashdot"), strict=False):
+            entry = row.entries.get(metric)
+            if entry is not None and math.isfinite(entry.mean):
+                flat[slot].axhline(entry.mean, color="#4C72B0", lw=0.8, ls=style, label=row.name, zorder=1)
+        if controls and any(row.entries.get(metric) for row in controls):
+            flat[slot].legend(fontsize=6, loc="best")
     for slot, ax in enumerate(flat):
         if slot not in used:
             ax.axis("off")
@@ -265,6 +278,12 @@ def write_pareto_plot(
     fig.tight_layout()
     save_figure(fig, path)
     return True
+
+
+def _all_equal(dicts: Sequence[Mapping[str, Any]], cost: str) -> bool:
+    """Whether every variant that has ``cost`` has the same value (one at least)."""
+    values = {v["mean"][cost] for v in dicts if cost in (v.get("mean") or {})}
+    return len(values) == 1 and sum(cost in (v.get("mean") or {}) for v in dicts) > 1
 
 
 def _panel(ax: Any, dicts: Sequence[Mapping[str, Any]], cost: str, quality: str, lower_quality: bool) -> None:
@@ -305,6 +324,21 @@ def format_front(points: Sequence[Point], cost: str, quality: str) -> str:
             f"  {'front' if p.on_front else '     '}  {p.variant}: {cost} {p.cost:.6g}, {quality} {p.quality:.6g}"
         )
     return "\n".join(lines)
+
+
+def _controls(data: Mapping[str, Any]) -> list[Any]:
+    """The downstream control rows of a results.json, rebuilt from its fine-tuning records."""
+    from .downstream import controls
+
+    runs = [r for v in data["variants"] for r in v.get("downstream_runs", [])]
+    if not runs:
+        return []
+    tasks: dict[str, list[str]] = {}
+    for key in dict.fromkeys(k for v in data["variants"] for k in v.get("downstream", {})):
+        task, metric = key.rsplit("/", 1)
+        tasks.setdefault(task, []).append(metric)
+    baseline = next((v["baseline"] for v in data["variants"] if v.get("baseline")), None)
+    return controls([*runs, *data.get("control_runs", [])], list(tasks.items()), baseline)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -349,6 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             quality=args.qualities,  # none named: the default rows, downstream included
             costs=costs,
             lower_quality=lower,
+            controls=_controls(data),
         )
         print(f"plot: {args.out}")
     return 0

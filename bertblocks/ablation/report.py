@@ -24,13 +24,14 @@ import io
 import json
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..atomic import write_bytes, write_text
 from ..atomic import write_csv as write_csv_rows
-from .stats import LEVEL, Interval, interval, paired_difference
+from .stats import ADJUSTMENT_NAMES, LEVEL, SHORT_NAMES, Interval, interval, paired_difference
 
 #: metric → (column title, unit shown in the plot); in table order
 METRICS: dict[str, tuple[str, str]] = {
@@ -44,6 +45,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "eval_loss": ("eval loss", "eval loss"),
     "perplexity": ("ppl", "eval perplexity"),
     "accuracy": ("accuracy", "eval accuracy"),
+    "train_steps": ("steps", "optimizer steps taken (token, FLOP or time budgets)"),
+    "train_flops": ("train FLOPs", "training FLOPs (3 × analytic forward, × real tokens)"),
     "train_seconds": ("train s", "training time (s)"),
     "train_tokens_per_s": ("train tok/s", "training throughput (real tokens/s)"),
 }
@@ -51,6 +54,8 @@ METRICS: dict[str, tuple[str, str]] = {
 PLOTTED = ("params", "flops_per_token", "latency_ms", "peak_mem_mib", "eval_loss", "accuracy")
 #: metrics with a confidence interval (the rest: mean ± sample std over seeds)
 QUALITY = ("train_loss", "eval_loss", "accuracy")
+#: costs measured by a clock: load on the machine moves them (the rest are counted, and exact)
+TIMINGS = ("latency_ms", "train_seconds", "train_tokens_per_s")
 #: metric → the per-sample values (in a run's ``eval_samples``) it is the mean of
 PER_SAMPLE = {"eval_loss": "loss", "accuracy": "correct"}
 
@@ -83,6 +88,8 @@ class VariantSummary:
     baseline: str | None = None
     differences: dict[str, Interval] = field(default_factory=dict)
     eval_samples: int = 0
+    #: sentences the eval tokens come from, when the intervals resample sentences (0: tokens independent)
+    eval_clusters: int = 0
     eval_unit: str = "token"
     eval_rows: int | None = None
     eval_rows_asked: int | None = None
@@ -90,9 +97,19 @@ class VariantSummary:
     params_used_at: int | None = None
     #: ``task/metric`` → its :class:`~bertblocks.ablation.downstream.DownstreamSummary` (``downstream:`` tasks)
     downstream: dict[str, Any] = field(default_factory=dict)
+    #: the largest one-minute load average seen while its runs measured, and the CPUs they had
+    load_average: float | None = None
+    cpus: int | None = None
+    #: with ``train.lr_grid``: the learning rate each seed chose (in seed order)
+    lrs: list[float] = field(default_factory=list)
+    #: the training budget its runs had: ``kind`` (steps, tokens, flops, seconds), ``value``, and the seeds that
+    #: stopped at the step cap before reaching it (``short``); empty for records of an older version
+    budget: dict[str, Any] = field(default_factory=dict)
+    #: with ``comparisons: all-pairs``: metric → an earlier variant (not the baseline) → ``this − that``
+    pairs: dict[str, dict[str, Interval]] = field(default_factory=dict)
 
 
-def _samples(run: dict[str, Any], metric: str) -> list[float] | None:
+def run_samples(run: dict[str, Any], metric: str) -> list[float] | None:
     """The per-sample values ``metric`` of ``run`` is the mean of, when its record keeps them."""
     kept = run.get("eval_samples")
     key = PER_SAMPLE.get(metric)
@@ -101,7 +118,21 @@ def _samples(run: dict[str, Any], metric: str) -> list[float] | None:
     return [float(v) for v in kept[key]]
 
 
-def _per_seed(runs: list[dict[str, Any]], metric: str) -> dict[int, float]:
+def run_clusters(runs: list[dict[str, Any]], metric: str) -> list[int] | None:
+    """The sentence of each eval token, when ``metric`` is the eval loss and every run keeps the same list
+    (they evaluate the same tokens); ``None`` otherwise (then the tokens count as independent samples)."""
+    if metric != "eval_loss" or not runs:
+        return None
+    kept = [
+        r.get("eval_samples", {}).get("sentence") if isinstance(r.get("eval_samples"), dict) else None for r in runs
+    ]
+    first = kept[0]
+    if not isinstance(first, list) or any(k != first for k in kept):
+        return None
+    return [int(c) for c in first]
+
+
+def seed_metrics(runs: list[dict[str, Any]], metric: str) -> dict[int, float]:
     values = {r["seed"]: float(r["metrics"][metric]) for r in runs if metric in r["metrics"]}
     return {seed: v for seed, v in values.items() if math.isfinite(v)}  # records of older versions may hold NaN
 
@@ -130,23 +161,31 @@ def summarize(
         summary = VariantSummary(name, overrides, [r["seed"] for r in runs])
         summary.diverged = [r["seed"] for r in runs if r.get("status") == "diverged"]
         for metric in METRICS:
-            values = list(_per_seed(runs, metric).values())
+            values = list(seed_metrics(runs, metric).values())
             if values:
                 summary.mean[metric] = statistics.fmean(values)
                 summary.std[metric] = statistics.stdev(values) if len(values) > 1 else 0.0
         for metric in QUALITY:
-            per_seed = _per_seed(runs, metric)
+            per_seed = seed_metrics(runs, metric)
             if not per_seed:
                 continue
-            rows = [_samples(r, metric) for r in runs if r["seed"] in per_seed]
+            rows = [run_samples(r, metric) for r in runs if r["seed"] in per_seed]
             matrix = None if any(row is None for row in rows) else rows
-            summary.intervals[metric] = interval(matrix, list(per_seed.values()), level)  # type: ignore[arg-type]
+            clusters = run_clusters([r for r in runs if r["seed"] in per_seed], metric)
+            summary.intervals[metric] = interval(
+                matrix,  # type: ignore[arg-type]
+                list(per_seed.values()),
+                level,
+                clusters=clusters,
+            )
+            if clusters is not None:
+                summary.eval_clusters = len(set(clusters))
         summary.params_used_at = next(
             (r["metrics"]["params_used_at"] for r in runs if "params_used_at" in r["metrics"]), None
         )
         evaluated = [r for r in runs if "eval_loss" in r["metrics"]]
         if evaluated:
-            loss = _samples(evaluated[0], "eval_loss")
+            loss = run_samples(evaluated[0], "eval_loss")
             summary.eval_samples = len(loss) if loss is not None else 0
             summary.eval_unit = str(evaluated[0].get("eval_samples", {}).get("unit", "token"))
             summary.eval_rows = evaluated[0]["metrics"].get("eval_rows")
@@ -156,15 +195,27 @@ def summarize(
             base_runs = by_variant[baseline]
             for metric in QUALITY:
                 diff = paired_difference(
-                    {r["seed"]: _samples(r, metric) for r in runs},
-                    {r["seed"]: _samples(r, metric) for r in base_runs},
-                    _per_seed(runs, metric),
-                    _per_seed(base_runs, metric),
+                    {r["seed"]: run_samples(r, metric) for r in runs},
+                    {r["seed"]: run_samples(r, metric) for r in base_runs},
+                    seed_metrics(runs, metric),
+                    seed_metrics(base_runs, metric),
                     level,
+                    clusters=run_clusters([*runs, *base_runs], metric),
                 )
                 if diff is not None:
                     summary.differences[metric] = diff
         summary.notes = sorted({r["metrics"]["flops_note"] for r in runs if r["metrics"].get("flops_note")})
+        loads = [float(v) for r in runs for v in (r.get("load_average") or []) if isinstance(v, int | float)]
+        summary.load_average = max(loads) if loads else None
+        summary.cpus = next((int(r["cpus"]) for r in runs if isinstance(r.get("cpus"), int)), None)
+        summary.lrs = [float(r["metrics"]["lr"]) for r in runs if isinstance(r["metrics"].get("lr"), int | float)]
+        budgeted = [r for r in runs if isinstance(r["metrics"].get("budget"), str)]
+        if budgeted:
+            summary.budget = {
+                "kind": budgeted[0]["metrics"]["budget"],
+                "value": budgeted[0]["metrics"].get("budget_value"),
+                "short": [r["seed"] for r in budgeted if r["metrics"].get("budget_reached") is False],
+            }
         out.append(summary)
     return out
 
@@ -181,7 +232,7 @@ def small_eval_note(used: int, asked: int, seq_len: int) -> str:
 def _number(value: float) -> str:
     if not math.isfinite(value):
         return str(value)
-    if value == int(value) and abs(value) >= 1000:
+    if value == int(value) and abs(value) >= 10:  # a count (steps, parameters): no decimals
         return f"{int(value):,}"
     if value == 0:
         return "0"
@@ -201,15 +252,10 @@ def _pm(centre: float, half: float) -> str:
 def _signed(iv: Interval) -> str:
     text = _pm(iv.estimate, iv.half_width) if iv.known else _number(iv.estimate)
     text = text if text.startswith("-") else f"+{text}"
-    return f"{text} ≈" if not distinguishable(iv) else text
+    return f"{text} ≈" if not iv.distinguishable else text
 
 
-def distinguishable(iv: Interval) -> bool:
-    """Whether a difference's interval excludes 0 (an interval that is not known does not)."""
-    return iv.known and not iv.contains(0.0)
-
-
-def _primary(summaries: list[VariantSummary]) -> str | None:
+def primary(summaries: list[VariantSummary]) -> str | None:
     """The quality metric the Δ column compares: eval loss, else accuracy, else train loss."""
     for metric in ("eval_loss", "accuracy", "train_loss"):
         if any(metric in s.differences for s in summaries):
@@ -222,18 +268,25 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
     interval``, costs as ``mean ± std over seeds`` where runs differ; the paired difference against the
     baseline, and how many eval samples the eval figures rest on."""
     metrics = [m for m in METRICS if any(m in s.mean for s in summaries)]
-    primary = _primary(summaries)
+    compared = primary(summaries)
     baseline = next((s.baseline for s in summaries if s.baseline), None)
     with_eval = any("eval_loss" in s.mean for s in summaries)
     unit = next((s.eval_unit for s in summaries if s.eval_samples), "token")
-    header = ["variant", "seeds", *(METRICS[m][0] for m in metrics)]
-    if primary is not None:
-        header.append(f"Δ {METRICS[primary][0]} vs {baseline}")
+    tuned = any(s.lrs for s in summaries)
+    noisy = noisy_timings([(s.mean, s.std) for s in summaries])
+    header = [
+        "variant",
+        "seeds",
+        *(["lr"] if tuned else []),
+        *(f"{METRICS[m][0]} ~" if m in noisy else METRICS[m][0] for m in metrics),
+    ]
+    if compared is not None:
+        header.append(f"Δ {METRICS[compared][0]} vs {baseline}{_adjusted_tag(summaries)}")
     if with_eval:
         header.append(f"eval {unit}s")
     rows = []
     for s in summaries:
-        cells = [s.variant, str(len(s.seeds))]
+        cells = [s.variant, str(len(s.seeds)), *(["/".join(f"{lr:g}" for lr in s.lrs) or "-"] if tuned else [])]
         for m in metrics:
             if m not in s.mean:
                 cells.append("-")
@@ -249,10 +302,10 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
                 cells.append(f"{_number(s.mean[m])} ± {_number(s.std[m])}")
             else:
                 cells.append(_number(s.mean[m]))
-        if primary is not None:
+        if compared is not None:
             cells.append(
-                _signed(s.differences[primary])
-                if primary in s.differences
+                _signed(s.differences[compared])
+                if compared in s.differences
                 else "(baseline)"
                 if s.baseline is None
                 else "-"
@@ -261,8 +314,10 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
             cells.append(f"{s.eval_samples:,}" if s.eval_samples else "-")
         rows.append(cells)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    decided = decisions_line(summaries)
     lines = [
         title,
+        *([decided] if decided else []),
         "  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths, strict=False))),
     ]
     lines.append("  ".join("-" * w for w in widths))
@@ -277,6 +332,15 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
         for s in summaries
         if s.diverged
     ]
+    notes += budget_notes(summaries)
+    loaded = load_note(summaries)
+    if loaded:
+        notes.append(loaded)
+    if tuned:
+        notes.append(
+            "lr: the learning rate each seed chose (in seed order) from train.lr_grid, by the loss on a validation "
+            "split of the training rows, never on the eval set; the choice is part of each seed's run"
+        )
     lengths = sorted({s.params_used_at for s in summaries if s.params_used_at})
     if lengths:
         notes.append(
@@ -289,10 +353,21 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
             f"quality ± is the half-width of a {level:.0%} interval over seeds and eval {unit}s "
             f"(train loss: over seeds only); costs ± is the std over seeds"
         )
-    if primary is not None:
+    if compared is not None:
         notes.append(
-            f"Δ is paired with {baseline} (same seeds, same eval {unit}s); ≈: its interval contains 0, "
-            "not distinguishable"
+            f"Δ is paired with {baseline} (same seeds, same eval {unit}s); ≈: not distinguishable from 0"
+            + (" after the adjustment above" if decided else " (its interval contains 0)")
+        )
+    sentences = sorted({s.eval_clusters for s in summaries if s.eval_clusters})
+    if sentences:
+        notes.append(
+            f"eval loss intervals and Δ resample the {'/'.join(f'{n:,}' for n in sentences)} sentences the eval "
+            "tokens come from, not single tokens (the tokens of a sentence share its difficulty)"
+        )
+    elif unit == "token" and any(s.eval_samples for s in summaries if "eval_loss" in s.intervals):
+        notes.append(
+            "eval tokens counted as independent (records without sentence ids, an older version): tokens of one "
+            "sentence share its difficulty, so these intervals are too narrow"
         )
     if any(len(s.seeds) - len(s.diverged) == 1 for s in summaries if "eval_loss" in s.mean):
         notes.append("one seed: the intervals hold the eval-set noise only; the seed-to-seed spread is unknown")
@@ -308,7 +383,136 @@ def format_table(title: str, summaries: list[VariantSummary]) -> str:
             f"{short.eval_rows}; all {short.eval_rows} were used"
         )
     lines += [f"note: {n}" for n in notes]
+    pairs = format_pairs(summaries)
+    if pairs:
+        lines += ["", pairs]
     return "\n".join(lines)
+
+
+def noisy_timings(variants: Sequence[tuple[Mapping[str, float], Mapping[str, float]]]) -> list[str]:
+    """The timing costs (:data:`TIMINGS`) that rank nothing: their spread over seeds (the largest std of a
+    variant) is at least the largest difference between the variants' means. Load on the machine makes such
+    figures; a table marks them and the Pareto front leaves them out.
+
+    Args:
+        variants: each variant's ``(mean, std)`` by metric.
+    """
+    noisy = []
+    for metric in TIMINGS:
+        means = [mean[metric] for mean, _ in variants if metric in mean]
+        spreads = [std.get(metric, 0.0) for mean, std in variants if metric in mean]
+        if len(means) > 1 and max(spreads) >= max(means) - min(means):
+            noisy.append(metric)
+    return noisy
+
+
+def load_note(summaries: list[VariantSummary]) -> str | None:
+    """What the table says of timings taken under load, or whose spread exceeds their differences."""
+    noisy = noisy_timings([(s.mean, s.std) for s in summaries])
+    loads = [s.load_average for s in summaries if s.load_average is not None]
+    cpus = next((s.cpus for s in summaries if s.cpus), None)
+    loaded = bool(loads and cpus and max(loads) > cpus)
+    if not noisy and not loaded:
+        return None
+    text = ""
+    if loaded:
+        text = f"timings measured at a load average up to {max(loads):.1f} on {cpus} CPUs (more work than CPUs)"
+    if noisy:
+        names = ", ".join(METRICS[m][0] for m in noisy)
+        text += ("; " if text else "") + (
+            f"{names} (marked ~): the spread over seeds is at least the differences between variants, so they "
+            "rank nothing and the Pareto front leaves them out"
+        )
+    return text
+
+
+def budget_notes(summaries: list[VariantSummary]) -> list[str]:
+    """Which training budget ruled: what every variant got the same amount of, and what it did not."""
+    kinds = {s.budget["kind"] for s in summaries if s.budget}
+    if not kinds:
+        return []
+    kind = kinds.pop()
+    if kind == "steps":
+        return ["budget: steps (every run took the same optimizer steps; variants differ in the FLOPs they spent)"]
+    value = next(s.budget["value"] for s in summaries if s.budget)
+    unit = {"tokens": "real training tokens", "flops": "training FLOPs", "seconds": "seconds of training"}[kind]
+    notes = [
+        f"budget: {kind} (every run trained until it had spent {value:.4g} {unit}, stopping within one step of it; "
+        "the steps column says how many steps each variant took)"
+    ]
+    notes += [
+        f"{s.variant}: seed(s) {', '.join(map(str, s.budget['short']))} stopped at the step cap before the budget"
+        for s in summaries
+        if s.budget.get("short")
+    ]
+    return notes
+
+
+def decisions_line(summaries: list[VariantSummary]) -> str | None:
+    """The sentence a table's header gives its decisions: the adjustment, over how many Δ, at what level."""
+    adjusted = [
+        iv
+        for s in summaries
+        for iv in [
+            *s.differences.values(),
+            *(e.difference for e in s.downstream.values() if e.difference is not None),
+            *(d for pairs in s.pairs.values() for d in pairs.values()),
+        ]
+        if iv.adjustment is not None
+    ]
+    if not adjusted:
+        return None
+    first = adjusted[0]
+    level = first.level
+    name = ADJUSTMENT_NAMES.get(first.adjustment or "", first.adjustment)
+    what = "false discovery rate" if first.adjustment == "bh" else "family-wise error"
+    if first.adjustment == "none":
+        return f"decisions: each Δ alone at {level:.0%} (no adjustment over the {first.family} Δ of this report)"
+    return (
+        f"decisions: {name} over all {first.family} Δ of this report ({what} ≤ {1 - level:.0%}); "
+        f"≈ marks a Δ not resolved after adjustment, ± is each Δ's own {level:.0%} interval"
+    )
+
+
+def _adjusted_tag(summaries: list[VariantSummary]) -> str:
+    """`` (Holm)`` in a Δ column's header: the adjustment its ``≈`` marks follow."""
+    method = next(
+        (iv.adjustment for s in summaries for iv in s.differences.values() if iv.adjustment is not None), None
+    )
+    return f" ({SHORT_NAMES[method]})" if method is not None else ""
+
+
+def format_pairs(summaries: list[VariantSummary]) -> str:
+    """With ``comparisons: all-pairs``: one row per pair of non-baseline variants (``later − earlier``), one
+    column per compared metric, ``≈`` after the family's adjustment; empty otherwise."""
+    keys: list[str] = []
+    for s in summaries:
+        keys += [k for k in s.pairs if k not in keys]
+    if not keys:
+        return ""
+    rows = []
+    names = [s.variant for s in summaries]
+    for s in summaries:
+        for other in names[: names.index(s.variant)]:
+            if not any(other in s.pairs.get(k, {}) for k in keys):
+                continue
+            cells = [f"{s.variant} − {other}"]
+            for key in keys:
+                iv = s.pairs.get(key, {}).get(other)
+                cells.append(_signed(iv) if iv is not None else "-")
+            rows.append(cells)
+    header = ["pair", *(f"Δ {METRICS[k][0]}" if k in METRICS else f"Δ {k}" for k in keys)]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        pairs = enumerate(zip(cells, widths, strict=True))
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in pairs)
+
+    out = ["pairs of variants besides the baseline (comparisons: all-pairs)", line(header)]
+    out.append("  ".join("-" * w for w in widths))
+    out += [line(r) for r in rows]
+    out.append("note: these Δ are part of the family the decisions above are adjusted over")
+    return "\n".join(out)
 
 
 def write_csv(
@@ -316,12 +520,18 @@ def write_csv(
 ) -> None:
     """One row per variant: ``METRIC`` (mean) and ``METRIC_std`` columns; for quality metrics also the
     interval (``METRIC_ci_low``, ``METRIC_ci_high``) and the paired difference with the baseline
-    (``delta_METRIC``, ``delta_METRIC_ci_low``, ``delta_METRIC_ci_high``, ``delta_METRIC_distinguishable``).
+    (``delta_METRIC``, ``delta_METRIC_ci_low``, ``delta_METRIC_ci_high``, the raw and adjusted p-values
+    ``delta_METRIC_p``, ``delta_METRIC_p_adjusted`` and ``delta_METRIC_adjustment``, and
+    ``delta_METRIC_distinguishable``, the adjusted decision).
     ``extra``: more columns at the end, a header and one row per summary (the downstream metrics)."""
     metrics = [m for m in METRICS if any(m in s.mean for s in summaries)]
     quality = [m for m in QUALITY if any(m in s.intervals for s in summaries)]
     interval_columns = [f"{m}_{end}" for m in quality for end in ("ci_low", "ci_high")]
-    delta_columns = [f"delta_{m}{end}" for m in quality for end in ("", "_ci_low", "_ci_high", "_distinguishable")]
+    delta_columns = [
+        f"delta_{m}{end}"
+        for m in quality
+        for end in ("", "_ci_low", "_ci_high", "_p", "_p_adjusted", "_adjustment", "_distinguishable")
+    ]
     rows: list[list[Any]] = []  # written by atomic.write_csv: names such as `=2+3` are text, never formulas
     rows.append(
         [
@@ -333,6 +543,7 @@ def write_csv(
             "baseline",
             *delta_columns,
             "eval_samples",
+            "lr_chosen",
             *(extra[0] if extra else []),
         ]
     )
@@ -347,14 +558,9 @@ def write_csv(
             d = s.differences.get(m)
             known = d is not None and d.known
             deltas += (
-                [d.estimate, d.low, d.high, distinguishable(d)]
+                [d.estimate, d.low, d.high, *p_columns(d), d.distinguishable]
                 if d is not None and known
-                else [
-                    d.estimate if d is not None else "",
-                    "",
-                    "",
-                    "",
-                ]
+                else [d.estimate if d is not None else "", "", "", "", "", "", ""]
             )
         rows.append(
             [
@@ -366,10 +572,21 @@ def write_csv(
                 s.baseline or "",
                 *deltas,
                 s.eval_samples or "",
+                " ".join(f"{lr:g}" for lr in s.lrs),
                 *(extra[1][index] if extra else []),
             ]
         )
     write_csv_rows(path, rows)
+
+
+def p_columns(iv: Interval) -> list[Any]:
+    """The raw p-value, the adjusted one and the adjustment's name, as CSV cells (empty when not known)."""
+    raw = iv.p_value
+    return [
+        raw if math.isfinite(raw) else "",
+        iv.p_adjusted if iv.p_adjusted is not None else "",
+        iv.adjustment or "",
+    ]
 
 
 def summary_dict(s: VariantSummary) -> dict[str, Any]:
@@ -382,8 +599,17 @@ def summary_dict(s: VariantSummary) -> dict[str, Any]:
         "std": s.std,
         "intervals": {m: iv.as_dict() for m, iv in s.intervals.items()},
         "baseline": s.baseline,
-        "differences": {m: {**iv.as_dict(), "distinguishable": distinguishable(iv)} for m, iv in s.differences.items()},
+        "differences": {m: {**iv.as_dict(), "distinguishable": iv.distinguishable} for m, iv in s.differences.items()},
+        "pairs": {
+            m: {other: {**iv.as_dict(), "distinguishable": iv.distinguishable} for other, iv in pairs.items()}
+            for m, pairs in s.pairs.items()
+        },
         "eval_samples": s.eval_samples,
+        "eval_sentences": s.eval_clusters,
+        "lrs": s.lrs,
+        "load_average": s.load_average,
+        "cpus": s.cpus,
+        "budget": s.budget,
         "eval_unit": s.eval_unit,
         "eval_rows": s.eval_rows,
         "eval_rows_asked": s.eval_rows_asked,
@@ -400,11 +626,18 @@ def write_json(
     records: list[dict[str, Any]],
     *,
     downstream: list[dict[str, Any]] | None = None,
+    comparisons: dict[str, Any] | None = None,
+    controls: Sequence[Any] = (),
+    control_runs: Sequence[dict[str, Any]] = (),
 ) -> None:
     """Summaries (with intervals and paired differences) and every run's record; with ``downstream``, each
-    variant's fine-tuning records too (``downstream_runs``)."""
+    variant's fine-tuning records too (``downstream_runs``); ``comparisons``: the study's ``comparisons`` and
+    ``adjust`` settings, so that a table rebuilt from the file decides as the run did; ``controls``: the
+    downstream control rows (:func:`~bertblocks.ablation.downstream.controls`), and ``control_runs`` the
+    from-scratch control's fine-tuning records."""
     data = {
         "study": title,
+        **({"comparisons": comparisons} if comparisons is not None else {}),
         "variants": [
             {
                 **summary_dict(s),
@@ -413,6 +646,8 @@ def write_json(
             }
             for s in summaries
         ],
+        **({"controls": [c.as_dict() for c in controls]} if controls else {}),
+        **({"control_runs": list(control_runs)} if control_runs else {}),
     }
     # strict JSON (NaN and inf written as null), so that every reader can load it
     write_text(path, json.dumps(_finite(data), indent=2, default=str, allow_nan=False) + "\n")

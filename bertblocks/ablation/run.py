@@ -8,6 +8,7 @@ local worker process, a Ray task on another machine, or the calling process.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,14 @@ class RunTask:
     keep_weights: bool = False
 
 
+def load_average() -> float | None:
+    """The one-minute load average (``None`` where the system does not keep one)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def execute(task: RunTask | DownstreamRunTask) -> dict[str, Any]:
     """Build the variant, measure its costs, train and evaluate when asked; return the run's record.
 
@@ -66,6 +75,7 @@ def execute(task: RunTask | DownstreamRunTask) -> dict[str, Any]:
     config = load_config(task.config)
     measure = MeasureSpec.model_validate(task.measure)
     started = time.time()
+    load_before = load_average()
     torch.manual_seed(task.seed)
     backbone = create_model(config)
     metrics: dict[str, Any] = measure_costs(backbone, config, measure)
@@ -98,6 +108,9 @@ def execute(task: RunTask | DownstreamRunTask) -> dict[str, Any]:
         "torch": torch.__version__,
         "threads": task.threads,
         "seconds": time.time() - started,
+        # the machine's load while the timings were taken: the report leaves out timings that load made noise
+        "load_average": [v for v in (load_before, load_average()) if v is not None],
+        "cpus": os.cpu_count(),
     }
     if samples is not None:  # per-token (per-example) eval values, for the intervals of the summaries
         record["eval_samples"] = samples

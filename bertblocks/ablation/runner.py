@@ -56,14 +56,23 @@ from ..atomic import write_bytes, write_text
 from ..errors import BertBlocksError, InputError
 from ..readers import ReadError, read_json
 from . import downstream, report
+from .comparisons import decide, full_table
 from .data import PreparedData, get_tokenizer, load_texts, prepare, tokenizer_key
-from .downstream import DownstreamData, DownstreamRunTask, finetune_config, prepare_downstream, spec_metrics
+from .downstream import (
+    FROM_SCRATCH,
+    DownstreamData,
+    DownstreamRunTask,
+    finetune_config,
+    prepare_downstream,
+    spec_metrics,
+)
 from .executors import Executor, InlineExecutor, LocalExecutor, RayExecutor, connect_ray, describe
 from .interrupts import Interrupts, StudyInterruptedError, stopping_notice
 from .lock import FolderLock
 from .provenance import code_version, data_fingerprint, plugin_versions
 from .run import RunTask
 from .study import Study, StudyError, expand_variants, fingerprint, load_study
+from .training import resolved_train
 
 logger = logging.getLogger("bertblocks")
 
@@ -92,6 +101,8 @@ class StudyResult:
     downstream_executed: list[str] = field(default_factory=list)
     downstream_reused: list[str] = field(default_factory=list)
     downstream_records: list[dict[str, Any]] = field(default_factory=list)
+    #: the downstream table's control rows (majority / mean, chance, from scratch)
+    controls: list[downstream.ControlRow] = field(default_factory=list)
 
 
 def run_study(
@@ -159,6 +170,7 @@ def run_study(
         for task in tasks:
             task.keep_weights = bool(tasks_data)
         plans = _downstream_plans(tasks, tasks_data)
+        scratch = _from_scratch_tasks(study, tasks_data) if study.spec.from_scratch else []
         # one study per folder: a second one is refused before it writes anything (released at exit, or
         # with the process if it is killed)
         stack.enter_context(FolderLock(out))
@@ -181,6 +193,14 @@ def run_study(
                 ds_records[plan.run_id] = previous
             else:
                 ds_todo.setdefault(plan.pretrain.run_id, []).append(plan)
+
+        scratch_todo = []  # the from-scratch control's fine-tunings still to do
+        for ds_task in scratch:
+            previous = _read_downstream_record(downstream_dir / f"{ds_task.run_id}.json")
+            if previous is not None and previous["fingerprint"] == ds_task.fingerprint:
+                ds_records[ds_task.run_id] = previous
+            else:
+                scratch_todo.append(ds_task)
 
         records: dict[str, dict[str, Any]] = {}
         todo: list[RunTask] = []
@@ -206,7 +226,21 @@ def run_study(
             engine = RayExecutor(study.spec.threads, interrupts)
         else:
             engine = LocalExecutor(workers, interrupts) if workers else InlineExecutor(interrupts)
-        bar = _progress(len(tasks) + len(plans), len(records) + len(ds_records), study.title, progress)
+        # weighed by estimated FLOPs: a pre-training run and a fine-tuning are not the same work
+        work = {t.run_id: estimated_work(t) for t in tasks} if progress else {}
+        ds_work = (
+            {p.run_id: estimated_work(_plan_task(p)) for p in plans} | {t.run_id: estimated_work(t) for t in scratch}
+            if progress
+            else {}
+        )
+        bar = _progress(
+            len(tasks) + len(plans) + len(scratch),
+            len(records) + len(ds_records),
+            sum(work.values()) + sum(ds_work.values()),
+            sum(work[r] for r in records if r in work) + sum(ds_work[r] for r in ds_records if r in ds_work),
+            study.title,
+            progress,
+        )
         try:
             for task, outcome in engine.run(todo):
                 if isinstance(outcome, BaseException) and interrupts.requested:
@@ -220,9 +254,10 @@ def run_study(
                     write_text(runs_dir / f"{task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
                     records[task.run_id] = outcome
                     result.executed.append(task.run_id)
-                bar.update(1)
+                bar.update(1, work.get(task.run_id, 0.0))
             engine.close()  # the pre-training pool; the fine-tunings start their own
-            fine_tunings = _downstream_tasks(tasks, records, ds_todo, weights_dir, study.spec.threads, bar)
+            fine_tunings = _downstream_tasks(tasks, records, ds_todo, weights_dir, study.spec.threads, bar, ds_work)
+            fine_tunings += scratch_todo
             for ds_task, outcome in engine.run(fine_tunings):  # type: ignore[arg-type]
                 if isinstance(outcome, BaseException) and interrupts.requested:
                     continue  # stopped, not failed: a resume runs it
@@ -232,7 +267,7 @@ def run_study(
                     write_text(downstream_dir / f"{ds_task.run_id}.json", json.dumps(outcome, indent=2) + "\n")
                     ds_records[ds_task.run_id] = outcome
                     result.downstream_executed.append(ds_task.run_id)
-                bar.update(1)
+                bar.update(1, ds_work.get(ds_task.run_id, 0.0))
         finally:
             bar.close()
             engine.close()
@@ -247,17 +282,35 @@ def run_study(
             [(v.name, v.overrides) for v in study.variants], ordered, baseline=study.baseline
         )
         result.downstream_records = [ds_records[p.run_id] for p in plans if p.run_id in ds_records]
+        control_runs = [ds_records[t.run_id] for t in scratch if t.run_id in ds_records]
         downstream.attach(
             result.summaries,
             result.downstream_records,
             [(d.name, spec_metrics(d.spec)) for d in tasks_data],
             study.baseline,
         )
-        result.table = report.format_table(study.title, result.summaries)
-        if tasks_data:
-            result.table += "\n\n" + downstream.format_table(result.summaries)
+        result.controls = downstream.controls(
+            [*result.downstream_records, *control_runs],
+            [(d.name, spec_metrics(d.spec)) for d in tasks_data],
+            study.baseline,
+        )
+        decide(
+            result.summaries,
+            ordered,
+            result.downstream_records,
+            scope=study.spec.comparisons,
+            method=study.spec.adjust,
+        )
+        result.table = full_table(study.title, result.summaries, result.controls)
         report.write_json(
-            out / "results.json", study.title, result.summaries, ordered, downstream=result.downstream_records
+            out / "results.json",
+            study.title,
+            result.summaries,
+            ordered,
+            downstream=result.downstream_records,
+            comparisons={"scope": study.spec.comparisons, "adjust": study.spec.adjust},
+            controls=result.controls,
+            control_runs=control_runs,
         )
         report.write_csv(
             out / "results.csv", result.summaries, downstream.csv_columns(result.summaries) if tasks_data else None
@@ -268,7 +321,7 @@ def run_study(
             written.append(out / "results.png")
             from .pareto import write_pareto_plot  # quality against cost (studies that train)
 
-            if write_pareto_plot(out / "results-pareto.png", study.title, result.summaries):
+            if write_pareto_plot(out / "results-pareto.png", study.title, result.summaries, controls=result.controls):
                 written.append(out / "results-pareto.png")
     finally:
         stack.close()  # the lock is held until the summaries are written
@@ -313,7 +366,7 @@ def _warn_small_eval_set(study: Study, data: PreparedData) -> None:
 def _tasks(study: Study, data: PreparedData | None, tokenizer_json: str | None) -> list[RunTask]:
     spec = study.spec
     measure = spec.measure.model_dump(mode="json")
-    train = spec.train.model_dump(mode="json") if spec.train else None
+    train = resolved_train(study)  # a tokens or flops budget made concrete: part of every run's fingerprint
     shared = {
         "measure": measure,
         "train": {k: v for k, v in (train or {}).items() if k != "seeds"} or None,
@@ -354,13 +407,61 @@ class _Plan:
     run_id: str
 
 
+def _task_slug(data: DownstreamData) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", data.name).strip("_")[:40] or "task"
+    return f"{slug}-{hashlib.sha1(data.name.encode()).hexdigest()[:6]}"
+
+
+def _from_scratch_tasks(study: Study, tasks_data: list[DownstreamData]) -> list[DownstreamRunTask]:
+    """The from-scratch control: the baseline's architecture fine-tuned on every task with every seed, from
+    its random initialisation (no pre-trained weights), by the same recipe as the variants."""
+    variant = next(v for v in study.variants if v.name == study.baseline)
+    config = variant.config.model_dump(mode="json")
+    out = []
+    for data in tasks_data:
+        shared = {"task": data.spec, "data": data.digest(), "code": code_version(), "config": config}
+        for seed in study.seeds:
+            out.append(
+                DownstreamRunTask(
+                    variant=FROM_SCRATCH,
+                    seed=seed,
+                    config=finetune_config(config, data),
+                    task=data.spec,
+                    data=data,
+                    weights=None,
+                    threads=study.spec.threads,
+                    fingerprint=fingerprint(
+                        {**shared, "seed": seed, "threads": study.spec.threads, "control": FROM_SCRATCH}
+                    ),
+                    run_id=f"{FROM_SCRATCH}__seed{seed}__{_task_slug(data)}",
+                    pretrain_run="",
+                )
+            )
+    return out
+
+
+def _plan_task(plan: _Plan) -> DownstreamRunTask:
+    """A plan as the task it becomes, without its weights (for :func:`estimated_work`)."""
+    return DownstreamRunTask(
+        variant=plan.pretrain.variant,
+        seed=plan.pretrain.seed,
+        config=finetune_config(plan.pretrain.config, plan.data),
+        task=plan.data.spec,
+        data=None,
+        weights=None,
+        threads=plan.pretrain.threads,
+        fingerprint=plan.fingerprint,
+        run_id=plan.run_id,
+        pretrain_run=plan.pretrain.run_id,
+    )
+
+
 def _downstream_plans(tasks: list[RunTask], tasks_data: list[DownstreamData]) -> list[_Plan]:
     """Every pre-training run × downstream task, with the fingerprint its record must have to be reused."""
     plans = []
     for data in tasks_data:
         shared = {"task": data.spec, "data": data.digest(), "code": code_version()}
-        slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", data.name).strip("_")[:40] or "task"
-        slug = f"{slug}-{hashlib.sha1(data.name.encode()).hexdigest()[:6]}"
+        slug = _task_slug(data)
         for task in tasks:
             plans.append(
                 _Plan(
@@ -393,6 +494,7 @@ def _downstream_tasks(
     weights_dir: Path,
     threads: int,
     bar: Any,
+    work: dict[str, float],
 ) -> list[DownstreamRunTask]:
     """The fine-tunings still to do, of the runs that pre-trained (one that failed or diverged has none:
     its fine-tunings are counted done on the progress bar and left out of the summaries)."""
@@ -404,7 +506,7 @@ def _downstream_tasks(
         if not plans:
             continue
         if record is None or record.get("status") != "ok" or not path.is_file():
-            bar.update(len(plans))
+            bar.update(len(plans), sum(work.get(plan.run_id, 0.0) for plan in plans))
             continue
         weights = path.read_bytes()
         for plan in plans:
@@ -475,7 +577,7 @@ def _valid_samples(samples: Any) -> bool:
     """Whether a record's ``eval_samples`` are what :func:`~bertblocks.ablation.training.evaluate` writes."""
     if not isinstance(samples, dict) or not isinstance(samples.get("loss"), list):
         return False
-    lists = [samples["loss"], *([samples["correct"]] if "correct" in samples else [])]
+    lists = [samples["loss"], *(samples[key] for key in ("correct", "sentence") if key in samples)]
     return all(
         isinstance(values, list)
         and len(values) == len(samples["loss"])
@@ -495,27 +597,94 @@ def _unreadable(path: Path, reason: str) -> None:
 
 
 class _Bar:
-    def update(self, n: int) -> None: ...
+    def update(self, runs: int, work: float) -> None: ...
 
     def close(self) -> None: ...
 
 
 class _TextBar(_Bar):
-    """Without tqdm: one line per finished run."""
+    """Without tqdm: one line per finished run, with the share of the estimated work done."""
 
-    def __init__(self, total: int, done: int, title: str) -> None:
+    def __init__(self, total: int, done: int, work: float, work_done: float, title: str) -> None:
         self.total, self.done, self.title = total, done, title
+        self.work, self.work_done = work, work_done
 
-    def update(self, n: int) -> None:
-        self.done += n
-        print(f"{self.title}: {self.done}/{self.total} runs", file=sys.stderr, flush=True)
+    def update(self, runs: int, work: float) -> None:
+        self.done += runs
+        self.work_done += work
+        share = self.work_done / self.work if self.work else 1.0
+        print(
+            f"{self.title}: {self.done}/{self.total} runs ({share:.0%} of the estimated work)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
-def _progress(total: int, done: int, title: str, enabled: bool) -> Any:
+class _TqdmBar(_Bar):
+    """A tqdm bar over the estimated FLOPs, so that its rate and ETA weigh a pre-training run and a short
+    fine-tuning by what they cost, not as one run each; the runs are counted beside it."""
+
+    def __init__(self, total: int, done: int, work: float, work_done: float, title: str) -> None:
+        from tqdm import tqdm
+
+        self.total, self.done = total, done
+        self.bar = tqdm(
+            total=work,
+            initial=work_done,
+            desc=title,
+            unit="FLOP",
+            unit_scale=True,
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
+        self.bar.set_postfix_str(f"{done}/{total} runs")
+
+    def update(self, runs: int, work: float) -> None:
+        self.done += runs
+        self.bar.set_postfix_str(f"{self.done}/{self.total} runs", refresh=False)
+        self.bar.update(work)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress(total: int, done: int, work: float, work_done: float, title: str, enabled: bool) -> _Bar:
     if not enabled:
         return _Bar()
     if importlib.util.find_spec("tqdm") is None:
-        return _TextBar(total, done, title)
-    from tqdm import tqdm
+        return _TextBar(total, done, work, work_done, title)
+    return _TqdmBar(total, done, work, work_done, title)
 
-    return tqdm(total=total, initial=done, desc=title, unit="run", file=sys.stderr, dynamic_ncols=True)
+
+def estimated_work(task: RunTask | DownstreamRunTask) -> float:
+    """A run's estimated FLOPs, what the progress bar weighs it by: the training steps' (3 × the analytic
+    forward FLOPs per token × tokens; under a token or FLOP budget, the budget; × the rates of an
+    ``lr_grid``), or a fine-tuning's, plus the cost measurement's forward passes."""
+    from bertblocks.config_files import load_config
+
+    from .flops import analytic_flops_per_token
+
+    config = load_config(task.config)
+    if isinstance(task, DownstreamRunTask):
+        spec = task.task
+        length = int(spec["seq_len"])
+        return 3 * analytic_flops_per_token(config, length).per_token * spec["steps"] * spec["batch_size"] * length
+    measure = task.measure
+    work = (
+        analytic_flops_per_token(config, measure["seq_len"]).per_token
+        * measure["batch"]
+        * measure["seq_len"]
+        * (measure["repeats"] + measure["warmup"])
+    )
+    train = task.train
+    if train is not None:
+        per_token = 3 * analytic_flops_per_token(config, train["seq_len"]).per_token
+        tokens = train["steps"] * train["batch_size"] * train["seq_len"]
+        if train.get("budget") == "flops" and train.get("budget_value"):
+            trained = float(train["budget_value"])
+        elif train.get("budget") == "tokens" and train.get("budget_value"):
+            trained = float(train["budget_value"]) * per_token
+        else:
+            trained = tokens * per_token
+        work += trained * len(train.get("lr_grid") or [None])
+    return work

@@ -19,6 +19,11 @@ is ``mean ± t · se`` with Welch–Satterthwaite degrees of freedom. With one s
 is known (the interval then says nothing about seed noise); without per-sample losses (a metric such as
 the training loss, or a record of an older version) only the seed term is.
 
+The eval tokens of one sentence share its difficulty: they are not independent draws. When the runs keep
+each token's sentence, the rows are first turned into one pseudo-value per sentence (:func:`cluster_rows`),
+so that sentences are the samples of the layout and the interval does not claim the precision of
+independent tokens (resampling sentences, not tokens).
+
 A *paired* difference against a baseline variant applies the same estimator to ``y_v[s, t] − y_b[s, t]``
 over the seeds both have: the same seed and the same eval token on both sides, so what they share cancels.
 Its estimate is the mean of the per-seed differences of the metric. An interval that contains 0 marks the
@@ -30,7 +35,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..errors import InputError
@@ -51,6 +56,12 @@ class Interval:
         sources: which noise it accounts for: ``seeds+samples``, ``samples`` (one seed), ``seeds`` (no
             per-sample values), or ``none``.
         level: the confidence level.
+        df: the degrees of freedom of its t quantile (``nan`` when not known, ``inf`` for a variance known
+            exactly).
+        p_adjusted: for a difference, its p-value adjusted over the family of differences its table holds
+            (:func:`adjust`); ``None`` while it has not been adjusted.
+        adjustment: the method of ``p_adjusted`` (``holm``, ``bh`` or ``none``).
+        family: how many differences ``p_adjusted`` was adjusted over.
     """
 
     estimate: float
@@ -60,6 +71,10 @@ class Interval:
     samples: int
     sources: str
     level: float = LEVEL
+    df: float = math.nan
+    p_adjusted: float | None = None
+    adjustment: str | None = None
+    family: int = 0
 
     @property
     def half_width(self) -> float:
@@ -73,13 +88,41 @@ class Interval:
     def contains(self, value: float) -> bool:
         return self.known and self.low <= value <= self.high
 
+    @property
+    def p_value(self) -> float:
+        """The two-sided p-value of "the true value is 0", from the same t distribution as the interval: it is
+        below ``1 − level`` exactly when the interval excludes 0. ``nan`` when the interval is not known."""
+        if not self.known:
+            return math.nan
+        if self.half_width == 0:  # no spread at all: a difference is certain, a zero is not one
+            return 0.0 if self.estimate != 0 else 1.0
+        if not math.isfinite(self.df):
+            return math.nan
+        se = self.half_width / t_quantile(0.5 + self.level / 2, self.df)
+        return min(1.0, 2 * t_cdf(-abs(self.estimate) / se, self.df))
+
+    @property
+    def distinguishable(self) -> bool:
+        """Whether this difference is told apart from 0: by its adjusted p-value once it has one (the family's
+        decision), else by whether its interval excludes 0 (an interval that is not known never is)."""
+        if self.p_adjusted is not None:
+            return self.p_adjusted <= 1 - self.level
+        return self.known and not self.contains(0.0)
+
     def as_dict(self) -> dict[str, Any]:
-        """The fields and the half-width, with ``None`` for an end that is not known (strict JSON)."""
-        data = {**asdict(self), "half_width": self.half_width}
+        """The fields, the half-width and the raw p-value, with ``None`` for a number that is not known (strict
+        JSON)."""
+        data = {**asdict(self), "half_width": self.half_width, "p_value": self.p_value}
         return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in data.items()}
 
 
-def interval(per_sample: Sequence[Sequence[float]] | None, per_seed: Sequence[float], level: float = LEVEL) -> Interval:
+def interval(
+    per_sample: Sequence[Sequence[float]] | None,
+    per_seed: Sequence[float],
+    level: float = LEVEL,
+    *,
+    clusters: Sequence[int] | None = None,
+) -> Interval:
     """The interval of the grand mean of a seeds × samples matrix (see the module doc).
 
     Args:
@@ -87,9 +130,13 @@ def interval(per_sample: Sequence[Sequence[float]] | None, per_seed: Sequence[fl
             ``None`` when the runs kept no per-sample values.
         per_seed: the metric of each seed (used when ``per_sample`` is ``None``).
         level: confidence level, e.g. 0.95.
+        clusters: the cluster (sentence) of each sample: the samples of one cluster are not independent, so
+            the interval treats clusters as the units (:func:`cluster_rows`); ``samples`` then counts them.
     """
     if per_sample is not None and per_sample and len({len(row) for row in per_sample}) == 1 and per_sample[0]:
         rows = [[float(v) for v in row] for row in per_sample]
+        if clusters is not None:
+            rows = cluster_rows(rows, clusters)
         seeds, samples = len(rows), len(rows[0])
         row_means = [math.fsum(row) / samples for row in rows]
         estimate = math.fsum(row_means) / seeds
@@ -121,11 +168,11 @@ def interval(per_sample: Sequence[Sequence[float]] | None, per_seed: Sequence[fl
         return Interval(estimate, math.nan, math.nan, seeds, samples, "none", level)
     var = sum(v for v, _ in terms)
     if var == 0:
-        return Interval(estimate, estimate, estimate, seeds, samples, sources, level)
+        return Interval(estimate, estimate, estimate, seeds, samples, sources, level, math.inf)
     # Welch–Satterthwaite: the degrees of freedom of a sum of independently estimated variances
     df = var**2 / sum(v**2 / d for v, d in terms)
     half = t_quantile(0.5 + level / 2, df) * math.sqrt(var)
-    return Interval(estimate, estimate - half, estimate + half, seeds, samples, sources, level)
+    return Interval(estimate, estimate - half, estimate + half, seeds, samples, sources, level, df)
 
 
 def paired_difference(
@@ -134,6 +181,8 @@ def paired_difference(
     variant_metric: dict[int, float],
     baseline_metric: dict[int, float],
     level: float = LEVEL,
+    *,
+    clusters: Sequence[int] | None = None,
 ) -> Interval | None:
     """``variant − baseline`` over the seeds both have, paired by seed and by eval sample.
 
@@ -141,6 +190,7 @@ def paired_difference(
         variant, baseline: seed → that run's per-sample values (``None`` when the record has none).
         variant_metric, baseline_metric: seed → the run's metric (its mean over the samples).
         level: confidence level.
+        clusters: the cluster (sentence) of each eval sample, as for :func:`interval`.
 
     Returns:
         The interval of the difference, or ``None`` when no seed is shared.
@@ -156,7 +206,94 @@ def paired_difference(
             continue
         rows.append([float(x) - float(y) for x, y in zip(a, b, strict=True)])
     per_seed = [variant_metric[s] - baseline_metric[s] for s in seeds]
-    return interval(rows, per_seed, level)
+    return interval(rows, per_seed, level, clusters=clusters if rows is not None else None)
+
+
+def cluster_rows(rows: Sequence[Sequence[float]], clusters: Sequence[int]) -> list[list[float]]:
+    """Each row's per-sample values turned into one pseudo-value per cluster, so that the clusters (sentences),
+    not the samples (tokens), are the independent units of the interval.
+
+    A row's mean is a ratio, ``Σ_c T_c / N`` (``T_c`` the cluster's total, ``n_c`` its size, ``N = Σ n_c``); its
+    linearisation gives cluster ``c`` the pseudo-value ``C·(T_c − m·n_c)/N + m`` (``m`` the row's mean, ``C``
+    the cluster count), whose mean over the clusters is ``m`` exactly, and whose variance over clusters
+    divided by ``C`` is the usual cluster-robust (sandwich) variance of a mean over clustered samples. The
+    seeds × clusters matrix keeps the crossed layout of the module doc (every seed sees the same sentences).
+
+    Raises:
+        ValueError: a row whose length is not the number of cluster ids.
+    """
+    if any(len(row) != len(clusters) for row in rows):
+        raise InputError(f"need one sentence id per value of every row; got {len(clusters)} ids")
+    index: dict[int, int] = {}
+    for c in clusters:
+        index.setdefault(c, len(index))
+    counts = [0] * len(index)
+    for c in clusters:
+        counts[index[c]] += 1
+    total, count = len(clusters), len(index)
+    out = []
+    for row in rows:
+        sums = [0.0] * count
+        for value, c in zip(row, clusters, strict=True):
+            sums[index[c]] += value
+        mean = math.fsum(row) / total
+        out.append([count * (t - mean * n) / total + mean for t, n in zip(sums, counts, strict=True)])
+    return out
+
+
+# ------------------------------------------------------------------------------ multiple comparisons
+#: the adjustments :func:`adjust` knows: Holm–Bonferroni (family-wise error), Benjamini–Hochberg (false
+#: discovery rate), and none (each difference at the level alone)
+ADJUSTMENTS = ("holm", "bh", "none")
+#: how the adjustments are named in tables
+ADJUSTMENT_NAMES = {"holm": "Holm–Bonferroni", "bh": "Benjamini–Hochberg", "none": "no adjustment"}
+#: and in a Δ column's header
+SHORT_NAMES = {"holm": "Holm", "bh": "BH", "none": "unadjusted"}
+
+
+def adjust(p_values: Sequence[float], method: str) -> list[float]:
+    """Adjusted p-values of a family of tests, in the order given; reject where ``adjusted ≤ alpha``.
+
+    ``holm``: step-down Holm–Bonferroni, ``max_{j ≤ i} min(1, (m − j + 1) p_(j))`` over the sorted p-values; it
+    keeps the chance of *any* false "resolved" in the family at alpha, whatever the dependence between tests.
+    ``bh``: step-up Benjamini–Hochberg, ``min_{j ≥ i} min(1, m p_(j) / j)``; it keeps the expected share of
+    false "resolved" among the resolved at alpha (independent or positively dependent tests). ``none``: the
+    p-values unchanged. A ``nan`` p-value (a difference whose interval is not known) is no test: it stays
+    ``nan`` and does not count in ``m``.
+
+    Raises:
+        ValueError: an unknown method.
+    """
+    if method not in ADJUSTMENTS:
+        raise InputError(f"unknown adjustment {method!r}; choose one of {', '.join(ADJUSTMENTS)}")
+    out = [math.nan] * len(p_values)
+    tested = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
+    m = len(tested)
+    if method == "none":
+        for p, i in tested:
+            out[i] = p
+    elif method == "holm":
+        running = 0.0
+        for rank, (p, i) in enumerate(tested):
+            running = max(running, min(1.0, (m - rank) * p))
+            out[i] = running
+    else:
+        running = 1.0
+        for rank in reversed(range(m)):
+            p, i = tested[rank]
+            running = min(running, min(1.0, m * p / (rank + 1)))
+            out[i] = running
+    return out
+
+
+def adjust_family(intervals: Sequence[Interval], method: str) -> list[Interval]:
+    """The differences of one family with their adjusted p-values (see :func:`adjust`) set; order kept."""
+    adjusted = adjust([iv.p_value for iv in intervals], method)
+    m = sum(math.isfinite(p) for p in adjusted)
+    return [
+        replace(iv, p_adjusted=p if math.isfinite(p) else None, adjustment=method, family=m)
+        for iv, p in zip(intervals, adjusted, strict=True)
+    ]
 
 
 # ------------------------------------------------------------------------------ Student's t, no scipy

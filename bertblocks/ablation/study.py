@@ -89,11 +89,36 @@ class TrainSpec(_Strict):
     )
     mask_prob: float = Field(0.15, gt=0, lt=1, description="share of tokens masked (mlm)")
     num_labels: PositiveInt = Field(2, description="classes (classification)")
+    lr_grid: list[float] | None = Field(
+        None,
+        min_length=1,
+        description="learning rates each variant and seed chooses from, on a validation split of the training "
+        "rows (never the eval set); default: lr for every variant",
+    )
+    budget: Literal["steps", "tokens", "flops", "seconds"] = Field(
+        "steps",
+        description="what every variant gets the same amount of: optimizer steps, real training tokens, "
+        "training FLOPs (3 × the analytic forward FLOPs per token × tokens) or wall-clock seconds",
+    )
+    budget_value: float | None = Field(
+        None,
+        gt=0,
+        description="the amount (tokens, FLOPs or seconds); default for tokens and flops: what the baseline "
+        "spends in `steps` full batches; required for seconds",
+    )
 
     @model_validator(mode="after")
     def _unique_seeds(self) -> TrainSpec:
         if len(set(self.seeds)) != len(self.seeds):
             raise InputError(f"seeds must be distinct; got {self.seeds}")
+        if self.lr_grid is not None and any(not (lr > 0 and math.isfinite(lr)) for lr in self.lr_grid):
+            raise InputError(f"lr_grid: every rate must be a positive number; got {self.lr_grid}")
+        if self.lr_grid is not None and len(set(self.lr_grid)) != len(self.lr_grid):
+            raise InputError(f"lr_grid: a rate is listed twice in {self.lr_grid}")
+        if self.budget == "seconds" and self.budget_value is None:
+            raise InputError("budget: seconds needs budget_value (the seconds every variant trains for)")
+        if self.budget == "steps" and self.budget_value is not None:
+            raise InputError("budget_value is read with budget: tokens, flops or seconds; with steps, set steps")
         return self
 
 
@@ -183,6 +208,12 @@ class DownstreamTaskSpec(_Strict):
     )
     steps: PositiveInt = Field(60, description="fine-tuning optimizer steps")
     lr: float = Field(3e-4, gt=0, description="AdamW learning rate (constant)")
+    lr_grid: list[float] | None = Field(
+        None,
+        min_length=1,
+        description="rates each fine-tuning chooses from by the first metric on a validation split of the "
+        "training examples (never the eval examples); default: lr",
+    )
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
     batch_size: PositiveInt = Field(16, description="examples per step")
     seq_len: PositiveInt | None = Field(None, description="tokens per example (truncated); default: train.seq_len")
@@ -229,6 +260,11 @@ class DownstreamTaskSpec(_Strict):
             )
         if self.metrics is not None and len(set(self.metrics)) != len(self.metrics):
             raise InputError(f"metrics: listed twice in {self.metrics}")
+        if self.lr_grid is not None and (
+            len(set(self.lr_grid)) != len(self.lr_grid)
+            or any(not (lr > 0 and math.isfinite(lr)) for lr in self.lr_grid)
+        ):
+            raise InputError(f"lr_grid: needs distinct positive rates; got {self.lr_grid}")
         if self.kind == "similarity-regression" and self.num_labels is not None:
             raise InputError("num_labels: a similarity-regression task has one output (the score)")
         return self
@@ -273,6 +309,21 @@ class StudySpec(_Strict):
     )
     downstream: list[DownstreamTaskSpec] = Field(
         default_factory=list, description="tasks each pre-trained run is fine-tuned and evaluated on"
+    )
+    from_scratch: bool = Field(
+        True,
+        description="with downstream tasks, also fine-tune the baseline's architecture from random weights (a "
+        "control row: what pre-training adds)",
+    )
+    comparisons: Literal["baseline", "all-pairs"] = Field(
+        "baseline",
+        description="which paired differences the report decides on: each variant against the baseline, or "
+        "also every pair of the other variants",
+    )
+    adjust: Literal["holm", "bh", "none"] = Field(
+        "holm",
+        description="how the decisions (≈ or resolved) are adjusted over every Δ of the report: holm "
+        "(Holm–Bonferroni, family-wise error), bh (Benjamini–Hochberg, false discovery rate), none",
     )
 
 
@@ -434,6 +485,13 @@ def _downstream_issues(spec: StudySpec) -> list[ConfigIssue]:
                 "fine-tunes the weights of masked-LM pre-training: it needs `train:` with task: mlm",
             )
         ]
+    reserved = [
+        ConfigIssue(f"variants.{name}", "'from-scratch' names the downstream control row; choose another name")
+        for name in spec.variants
+        if name == "from-scratch"
+    ]
+    if reserved:
+        return reserved
     titles = [task.title for task in spec.downstream]
     return [
         ConfigIssue(f"downstream.{i}.name", f"{title!r} names two tasks; give each a distinct name")
