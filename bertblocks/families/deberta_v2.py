@@ -41,7 +41,8 @@ from bertblocks.errors import BertBlocksError
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import Drop, KeyMap, Rename
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
+from .fields import HFField
 
 #: transformers' task classes whose model has a ContextPooler (the backbone has none)
 _POOLED = ("DebertaV2ForSequenceClassification", "DebertaV2ForMultipleChoice")
@@ -224,10 +225,33 @@ DEBERTA_TOKENIZER = dataclasses.replace(
     BERT_TOKENIZER, tokenizer_classes=("DebertaV2Tokenizer", "DebertaV2TokenizerFast")
 )
 
+#: DebertaV2Config's fields: BERT's and the disentangled attention's, the ConvLayer's, the context pooler's
+FIELDS = {
+    **BERT_FIELDS,
+    "relative_attention": HFField(bool),
+    "position_buckets": HFField(int, ge=-1, nullable=True, doc="-1 or 0: no log buckets"),
+    "max_relative_positions": HFField(int, ge=-1, nullable=True, doc="< 1: max_position_embeddings"),
+    "norm_rel_ebd": HFField(str),
+    "share_att_key": HFField(bool),
+    "pos_att_type": HFField((list, str), items=str, nullable=True),
+    "position_biased_input": HFField(bool),
+    "conv_kernel_size": HFField(int, ge=0, nullable=True),
+    "conv_groups": HFField(int, ge=1),
+    "conv_act": HFField(str),
+    "embedding_size": HFField(int, ge=1),
+    "attention_head_size": HFField(int, ge=0, nullable=True),
+    "pooler_hidden_size": HFField(int, ge=1),
+    "pooler_dropout": HFField(float, ge=0, le=1),
+    "pooler_hidden_act": HFField(str),
+    "cls_dropout": HFField(float, ge=0, le=1, nullable=True),
+    "legacy": HFField(bool),
+}
+
 DEBERTA_V2 = Family(
     model_type="deberta-v2",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures={
         "DebertaV2ForMaskedLM": "masked_lm",
