@@ -31,6 +31,7 @@ does not matter for a limit meant to stop a model a thousand times too big.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -207,6 +208,27 @@ def check_size(config: BertConfig) -> SizeEstimate:
             f"{MAX_PARAMETERS_ENV}={estimate.parameters:.3g}"
         )
     return estimate
+
+
+def check_allocation(elements: int, nbytes: int, tensors: Iterable[tuple[str, torch.Tensor]] = ()) -> None:
+    """Raise :class:`LimitError` when a model measured on the meta device (``elements`` parameter and buffer values,
+    ``nbytes`` bytes) exceeds the parameter limit; the message names its largest tensors.
+
+    Called by the builder (:func:`bertblocks.registry.builder.measure_allocation`) before any real module is made.
+
+    Raises:
+        LimitError: naming the size, the largest tensors and the environment variable that raises the limit.
+    """
+    limit = max_parameters()
+    if limit is None or elements <= limit:
+        return
+    largest = sorted(tensors, key=lambda item: item[1].numel(), reverse=True)[:3]
+    named = ", ".join(f"{name} {list(t.shape)}" for name, t in largest)
+    raise LimitError(
+        f"the model would be too big: {elements:,} parameter and buffer values ({_human_bytes(nbytes)}), above the "
+        f"limit of {limit:,}{f'; the largest: {named}' if named else ''}; if you mean it, raise the limit with "
+        f"{MAX_PARAMETERS_ENV}={elements:.3g}"
+    )
 
 
 def _embedding_size(config: BertConfig) -> str:

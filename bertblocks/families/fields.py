@@ -2,11 +2,12 @@
 
 A family (:class:`~bertblocks.families.family.Family`) declares, in ``Family.fields``, every ``config.json`` field
 its ``config_from_hf`` reads, each an :class:`HFField` (a JSON type, a range, whether ``null`` is allowed, the values
-a string may take). The one translator (:func:`bertblocks.hf.config_json.config_from_hf`) checks a file against the declaration *before* the family sees it, so that a family's code never meets a value of
-the wrong type: the string ``"false"`` is refused where a boolean is declared (it would be ``True`` to
-``bool()``), ``1.5`` or ``true`` where an integer is, ``-1`` where a size is. Each refusal names the field. The same
-declaration gives "did you mean" for a misspelt key, and the fuzz test (``tests/families/test_field_fuzz.py``) walks
-every registered family, third-party ones included, and tries wrong values on every declared field.
+a string may take). The one translator (:func:`bertblocks.hf.config_json.config_from_hf`) checks a file against
+the declaration *before* the family sees it, so that a family's code never meets a value of the wrong type: the
+string ``"false"`` is refused where a boolean is declared (it would be ``True`` to ``bool()``), ``1.5`` or ``true``
+where an integer is, ``-1`` where a size is. Each refusal names the field. The same declaration gives "did you
+mean" for a misspelt key, and the fuzz test (``tests/families/test_field_fuzz.py``) walks every registered family,
+third-party ones included, and tries wrong values on every declared field.
 
 A field the family reads but does not declare is a bug of the family: the translator warns
 (:class:`UndeclaredFieldWarning`) whenever a ``config.json`` holds it ("reads" meaning the field is not handed back in

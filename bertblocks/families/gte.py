@@ -331,6 +331,7 @@ NEW = Family(
     config_from_hf=_new_from_hf,
     config_to_hf=_new_to_hf,
     fields=NEW_FIELDS,
+    example_config={"rope_theta": 10000.0},  # every published one states it (its default lives in remote code)
     key_map=key_map("new"),
     architectures={new: GTE.architectures[ours] for new, ours in NEW_ARCHITECTURES.items() if ours != "GteModel"},
     base_architecture="NewModel",

@@ -310,15 +310,13 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
 
 
 #: JinaEmbeddingsV3Config's fields, and those of the published format (translated to them first); the ignored
-#: switches of the remote code take any value
+#: switches of the remote code take any value. The adapter fields stay in ``config.hf`` for the merge, which checks
+#: them (lora_adaptations, lora_rank, lora_alpha: :func:`published_to_native`, :func:`merge_lora`)
 FIELDS = {
     **BERT_FIELDS,
     **ROPE_FIELDS,
     "window_size": HFField(list, items=int, nullable=True),
     "rotary_emb_base": HFField(float, gt=0),
-    "lora_adaptations": HFField(list, items=str, nullable=True),
-    "lora_rank": HFField(int, ge=1, nullable=True),
-    "lora_alpha": HFField(float, gt=0, nullable=True),
     "lora_task": HFField(str, nullable=True),
     "task_instructions": HFField(dict, nullable=True),
     **{field: HFField(object, nullable=True, doc="no effect on the numbers") for field in REMOTE_IGNORED},

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -15,7 +16,7 @@ from pydantic import BaseModel
 from torch import nn
 
 from bertblocks.config import BertConfig, ComponentSpec
-from bertblocks.config.limits import check_size
+from bertblocks.config.limits import check_allocation, check_size
 from bertblocks.core.component import Component
 from bertblocks.core.encoder import Encoder
 from bertblocks.core.interfaces import (
@@ -58,6 +59,7 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
     """
     check_size(config)  # before anything is allocated: a config is data, but data that says how much memory
     reg = registry or get_registry()
+    measure_allocation(config, reg)  # ... and what the assembled model would hold, measured on the meta device
     dims = model_dims(config)
     position = _make_position(reg, config.position, "position", dims)
     embeddings = _make(
@@ -205,6 +207,7 @@ def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
     if config.head is None:
         raise BuildError("the config names no head (set head: masked_lm, sequence_classification, …)")
     reg = registry or get_registry()
+    measure_allocation(config, reg)  # the head is built before the backbone: the whole model is measured first
     component = reg.get("head", config.head.name)
     activation = reg.get("activation", config.encoder.feedforward.activation)
     dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
@@ -227,6 +230,55 @@ def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
             f"head {config.head.name!r} from {component.provider} returned {type(head).__name__}, not a Head"
         )
     return head
+
+
+_measuring = threading.local()
+
+
+def measure_allocation(config: BertConfig, registry: Registry | None = None) -> int:
+    """Build the model ``config`` describes on the ``meta`` device (shapes only: nothing allocated) and refuse it,
+    before anything real is built, when its parameters and buffers exceed the parameter limit.
+
+    The size comes from the model, not from a formula: every component counts with what it really registers, a
+    third party's included, and so do tables sized by buckets, kernels or positions (DeBERTa's relative table, a
+    convolution's kernel). Factories run under ``torch.device("meta")``, so a tensor made without an explicit
+    device (``torch.zeros(n)``, ``nn.Parameter(torch.empty(...))``) holds no memory while it is measured. The
+    result is remembered for the last config measured (a task model builds its head, then its backbone).
+
+    Returns:
+        The number of elements the model would hold (parameters and buffers; a tied weight once).
+
+    Raises:
+        LimitError: the model would hold more than :func:`~bertblocks.config.limits.max_parameters`, naming the
+            size, its largest tensors and the environment variable that raises the limit.
+    """
+    if getattr(_measuring, "active", False):
+        return 0  # the meta build itself
+    key = config.model_dump_json()
+    memo = getattr(_measuring, "last", None)
+    if memo is not None and memo[0] == key:
+        return memo[1]
+    reg = registry or get_registry()
+    _measuring.active = True
+    try:
+        with torch.device("meta"):
+            parts = build_components(config, reg)
+            modules: list[nn.Module] = [parts.embeddings, parts.encoder, parts.position]
+            modules += [parts.pooler] if parts.pooler is not None else []
+            if config.head is not None:
+                modules.append(build_head(config, reg))
+    finally:
+        _measuring.active = False
+    tensors: dict[int, tuple[str, torch.Tensor]] = {}
+    for module in modules:
+        if not isinstance(module, nn.Module):
+            continue
+        for name, tensor in (*module.named_parameters(), *module.named_buffers()):
+            tensors.setdefault(id(tensor), (f"{type(module).__name__}.{name}", tensor))
+    elements = sum(t.numel() for _, t in tensors.values())
+    check_allocation(elements, sum(t.numel() * t.element_size() for _, t in tensors.values()), tensors.values())
+    _measuring.last = (key, elements)
+    return elements
 
 
 def model_dims(config: BertConfig) -> ModelDims:
