@@ -257,6 +257,7 @@ def measure_allocation(config: BertConfig, registry: Registry | None = None) -> 
     key = config.model_dump_json()
     memo = getattr(_measuring, "last", None)
     if memo is not None and memo[0] == key:
+        check_allocation(*memo[1:])  # the limit may have changed since (it is read at every check)
         return memo[1]
     reg = registry or get_registry()
     _measuring.active = True
@@ -276,8 +277,10 @@ def measure_allocation(config: BertConfig, registry: Registry | None = None) -> 
         for name, tensor in (*module.named_parameters(), *module.named_buffers()):
             tensors.setdefault(id(tensor), (f"{type(module).__name__}.{name}", tensor))
     elements = sum(t.numel() for _, t in tensors.values())
-    check_allocation(elements, sum(t.numel() * t.element_size() for _, t in tensors.values()), tensors.values())
-    _measuring.last = (key, elements)
+    nbytes = sum(t.numel() * t.element_size() for _, t in tensors.values())
+    largest = sorted(tensors.values(), key=lambda item: item[1].numel(), reverse=True)[:3]
+    _measuring.last = (key, elements, nbytes, largest)
+    check_allocation(elements, nbytes, largest)
     return elements
 
 
