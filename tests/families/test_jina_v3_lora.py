@@ -41,6 +41,7 @@ def test_a_task_chosen_for_weights_without_adapters_is_an_error(tmp_path):
         (10**400, 2, r"lora_alpha 10{400} / lora_rank 2 is no finite positive scaling"),  # float() overflows
         (1e300, 1e-300, "is no finite positive scaling"),  # the quotient overflows
     ],
+    ids=["sum-overflows", "alpha-overflows-float", "quotient-overflows"],
 )
 def test_a_merge_that_is_not_finite_is_refused_naming_the_tensor(tmp_path, alpha, rank, match):
     state = _published(_native_weights(tmp_path))
