@@ -22,6 +22,7 @@ from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Pooler
 from bertblocks.hf.config_json import config_from_hf
 from bertblocks.registry import Registry, set_registry
+from bertblocks.registry.builder import measure_allocation
 
 #: a small DeBERTa-v2 config.json; each finding adds one field
 DEBERTA: dict[str, Any] = {
@@ -77,6 +78,31 @@ def test_a_model_under_the_limit_builds_as_before(monkeypatch):
     monkeypatch.setenv(MAX_PARAMETERS_ENV, str(held - 1))
     with pytest.raises(LimitError):
         bertblocks.create_model(config)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {**TINY, "head": "masked_lm"},  # the decoder tied to the embeddings: counted once
+        {**TINY, "head": "masked_lm", "tie_word_embeddings": False},
+        {**TINY, "head": "sequence_classification", "num_labels": 5},
+        {**TINY, "position": "relative_key"},
+    ],
+    ids=["tied-mlm", "untied-mlm", "classifier", "relative-key"],
+)
+def test_the_measure_is_what_the_model_holds(config):
+    config = bertblocks.load_config(config)
+    model = bertblocks.create_model(config)
+    held = {id(t): t.numel() for t in (*model.parameters(), *model.buffers())}
+    assert measure_allocation(config) == sum(held.values())
+
+
+def test_the_measure_of_each_deberta_table_is_what_the_model_holds():
+    config = bertblocks.load_config(config_from_hf({**DEBERTA, "position_buckets": 16, "conv_kernel_size": 3}))
+    model = bertblocks.create_model(config)
+    assert measure_allocation(config) == sum(
+        {id(t): t.numel() for t in (*model.parameters(), *model.buffers())}.values()
+    )
 
 
 # ------------------------------------------------------------------- a third-party component with a huge buffer

@@ -267,7 +267,11 @@ def measure_allocation(config: BertConfig, registry: Registry | None = None) -> 
             modules: list[nn.Module] = [parts.embeddings, parts.encoder, parts.position]
             modules += [parts.pooler] if parts.pooler is not None else []
             if config.head is not None:
-                modules.append(build_head(config, reg))
+                head = build_head(config, reg)
+                head.tie_weights(parts.embeddings.input_embeddings())  # a tied decoder is the embeddings' table
+                modules.append(head)
+                if not head.needs_pooler and parts.pooler is not None:
+                    modules.remove(parts.pooler)  # a task model builds its backbone without one (as transformers)
     finally:
         _measuring.active = False
     tensors: dict[int, tuple[str, torch.Tensor]] = {}
