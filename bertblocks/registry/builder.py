@@ -119,7 +119,10 @@ def _build_layer(
         position = _make_position(reg, position_spec, f"{where} position", dims or model_dims(config))
     backend = _make(reg, "backend", attention_spec.backend, AttentionBackend, f"{where} backend")
     head_dim = config.hidden_size // attention_spec.num_heads
-    _probe_backend(reg.get("backend", attention_spec.backend.name), backend, attention_spec.num_heads, head_dim, where)
+    if not getattr(_measuring, "active", False):  # the measure on the meta device has no values to judge
+        _probe_backend(
+            reg.get("backend", attention_spec.backend.name), backend, attention_spec.num_heads, head_dim, where
+        )
     if shared_bias is not None and attention_spec.num_heads != enc.attention.num_heads:
         raise BuildError(
             f"{where}: the {config.position.name!r} position scheme shares one bias over "
