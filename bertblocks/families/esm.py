@@ -97,8 +97,9 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     theta = src.pop("rope_theta", DEFAULT_THETA)
     embedding = {
         "name": "esm",
-        "norm": bool(src.pop("emb_layer_norm_before", False)),
-        "token_dropout": bool(src.pop("token_dropout", False)),
+        # booleans (FIELDS; the translator checks them first); EsmConfig's emb_layer_norm_before defaults to null
+        "norm": src.pop("emb_layer_norm_before", False) or False,
+        "token_dropout": src.pop("token_dropout", False),
         "mask_token_id": src.pop("mask_token_id", None),
         "inputs_embeds_as_is": True,  # EsmModel skips its embeddings for inputs_embeds
     }

@@ -61,7 +61,7 @@ FIXED: dict[str, Any] = {
 def _from_hf(hf: Any) -> dict[str, Any]:
     src = {**DEFAULTS, **hf}
     embedding_size = src.pop("embedding_size", None)
-    rotary_value = bool(src.pop("rotary_value", False))
+    rotary_value = src.pop("rotary_value", False)  # a boolean: FIELDS declares it, the translator checks it
     unused = {k: src.pop(k) for k in ("classifier_dropout",) if k in src}  # RoFormerConfig has no such field
     data = bert_fields_from_hf(src)
     data["hf"].update(unused)
