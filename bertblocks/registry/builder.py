@@ -246,7 +246,8 @@ def measure_allocation(config: BertConfig, registry: Registry | None = None) -> 
     third party's included, and so do tables sized by buckets, kernels or positions (DeBERTa's relative table, a
     convolution's kernel). Factories run under ``torch.device("meta")``, so a tensor made without an explicit
     device (``torch.zeros(n)``, ``nn.Parameter(torch.empty(...))``) holds no memory while it is measured. The
-    result is remembered for the last config measured (a task model builds its head, then its backbone).
+    result is remembered for the last config measured (a task model builds its head, then its backbone, without the
+    pooler its head does not use: that config is remembered with it).
 
     Returns:
         The number of elements the model would hold (parameters and buffers; a tied weight once).
@@ -258,10 +259,10 @@ def measure_allocation(config: BertConfig, registry: Registry | None = None) -> 
     if getattr(_measuring, "active", False):
         return 0  # the meta build itself
     key = config.model_dump_json()
-    memo = getattr(_measuring, "last", None)
-    if memo is not None and memo[0] == key:
-        check_allocation(*memo[1:])  # the limit may have changed since (it is read at every check)
-        return memo[1]
+    memo: dict[str, tuple[int, int, list[tuple[str, torch.Tensor]]]] = getattr(_measuring, "last", {})
+    if key in memo:
+        check_allocation(*memo[key])  # the limit may have changed since (it is read at every check)
+        return memo[key][0]
     reg = registry or get_registry()
     _measuring.active = True
     try:
@@ -286,7 +287,10 @@ def measure_allocation(config: BertConfig, registry: Registry | None = None) -> 
     elements = sum(t.numel() for _, t in tensors.values())
     nbytes = sum(t.numel() * t.element_size() for _, t in tensors.values())
     largest = sorted(tensors.values(), key=lambda item: item[1].numel(), reverse=True)[:3]
-    _measuring.last = (key, elements, nbytes, largest)
+    _measuring.last = {key: (elements, nbytes, largest)}
+    if config.head is not None and config.pooler is not None and parts.pooler not in modules:
+        # the backbone the task model builds next (without the pooler its head does not use) is measured already
+        _measuring.last[config.model_copy(update={"pooler": None}).model_dump_json()] = (elements, nbytes, largest)
     check_allocation(elements, nbytes, largest)
     return elements
 
