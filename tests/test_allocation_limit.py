@@ -185,3 +185,43 @@ def test_loading_a_checkpoint_measures_the_model_too(tmp_path):
     (folder / "config.json").write_text(json.dumps({**DEBERTA, "max_relative_positions": 10**9}))
     with pytest.raises(LimitError, match="the model would be too big"):
         bertblocks.from_pretrained(folder)
+
+
+class ReadingPooler(Pooler):
+    """A plugin's pooler that reads values back while it is built (``tolist()``: impossible on the meta device),
+    then keeps a huge table."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.scales = torch.arange(4).tolist()  # needs data: the measure falls back to guarding the real build
+        self.register_buffer("table", torch.empty(HUGE))
+        MADE_ON.append(self.table.device)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return hidden_states[:, 0]
+
+
+def test_a_component_that_cannot_be_built_on_meta_is_guarded_tensor_by_tensor():
+    MADE_ON.clear()
+    registry = Registry(load_entry_points=False)
+    plugin = SimpleNamespace(
+        bertblocks_register_components=lambda: [
+            Component("pooler", "reading", lambda *, hidden_size, options: ReadingPooler(hidden_size)),
+        ]
+    )
+    registry.register(plugin, name="reading-plugin")
+    set_registry(registry)
+    before = _max_rss_mib()
+    with pytest.raises(LimitError, match=r"empty \[10000000000\]"):
+        bertblocks.create_model({**TINY, "pooler": "reading"})
+    assert MADE_ON == []  # refused before its table was allocated (the meta attempt failed before it, too)
+    assert _max_rss_mib() - before < 256
+    # the same component with a table of a sensible size builds (guarded, not refused)
+    global HUGE
+    HUGE, saved = 1000, HUGE
+    try:
+        model = bertblocks.create_model({**TINY, "pooler": "reading"})
+    finally:
+        HUGE = saved
+    assert model.pooler.table.device == torch.device("cpu")
+    assert model.pooler.scales == [0, 1, 2, 3]
