@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -247,7 +247,7 @@ def test_a_duplicate_from_an_installed_package_names_both_providers(plugin_dir):
 def test_an_in_process_plugin_needs_no_packaging(plugin_dir):
     plugin_dir.add("broken-plugin", "1.0", "broken_plugin", BROKEN_IMPORT)
     reg = Registry()
-    made: list[Callable[..., object]] = []
+    made: list[torch.device] = []
 
     class InProcess:
         @staticmethod
@@ -257,7 +257,7 @@ def test_an_in_process_plugin_needs_no_packaging(plugin_dir):
             from bertblocks.core.component import Component, NoOptions
 
             def make(*, options: NoOptions) -> LocalAttentionBackend:
-                made.append(make)
+                made.append(torch.empty(0).device)  # meta while the model is measured, cpu when it is built
                 return LocalAttentionBackend(window=1)
 
             return [Component("backend", "narrow", make, description="window 1")]
@@ -265,6 +265,6 @@ def test_an_in_process_plugin_needs_no_packaging(plugin_dir):
     reg.register(InProcess(), name="in-process")
     config = {**TINY, "encoder": {**TINY["encoder"], "attention": {"num_heads": 4, "backend": "narrow"}}}
     model = bertblocks.create_model(config, registry=reg)
-    assert len(made) == TINY["encoder"]["num_layers"]
+    assert made.count(torch.device("cpu")) == TINY["encoder"]["num_layers"]
     assert model.encoder.layer[0].attention.backend.window == 1
     assert any(p.name == "in-process" and p.distribution == "(in-process)" for p in reg.plugins())

@@ -8,7 +8,7 @@ out of memory. Every model is therefore checked against two limits before anythi
 limit                       default              raise it with
 ==========================  ===================  ==============================================================
 layers in the stack         1024                 ``BERTBLOCKS_MAX_LAYERS=4096``
-parameters (estimated)      4,000,000,000        ``BERTBLOCKS_MAX_PARAMETERS=12e9`` (16 GB in float32)
+parameters and buffers      4,000,000,000        ``BERTBLOCKS_MAX_PARAMETERS=12e9`` (16 GB in float32)
 labels (``num_labels``)     1,000,000            ``BERTBLOCKS_MAX_LABELS=5e6``
 runs of an ablation study   10,000               ``BERTBLOCKS_MAX_STUDY_RUNS=1e5``
 ==========================  ===================  ==============================================================
@@ -23,14 +23,19 @@ The layer limit is checked wherever a per-layer list would be made before the bu
 builds ``id2label``). Checks that compare layers (weight sharing) work on the layers that overrides name, never
 on every layer.
 
-The parameter count is an *estimate* of the standard layout (embeddings, per layer the attention projections,
-the feed-forward block and two norms, the pooler): a plugin component may hold somewhat more or less, which
-does not matter for a limit meant to stop a model a thousand times too big.
+The parameter limit is checked twice before anything is allocated. First against an *estimate* of the standard
+layout (:func:`estimate_size`: embeddings, per layer the attention projections, the feed-forward block and two
+norms, the pooler), which costs nothing and stops a million layers before even they are built on the meta device.
+Then against the model itself: the builder builds it on the ``meta`` device (shapes only) and sums what it really
+holds, parameters and buffers, a plugin component's included (:func:`check_allocation`, called by
+:func:`bertblocks.registry.builder.measure_allocation`); tables sized by buckets, kernels or positions, which no
+formula of the standard layout knows, are counted there.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -207,6 +212,27 @@ def check_size(config: BertConfig) -> SizeEstimate:
             f"{MAX_PARAMETERS_ENV}={estimate.parameters:.3g}"
         )
     return estimate
+
+
+def check_allocation(elements: int, nbytes: int, tensors: Iterable[tuple[str, torch.Tensor]] = ()) -> None:
+    """Raise :class:`LimitError` when a model measured on the meta device (``elements`` parameter and buffer values,
+    ``nbytes`` bytes) exceeds the parameter limit; the message names its largest tensors.
+
+    Called by the builder (:func:`bertblocks.registry.builder.measure_allocation`) before any real module is made.
+
+    Raises:
+        LimitError: naming the size, the largest tensors and the environment variable that raises the limit.
+    """
+    limit = max_parameters()
+    if limit is None or elements <= limit:
+        return
+    largest = sorted(tensors, key=lambda item: item[1].numel(), reverse=True)[:3]
+    named = ", ".join(f"{name} {list(t.shape)}" for name, t in largest)
+    raise LimitError(
+        f"the model would be too big: {elements:,} parameter and buffer values ({_human_bytes(nbytes)}), above the "
+        f"limit of {limit:,}{f'; the largest: {named}' if named else ''}; if you mean it, raise the limit with "
+        f"{MAX_PARAMETERS_ENV}={elements:.3g}"
+    )
 
 
 def _embedding_size(config: BertConfig) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InputError
+from .fields import HFField
 
 #: Nomic's field → transformers' (and the GPT-2 default the remote-code class inherits)
 RENAMES: dict[str, tuple[str, Any]] = {
@@ -62,6 +63,23 @@ IGNORED = (
     "summary_proj_to_labels",
     "summary_first_dropout",
 )
+
+_FLAG, _RATE = HFField(bool), HFField(float, ge=0, le=1)
+#: the original format's fields, declared as the remote-code class types them (the ignored ones: any value)
+ORIGINAL_FIELDS: dict[str, HFField] = {
+    **{field: HFField(int, ge=1) for field in ("n_embd", "n_layer", "n_head", "n_positions")},
+    "layer_norm_epsilon": HFField(float, gt=0),
+    **dict.fromkeys(("attn_pdrop", "resid_pdrop", "embd_pdrop"), _RATE),
+    **{field: _FLAG for field, (required, _) in REQUIRED.items() if isinstance(required, bool)},
+    "rotary_emb_fraction": HFField(float, ge=0, le=1),
+    "rotary_emb_scale_base": HFField(float, nullable=True),
+    "rotary_scaling_factor": HFField(float, nullable=True),
+    "activation_function": HFField(str),
+    "rotary_emb_base": HFField(float, gt=0),
+    "pad_vocab_size_multiple": HFField(int, ge=1, nullable=True),
+    "n_inner": HFField(int, ge=1, nullable=True),
+    **{field: HFField(object, nullable=True, doc="no effect on the numbers") for field in IGNORED},
+}
 
 
 def is_original(hf: Mapping[str, Any]) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 from bertblocks.config import BertConfig
 
 from ..errors import InputError
+from .fields import HFField
 
 #: what the families fix about their rope scheme (a config.json's ``bertblocks`` block may not say otherwise)
 ROPE_FIXED: dict[str, Any] = {
@@ -23,6 +24,12 @@ ROPE_FIXED: dict[str, Any] = {
     "position.rotary_dim": None,
     "position.rotary_fraction": None,
     "embedding.position_offset": "none",
+}
+
+#: the fields :func:`rope_from_hf` reads (a family declares them among its ``Family.fields``)
+ROPE_FIELDS: dict[str, HFField] = {
+    "rope_parameters": HFField(dict, nullable=True),
+    "rope_theta": HFField(float, gt=0),
 }
 
 

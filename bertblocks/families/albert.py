@@ -18,7 +18,8 @@ from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
 from ..errors import InputError
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
+from .fields import HFField
 
 _G = "albert.encoder.albert_layer_groups.{g}.albert_layers.0"
 _O = "bert.encoder.layer.{g}"
@@ -82,10 +83,20 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
+#: AlbertConfig's fields: BERT's, the factorized embedding, layer groups and its classifier dropout
+FIELDS = {
+    **BERT_FIELDS,
+    "embedding_size": HFField(int, ge=1),
+    "num_hidden_groups": HFField(int, ge=1),
+    "inner_group_num": HFField(int, ge=1),
+    "classifier_dropout_prob": HFField(float, ge=0, le=1, nullable=True),
+}
+
 ALBERT = Family(
     model_type="albert",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures={
         "AlbertForPreTraining": "sentence_order_pretraining",

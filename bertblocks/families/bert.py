@@ -13,7 +13,7 @@ from typing import Any
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
 from .family import BERT_TOKENIZER, Family
 from .keymap import BACKBONE_PREFIX, KeyMap
 
@@ -58,6 +58,7 @@ BERT = Family(
     model_type="bert",
     config_from_hf=config_from_hf,
     config_to_hf=config_to_hf,
+    fields=BERT_FIELDS,
     # bertblocks' keys are BERT's (a task model keeps its backbone under `bert.`, as BertFor… do): the identity
     key_map=KeyMap(prefix=BACKBONE_PREFIX, head_prefixes=("cls.", "classifier.", "qa_outputs.")),
     architectures=BERT_ARCHITECTURES,

@@ -24,13 +24,50 @@ from typing import Any
 from bertblocks.config import BertConfig
 from bertblocks.config.flat_view import FLAT_ALIASES, FLAT_FIELDS
 
-__all__ = ["BERT_FIELD_NAMES", "POSITION_FIELD", "bert_fields_from_hf", "bert_fields_to_hf", "default"]
+from .fields import HFField
+
+__all__ = ["BERT_FIELDS", "BERT_FIELD_NAMES", "POSITION_FIELD", "bert_fields_from_hf", "bert_fields_to_hf", "default"]
 
 #: BERT's name for the position scheme (its values ``absolute``, ``relative_key``, ``relative_key_query`` are
 #: bertblocks' position scheme names)
 POSITION_FIELD = "position_embedding_type"
 #: the names :func:`bert_fields_from_hf` reads (a key close to one of them is likely a misspelling: loading warns)
 BERT_FIELD_NAMES: tuple[str, ...] = (*FLAT_FIELDS, *FLAT_ALIASES, POSITION_FIELD)
+
+_SIZE = HFField(int, ge=1)
+_RATE = HFField(float, ge=0, le=1)
+#: the declaration (:class:`~bertblocks.families.fields.HFField`) of every field :func:`bert_fields_from_hf` reads,
+#: as transformers' ``BertConfig`` types them: a family that reads them declares ``{**BERT_FIELDS, **its own}`` in
+#: ``Family.fields`` (a family whose defaults or ranges differ overrides the entry)
+BERT_FIELDS: dict[str, HFField] = {
+    "vocab_size": _SIZE,
+    "hidden_size": _SIZE,
+    "max_position_embeddings": _SIZE,
+    "type_vocab_size": HFField(int, ge=0),
+    "pad_token_id": HFField(int, ge=0, nullable=True),
+    "layer_norm_eps": HFField(float, gt=0),
+    "hidden_dropout_prob": _RATE,
+    "initializer_range": HFField(float, gt=0),
+    "pruned_heads": HFField(dict),
+    "is_decoder": HFField(bool),
+    "add_cross_attention": HFField(bool),
+    "use_cache": HFField(bool),
+    "tie_word_embeddings": HFField(bool),
+    "num_labels": HFField(int, ge=1),
+    "id2label": HFField(dict, nullable=True),
+    "label2id": HFField(dict, nullable=True),
+    "problem_type": HFField(
+        str, nullable=True, choices=("regression", "single_label_classification", "multi_label_classification")
+    ),
+    "classifier_dropout": HFField(float, ge=0, le=1, nullable=True),
+    "num_hidden_layers": _SIZE,
+    "num_attention_heads": _SIZE,
+    "attention_probs_dropout_prob": _RATE,
+    "intermediate_size": _SIZE,
+    "hidden_act": HFField(str),
+    "chunk_size_feed_forward": HFField(int, ge=0),
+    POSITION_FIELD: HFField(str, nullable=True),
+}
 
 
 def default(field: str) -> Any:

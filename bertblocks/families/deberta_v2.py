@@ -41,7 +41,8 @@ from bertblocks.errors import BertBlocksError
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import Drop, KeyMap, Rename
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
+from .fields import HFField
 
 #: transformers' task classes whose model has a ContextPooler (the backbone has none)
 _POOLED = ("DebertaV2ForSequenceClassification", "DebertaV2ForMultipleChoice")
@@ -97,16 +98,6 @@ def _refuse(field: str, value: Any, why: str) -> DebertaConfigError:
     return DebertaConfigError(f"deberta-v2 config.json: {field}={value!r} is not supported: {why}")
 
 
-def _int(src: dict[str, Any], field: str, default: int) -> int:
-    """``src.pop(field)`` as an int (a config.json of another type is refused naming the field)."""
-    value = src.pop(field, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _refuse(field, value, "must be an integer")
-    return value
-
-
 def _terms(value: Any) -> list[str]:
     if value is None:
         return []
@@ -122,8 +113,9 @@ def _terms(value: Any) -> list[str]:
 def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     src = {**DEFAULTS, **hf}
     hidden, heads = src["hidden_size"], src["num_attention_heads"]
-    relative = bool(src.pop("relative_attention", False))
-    kernel = _int(src, "conv_kernel_size", 0)
+    relative = src.pop("relative_attention", False)
+    # FIELDS types every field read here (the translator checks them first): no bool("false"), no 1.5 kernel
+    kernel = src.pop("conv_kernel_size", 0) or 0
     conv_groups, conv_act = src.pop("conv_groups", 1), src.pop("conv_act", "tanh")
     if kernel > 0 and kernel % 2 == 0:
         raise _refuse("conv_kernel_size", kernel, "an even kernel changes the sequence length (transformers fails too)")
@@ -132,7 +124,7 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise _refuse(
             "embedding_size", embedding_size, f"the embedding projection is not implemented (hidden {hidden})"
         )
-    head_size = _int(src, "attention_head_size", 0) or None
+    head_size = src.pop("attention_head_size", 0) or None
     sizes = (head_size, heads, hidden)
     if head_size is not None and all(isinstance(x, int) for x in sizes) and head_size * heads != hidden:
         raise _refuse("attention_head_size", head_size, "heads must be hidden_size / num_attention_heads wide")
@@ -161,9 +153,9 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "position_buckets": src.pop("position_buckets", -1),
         "max_relative_positions": src.pop("max_relative_positions", -1),
         "norm": "layer_norm" in norm,
-        "share_att_key": bool(src.pop("share_att_key", False)),
+        "share_att_key": src.pop("share_att_key", False),
         "terms": terms,
-        "absolute": bool(src.pop("position_biased_input", True)),
+        "absolute": src.pop("position_biased_input", True),
         "relative": relative,
     }
     data = bert_fields_from_hf(src)
@@ -224,10 +216,33 @@ DEBERTA_TOKENIZER = dataclasses.replace(
     BERT_TOKENIZER, tokenizer_classes=("DebertaV2Tokenizer", "DebertaV2TokenizerFast")
 )
 
+#: DebertaV2Config's fields: BERT's and the disentangled attention's, the ConvLayer's, the context pooler's
+FIELDS = {
+    **BERT_FIELDS,
+    "relative_attention": HFField(bool),
+    "position_buckets": HFField(int, ge=-1, nullable=True, doc="-1 or 0: no log buckets"),
+    "max_relative_positions": HFField(int, ge=-1, nullable=True, doc="< 1: max_position_embeddings"),
+    "norm_rel_ebd": HFField(str),
+    "share_att_key": HFField(bool),
+    "pos_att_type": HFField((list, str), items=str, nullable=True),
+    "position_biased_input": HFField(bool),
+    "conv_kernel_size": HFField(int, ge=0, nullable=True),
+    "conv_groups": HFField(int, ge=1),
+    "conv_act": HFField(str),
+    "embedding_size": HFField(int, ge=1),
+    "attention_head_size": HFField(int, ge=0, nullable=True),
+    "pooler_hidden_size": HFField(int, ge=1),
+    "pooler_dropout": HFField(float, ge=0, le=1),
+    "pooler_hidden_act": HFField(str),
+    "cls_dropout": HFField(float, ge=0, le=1, nullable=True),
+    "legacy": HFField(bool),
+}
+
 DEBERTA_V2 = Family(
     model_type="deberta-v2",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures={
         "DebertaV2ForMaskedLM": "masked_lm",

@@ -12,7 +12,7 @@ from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
 from ..errors import InputError
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
 
 _LAYER = "distilbert.transformer.layer.{i}"
 _OURS = "bert.encoder.layer.{i}"
@@ -48,12 +48,14 @@ _NAMES = {
     "attention_dropout": "attention_probs_dropout_prob",
     "activation": "hidden_act",
 }
+#: BERT's fields DistilBertConfig does not have (a config.json that sets them means another model)
+_ABSENT = ("type_vocab_size", "layer_norm_eps", "position_embedding_type")
 _LAYER_NORM_EPS = 1e-12  # hard-coded in DistilBERT's modules
 
 
 def _from_hf(hf: Any) -> dict[str, Any]:
     src = {k: v for k, v in hf.items() if k != "architectures"}
-    for field in ("type_vocab_size", "layer_norm_eps", "position_embedding_type"):
+    for field in _ABSENT:
         if field in src:
             raise InputError(f"{field} is not a DistilBERT config field (DistilBERT has no such choice)")
     renamed = {_NAMES.get(k, k): v for k, v in src.items()}
@@ -73,10 +75,17 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return {inverse.get(k, k): v for k, v in out.items()}
 
 
+#: DistilBertConfig's fields: BERT's under DistilBERT's names (no token types, no epsilon, no position choice)
+FIELDS = {
+    **{name: declared for name, declared in BERT_FIELDS.items() if name not in (*_NAMES.values(), *_ABSENT)},
+    **{theirs: BERT_FIELDS[ours] for theirs, ours in _NAMES.items()},
+}
+
 DISTILBERT = Family(
     model_type="distilbert",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures={
         "DistilBertForMaskedLM": "masked_lm",

@@ -14,7 +14,8 @@ from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
 from ..errors import InputError
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf, default
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf, default
+from .fields import HFField
 
 _MC = ("dense_multiple_choice",)
 KEY_MAP = KeyMap(
@@ -66,10 +67,21 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
+#: ElectraConfig's fields: BERT's, the embedding width and the multiple-choice summary (one value each works)
+FIELDS = {
+    **BERT_FIELDS,
+    "embedding_size": HFField(int, ge=1, nullable=True),
+    "summary_type": HFField(str),
+    "summary_use_proj": HFField(bool),
+    "summary_activation": HFField(str, nullable=True),
+    "summary_last_dropout": HFField(float, ge=0, le=1),
+}
+
 ELECTRA = Family(
     model_type="electra",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures={
         "ElectraForPreTraining": "replaced_token_detection",

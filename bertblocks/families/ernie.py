@@ -11,7 +11,8 @@ from bertblocks.families.family import Family
 from bertblocks.families.keymap import KeyMap
 
 from .bert import BERT_ARCHITECTURES
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
+from .fields import HFField
 
 TASK_TABLE = "task_type_embeddings"
 
@@ -37,10 +38,14 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
+#: ErnieConfig's fields: BERT's and the task-type table
+FIELDS = {**BERT_FIELDS, "use_task_id": HFField(bool), "task_type_vocab_size": HFField(int, ge=1)}
+
 ERNIE = Family(
     model_type="ernie",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KeyMap(prefix="ernie", head_prefixes=("cls.", "classifier.", "qa_outputs.")),
     architectures={
         ("ErnieForCausalLM" if name == "BertLMHeadModel" else name.replace("Bert", "Ernie")): head

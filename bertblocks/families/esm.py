@@ -34,7 +34,8 @@ from bertblocks.errors import BertBlocksError
 from bertblocks.families.family import Family, TokenizerConvention
 from bertblocks.families.keymap import Drop, KeyMap, Rename
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
+from .fields import HFField
 from .roberta import LM_HEAD_RULES
 
 #: EsmConfig's defaults where they differ from BERT's (a config.json without the field means these)
@@ -96,8 +97,9 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     theta = src.pop("rope_theta", DEFAULT_THETA)
     embedding = {
         "name": "esm",
-        "norm": bool(src.pop("emb_layer_norm_before", False)),
-        "token_dropout": bool(src.pop("token_dropout", False)),
+        # booleans (FIELDS; the translator checks them first); EsmConfig's emb_layer_norm_before defaults to null
+        "norm": src.pop("emb_layer_norm_before", False) or False,
+        "token_dropout": src.pop("token_dropout", False),
         "mask_token_id": src.pop("mask_token_id", None),
         "inputs_embeds_as_is": True,  # EsmModel skips its embeddings for inputs_embeds
     }
@@ -185,10 +187,24 @@ ESM_TOKENIZER = TokenizerConvention(
     from_vocab=esm_vocab_pipeline,
 )
 
+#: EsmConfig's fields: BERT's and ESM's own (ESMFold's refused, its folding config and vocabulary list unused)
+FIELDS = {
+    **BERT_FIELDS,
+    "is_folding_model": HFField(bool),
+    "esmfold_config": HFField(dict, nullable=True),
+    "vocab_list": HFField(list, items=str, nullable=True),
+    "hidden_act": HFField(str, nullable=True),
+    "rope_theta": HFField(float, gt=0),
+    "emb_layer_norm_before": HFField(bool, nullable=True),
+    "token_dropout": HFField(bool),
+    "mask_token_id": HFField(int, ge=0, nullable=True),
+}
+
 ESM = Family(
     model_type="esm",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures={
         "EsmForMaskedLM": "masked_lm_gelu",

@@ -25,11 +25,13 @@ from bertblocks.config import BertConfig
 from bertblocks.config.limits import check_layer_count
 from bertblocks.core.component import Component
 from bertblocks.errors import BertBlocksError
-from bertblocks.families.family import Family, TokenizerConvention
+from bertblocks.families.bertlike import BERT_FIELDS
+from bertblocks.families.family import Family, RemoteCode, TokenizerConvention
+from bertblocks.families.fields import HFField
 from bertblocks.families.keymap import KeyMap, Rename
 from bertblocks.plugins.feedforward import GATED_ACTIVATIONS
 
-from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
+from ._rotary_config import ROPE_FIELDS, ROPE_FIXED, rope_from_hf, rope_to_hf
 
 #: EuroBertConfig's defaults, for the fields a config.json may leave out
 DEFAULTS: dict[str, Any] = {
@@ -141,15 +143,23 @@ def kv_heads_from_hf(src: dict[str, Any], heads: Any, hidden: Any, model_type: s
     return kv
 
 
-def reads_remote_config(src: Mapping[str, Any]) -> bool:
-    """The published EuroBERT checkpoints still name their own remote classes (``auto_map`` to
-    ``modeling_eurobert.EuroBertModel`` …), the code transformers' native classes were ported from: such a config.json
-    is translated like a native one. An ``auto_map`` naming any other class is refused as for every family."""
-    auto_map = src.get("auto_map")
-    if not isinstance(auto_map, Mapping):
-        return False
-    classes = [str(v).rsplit(".", 1)[-1] for k, v in auto_map.items() if k != "AutoTokenizer"]
-    return all(name.startswith("EuroBert") for name in classes)
+#: the published checkpoints still name their own remote classes, in their own folder (``auto_map`` to
+#: ``modeling_eurobert.EuroBertModel`` …): the code transformers' native classes were ported from, so such a
+#: config.json is translated like a native one. An ``auto_map`` naming any other class is refused as for every family.
+REMOTE_CODE = RemoteCode(
+    None,
+    frozenset(
+        {
+            "configuration_eurobert.EuroBertConfig",
+            *(
+                f"modeling_eurobert.EuroBert{task}"
+                for task in ("Model", "PreTrainedModel", "ForMaskedLM", "ForSequenceClassification")
+            ),
+            "modeling_eurobert.EuroBertForQuestionAnswering",
+            "modeling_eurobert.EuroBertForTokenClassification",
+        }
+    ),
+)
 
 
 def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -323,17 +333,37 @@ EUROBERT_TOKENIZER = TokenizerConvention(
     model_input_names=("input_ids", "attention_mask"),
 )
 
+#: EuroBertConfig's fields (and the remote code's clf_pooling)
+FIELDS = {
+    **{name: BERT_FIELDS[name] for name in (*LABEL_FIELDS, "vocab_size", "hidden_size", "num_hidden_layers")},
+    **{name: BERT_FIELDS[name] for name in ("num_attention_heads", "intermediate_size", "max_position_embeddings")},
+    **{name: BERT_FIELDS[name] for name in ("pad_token_id", "initializer_range", "is_decoder", "add_cross_attention")},
+    **ROPE_FIELDS,
+    "num_key_value_heads": HFField(int, ge=1, nullable=True),
+    "head_dim": HFField(int, ge=1, nullable=True),
+    "hidden_act": HFField(str),
+    "rms_norm_eps": HFField(float, gt=0),
+    "tie_word_embeddings": HFField(bool),
+    "attention_bias": HFField(bool),
+    "attention_dropout": HFField(float, ge=0, le=1),
+    "mlp_bias": HFField(bool),
+    "classifier_pooling": HFField(str),
+    "clf_pooling": HFField(str),
+    "rope_scaling": HFField(dict, nullable=True),
+}
+
 EUROBERT = Family(
     model_type="eurobert",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures=EUROBERT_ARCHITECTURES,
     base_architecture="EuroBertModel",
     fixed=FIXED,
     description="EuroBERT: Llama-style encoder, pre-RMSNorm, RoPE, SwiGLU, grouped-query attention, no biases",
     tokenizer=EUROBERT_TOKENIZER,
-    reads_remote_config=reads_remote_config,
+    remote_code=(REMOTE_CODE,),
 )
 
 

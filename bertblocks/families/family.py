@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from .fields import HFField
 from .keymap import KeyMap
 
 
@@ -58,6 +59,34 @@ BERT_TOKENIZER = TokenizerConvention(
 
 
 @dataclass(frozen=True)
+class RemoteCode:
+    """Remote code a family reproduces: what an ``auto_map`` entry may name for the family to read the file.
+
+    An entry is ``"owner/repository--module.Class"`` (code in another hub repository) or ``"module.Class"`` (code
+    in the checkpoint's own folder). Only the repository *and* the class together say whose code it is: the same
+    class name in another repository, or in a folder's own ``*.py``, is code bertblocks has never seen.
+
+    Attributes:
+        repository: the hub repository holding the code (``jinaai/jina-bert-implementation``); ``None``: the
+            checkpoint's own folder (EuroBERT and NeoBERT publish their code beside the weights).
+        classes: the ``module.Class`` names of that code whose modelling the family reproduces.
+        format: whether a config.json is in that code's format, beyond its ``auto_map`` (NomicBERT's original
+            fields, ``n_embd`` …: transformers' own format with Nomic's ``auto_map`` is not it); ``None``: any.
+    """
+
+    repository: str | None
+    classes: frozenset[str]
+    format: Callable[[Mapping[str, Any]], bool] | None = None
+
+    def names(self, value: object) -> bool:
+        """Whether the ``auto_map`` value ``value`` names one of :attr:`classes` in :attr:`repository`."""
+        if not isinstance(value, str):
+            return False
+        repository, _, name = value.rpartition("--")
+        return (repository or None) == self.repository and name in self.classes
+
+
+@dataclass(frozen=True)
 class Family:
     """One HF model family: config.json both ways, a checkpoint key map, and its task classes.
 
@@ -79,11 +108,17 @@ class Family:
             field.
         description: one line for listings and the docs table.
         tokenizer: the family's special tokens and templates (:class:`TokenizerConvention`).
-        reads_remote_config: whether the family translates a ``config.json`` that names remote-code classes
-            (``auto_map``) into its own model, given that config (NomicBERT's original format); a config.json
-            with an ``auto_map`` that no family reads is refused, never built as the ``model_type``'s plain model.
-        remote_model_types: other ``model_type`` values whose config.json this family reads when
-            :attr:`reads_remote_config` claims it: a remote-code format published under a transformers
+        fields: every ``config.json`` field ``config_from_hf`` reads, each with its type and range
+            (:class:`~bertblocks.families.fields.HFField`): the translator checks a file against it before the family
+            sees it, gives "did you mean" from it, and refuses a family that reads a field it does not declare.
+        example_config: a small ``config.json`` the family translates (``model_type`` added): what the field fuzz
+            test starts from. Empty: ``{"model_type": ...}`` alone.
+        remote_code: the remote-code classes whose modelling the family reproduces
+            (:class:`RemoteCode`: repository and ``module.Class``); a config.json whose ``auto_map`` names only
+            those is translated (NomicBERT's original format, GTE's ``new``), any other ``auto_map`` is refused,
+            never built as the ``model_type``'s plain model.
+        remote_model_types: other ``model_type`` values whose config.json this family reads when its
+            :attr:`remote_code` is what the ``auto_map`` names: a remote-code format published under a transformers
             ``model_type`` (Jina-embeddings-v2 says ``bert``, v3 ``xlm-roberta``). What ``config_to_hf`` returns
             as ``model_type`` is written (Jina-embeddings-v2 writes its published format back); without one, the
             family's own.
@@ -102,9 +137,24 @@ class Family:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
     tokenizer: TokenizerConvention = field(default_factory=lambda: BERT_TOKENIZER)
-    reads_remote_config: Callable[[Mapping[str, Any]], bool] | None = None
+    fields: Mapping[str, HFField] = field(default_factory=dict)
+    example_config: Mapping[str, Any] = field(default_factory=dict)
+    remote_code: tuple[RemoteCode, ...] = ()
     remote_model_types: tuple[str, ...] = ()
     prepare_checkpoint: Callable[[Mapping[str, Any], Any], dict[str, Any]] | None = None
+
+    def reads_remote(self, hf: Mapping[str, Any]) -> bool:
+        """Whether the config.json ``hf`` has an ``auto_map`` that names classes, and only classes one
+        :attr:`remote_code` entry reproduces (in that entry's format); its ``AutoTokenizer`` aside (bertblocks reads
+        ``tokenizer.json``, never a tokenizer class)."""
+        auto_map = hf.get("auto_map")
+        if not isinstance(auto_map, Mapping):
+            return False
+        named = [value for key, value in auto_map.items() if key != "AutoTokenizer"]
+        return bool(named) and any(
+            all(code.names(value) for value in named) and (code.format is None or code.format(hf))
+            for code in self.remote_code
+        )
 
     def head_for(self, architecture: str) -> dict[str, Any] | None:
         """The head spec (``{"name": ..., **options}``) transformers' class ``architecture`` means, or ``None``."""

@@ -43,12 +43,13 @@ from typing import Any
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.families.family import BERT_TOKENIZER, Family
+from bertblocks.families.family import BERT_TOKENIZER, Family, RemoteCode
+from bertblocks.families.fields import HFField
 from bertblocks.families.keymap import Drop, Join, KeyMap, Rename, Split
 
 from ..errors import InputError
-from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from ._rotary_config import ROPE_FIELDS, ROPE_FIXED, rope_from_hf, rope_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
 from .roberta import roberta_tokenizer
 
 #: transformers' GteConfig.default_theta
@@ -222,20 +223,19 @@ NEW_ARCHITECTURES = {
 }
 
 
-#: the remote-code classes a published ``auto_map`` names (Alibaba's; the config and every task class)
-_PUBLISHED_CLASSES = frozenset({"NewConfig", *NEW_ARCHITECTURES, "NewForQuestionAnswering", "NewForMultipleChoice"})
-
-
-def is_new_format(hf: Mapping[str, Any]) -> bool:
-    """Whether bertblocks translates this ``new`` config.json: its ``auto_map`` (if any) names Alibaba's classes
-    only (every switch of the format is then checked by :func:`_new_from_hf`); other remote classes are refused."""
-    auto_map = hf.get("auto_map")
-    if auto_map is None:
-        return True
-    if not isinstance(auto_map, Mapping):
-        return False
-    named = (str(v).rsplit(".", 1)[-1] for k, v in auto_map.items() if k != "AutoTokenizer")
-    return all(name in _PUBLISHED_CLASSES for name in named)
+#: the remote code of the published config.json (Alibaba's repository; the config and every task class): what its
+#: ``auto_map`` may name
+NEW_REMOTE_CODE = RemoteCode(
+    "Alibaba-NLP/new-impl",
+    frozenset(
+        {
+            "configuration.NewConfig",
+            *(f"modeling.{name}" for name in NEW_ARCHITECTURES),
+            "modeling.NewForQuestionAnswering",
+            "modeling.NewForMultipleChoice",
+        }
+    ),
+)
 
 
 def _scaling(rope_scaling: Any) -> float:
@@ -295,10 +295,25 @@ def _new_to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
+#: GteConfig's fields: BERT's and the rotary ones
+FIELDS = {**BERT_FIELDS, **ROPE_FIELDS}
+#: the published format's fields: BERT's, its rotary base and NTK scaling, and its switches (one value each works)
+NEW_FIELDS = {
+    **BERT_FIELDS,
+    "rope_theta": HFField(float, gt=0),
+    "rope_scaling": HFField(dict, nullable=True),
+    "position_embedding_type": HFField(str),
+    "layer_norm_type": HFField(str),
+    "pack_qkv": HFField(bool),
+    "logn_attention_scale": HFField(bool),
+    "logn_attention_clip1": HFField(bool),
+}
+
 GTE = Family(
     model_type="gte",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=key_map("gte"),
     architectures={
         "GteForMaskedLM": "masked_lm_gelu",
@@ -316,6 +331,8 @@ NEW = Family(
     model_type="new",
     config_from_hf=_new_from_hf,
     config_to_hf=_new_to_hf,
+    fields=NEW_FIELDS,
+    example_config={"rope_theta": 10000.0},  # every published one states it (its default lives in remote code)
     key_map=key_map("new"),
     architectures={new: GTE.architectures[ours] for new, ours in NEW_ARCHITECTURES.items() if ours != "GteModel"},
     base_architecture="NewModel",
@@ -325,7 +342,7 @@ NEW = Family(
     # chosen by model_type only
     tokenizer=replace(BERT_TOKENIZER, tokenizer_classes=()),
     # the published config.json (with its auto_map) is translated field by field, every switch checked
-    reads_remote_config=is_new_format,
+    remote_code=(NEW_REMOTE_CODE,),
 )
 
 

@@ -25,16 +25,16 @@ remote code, in transformers. Any other remote code under ``model_type: bert`` (
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.families.family import BERT_TOKENIZER, Family
+from bertblocks.families.family import BERT_TOKENIZER, Family, RemoteCode
+from bertblocks.families.fields import HFField
 from bertblocks.families.keymap import KeyMap, Rename
 
 from ..errors import InputError
-from .bertlike import POSITION_FIELD, bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_FIELDS, POSITION_FIELD, bert_fields_from_hf, bert_fields_to_hf
 
 #: the published remote code this family implements (other repositories' JinaBert classes differ)
 REMOTE_REPOSITORY = "jinaai/jina-bert-implementation"
@@ -90,21 +90,8 @@ FIXED: dict[str, Any] = {
 }
 
 
-def _remote_class(value: object) -> str | None:
-    """``module.Class`` of an auto_map entry that names the published repository's code, else ``None``."""
-    if not isinstance(value, str) or "--" not in value:
-        return None  # a folder's own *.py: code bertblocks has never seen
-    repository, _, name = value.partition("--")
-    return name if repository == REMOTE_REPOSITORY else None
-
-
-def is_jina_bert(hf: Mapping[str, Any]) -> bool:
-    """Whether a config.json's ``auto_map`` names only the published JinaBERT classes (the tokenizer aside)."""
-    auto_map = hf.get("auto_map")
-    if not isinstance(auto_map, Mapping):
-        return False
-    named = [_remote_class(value) for key, value in auto_map.items() if key != "AutoTokenizer"]
-    return bool(named) and all(name in CLASSES for name in named)
+#: the published remote code: what a config.json's ``auto_map`` may name for this family to read it
+REMOTE_CODE = RemoteCode(REMOTE_REPOSITORY, CLASSES)
 
 
 #: what a config.json says by leaving a field out: JinaBertConfig's defaults for the published format
@@ -164,10 +151,14 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
+#: JinaBertConfig's fields: BERT's, the gated feed-forward's type and the ALiBi scaling
+FIELDS = {**BERT_FIELDS, "feed_forward_type": HFField(str), "alibi_scaling": HFField(float, nullable=True)}
+
 JINA_BERT = Family(
     model_type="jina_bert",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures={
         "JinaBertForMaskedLM": "masked_lm",
@@ -180,7 +171,7 @@ JINA_BERT = Family(
     description="Jina-embeddings-v2 (JinaBERT, remote code under model_type bert): BERT with symmetric ALiBi "
     "and a gated (GEGLU) feed-forward",
     tokenizer=BERT_TOKENIZER,  # BertTokenizer; chosen by config.json's model_type (bert)
-    reads_remote_config=is_jina_bert,
+    remote_code=(REMOTE_CODE,),
     remote_model_types=("bert",),
 )
 

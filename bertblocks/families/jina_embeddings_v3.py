@@ -34,6 +34,7 @@ add them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -42,12 +43,13 @@ import torch
 
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.families.family import Family
+from bertblocks.families.family import Family, RemoteCode
+from bertblocks.families.fields import HFField
 from bertblocks.families.keymap import Join, KeyMap, KeyMapError, Rename
 
 from ..errors import InputError
-from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from ._rotary_config import ROPE_FIELDS, ROPE_FIXED, rope_from_hf, rope_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
 from .roberta import LM_HEAD_RULES, roberta_tokenizer
 
 #: transformers' JinaEmbeddingsV3Config.default_theta
@@ -138,21 +140,14 @@ NO_TASK = "none"
 _PARAMETRIZED = ".parametrizations.weight."
 
 
-def _remote_class(value: object) -> str | None:
-    if not isinstance(value, str) or "--" not in value:
-        return None  # a folder's own *.py: code bertblocks has never seen
-    repository, _, name = value.partition("--")
-    return name if repository == REMOTE_REPOSITORY else None
+#: what a published config.json's ``auto_map`` may name for this family to read it
+REMOTE_CODE = RemoteCode(REMOTE_REPOSITORY, REMOTE_CLASSES)
 
 
 def is_published(hf: Mapping[str, Any]) -> bool:
     """Whether a config.json is the published Jina-embeddings-v3 format: its ``auto_map`` names only
     ``jinaai/xlm-roberta-flash-implementation``'s classes (the tokenizer aside)."""
-    auto_map = hf.get("auto_map")
-    if not isinstance(auto_map, Mapping):
-        return False
-    named = [_remote_class(value) for key, value in auto_map.items() if key != "AutoTokenizer"]
-    return bool(named) and all(name in REMOTE_CLASSES for name in named)
+    return JINA_EMBEDDINGS_V3.reads_remote(hf)
 
 
 def published_to_native(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -201,11 +196,18 @@ def merge_lora(state: Mapping[str, Any], config: BertConfig) -> dict[str, Any]:
         KeyMapError: adapters but no task chosen (naming the tasks and how to choose), a task the adapters lack, or
             an adapter whose shapes fit neither a linear nor an embedding weight.
     """
-    if not any(_PARAMETRIZED in key for key in state):
-        return dict(state)
     hf = config.hf
     tasks = hf.get("lora_adaptations")
     task = hf.get("lora_task")
+    if not any(_PARAMETRIZED in key for key in state):
+        if task is not None and task != NO_TASK:
+            # the output would be the weights' own, whatever task was asked for: say so rather than ignore it
+            raise KeyMapError(
+                f"lora_task {task!r} was chosen, but the checkpoint holds no LoRA adapters "
+                "(….parametrizations.weight.0.lora_A/lora_B) to merge; its weights are one model for every task. "
+                f"Leave lora_task out (or set it to {NO_TASK!r}) to load them as they are"
+            )
+        return dict(state)
     if not isinstance(tasks, list):
         raise KeyMapError(
             "the checkpoint holds LoRA adapters (….parametrizations.weight.0.lora_A/lora_B) but config.json lists no "
@@ -220,7 +222,7 @@ def merge_lora(state: Mapping[str, Any], config: BertConfig) -> dict[str, Any]:
     if task != NO_TASK and task not in tasks:
         raise KeyMapError(f"lora_task {task!r} has no adapter; the adapters are {', '.join(map(str, tasks))}")
     index = None if task == NO_TASK else tasks.index(task)
-    scaling = float(hf.get("lora_alpha", 1)) / float(hf.get("lora_rank", 4))
+    scaling = _scaling(hf.get("lora_alpha", 1), hf.get("lora_rank", 4))
     out: dict[str, Any] = {}
     for key, tensor in state.items():
         if _PARAMETRIZED not in key:
@@ -229,8 +231,27 @@ def merge_lora(state: Mapping[str, Any], config: BertConfig) -> dict[str, Any]:
         module, _, part = key.partition(_PARAMETRIZED)
         if part != "original":
             continue  # lora_A / lora_B: merged with their weight below
+        if tensor.dim() != 2:
+            raise KeyMapError(
+                f"{key}: a parametrized weight of shape {tuple(tensor.shape)}; LoRA adapters merge into 2-D "
+                "weights only (a linear [out, in] or an embedding [rows, dim])"
+            )
         out[f"{module}.weight"] = tensor if index is None else _merged(module, tensor, state, index, scaling)
     return out
+
+
+def _scaling(alpha: Any, rank: Any) -> float:
+    """``lora_alpha / lora_rank``, refused unless a finite positive number (a huge alpha or a tiny rank overflows)."""
+    try:
+        scaling = float(alpha) / float(rank)
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError):
+        scaling = float("nan")
+    if not math.isfinite(scaling) or scaling <= 0:
+        raise KeyMapError(
+            f"lora_alpha {alpha!r} / lora_rank {rank!r} is no finite positive scaling of the LoRA update; "
+            "the published checkpoints say lora_alpha 1, lora_rank 4"
+        )
+    return scaling
 
 
 def _merged(module: str, weight: Any, state: Mapping[str, Any], index: int, scaling: float) -> Any:
@@ -257,7 +278,15 @@ def _merged(module: str, weight: Any, state: Mapping[str, Any], index: int, scal
             f"{module}: LoRA pair of shapes {tuple(a.shape)}, {tuple(b.shape)} fits neither a linear nor an "
             f"embedding weight of shape {tuple(weight.shape)}"
         )
-    return (weight.double() + scaling * update).to(torch.promote_types(weight.dtype, torch.float32))
+    merged = (weight.double() + scaling * update).to(torch.promote_types(weight.dtype, torch.float32))
+    if not bool(torch.isfinite(merged).all()):
+        # an update that overflows (a huge lora_alpha, adapters of huge values) would load as inf/NaN silently
+        bad = int(merged.numel() - torch.isfinite(merged).sum())
+        raise KeyMapError(
+            f"{module}.weight: merging the LoRA adapter {index} gives {bad} non-finite values (inf or NaN); check "
+            "lora_alpha / lora_rank and the adapter tensors"
+        )
+    return merged
 
 
 def _from_hf(hf: Any) -> dict[str, Any]:
@@ -281,10 +310,24 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
+#: JinaEmbeddingsV3Config's fields, and those of the published format (translated to them first); the ignored
+#: switches of the remote code take any value. The adapter fields stay in ``config.hf`` for the merge, which checks
+#: them (lora_adaptations, lora_rank, lora_alpha: :func:`published_to_native`, :func:`merge_lora`)
+FIELDS = {
+    **BERT_FIELDS,
+    **ROPE_FIELDS,
+    "window_size": HFField(list, items=int, nullable=True),
+    "rotary_emb_base": HFField(float, gt=0),
+    "lora_task": HFField(str, nullable=True),
+    "task_instructions": HFField(dict, nullable=True),
+    **{field: HFField(object, nullable=True, doc="no effect on the numbers") for field in REMOTE_IGNORED},
+}
+
 JINA_EMBEDDINGS_V3 = Family(
     model_type="jina_embeddings_v3",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures={
         "JinaEmbeddingsV3ForMaskedLM": "masked_lm_gelu",
@@ -299,7 +342,7 @@ JINA_EMBEDDINGS_V3 = Family(
     # family claims that class name)
     tokenizer=replace(roberta_tokenizer("XLMRoberta"), tokenizer_classes=()),
     # the published format (model_type xlm-roberta, auto_map to XLMRobertaLoRA) is translated, its adapters merged
-    reads_remote_config=is_published,
+    remote_code=(REMOTE_CODE,),
     remote_model_types=("xlm-roberta",),
     prepare_checkpoint=merge_lora,
 )

@@ -22,7 +22,9 @@ from typing import Any
 from bertblocks.config import BertConfig
 from bertblocks.config.limits import check_layer_count
 from bertblocks.core.component import Component
+from bertblocks.families.bertlike import BERT_FIELDS
 from bertblocks.families.family import BERT_TOKENIZER, Family
+from bertblocks.families.fields import HFField
 from bertblocks.families.keymap import KeyMap, Rename
 from bertblocks.plugins.heads.transform_heads import TRANSFORM_HEADS
 
@@ -315,10 +317,42 @@ MODERNBERT_ARCHITECTURES: dict[str, str] = {
     "ModernBertForMultipleChoice": "transform_multiple_choice",
 }
 
+_SIZE, _RATE, _POSITIVE = HFField(int, ge=1), HFField(float, ge=0, le=1), HFField(float, gt=0)
+#: ModernBertConfig's fields (its names: norm_eps, hidden_activation, …) and the older rope/layer-pattern ones
+FIELDS = {
+    **{name: BERT_FIELDS[name] for name in (*LABEL_FIELDS, "vocab_size", "hidden_size", "intermediate_size")},
+    **{name: BERT_FIELDS[name] for name in ("num_hidden_layers", "num_attention_heads", "max_position_embeddings")},
+    "hidden_activation": HFField(str),
+    "initializer_range": _POSITIVE,
+    "norm_eps": _POSITIVE,
+    "norm_bias": HFField(bool),
+    "pad_token_id": HFField(int, ge=0, nullable=True),
+    "attention_bias": HFField(bool),
+    "attention_dropout": _RATE,
+    "local_attention": _SIZE,
+    "embedding_dropout": _RATE,
+    "mlp_bias": HFField(bool),
+    "decoder_bias": HFField(bool),
+    "classifier_pooling": HFField(str, choices=("cls", "mean")),
+    "classifier_dropout": _RATE,
+    "classifier_bias": HFField(bool),
+    "classifier_activation": HFField(str),
+    "sparse_prediction": HFField(bool),
+    "sparse_pred_ignore_index": HFField(int),
+    "tie_word_embeddings": HFField(bool),
+    "global_attn_every_n_layers": _SIZE,
+    "layer_types": HFField(list, items=str, choices=(FULL, SLIDING), nullable=True),
+    "rope_scaling": HFField(dict, nullable=True),
+    "rope_parameters": HFField(dict, nullable=True),
+    "global_rope_theta": HFField(float, gt=0, nullable=True),
+    "local_rope_theta": HFField(float, gt=0, nullable=True),
+}
+
 MODERNBERT = Family(
     model_type="modernbert",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures=MODERNBERT_ARCHITECTURES,
     base_architecture="ModernBertModel",

@@ -16,7 +16,8 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import Family
 from bertblocks.families.keymap import KeyMap, Rename
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
+from .fields import HFField
 from .roberta import LM_HEAD_RULES, roberta_tokenizer
 
 #: transformers' MPNet computes 32 buckets with distances up to 128, whatever relative_attention_num_buckets says
@@ -63,10 +64,14 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
+#: MPNetConfig's fields: BERT's and the relative bucket table's size
+FIELDS = {**BERT_FIELDS, "relative_attention_num_buckets": HFField(int, ge=1)}
+
 MPNET = Family(
     model_type="mpnet",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures={
         "MPNetForMaskedLM": "masked_lm_gelu",

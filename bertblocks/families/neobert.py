@@ -27,7 +27,9 @@ from bertblocks.config import BertConfig
 from bertblocks.config.limits import check_layer_count
 from bertblocks.core.component import Component
 from bertblocks.errors import BertBlocksError
-from bertblocks.families.family import BERT_TOKENIZER, Family
+from bertblocks.families.bertlike import BERT_FIELDS
+from bertblocks.families.family import BERT_TOKENIZER, Family, RemoteCode
+from bertblocks.families.fields import HFField
 from bertblocks.families.keymap import KeyMap, Rename
 
 #: NeoBERTConfig's defaults (its published description), for the fields a config.json may leave out
@@ -108,9 +110,14 @@ def swiglu_width(intermediate_size: int) -> int:
     return MULTIPLE_OF * ((width + MULTIPLE_OF - 1) // MULTIPLE_OF)
 
 
-def reads_remote_config(src: Mapping[str, Any]) -> bool:
-    """Every NeoBERT config.json names remote classes (``auto_map``); this family translates them all."""
-    return True
+#: NeoBERT publishes its code beside its weights (``auto_map`` to ``model.NeoBERT`` …), the code this family
+#: reproduces; every NeoBERT config.json names it
+REMOTE_CODE = RemoteCode(
+    None,
+    frozenset(
+        {"model.NeoBERTConfig", "model.NeoBERT", "model.NeoBERTLMHead", "model.NeoBERTForSequenceClassification"}
+    ),
+)
 
 
 def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
@@ -261,10 +268,29 @@ NEOBERT_ARCHITECTURES: dict[str, Mapping[str, Any]] = {
     },
 }
 
+#: NeoBERTConfig's fields (its names: max_length, norm_eps, dim_head) and the switches of later exports
+FIELDS = {
+    **{name: BERT_FIELDS[name] for name in (*LABEL_FIELDS, "vocab_size", "hidden_size", "num_hidden_layers")},
+    **{name: BERT_FIELDS[name] for name in ("num_attention_heads", "intermediate_size", "pad_token_id")},
+    "max_length": HFField(int, ge=1),
+    "norm_eps": HFField(float, gt=0),
+    "classifier_dropout": HFField(float, ge=0, le=1, nullable=True),
+    "hidden_act": HFField(str),
+    "rms_norm": HFField(bool),
+    "rope": HFField(bool),
+    "ngpt": HFField(bool),
+    "dim_head": HFField(int, ge=1, nullable=True),
+    "max_position_embeddings": HFField(int, ge=1, nullable=True),
+    "rope_theta": HFField(float, gt=0),
+    "tie_word_embeddings": HFField(bool),
+    "lm_head_bias": HFField(bool),
+}
+
 NEOBERT = Family(
     model_type="neobert",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures=NEOBERT_ARCHITECTURES,
     base_architecture="NeoBERT",
@@ -273,7 +299,7 @@ NEOBERT = Family(
     # bert-base-uncased's WordPiece vocabulary framed BERT's way, [CLS] A [SEP] (B [SEP]); the model takes no token
     # types and its tokenizer returns none
     tokenizer=replace(BERT_TOKENIZER, model_input_names=("input_ids", "attention_mask")),
-    reads_remote_config=reads_remote_config,
+    remote_code=(REMOTE_CODE,),
 )
 
 

@@ -20,13 +20,14 @@ from typing import Any
 
 from bertblocks.config import AttentionSpec, BertConfig
 from bertblocks.core.component import Component
-from bertblocks.families.family import BERT_TOKENIZER, Family
+from bertblocks.families.family import BERT_TOKENIZER, Family, RemoteCode
+from bertblocks.families.fields import HFField
 from bertblocks.families.keymap import Join, KeyMap, Rename
 
 from ..errors import InputError
-from ._nomic_original_config import is_original, original_to_transformers
-from ._rotary_config import ROPE_FIXED, rope_from_hf, rope_to_hf
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf, default
+from ._nomic_original_config import ORIGINAL_FIELDS, is_original, original_to_transformers
+from ._rotary_config import ROPE_FIELDS, ROPE_FIXED, rope_from_hf, rope_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf, default
 
 #: transformers' NomicBertConfig.default_theta
 DEFAULT_THETA = 1000.0
@@ -120,10 +121,25 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
+#: NomicBertConfig's fields, and those of Nomic's original format (translated to them first)
+FIELDS = {**BERT_FIELDS, **ROPE_FIELDS, "head_dim": HFField(int, ge=1, nullable=True), **ORIGINAL_FIELDS}
+#: the classes of Nomic's remote code (``nomic-ai/nomic-bert-2048``), which transformers' NomicBert classes port
+NOMIC_CLASSES = frozenset(
+    {
+        "configuration_hf_nomic_bert.NomicBertConfig",
+        *(
+            f"modeling_hf_nomic_bert.NomicBert{task}"
+            for task in ("Model", "ForPreTraining", "ForMaskedLM", "ForSequenceClassification")
+        ),
+        "modeling_hf_nomic_bert.NomicBertForTokenClassification",
+    }
+)
+
 NOMIC_BERT = Family(
     model_type="nomic_bert",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures={
         "NomicBertForMaskedLM": "masked_lm",
@@ -135,7 +151,10 @@ NOMIC_BERT = Family(
     description="NomicBERT: post-LN with RoPE, fused bias-free QKV, SwiGLU without biases, no pooler",
     tokenizer=BERT_TOKENIZER,  # transformers maps nomic_bert to BertTokenizer; chosen by model_type only
     # Nomic's original config.json (with its auto_map) is translated field by field, every switch checked
-    reads_remote_config=is_original,
+    remote_code=(
+        RemoteCode("nomic-ai/nomic-bert-2048", NOMIC_CLASSES, format=is_original),
+        RemoteCode(None, NOMIC_CLASSES, format=is_original),  # nomic-bert-2048 holds the code beside its weights
+    ),
 )
 
 

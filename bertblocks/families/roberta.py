@@ -14,7 +14,7 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import Family, TokenizerConvention
 from bertblocks.families.keymap import KeyMap, Rename
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
 
 #: RoBERTa's ``lm_head`` is BERT's ``cls.predictions`` under other names
 LM_HEAD_RULES = (
@@ -60,6 +60,7 @@ def roberta_like(model_type: str, class_prefix: str, description: str) -> Family
         model_type=model_type,
         config_from_hf=_from_hf,
         config_to_hf=_to_hf,
+        fields=BERT_FIELDS,
         key_map=KEY_MAP,
         architectures={
             f"{class_prefix}ForMaskedLM": "masked_lm_gelu",

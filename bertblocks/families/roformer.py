@@ -30,7 +30,8 @@ from bertblocks.core.component import Component
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
-from .bertlike import bert_fields_from_hf, bert_fields_to_hf, default
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf, default
+from .fields import HFField
 
 #: RoFormerConfig's defaults where they differ from BERT's (a config.json without the field means these)
 DEFAULTS: dict[str, Any] = {"vocab_size": 50000, "max_position_embeddings": 1536}
@@ -60,7 +61,7 @@ FIXED: dict[str, Any] = {
 def _from_hf(hf: Any) -> dict[str, Any]:
     src = {**DEFAULTS, **hf}
     embedding_size = src.pop("embedding_size", None)
-    rotary_value = bool(src.pop("rotary_value", False))
+    rotary_value = src.pop("rotary_value", False)  # a boolean: FIELDS declares it, the translator checks it
     unused = {k: src.pop(k) for k in ("classifier_dropout",) if k in src}  # RoFormerConfig has no such field
     data = bert_fields_from_hf(src)
     data["hf"].update(unused)
@@ -87,10 +88,14 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     return out
 
 
+#: RoFormerConfig's fields: BERT's, the embedding width and whether values rotate too
+FIELDS = {**BERT_FIELDS, "embedding_size": HFField(int, ge=1, nullable=True), "rotary_value": HFField(bool)}
+
 ROFORMER = Family(
     model_type="roformer",
     config_from_hf=_from_hf,
     config_to_hf=_to_hf,
+    fields=FIELDS,
     key_map=KEY_MAP,
     architectures={
         "RoFormerForMaskedLM": {"name": "masked_lm_gelu", "activation": "hidden_act"},

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ from ..config import DEFAULT_COMPONENTS, BertConfig, ConfigError, ConfigIssue, d
 from ..config.schema import json_value_problem
 from ..families.bertlike import BERT_FIELD_NAMES
 from ..families.family import Family
+from ..families.fields import UndeclaredFieldWarning, field_issues, undeclared
 from ..registry import Registry, validate_config
 from .families import get_family, known_families
 from .misspelt_keys import warn_misspelt_keys
@@ -58,7 +60,7 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> d
             an HF field (naming both), a field the family cannot represent, or a value that contradicts what the
             family requires (:attr:`Family.fixed`).
     """
-    problem = json_value_problem(dict(hf), finite=False)
+    problem = _depth_problem(hf) or json_value_problem(dict(hf), finite=False)
     if problem is not None:
         raise ConfigError([ConfigIssue("", problem)], _SOURCE)
     src = {k: v for k, v in hf.items() if k not in DROPPED}
@@ -75,7 +77,7 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> d
         )
     data = _translate(family, src)
     data["family"] = family.model_type  # a remote-code format's family, not the model_type it is published under
-    warn_misspelt_keys(data.get("hf") or {}, (*BERT_FIELD_NAMES, "architectures", BLOCK))
+    warn_misspelt_keys(data.get("hf") or {}, (*(family.fields or BERT_FIELD_NAMES), "architectures", BLOCK))
     issues = contradictions(family, src, data, ours)
     if issues:
         raise ConfigError(issues, _SOURCE)
@@ -138,11 +140,11 @@ def _claiming_family(family: Family, src: Mapping[str, Any], registry: Registry 
     """The family that reads ``src``: the ``model_type``'s own, unless the file names remote-code classes
     (``auto_map``) that another family translates and publishes under this ``model_type``
     (:attr:`Family.remote_model_types`: Jina-embeddings-v2 as ``bert``, v3 as ``xlm-roberta``)."""
-    if src.get("auto_map") is None or (family.reads_remote_config is not None and family.reads_remote_config(src)):
+    auto_map = src.get("auto_map")
+    if auto_map is None or family.reads_remote(src):
         return family
     for candidate in known_families(registry):
-        claims = candidate.reads_remote_config
-        if family.model_type in candidate.remote_model_types and claims is not None and claims(src):
+        if family.model_type in candidate.remote_model_types and candidate.reads_remote(src):
             return candidate
     return family
 
@@ -151,11 +153,12 @@ def _refuse_remote_code(family: Family, src: Mapping[str, Any]) -> None:
     """Refuse a config.json whose ``auto_map`` names remote-code classes the family does not translate.
 
     Such a file (Jina-embeddings-v2: ``model_type: bert`` with ALiBi and a gated MLP in its own classes) would
-    otherwise build the ``model_type``'s plain model, silently wrong for its weights. Nothing ``auto_map`` names
-    is ever imported.
+    otherwise build the ``model_type``'s plain model, silently wrong for its weights. What a family reads is its
+    declaration (:attr:`Family.remote_code`: repository and class together), the same check for every family.
+    Nothing ``auto_map`` names is ever imported.
     """
     auto_map = src.get("auto_map")
-    if auto_map is None or (family.reads_remote_config is not None and family.reads_remote_config(src)):
+    if auto_map is None or family.reads_remote(src):
         return
     if isinstance(auto_map, Mapping):
         # a tokenizer class changes no model (bertblocks reads tokenizer.json); config and model classes do
@@ -179,6 +182,24 @@ def _refuse_remote_code(family: Family, src: Mapping[str, Any]) -> None:
     )
 
 
+#: how deeply a config.json may nest (transformers' deepest, ModernBERT's per-layer rope parameters, is 3 levels)
+MAX_DEPTH = 64
+
+
+def _depth_problem(hf: Mapping[str, Any]) -> str | None:
+    """Why ``hf`` nests too deeply to be a config.json (an iterative walk: no recursion to run out of)."""
+    stack: list[tuple[Any, int]] = [(hf, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"nests deeper than {MAX_DEPTH} levels; no model's config.json does"
+        if isinstance(value, Mapping):
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend((item, depth + 1) for item in value)
+    return None
+
+
 def _translate(family: Family, src: Mapping[str, Any]) -> dict[str, Any]:
     """The family's translation of ``src`` (``bertblocks`` block and bookkeeping removed), with the head that
     ``architectures`` names."""
@@ -194,12 +215,27 @@ def _translate(family: Family, src: Mapping[str, Any]) -> dict[str, Any]:
     head = None
     if isinstance(architectures, list) and len(architectures) == 1:
         head = family.head_for(architectures[0])
+    # the family's declaration, checked before its code sees a value: "false" is no boolean, 1.5 no size
+    issues = field_issues(family.fields, src)
+    if issues:
+        raise ConfigError(issues, _SOURCE)
     try:
         data = family.config_from_hf(dict(src))  # it may read `architectures` (ELECTRA's generator sizes its head)
     except ValueError as e:
         if isinstance(e, ConfigError):
             raise
         raise ConfigError([ConfigIssue("", f"{family.model_type}: {e}")], _SOURCE) from None
+    read = undeclared(family.fields, src, (data.get("hf") or {}) if isinstance(data, Mapping) else ())
+    if read:
+        # a warning, not an error: the family (a plugin's, maybe) is at fault, not the file; the field fuzz test
+        # turns it into a failure for every registered family
+        warnings.warn(
+            f"the {family.model_type} family read config.json fields it does not declare ({', '.join(read)}): a "
+            "family declares every field it reads, with its type and range, in Family.fields, so that no value "
+            'reaches its code unchecked (docs/plugins/writing-a-plugin.md, "Writing a family")',
+            UndeclaredFieldWarning,
+            stacklevel=3,
+        )
     if head is not None and data.get("head") is None:
         data["head"] = head
     return data

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -13,9 +15,11 @@ from typing import Any
 import torch
 from pydantic import BaseModel
 from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._device import _device_constructors
 
 from bertblocks.config import BertConfig, ComponentSpec
-from bertblocks.config.limits import check_size
+from bertblocks.config.limits import LimitError, check_allocation, check_size, max_parameters
 from bertblocks.core.capabilities import attention_capabilities
 from bertblocks.core.component import Component
 from bertblocks.core.encoder import Encoder
@@ -59,6 +63,12 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
     """
     check_size(config)  # before anything is allocated: a config is data, but data that says how much memory
     reg = registry or get_registry()
+    measure_allocation(config, reg)  # ... and what the assembled model would hold, measured on the meta device
+    with allocation_guarded():
+        return _assemble(config, reg)
+
+
+def _assemble(config: BertConfig, reg: Registry) -> Assembled:
     dims = model_dims(config)
     position = _make_position(reg, config.position, "position", dims)
     embeddings = _make(
@@ -118,7 +128,10 @@ def _build_layer(
         position = _make_position(reg, position_spec, f"{where} position", dims or model_dims(config))
     backend = _make(reg, "backend", attention_spec.backend, AttentionBackend, f"{where} backend")
     head_dim = config.hidden_size // attention_spec.num_heads
-    _probe_backend(reg.get("backend", attention_spec.backend.name), backend, attention_spec.num_heads, head_dim, where)
+    if not getattr(_measuring, "active", False):  # the measure on the meta device has no values to judge
+        _probe_backend(
+            reg.get("backend", attention_spec.backend.name), backend, attention_spec.num_heads, head_dim, where
+        )
     if shared_bias is not None and attention_spec.num_heads != enc.attention.num_heads:
         raise BuildError(
             f"{where}: the {config.position.name!r} position scheme shares one bias over "
@@ -225,7 +238,13 @@ def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
     if config.head is None:
         raise BuildError("the config names no head (set head: masked_lm, sequence_classification, …)")
     reg = registry or get_registry()
-    component = reg.get("head", config.head.name)
+    measure_allocation(config, reg)  # the head is built before the backbone: the whole model is measured first
+    with allocation_guarded():
+        return _make_head(config, config.head, reg)
+
+
+def _make_head(config: BertConfig, spec: ComponentSpec, reg: Registry) -> Head:
+    component = reg.get("head", spec.name)
     activation = reg.get("activation", config.encoder.feedforward.activation)
     dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
     try:
@@ -238,15 +257,126 @@ def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
             classifier_dropout=dropout,
             tie_word_embeddings=config.tie_word_embeddings,
             is_decoder=config.is_decoder,
-            options=component.options.model_validate(config.head.options()),
+            options=component.options.model_validate(spec.options()),
         )
     except ValueError as e:  # a head refusing the config (e.g. QA with num_labels != 2)
-        raise BuildError(f"head {config.head.name!r} from {component.provider}: {e}") from None
+        raise BuildError(f"head {spec.name!r} from {component.provider}: {e}") from None
     if not isinstance(head, Head):
-        raise BuildError(
-            f"head {config.head.name!r} from {component.provider} returned {type(head).__name__}, not a Head"
-        )
+        raise BuildError(f"head {spec.name!r} from {component.provider} returned {type(head).__name__}, not a Head")
     return head
+
+
+_measuring = threading.local()
+
+
+def measure_allocation(config: BertConfig, registry: Registry | None = None) -> int:
+    """Build the model ``config`` describes on the ``meta`` device (shapes only: nothing allocated) and refuse it,
+    before anything real is built, when its parameters and buffers exceed the parameter limit.
+
+    The size comes from the model, not from a formula: every component counts with what it really registers, a
+    third party's included, and so do tables sized by buckets, kernels or positions (DeBERTa's relative table, a
+    convolution's kernel). Factories run under ``torch.device("meta")``, so a tensor made without an explicit
+    device (``torch.zeros(n)``, ``nn.Parameter(torch.empty(...))``) holds no memory while it is measured. The
+    result is remembered for the last config measured (a task model builds its head, then its backbone, without the
+    pooler its head does not use: that config is remembered with it).
+
+    Returns:
+        The number of elements the model would hold (parameters and buffers; a tied weight once).
+
+    Raises:
+        LimitError: the model would hold more than :func:`~bertblocks.config.limits.max_parameters`, naming the
+            size, its largest tensors and the environment variable that raises the limit.
+    """
+    if getattr(_measuring, "active", False):
+        return 0  # the meta build itself
+    key = config.model_dump_json()
+    memo: dict[str, tuple[int, int, list[tuple[str, torch.Tensor]]]] = getattr(_measuring, "last", {})
+    if key in memo:
+        check_allocation(*memo[key])  # the limit may have changed since (it is read at every check)
+        return memo[key][0]
+    reg = registry or get_registry()
+    _measuring.active = True
+    try:
+        with torch.device("meta"):
+            parts = build_components(config, reg)
+            modules: list[nn.Module] = [parts.embeddings, parts.encoder, parts.position]
+            modules += [parts.pooler] if parts.pooler is not None else []
+            if config.head is not None:
+                head = build_head(config, reg)
+                head.tie_weights(parts.embeddings.input_embeddings())  # a tied decoder is the embeddings' table
+                modules.append(head)
+                if not head.needs_pooler and parts.pooler is not None:
+                    modules.remove(parts.pooler)  # a task model builds its backbone without one (as transformers)
+    except (BuildError, NotImplementedError, RuntimeError) as e:
+        if not _needs_data(e):
+            raise
+        # a component that reads values back while it is built (``slopes.tolist()``) cannot be built on the meta
+        # device: the real build that follows is then guarded tensor by tensor instead (see AllocationGuard)
+        _measuring.last = {}
+        _measuring.guard = True
+        return 0
+    finally:
+        _measuring.active = False
+    tensors: dict[int, tuple[str, torch.Tensor]] = {}
+    for module in modules:
+        if not isinstance(module, nn.Module):
+            continue
+        for name, tensor in (*module.named_parameters(), *module.named_buffers()):
+            tensors.setdefault(id(tensor), (f"{type(module).__name__}.{name}", tensor))
+    elements = sum(t.numel() for _, t in tensors.values())
+    nbytes = sum(t.numel() * t.element_size() for _, t in tensors.values())
+    largest = sorted(tensors.values(), key=lambda item: item[1].numel(), reverse=True)[:3]
+    _measuring.last = {key: (elements, nbytes, largest)}
+    if config.head is not None and config.pooler is not None and parts.pooler not in modules:
+        # the backbone the task model builds next (without the pooler its head does not use) is measured already
+        _measuring.last[config.model_copy(update={"pooler": None}).model_dump_json()] = (elements, nbytes, largest)
+    check_allocation(elements, nbytes, largest)
+    return elements
+
+
+def _needs_data(error: BaseException) -> bool:
+    """Whether ``error`` (or what caused it) is a meta tensor's having no values to read."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if "meta" in str(seen) and isinstance(seen, NotImplementedError | RuntimeError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+class AllocationGuard(TorchFunctionMode):
+    """Inside, every tensor a factory function makes (``torch.empty``, ``zeros``, ``arange``, ``tensor`` …) is sized
+    on the meta device first and refused, before it is allocated, once the values made so far would pass the
+    parameter limit: the bound for a model whose components cannot be built on the meta device. It counts every
+    tensor made (temporaries too), so it errs on the side of refusing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements = 0
+        self.largest: list[tuple[str, torch.Tensor]] = []
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _device_constructors() and str(kwargs.get("device", "")) != "meta":
+            shape = func(*args, **{**kwargs, "device": "meta"})
+            self.elements += shape.numel()
+            self.largest = sorted([*self.largest, (func.__name__, shape)], key=lambda x: -x[1].numel())[:3]
+            limit = max_parameters()
+            if limit is not None and self.elements > limit:
+                check_allocation(self.elements, self.elements * shape.element_size(), self.largest)
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def allocation_guarded() -> Iterator[None]:
+    """Guard the build that follows a measure that could not be made on the meta device (see
+    :class:`AllocationGuard`); otherwise nothing."""
+    if not getattr(_measuring, "guard", False):
+        yield
+        return
+    _measuring.guard = False
+    with AllocationGuard():
+        yield
 
 
 def model_dims(config: BertConfig) -> ModelDims:
@@ -356,7 +486,7 @@ def _build_sub(reg: Registry, where: str, kind: str, spec: ComponentSpec, **kwar
 def _call(component: Component, expected: type, where: str, **kwargs: Any) -> Any:
     try:
         made = component.factory(**kwargs)
-    except BuildError:
+    except (BuildError, LimitError):  # a limit refuses the model, not the component (AllocationGuard)
         raise
     except Exception as e:
         # a plugin's bug (or a refusal) must say which layer, component and distribution it came from
