@@ -143,4 +143,8 @@ def test_a_missing_or_extra_tensor_is_named(folder: Path):
 
 def test_the_manifest_written_by_save_is_what_load_reads(saved: Path):
     manifest = json.loads((saved / MANIFEST_FILE).read_text())
+    from bertblocks.models.quantize import KERNELS, QuantizationManifest
+
+    assert manifest.pop("kernel") in KERNELS  # this machine's kernel, recorded (int_mm or fbgemm)
     assert manifest == {"class": "BertModel", "scheme": "int8-dynamic", "skip": []}
+    QuantizationManifest.model_validate({**manifest, "kernel": "fbgemm"})  # the declaration takes what save writes
