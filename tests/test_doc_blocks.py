@@ -164,6 +164,9 @@ def test_doc_block_runs(
         return
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     env["HF_HUB_OFFLINE"] = "1"
+    # a reader's environment: installed plugins load (the conftest turns autoload off for in-process tests);
+    # the contributor install has the example plugin, which the ablation how-to's alibi study uses
+    env.pop("BERTBLOCKS_DISABLE_PLUGIN_AUTOLOAD", None)
     for line, expected in shell_lines(block.body):
         program = shlex.split(line, comments=True)[0]
         assert program in PROGRAMS, (
