@@ -434,7 +434,7 @@ def test_malformed_json_names_the_line(tmp_path: Path):
     path = tmp_path / "config.json"
     path.write_text('{"model_type": "bert",\n "vocab_size": }\n')
     (message,) = _messages(_error(path))
-    assert message.startswith("line 2: malformed JSON")
+    assert message.startswith("line 2: not JSON (")
 
 
 def test_top_level_must_be_a_mapping(tmp_path: Path):
@@ -578,13 +578,15 @@ def test_a_bertblocks_key_that_is_not_a_mapping_is_refused_at_load(block):
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"hidden_size": True}, "hidden_size: Input should be a valid integer, got True (a bool)"),
-        ({"num_attention_heads": True}, "encoder.attention.num_heads: Input should be a valid integer, got True"),
-        ({"num_hidden_layers": 2.0}, "encoder.num_layers: Input should be a valid integer, got 2.0 (a float)"),
-        ({"vocab_size": "99"}, "vocab_size: Input should be a valid integer, got '99' (a str)"),
-        ({"is_decoder": 1}, "is_decoder: Input should be a valid boolean, got 1 (a int)"),
-        ({"layer_norm_eps": "1e-12"}, "layer_norm_eps: Input should be a valid number, got '1e-12' (a str)"),
-        ({"hidden_dropout_prob": False}, "hidden_dropout_prob: Input should be a valid number, got False (a bool)"),
+        # checked against BERT's declared config.json fields (bertblocks.families.bertlike.BERT_FIELDS), located at
+        # the file's own key, before the family translates the file
+        ({"hidden_size": True}, "hidden_size: hidden_size=True is not supported: it must be an integer ≥ 1"),
+        ({"num_attention_heads": True}, "num_attention_heads: num_attention_heads=True is not supported: it must"),
+        ({"num_hidden_layers": 2.0}, "num_hidden_layers: num_hidden_layers=2.0 is not supported: it must be"),
+        ({"vocab_size": "99"}, "vocab_size: vocab_size='99' is not supported: it must be an integer ≥ 1, got the str"),
+        ({"is_decoder": 1}, "is_decoder: is_decoder=1 is not supported: it must be a boolean (true or false), got the"),
+        ({"layer_norm_eps": "1e-12"}, "layer_norm_eps: layer_norm_eps='1e-12' is not supported: it must be a"),
+        ({"hidden_dropout_prob": False}, "hidden_dropout_prob: hidden_dropout_prob=False is not supported: it must be"),
     ],
 )
 def test_config_json_types_are_strict(change, expected):

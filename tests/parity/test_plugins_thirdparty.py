@@ -85,7 +85,7 @@ def test_a_wrong_option_gets_the_same_error_as_a_builtins(registry):
     with pytest.raises(bertblocks.config.ConfigError) as ours:
         bertblocks.load_config(plugin, registry=registry)
     assert [str(i) for i in theirs.value.issues] == [
-        "encoder.attention.backend.windw: unknown field; allowed fields: name"
+        "encoder.attention.backend.windw: unknown field; allowed fields: name, varlen_kernel"
     ]
     assert [str(i) for i in ours.value.issues] == [
         "position.max_bais: unknown field; allowed fields: max_bias, name, slopes (did you mean 'max_bias'?)",
