@@ -105,9 +105,10 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 def causal_lm_head(family: str, registry: Registry | None = None) -> dict[str, Any]:
     """The head spec of ``family``'s causal-LM class (``RobertaForCausalLM`` → ``causal_lm_gelu``); BERT's
     ``causal_lm`` for a family that has none."""
-    for architecture in get_family(family, registry, source=None).architectures:
+    known = get_family(family, registry, source=None)
+    for architecture in known.architectures:
         if architecture.endswith(("ForCausalLM", "LMHeadModel")):
-            spec = get_family(family, registry, source=None).head_for(architecture)
+            spec = known.head_for(architecture)
             if spec is not None:
                 return spec
     return {"name": "causal_lm"}
