@@ -85,15 +85,15 @@ ALLOWED: dict[tuple[str, str], str] = {
     # abstract methods: a subclass that forgets one is a bug in that subclass, never an input
     ("bertblocks.models.pretrained", "NotImplementedError"): "abstract method of the task-model base",
     # torch's own protocol inside a fake (meta) kernel: torch.compile catches this very type
-    (
-        "bertblocks.core.packing",
-        "torch._subclasses.fake_tensor.DynamicOutputShapeException(torch.ops.bertblocks.real_token_index.default)",
-    ): "torch's signal for a data-dependent shape",
+    ("bertblocks.torch_internals", "torch._subclasses.fake_tensor.DynamicOutputShapeException(op)"): (
+        "torch's signal for a data-dependent shape"
+    ),
     # asserts that narrow an Optional for the type checker after the value was checked or set a few lines up
     # (python -O strips them, so none may stand for a check of an input)
     ("bertblocks.config.schema", "self.id2label is not None"): "set by the validator above",
     ("bertblocks.sentence", "embeddings is not None"): "the loop above ran at least once (texts checked)",
     ("bertblocks.models.surface", "isinstance(self, nn.Module)"): "a mixin of nn.Module classes only",
+    ("bertblocks.models.encoder_decoder", "decoder_cfg.head is not None"): "decoder_config sets a causal-LM head",
     ("bertblocks.ablation.study", "self.kind is not None"): "filled in by the validator above",
     ("bertblocks.ablation.runner", "study.spec.train is not None"): "called only for studies that train",
     ("bertblocks.ablation.data", "corpus.path is not None"): "kind: file has a path (validated)",

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import save_file
 
 import bertblocks
-from bertblocks.hf.key_maps import BERT_KEY_MAP, KeyMap, SuffixRenames
+from bertblocks.families.keymap import BERT_KEY_MAP, KeyMap, SuffixRenames
 from bertblocks.hf.weights import CheckpointError, read_state_dict
 from bertblocks.models.encoder_decoder import BertEncoderDecoder
 from bertblocks.models.pretrained import PretrainedModel, map_checkpoint_keys

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .. import torch_internals
+
 
 @dataclass(frozen=True)
 class Packing:
@@ -95,16 +97,13 @@ def _real_token_index(real: torch.Tensor) -> torch.Tensor:
 @_real_token_index.register_fake
 def _real_token_index_fake(real: torch.Tensor) -> torch.Tensor:
     # A fake kernel that asks for a data-dependent size through the public `ctx.new_dynamic_size()` is refused
-    # unless the *process-wide* `torch._dynamo.config.capture_dynamic_output_shape_ops` is on (or the call uses
+    # unless the *process-wide* `capture_dynamic_output_shape_ops` compiler flag is on (or the call uses
     # fullgraph=True): dynamo would then break the graph at `nonzero` and run the model padded. The size made
-    # here directly in the compiler's shape environment (as torch's own device-mesh op does) is the same
-    # unbacked symbol `nonzero` gets under that flag, without anyone having to set it.
-    from torch._library.fake_impl import allocate_size
-
-    shape_env = torch.library.get_ctx()._shape_env
-    if shape_env is None:  # a fake mode without symbolic shapes cannot hold a data-dependent size
-        raise torch._subclasses.fake_tensor.DynamicOutputShapeException(torch.ops.bertblocks.real_token_index.default)
-    return real.new_empty((allocate_size(shape_env, 1),), dtype=torch.int64)
+    # directly in the compiler's shape environment (as torch's own device-mesh op does) is the same unbacked
+    # symbol `nonzero` gets under that flag, without anyone having to set it (a torch internal: see
+    # bertblocks.torch_internals, whose fallback is the public call and so the graph break).
+    size = torch_internals.dynamic_output_size(torch.ops.bertblocks.real_token_index.default)
+    return real.new_empty((size,), dtype=torch.int64)
 
 
 def real_token_index(real: torch.Tensor) -> torch.Tensor:

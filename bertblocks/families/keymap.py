@@ -25,11 +25,19 @@ Rules (the first rule whose pattern matches a key applies; keys no rule matches 
 
 Any rule may be restricted to some heads (``heads=(...)``, head names): DistilBERT's sequence
 classifier stores ``pre_classifier`` + ``classifier`` where its token classifier stores ``classifier`` alone.
+
+:class:`KeyMap` is also the one type the load and save path (:mod:`bertblocks.models.pretrained`) holds: whatever
+translates a whole state dict both ways (``to_model(state)``, ``to_checkpoint(state)``) *is* a key map
+(``isinstance`` checks the two methods), so a family's declarative map, BERT's (:data:`BERT_KEY_MAP`), a map
+bound to a model (:class:`bertblocks.hf.families.FamilyKeyMap`) and the encoder-decoder's map of its two sides are
+all key maps (``KeyMap`` instances), and none is a second protocol. Legacy spellings of old Google conversions
+(``LayerNorm.gamma``/``beta``) read as today's ``weight``/``bias`` in every map, on load.
 """
 
 from __future__ import annotations
 
 import re
+from abc import ABC
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -157,8 +165,12 @@ Rule = Rename | Split | Join | Shared | Drop | AbsentBias
 
 
 @dataclass(frozen=True)
-class KeyMap:
-    """A family's checkpoint layout relative to bertblocks' keys.
+class KeyMap(ABC):
+    """A family's checkpoint layout relative to bertblocks' keys, and the type of every key map.
+
+    Any class with ``to_model(state)`` and ``to_checkpoint(state)`` (whole state dicts in, whole state dicts out:
+    a map may split, join or drop tensors, not only rename) counts as a ``KeyMap`` for ``isinstance``; this class
+    is the declarative one, whose two methods apply its rules.
 
     Attributes:
         prefix: the family's backbone prefix in task checkpoints (RoBERTa's is roberta); keys under it that no rule
@@ -173,6 +185,27 @@ class KeyMap:
     rules: tuple[Rule, ...] = ()
     model_prefix: str = BACKBONE_PREFIX
     head_prefixes: tuple[str, ...] = ()
+
+    @classmethod
+    def __subclasshook__(cls, other: type) -> bool:
+        # structural, as collections.abc's: a map bound to a model need not be built from rules
+        if cls is KeyMap and all(callable(getattr(other, name, None)) for name in ("to_model", "to_checkpoint")):
+            return True
+        return NotImplemented
+
+    def to_model(
+        self,
+        state: Mapping[str, torch.Tensor],
+        *,
+        head: str | None = None,
+        shapes: Mapping[str, Iterable[int]] | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Checkpoint keys → bertblocks' keys (:func:`to_model`)."""
+        return to_model(state, self, head=head, shapes=shapes)
+
+    def to_checkpoint(self, state: Mapping[str, torch.Tensor], *, head: str | None = None) -> dict[str, torch.Tensor]:
+        """bertblocks' keys → the checkpoint's (:func:`to_checkpoint`)."""
+        return to_checkpoint(state, self, head=head)
 
     def rules_for(self, head: str | None) -> list[Rule]:
         """The rules that apply to a model with ``head`` (``None``: a backbone), then the prefix rule."""
@@ -233,6 +266,14 @@ class _Pattern:
             raise KeyMapError(f"pattern {self.text!r} uses placeholder {{{e.args[0]}}} the other side lacks") from None
 
 
+def _renamed(key: str, suffixes: Mapping[str, str]) -> str:
+    """``key`` with the first of ``suffixes`` it ends with replaced (unchanged when none)."""
+    for old, new in suffixes.items():
+        if key.endswith(old):
+            return key[: -len(old)] + new
+    return key
+
+
 def _starts(key: str, prefix: str) -> bool:
     return key == prefix or key.startswith(prefix + ".")
 
@@ -265,6 +306,7 @@ def to_model(
         KeyMapError: a fused tensor whose size is not the sum of its parts (naming key and expected shape),
             or a shared tensor with no model shapes to fan out to.
     """
+    state = {_renamed(key, LEGACY_SUFFIXES): tensor for key, tensor in state.items()}  # see PARITY.md §2.3
     rules = key_map.rules_for(head)
     compiled = [(rule, _compile(rule)) for rule in rules]
     out: dict[str, torch.Tensor] = {}
@@ -475,3 +517,42 @@ def _differ(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.is_meta or b.is_meta:
         return a.shape != b.shape
     return not torch.equal(a, b)
+
+
+# ------------------------------------------------------------------------------------ suffix-only layouts
+@dataclass(frozen=True)
+class SuffixRenames(KeyMap):
+    """A layout that differs from bertblocks' keys by key suffixes only: ``load`` applies when reading, ``save``
+    when writing (empty: keys kept); the rules and the prefix of a :class:`KeyMap` apply after ``load``.
+
+    Attributes:
+        load: checkpoint suffix → model suffix (``"ffn_out.weight"`` → ``"output.dense.weight"``).
+        save: model suffix → checkpoint suffix.
+
+    Example:
+        >>> sorted(SuffixRenames(load={"ffn_out.weight": "output.dense.weight"}).to_model({"x.ffn_out.weight": t}))
+        ['x.output.dense.weight']
+    """
+
+    prefix: str = BACKBONE_PREFIX
+    load: Mapping[str, str] = field(default_factory=dict)
+    save: Mapping[str, str] = field(default_factory=dict)
+
+    def to_model(
+        self,
+        state: Mapping[str, torch.Tensor],
+        *,
+        head: str | None = None,
+        shapes: Mapping[str, Iterable[int]] | None = None,
+    ) -> dict[str, torch.Tensor]:
+        renamed = {_renamed(key, self.load): tensor for key, tensor in state.items()}
+        return super().to_model(renamed, head=head, shapes=shapes)
+
+    def to_checkpoint(self, state: Mapping[str, torch.Tensor], *, head: str | None = None) -> dict[str, torch.Tensor]:
+        stored = super().to_checkpoint(state, head=head)
+        return {_renamed(key, self.save): tensor for key, tensor in stored.items()}
+
+
+#: BERT's layout: the model's keys are the checkpoint's (legacy LayerNorm spellings read as today's, as in every
+#: map); the key map of a model class that names no family (``PretrainedModel.checkpoint_key_map``'s default)
+BERT_KEY_MAP = KeyMap(prefix=BACKBONE_PREFIX, head_prefixes=("cls.", "classifier.", "qa_outputs."))

@@ -16,7 +16,7 @@ import torch
 from ..config import BertConfig, ConfigError, ConfigIssue
 from ..errors import InputTypeError
 from ..families.family import Family
-from ..families.keymap import BACKBONE_PREFIX, LEGACY_SUFFIXES, KeyMapError, to_checkpoint, to_model
+from ..families.keymap import BACKBONE_PREFIX, KeyMapError, to_checkpoint, to_model
 from ..registry import Registry, UnknownComponentError, get_registry
 from .weights import CheckpointError
 
@@ -83,12 +83,8 @@ def checkpoint_to_model(
             state = family.prepare_checkpoint(state, config)
         except KeyMapError as e:
             raise CheckpointError(f"{family.model_type} checkpoint: {e}") from None
-    renamed: dict[str, torch.Tensor] = {}
-    for key, tensor in state.items():
-        for old, new in LEGACY_SUFFIXES.items():  # old Google conversions (see PARITY.md §2.3)
-            if key.endswith(old):
-                key = key[: -len(old)] + new
-        renamed[key] = tensor
+    # old Google conversions' LayerNorm.gamma/beta: renamed by the key map itself (to_model), in every family
+    renamed = dict(state)
     prefix = key_map.prefix + "."
     if renamed and not any(k.startswith(prefix) for k in renamed):
         # a backbone-only checkpoint (RobertaModel.save_pretrained writes no `roberta.`)
@@ -141,7 +137,9 @@ def known_families(registry: Registry | None = None) -> list[Family]:
 
 
 class FamilyKeyMap:
-    """A model's family key map at the loading path's plug point (``PretrainedModel.checkpoint_key_map``).
+    """A model's family key map bound to the model, at the loading path's plug point
+    (``PretrainedModel.checkpoint_key_map``): a :class:`~bertblocks.families.keymap.KeyMap` (by its two methods)
+    that applies the family's rules (``config.family``) with the model's head and shapes.
 
     It knows the model (its shapes size fused parts and expand shared layers), its config (family and head)
     and whether it is a bare backbone, so that the loading path's base-model prefix step finds bertblocks' own

@@ -4,13 +4,14 @@
 default ``dynamic=None`` then makes that size symbolic: a second graph). Training and evaluation loops pad each
 batch to its longest row, so every batch has a new length. :class:`CompileEntry`, a base of every bertblocks model
 class, marks the batch and length dimensions of the call's tensor arguments dynamic
-(:func:`torch._dynamo.maybe_mark_dynamic`) *before* the compiler sees them, when, and only when, the call is the
+(``maybe_mark_dynamic``) *before* the compiler sees them, when, and only when, the call is the
 entry of a compiled model:
 
 - ``torch.compile(model)`` (an ``OptimizedModule``; transformers' ``Trainer(torch_compile=True)`` compiles this
   way): the compiler is asked to skip the frame of :meth:`CompileEntry.__call__` itself (a per-code-object
-  setting, the one ``torch._dynamo.skip`` makes, without the flag that would make the function a graph break when
-  it is *inlined*), so the marks are made eagerly and the compiler starts at ``nn.Module.__call__`` below;
+  setting, the one dynamo's ``skip`` makes, without the flag that would make the function a graph break when
+  it is *inlined*; :func:`bertblocks.torch_internals.run_frame_uncompiled`), so the marks are made eagerly and
+  the compiler starts at ``nn.Module.__call__`` below;
 - ``model.compile()``: ``nn.Module.__call__`` calls the compiled ``_call_impl``, so this method runs eagerly
   anyway.
 
@@ -21,16 +22,19 @@ graph needs static, such as a size of 1, stays static) and go again when it retu
 as they came (a tensor the caller marked itself is left alone).
 
 Packing inside the graph needs no setting either: see :func:`bertblocks.core.packing.real_token_index`.
+
+The torch internals this needs live in :mod:`bertblocks.torch_internals`, behind its version gate: on a torch
+where one is missing, the call is a plain module's (correct; a second sequence length compiles a second graph).
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import Any
 
 import torch
 from torch import nn
+
+from .. import torch_internals
 
 #: how many leading dimensions of each tensor argument are marked dynamic: batch and sequence length
 DYNAMIC_DIMS = 2
@@ -41,17 +45,16 @@ class CompileEntry(nn.Module):
     graph (see the module)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # Everything is inline: the compiler skips this frame but compiles the frames it calls, so a function of
-        # ours called from here would be compiled (and fail on maybe_mark_dynamic); torch's own it leaves alone.
-        # is_compiling() is a constant True while the compiler traces this call from a wrapper's graph: the branch
-        # is then gone, and nothing here is a graph break.
-        dynamo = sys.modules.get("torch._dynamo")  # not loaded: nothing was compiled in this process
+        # The compiler skips this frame but compiles the frames it calls: what runs here is torch's (which it leaves
+        # alone) or bertblocks.torch_internals (skipped the same way, below). is_compiling() is a constant True while
+        # the compiler traces this call from a wrapper's graph: the branch is then gone, and nothing here is a graph
+        # break. Where the internals are missing (another torch), in_optimized_module() is False and
+        # module_compiled_call() too: the call is a plain module's, and the compiler makes a second length dynamic.
         if (
-            dynamo is None
-            or torch.compiler.is_compiling()
+            torch.compiler.is_compiling()
             # neither torch.compile(model)'s wrapper is calling nor model.compile() (or optimize_for_inference) set
             # the call: an eager call
-            or not (dynamo.eval_frame._is_in_optimized_module() or self._compiled_call_impl is not None)
+            or not (torch_internals.in_optimized_module() or torch_internals.module_compiled_call(self))
         ):
             return super().__call__(*args, **kwargs)
         # the caller's tensors, unless the caller marked them: the marks go again after the call, so that the
@@ -60,29 +63,18 @@ class CompileEntry(nn.Module):
         # (plain loops: a comprehension is a frame of its own before Python 3.12, which the compiler would compile)
         marked: list[torch.Tensor] = []
         for value in (*args, *kwargs.values()):
-            if isinstance(value, torch.Tensor) and value.ndim and not hasattr(value, "_has_dynamo_dim_marking"):
-                dynamo.maybe_mark_dynamic(value, list(range(min(value.ndim, DYNAMIC_DIMS))))
+            if isinstance(value, torch.Tensor) and value.ndim and not torch_internals.is_marked(value):
+                torch_internals.mark_dynamic(value, list(range(min(value.ndim, DYNAMIC_DIMS))))
                 marked.append(value)  # once: a tensor given twice is marked the first time
         try:
             return super().__call__(*args, **kwargs)
         finally:
             for value in marked:
-                del value._dynamo_weak_dynamic_indices, value._has_dynamo_dim_marking
+                torch_internals.unmark_dynamic(value)
 
 
-def run_frame_uncompiled(code: types.CodeType) -> None:
-    """Have the compiler run the frames of ``code`` as plain Python, and compile the frames they call as usual (so
-    a compiled model's graph starts below them). A code object's strategy, read by the compiler's frame hook
-    only: a call *inlined* while tracing a wrapper is traced as any other. Without this hook (another torch),
-    the compiler starts at the function itself: for :meth:`CompileEntry.__call__`, nothing is marked and a
-    second length recompiles once, as for any module."""
-    frames = getattr(torch._C._dynamo, "eval_frame", None)
-    setter = getattr(frames, "set_code_exec_strategy", None)
-    if setter is None:  # pragma: no cover - torch without the frame strategies
-        return
-    setter(code, frames._FrameExecStrategy(frames._FrameAction.SKIP, frames._FrameAction.DEFAULT))
+# the compiler runs CompileEntry.__call__ and the helpers it calls eagerly (their marks must be made before the
+# compiler sees the inputs), and compiles the frames below as usual
+torch_internals.run_frame_uncompiled(CompileEntry.__call__.__code__)
 
-
-run_frame_uncompiled(CompileEntry.__call__.__code__)
-
-__all__ = ["DYNAMIC_DIMS", "CompileEntry", "run_frame_uncompiled"]
+__all__ = ["DYNAMIC_DIMS", "CompileEntry"]

@@ -1,8 +1,11 @@
-"""A BERT encoder feeding a BERT decoder with cross-attention (BERT2BERT), built from one config.
+"""An encoder feeding a decoder with cross-attention (BERT2BERT, RoBERTa2RoBERTa, …), built from one config.
 
-Module names and the checkpoint layout are those of transformers' ``EncoderDecoderModel`` (``encoder.*``,
-``decoder.bert.*``, ``decoder.cls.*``, ``enc_to_dec_proj`` when the widths differ, and a ``config.json`` with
-``model_type: encoder-decoder`` holding both configs), so checkpoints move between the two unchanged.
+Module names and the checkpoint layout are those of transformers' ``EncoderDecoderModel``: ``encoder.*`` (a bare
+backbone), ``decoder.*`` (a causal-LM task model), ``enc_to_dec_proj`` when the widths differ, and a
+``config.json`` with ``model_type: encoder-decoder`` holding both configs. Each side goes through its own family
+(``config.family``): its key map (``decoder.roberta.*``, ``decoder.lm_head.*`` for RoBERTa; ``decoder.bert.*``,
+``decoder.cls.*`` for BERT), its causal-LM head and its class names (``RobertaModel``, ``RobertaForCausalLM``), so
+checkpoints move between the two unchanged.
 
 Example config (YAML)::
 
@@ -29,14 +32,16 @@ from ..config_files import apply_overrides, load_config
 from ..core.encoder import EncoderModel
 from ..core.outputs import ModelOutput
 from ..errors import InputError, MissingFileError, UnsupportedError
+from ..families.keymap import BACKBONE_PREFIX, KeyMap
 from ..hf.config_json import config_to_hf
+from ..hf.families import get_family
 from ..readers import read_json, read_yaml
-from ..registry import Registry
+from ..registry import Registry, get_registry, validate_config
 from .backbone import BertModel
 from .generation import generate
-from .pretrained import PretrainedModel
+from .pretrained import PretrainedModel, map_checkpoint_keys
 from .surface import PretrainedSurface
-from .task_models import BertLMHeadModel
+from .task_models import BertTaskModel, task_model_class
 
 
 class EncoderDecoderConfig(FlatConfigView, BaseModel):
@@ -59,11 +64,10 @@ class EncoderDecoderConfig(FlatConfigView, BaseModel):
     pad_token_id: int = Field(0, description="replaces -100 in labels shifted into decoder inputs")
 
     def to_dict(self) -> dict[str, Any]:
-        """transformers' ``EncoderDecoderModel`` ``config.json``: both BERT configs in HF's flat form."""
+        """transformers' ``EncoderDecoderModel`` ``config.json``: both configs in HF's flat form, each written by
+        its family (``RobertaModel`` + ``RobertaForCausalLM`` for RoBERTa)."""
         encoder = config_to_hf(load_config(self.encoder).model_copy(update={"head": None}))
-        decoder = config_to_hf(load_config({**self.decoder, "is_decoder": True, "add_cross_attention": True}))
-        if decoder.get("architectures") == ["BertModel"]:
-            decoder["architectures"] = ["BertLMHeadModel"]
+        decoder = config_to_hf(decoder_config(self.decoder))
         return {
             "model_type": "encoder-decoder",
             "architectures": ["EncoderDecoderModel"],
@@ -99,13 +103,77 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def causal_lm_head(family: str, registry: Registry | None = None) -> dict[str, Any]:
+    """The head spec of ``family``'s causal-LM class (``RobertaForCausalLM`` → ``causal_lm_gelu``); BERT's
+    ``causal_lm`` for a family that has none."""
+    known = get_family(family, registry, source=None)
+    for architecture in known.architectures:
+        if architecture.endswith(("ForCausalLM", "LMHeadModel")):
+            spec = known.head_for(architecture)
+            if spec is not None:
+                return spec
+    return {"name": "causal_lm"}
+
+
+def decoder_config(
+    decoder: Mapping[str, Any], overrides: Sequence[str] | Mapping[str, Any] = (), registry: Registry | None = None
+) -> BertConfig:
+    """The decoder side's config: ``is_decoder`` and ``add_cross_attention`` on, and a causal-LM head (its
+    family's, unless the config already names a causal-LM head)."""
+    reg = registry or get_registry()
+    cfg = load_config({**decoder, "is_decoder": True, "add_cross_attention": True}, overrides, registry=reg)
+    if cfg.head is not None and cfg.head.name.startswith("causal_lm"):
+        return cfg
+    return validate_config({**cfg.model_dump(), "head": causal_lm_head(cfg.family, reg)}, reg)
+
+
+@dataclass(frozen=True)
+class _SidesKeyMap:
+    """The encoder-decoder's key map: ``encoder.*`` through the encoder's map, ``decoder.*`` through the
+    decoder's (each its family's), anything else (``enc_to_dec_proj``) as is."""
+
+    sides: Mapping[str, PretrainedModel]
+
+    def to_model(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for side, part in self._split(state).items():
+            if side is None:
+                out.update(part)
+                continue
+            model = self.sides[side]
+            prefix, model_has_prefix = model.checkpoint_prefix()
+            mapped = map_checkpoint_keys(
+                part, model.checkpoint_key_map(), prefix=prefix, model_has_prefix=model_has_prefix
+            )
+            out.update({side + key: tensor for key, tensor in mapped.items()})
+        return out
+
+    def to_checkpoint(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for side, part in self._split(state).items():
+            if side is None:
+                out.update(part)
+                continue
+            stored = self.sides[side].checkpoint_key_map().to_checkpoint(part)
+            out.update({side + key: tensor for key, tensor in stored.items()})
+        return out
+
+    def _split(self, state: Mapping[str, torch.Tensor]) -> dict[str | None, dict[str, torch.Tensor]]:
+        parts: dict[str | None, dict[str, torch.Tensor]] = {}
+        for key, tensor in state.items():
+            side = next((s for s in self.sides if key.startswith(s)), None)
+            parts.setdefault(side, {})[key[len(side) :] if side else key] = tensor
+        return parts
+
+
 class BertEncoderDecoder(PretrainedSurface, PretrainedModel):
-    """BERT2BERT: ``encoder`` (a :class:`BertModel`) and ``decoder`` (a :class:`BertLMHeadModel`)."""
+    """An encoder-decoder: ``encoder`` (a :class:`BertModel`) and ``decoder`` (a causal-LM task model:
+    :class:`~bertblocks.models.task_models.BertLMHeadModel` for BERT, the family's causal-LM head otherwise)."""
 
     #: its config is the pair's, not a BERT config: ``from_pretrained`` takes no config fields as keywords
     takes_config_keywords = False
 
-    def __init__(self, config: EncoderDecoderConfig, encoder: BertModel, decoder: BertLMHeadModel) -> None:
+    def __init__(self, config: EncoderDecoderConfig, encoder: BertModel, decoder: BertTaskModel) -> None:
         super().__init__()
         self.config = config
         self.encoder = encoder
@@ -138,17 +206,16 @@ class BertEncoderDecoder(PretrainedSurface, PretrainedModel):
         sides, top = _split_overrides(overrides)
         cfg = _read_config(config, top)
         encoder_cfg = load_config(cfg.encoder, sides["encoder"], registry=registry)
-        decoder_cfg = load_config(
-            {**cfg.decoder, "is_decoder": True, "add_cross_attention": True}, sides["decoder"], registry=registry
-        )
+        decoder_cfg = decoder_config(cfg.decoder, sides["decoder"], registry)
         encoder = BertModel._from_config(encoder_cfg, registry=registry)
-        decoder = BertLMHeadModel._from_config(decoder_cfg, registry=registry)
+        assert decoder_cfg.head is not None  # decoder_config always sets a causal-LM head
+        decoder = task_model_class(decoder_cfg.head.name)._from_config(decoder_cfg, registry=registry)
         return cls(cfg, encoder, decoder)
 
     # ---------------------------------------------------------------------------------------- checkpoints
     # Loading and saving: PretrainedModel.from_pretrained / load_checkpoint / save_pretrained (hub ids, the meta
     # device and the same report as every other model class). Checkpoints of transformers' EncoderDecoderModel
-    # (BERT both sides) load unchanged; what save_pretrained writes loads there unchanged.
+    # load unchanged, each side through its family's key map; what save_pretrained writes loads there unchanged.
     @classmethod
     def backend_overrides(
         cls, overrides: Sequence[str] | Mapping[str, Any], attn_implementation: str | None
@@ -162,15 +229,21 @@ class BertEncoderDecoder(PretrainedSurface, PretrainedModel):
         return [*overrides, *(f"{key}={value}" for key, value in both.items())]
 
     def checkpoint_backbones(self) -> dict[str, EncoderModel]:
-        return {"encoder.": self.encoder, "decoder.bert.": self.decoder.bert}
+        # the model's own keys (after the key map): bertblocks keeps a task model's backbone under `bert.`
+        return {"encoder.": self.encoder, f"decoder.{BACKBONE_PREFIX}.": self.decoder.bert}
+
+    def checkpoint_key_map(self) -> KeyMap:
+        """Each side's family key map under its prefix (``encoder.``, ``decoder.``)."""
+        return _SidesKeyMap({"encoder.": self.encoder, "decoder.": self.decoder})
 
     def checkpoint_config(self) -> dict[str, Any]:
-        """What transformers' ``EncoderDecoderModel.from_pretrained`` reads."""
+        """What transformers' ``EncoderDecoderModel.from_pretrained`` reads: each side's ``config.json`` as its
+        family writes it (``RobertaModel`` + ``RobertaForCausalLM``, ``BertModel`` + ``BertLMHeadModel``)."""
         return {
             "model_type": "encoder-decoder",
             "architectures": ["EncoderDecoderModel"],
             "is_encoder_decoder": True,
-            "encoder": self.encoder.checkpoint_config() | {"architectures": ["BertModel"]},
+            "encoder": self.encoder.checkpoint_config(),
             "decoder": self.decoder.checkpoint_config(),
             "decoder_start_token_id": self.config.decoder_start_token_id,
             "pad_token_id": self.config.pad_token_id,

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from ..torch_internals import compiled_call, set_compiled_call
 
 M = TypeVar("M", bound=nn.Module)
 
@@ -105,19 +106,19 @@ def optimize_for_inference(
     model.eval()
     compiled = torch.compile(model._call_impl, mode=mode, dynamic=dynamic, fullgraph=fullgraph)
     # nn.Module.compile's own slot: __call__ goes through it, so hooks and module names are untouched.
-    model._compiled_call_impl = FastCall(compiled, freeze, weight_prepack)
+    set_compiled_call(model, FastCall(compiled, freeze, weight_prepack))
     return model
 
 
 def restore_eager(model: M) -> M:
     """Undo :func:`optimize_for_inference`: ``model`` runs eagerly again (still in ``eval()`` mode)."""
-    model._compiled_call_impl = None
+    set_compiled_call(model, None)
     return model
 
 
 def is_optimized(model: nn.Module) -> bool:
     """Whether :func:`optimize_for_inference` compiled ``model``."""
-    return isinstance(getattr(model, "_compiled_call_impl", None), FastCall)
+    return isinstance(compiled_call(model), FastCall)
 
 
 __all__ = ["FastCall", "is_optimized", "optimize_for_inference", "restore_eager"]

@@ -17,25 +17,18 @@ from torch import nn
 from ..core.encoder import init_module
 from ..errors import InputTypeError
 from ..hf.weights import tied_parameters
-
-_META = torch.device("meta")
+from ..torch_internals import parameters_on_meta
 
 
 @contextmanager
 def deferred_init() -> Iterator[None]:
-    """Inside, every parameter a module registers lands on the ``meta`` device (buffers stay real)."""
-    original = nn.Module.register_parameter
+    """Inside, every parameter a module registers lands on the ``meta`` device (buffers stay real).
 
-    def register(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
-        original(module, name, param)
-        if param is not None and not param.is_meta:
-            module._parameters[name] = nn.Parameter(param.to(_META), requires_grad=param.requires_grad)
-
-    nn.Module.register_parameter = register  # type: ignore[method-assign]
-    try:
+    The swap of ``nn.Module.register_parameter`` this takes is process-wide, so it lives with torch's other
+    internals, under a lock: :func:`bertblocks.torch_internals.parameters_on_meta`.
+    """
+    with parameters_on_meta():
         yield
-    finally:
-        nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
 def load_into(model: nn.Module, tensors: Mapping[str, torch.Tensor], dtype: torch.dtype | None = None) -> None:

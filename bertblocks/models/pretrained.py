@@ -6,7 +6,7 @@ Loading (:meth:`PretrainedModel.from_pretrained`), in order:
 2. **config** — the class's ``_from_config`` reads the directory's ``config.json`` (overrides applied);
 3. **build on the meta device** — inside :func:`~bertblocks.models.meta_device.deferred_init`: shapes only, no
    memory, no random initialisation of weights about to be overwritten;
-4. **map keys** — :func:`map_checkpoint_keys`: the model's :class:`~bertblocks.hf.key_maps.KeyMap` (the one place
+4. **map keys** — :func:`map_checkpoint_keys`: the model's :class:`~bertblocks.families.keymap.KeyMap` (the one place
    a checkpoint layout's renames, legacy names and splits plug in), then the base-model prefix (``bert.``);
 5. **assign** — :func:`~bertblocks.hf.weights.match_state_dict` decides key by key, and the checkpoint's tensors
    *become* the parameters (:func:`~bertblocks.models.meta_device.load_into`, no copy);
@@ -37,9 +37,8 @@ import torch
 from ..atomic import reading
 from ..config import BertConfig
 from ..config_files import with_backend
-from ..families.keymap import BACKBONE_PREFIX
+from ..families.keymap import BACKBONE_PREFIX, BERT_KEY_MAP, KeyMap
 from ..hf.hub import resolve_pretrained
-from ..hf.key_maps import BERT_KEY_MAP, KeyMap
 from ..hf.weights import (
     BACKBONE_PREFIXES,
     STALE_BUFFERS,

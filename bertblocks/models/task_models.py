@@ -33,8 +33,8 @@ from ..families.bert import BERT_ARCHITECTURES
 from ..hf.config_json import config_to_hf
 from ..hf.families import FamilyKeyMap
 from ..registry import BuildError, Registry, build_head, get_registry, validate_config
+from ..torch_internals import run_frame_uncompiled
 from .backbone import BertModel
-from .compiling import run_frame_uncompiled
 from .pretrained import PretrainedModel
 from .surface import PretrainedSurface
 
