@@ -288,3 +288,16 @@ def test_maxsim_equals_loops(normalize):
             assert got[i, j].item() == pytest.approx(total / count if normalize else total)
     with pytest.raises(ValueError, match="query_mask must have shape"):
         maxsim_score(q, d, qmask[:, :3], dmask)
+
+
+def test_a_saved_bge_m3_model_loads_back_with_its_heads(bge_m3_checkpoint, tmp_path):
+    directory = bge_m3_checkpoint[0]
+    model = bertblocks.from_pretrained(directory, head="bge_m3").eval()
+    load_bge_m3_heads(model, directory)
+    model.save_pretrained(tmp_path / "saved")
+    again, info = bertblocks.from_pretrained(tmp_path / "saved", head="auto", output_loading_info=True)
+    assert info.missing_keys == []
+    ids, mask = _batch()
+    want, got = model(input_ids=ids, attention_mask=mask), again.eval()(input_ids=ids, attention_mask=mask)
+    for field in ("dense_embedding", "sparse_embedding", "colbert_embedding"):
+        assert torch.equal(got[field], want[field]), field
