@@ -301,3 +301,21 @@ def test_a_saved_bge_m3_model_loads_back_with_its_heads(bge_m3_checkpoint, tmp_p
     want, got = model(input_ids=ids, attention_mask=mask), again.eval()(input_ids=ids, attention_mask=mask)
     for field in ("dense_embedding", "sparse_embedding", "colbert_embedding"):
         assert torch.equal(got[field], want[field]), field
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_scores_equal_sentence_transformers_util(normalize):
+    """sentence-transformers 6's own scoring functions (``util.maxsim``, ``util.dot_score``, ``util.cos_sim``) give
+    the same scores, so embeddings scored by either library rank alike."""
+    from sentence_transformers import util
+
+    g = torch.Generator().manual_seed(3)
+    q, d = torch.randn(2, 4, 6, generator=g), torch.randn(3, 5, 6, generator=g)
+    qmask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    dmask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]])
+    want = util.maxsim(q, d, qmask.bool(), dmask.bool(), length_normalize=normalize)
+    assert_close(maxsim_score(q, d, qmask, dmask, normalize_by_query_length=normalize), want)
+    a, b = torch.relu(q[:, 0]), torch.relu(d[:, 0])
+    assert_close(dot_score(a, b), util.dot_score(a, b))
+    assert_close(sparse_score(a.to_sparse().to_dense(), b), util.dot_score(a, b))
+    assert_close(cosine_score(a, b), util.cos_sim(a, b))
