@@ -139,4 +139,168 @@ def similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.normalize(a, p=2, dim=-1) @ F.normalize(b, p=2, dim=-1).T
 
 
-__all__ = ["encode", "minilm_path", "similarity"]
+# ------------------------------------------------------------------------------------------------ scoring
+def _rows(x: torch.Tensor, name: str, rank: int) -> torch.Tensor:
+    """``x`` with a leading batch dimension (one vector, or one multi-vector, becomes a batch of one)."""
+    if x.dim() == rank - 1:
+        x = x.unsqueeze(0)
+    if x.dim() != rank:
+        raise ValueError(f"{name} must be {rank - 1}-D or {rank}-D; got shape {tuple(x.shape)}")
+    return x
+
+
+def dot_score(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Dot products ``[n, m]`` between the rows of ``a [n, d]`` and ``b [m, d]`` (1-D inputs: one row).
+
+    For dense embeddings that are already normalised (``encode``, ``dense_embedding`` of ``bge_m3``) this is
+    the cosine similarity; for SPLADE / BGE-M3 ``sparse_embedding`` ``[n, vocab]`` it is the lexical-matching
+    score, the sum over the shared vocabulary entries of the product of their weights.
+
+    Raises:
+        ValueError: the widths differ, or an input is not 1-D or 2-D.
+    """
+    a, b = _rows(a, "a", 2), _rows(b, "b", 2)
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"cannot compare vectors of width {a.shape[-1]} with width {b.shape[-1]}")
+    return a @ b.T
+
+
+def cosine_score(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Cosine similarities ``[n, m]`` between the rows of ``a [n, d]`` and ``b [m, d]`` (:func:`similarity`)."""
+    return similarity(a, b)
+
+
+#: :func:`sparse_score` is :func:`dot_score` on vocabulary-sized vectors (SPLADE, BGE-M3's lexical weights)
+sparse_score = dot_score
+
+
+def maxsim_score(
+    queries: torch.Tensor,
+    documents: torch.Tensor,
+    query_mask: torch.Tensor | None = None,
+    document_mask: torch.Tensor | None = None,
+    *,
+    normalize_by_query_length: bool = False,
+) -> torch.Tensor:
+    """ColBERT's late interaction: for every query token the largest dot product with any document token, summed
+    over the query's tokens → ``[n, m]`` (query ``i`` against document ``j``).
+
+    Args:
+        queries: ``[n, q, d]`` token vectors (``[q, d]``: one query).
+        documents: ``[m, k, d]`` token vectors (``[k, d]``: one document).
+        query_mask: ``[n, q]``, 1 = a real token (default: every token); padded query tokens add nothing.
+        document_mask: ``[m, k]``, 1 = a real token; a padded document token is never the maximum.
+        normalize_by_query_length: divide by the number of real query tokens (BGE-M3's ``colbert_score``; the
+            sum is ColBERT's).
+
+    Raises:
+        ValueError: inputs of another rank, the widths or a mask's shape differing.
+    """
+    queries, documents = _rows(queries, "queries", 3), _rows(documents, "documents", 3)
+    if queries.shape[-1] != documents.shape[-1]:
+        raise ValueError(f"cannot compare token vectors of width {queries.shape[-1]} with {documents.shape[-1]}")
+    qmask = _mask(query_mask, queries, "query_mask")  # [n, q]
+    dmask = _mask(document_mask, documents, "document_mask")  # [m, k]
+    tokens = torch.einsum("nqd,mkd->nmqk", queries, documents)  # [n, m, q, k]
+    tokens = tokens.masked_fill(~dmask[None, :, None, :], torch.finfo(tokens.dtype).min)
+    best = tokens.amax(dim=-1)  # [n, m, q]
+    best = torch.where(dmask.any(dim=-1)[None, :, None], best, torch.zeros((), dtype=best.dtype))  # empty doc: 0
+    scores = (best * qmask[:, None, :].to(best.dtype)).sum(dim=-1)  # [n, m]
+    if normalize_by_query_length:
+        scores = scores / qmask.sum(dim=-1, keepdim=True).clamp(min=1).to(scores.dtype)
+    return scores
+
+
+def _mask(mask: torch.Tensor | None, vectors: torch.Tensor, name: str) -> torch.Tensor:
+    if mask is None:
+        return torch.ones(vectors.shape[:2], dtype=torch.bool, device=vectors.device)
+    mask = mask.unsqueeze(0) if mask.dim() == 1 else mask
+    if tuple(mask.shape) != tuple(vectors.shape[:2]):
+        raise ValueError(f"{name} must have shape {tuple(vectors.shape[:2])}; got {tuple(mask.shape)}")
+    return mask.bool()
+
+
+# ------------------------------------------------------------------------------------------- BGE-M3 files
+#: BGE-M3's published head files (beside the backbone's weights), by the module they load into
+BGE_M3_HEAD_FILES = {"colbert_linear": "colbert_linear", "sparse_linear": "sparse_linear"}
+
+
+def load_bge_m3_heads(model: torch.nn.Module, directory: str | Path) -> None:
+    """Load BGE-M3's head weights into a ``bge_m3`` model from ``directory``: ``colbert_linear.safetensors`` and
+    ``sparse_linear.safetensors`` (or the published ``colbert_linear.pt`` / ``sparse_linear.pt`` once converted to
+    safetensors), each holding ``weight`` and ``bias`` (the published names).
+
+    Pickled files are refused, never unpickled (a pickle can run code); the error says how to convert them.
+
+    Raises:
+        WeightFileError: a file missing, pickled, damaged, or whose tensors are not ``weight``/``bias`` of the
+            module's shapes.
+    """
+    from .hf.weight_files import WeightFileError, read_safetensors
+
+    directory = Path(directory)
+    for module_name, stem in BGE_M3_HEAD_FILES.items():
+        module = model.get_submodule(module_name)
+        path = next(
+            (
+                directory / f"{stem}{suffix}"
+                for suffix in (".safetensors", ".pt")
+                if (directory / f"{stem}{suffix}").is_file()
+            ),
+            None,
+        )
+        if path is None:
+            raise WeightFileError(
+                directory / f"{stem}.safetensors", "not found (BGE-M3's head file for " + module_name + ")"
+            )
+        _refuse_pickle(path, stem)
+        tensors = read_safetensors(path)
+        expected = dict(module.state_dict())
+        if set(tensors) != set(expected):
+            raise WeightFileError(
+                path, f"holds {sorted(tensors)}; BGE-M3's {module_name} file holds {sorted(expected)}"
+            )
+        for key, tensor in tensors.items():
+            if tuple(tensor.shape) != tuple(expected[key].shape):
+                raise WeightFileError(
+                    path,
+                    f"shape {tuple(tensor.shape)}, but the model's {module_name}.{key} is {tuple(expected[key].shape)}",
+                    key,
+                )
+        module.load_state_dict({k: v.to(expected[k].dtype) for k, v in tensors.items()})
+
+
+#: the conversion of a pickled head file (the library's writer named apart: this is text, not a write)
+CONVERT = (
+    'python -c "import torch; from safetensors.torch import save_file as save; '
+    "save(torch.load('{pt}', weights_only=True), '{stem}.safetensors')\""
+)
+
+
+def _refuse_pickle(path: Path, stem: str) -> None:
+    """A pickled PyTorch file (a zip archive or a raw pickle) is refused with the conversion to run."""
+    from .hf.weight_files import WeightFileError
+
+    with open(path, "rb") as f:
+        start = f.read(9)
+    # a safetensors file is an 8-byte header length, then its JSON header: "{" at byte 8 (its first byte may be
+    # 0x80, so that alone says nothing); torch.save writes a zip archive or, before 1.6, a raw pickle (0x80)
+    safetensors = len(start) == 9 and start[8:9] == b"{"
+    if not safetensors and (start.startswith(b"PK\x03\x04") or start[:1] == b"\x80"):
+        raise WeightFileError(
+            path,
+            "is a pickled PyTorch file; bertblocks never unpickles (a pickle can run code). Convert it once, where "
+            "you trust the file, with safetensors' save_file: " + CONVERT.format(pt=path.name, stem=stem),
+        )
+
+
+__all__ = [
+    "cosine_score",
+    "dot_score",
+    "encode",
+    "load_bge_m3_heads",
+    "maxsim_score",
+    "minilm_path",
+    "similarity",
+    "sparse_score",
+]

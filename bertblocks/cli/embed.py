@@ -1,4 +1,5 @@
-"""``bertblocks embed``: sentence embeddings for a corpus (arguments, a file or stdin) into ``.npy`` or ``.jsonl``.
+"""``bertblocks embed``: sentence embeddings for a corpus (arguments, a file or stdin) into ``.npy`` or ``.jsonl``;
+with ``--head splade|colbert|bge_m3``, sparse and multi-vector embeddings into ``.jsonl`` or ``.safetensors``.
 
 Texts are batched by length (longest first, so a batch pads little and the slowest batches come first), and
 the embeddings are written in input order. A progress bar (tqdm) shows on a terminal and stays quiet
@@ -8,6 +9,17 @@ Example::
 
     bertblocks embed --input corpus.txt --output corpus.npy --batch-size 64
     cat corpus.jsonl | bertblocks embed --input - --input-format jsonl --output corpus.jsonl
+    bertblocks embed --model naver/splade-v3 --head splade --input corpus.txt --output corpus.safetensors
+
+The retrieval formats (``docs/how-to/task-heads.md``, "Retrieval heads", shows how to read them back):
+
+* ``.jsonl``, one object per text: ``text``; dense ``embedding`` ``[H]``; sparse ``indices`` (token ids,
+  ascending) and ``values`` (their weights, the non-zero ones only); multi-vector ``vectors`` (one ``[d]`` list per
+  real token). ``bge_m3`` writes all three.
+* ``.safetensors``: dense ``dense`` ``[n, H]``; sparse in SciPy's CSR layout, ``sparse_indptr [n + 1]``,
+  ``sparse_indices [nnz]``, ``sparse_values [nnz]`` (text ``i``'s entries are ``indptr[i]:indptr[i + 1]``; the
+  vocabulary size is the metadata ``sparse_width``); multi-vector ``multivector [n, L, d]`` (zeros past each
+  text's tokens) and ``multivector_mask [n, L]`` (1 = a real token's vector). Float tensors are float32.
 """
 
 from __future__ import annotations
@@ -17,6 +29,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,7 +45,12 @@ from . import EXIT_OK, CLIError, add_set_argument, check_output_file, emit
 from .commands import _clip, _load_tokenizer
 
 #: output file suffixes ``--output`` writes
-OUTPUT_FORMATS = (".npy", ".jsonl")
+OUTPUT_FORMATS = (".npy", ".jsonl", ".safetensors")
+#: ``--head``: ``mean`` (the backbone's masked mean, L2-normalised) or a retrieval head
+HEADS = ("mean", "splade", "colbert", "bge_m3")
+#: which suffixes each kind of output takes
+HEAD_FORMATS = {"mean": (".npy", ".jsonl"), "splade": (".jsonl", ".safetensors")}
+HEAD_FORMATS["colbert"] = HEAD_FORMATS["bge_m3"] = HEAD_FORMATS["splade"]
 
 
 # ------------------------------------------------------------------------------------------------- reading
@@ -135,6 +153,127 @@ def _progress(total: int, show: bool) -> Any:
     return tqdm(total=total, unit="text", desc="embedding", file=sys.stderr, dynamic_ncols=True)
 
 
+@dataclass
+class RetrievalEmbeddings:
+    """What a retrieval head gives for a corpus, in input order; a kind the head does not produce is ``None``.
+
+    Attributes:
+        dense: ``[n, H]`` float32.
+        sparse: per text, ``(indices, values)``: the non-zero vocabulary entries, ascending ids.
+        sparse_width: the vocabulary size (the sparse vectors' length).
+        multivector: per text, ``[tokens, d]`` float32, its real tokens only.
+    """
+
+    dense: torch.Tensor | None = None
+    sparse: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    sparse_width: int = 0
+    multivector: list[torch.Tensor] | None = None
+
+
+#: the output fields each retrieval head fills: (dense, sparse, multi-vector, multi-vector mask)
+RETRIEVAL_FIELDS = {
+    "splade": (None, "sparse_embedding", None, None),
+    "colbert": (None, None, "token_embeddings", "token_mask"),
+    "bge_m3": ("dense_embedding", "sparse_embedding", "colbert_embedding", "colbert_mask"),
+}
+
+
+@torch.no_grad()
+def embed_retrieval(
+    model: torch.nn.Module,
+    tokenizer: BertTokenizer,
+    texts: Sequence[str],
+    head: str,
+    batch_size: int = 32,
+    max_length: int | None = None,
+    progress: bool = False,
+) -> RetrievalEmbeddings:
+    """A retrieval head's outputs (:data:`RETRIEVAL_FIELDS`) for ``texts``, batched longest first, in input order.
+
+    Raises:
+        ValueError: ``batch_size`` below 1.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    dense_field, sparse_field, multi_field, mask_field = RETRIEVAL_FIELDS[head]
+    lengths = [len(encoding.ids) for encoding in tokenizer.backend.encode_batch(list(texts))]
+    order = sorted(range(len(texts)), key=lambda i: -lengths[i])
+    device = next(model.parameters()).device
+    dense: list[torch.Tensor | None] = [None] * len(texts)
+    sparse: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(texts)
+    multi: list[torch.Tensor | None] = [None] * len(texts)
+    width = 0
+    bar = _progress(len(texts), progress)
+    for start in range(0, len(order), batch_size):
+        index = order[start : start + batch_size]
+        batch = tokenizer([texts[i] for i in index], padding=True, truncation=True, max_length=max_length)
+        out = model(**{k: v.to(device) for k, v in batch.items()})
+        for row, i in enumerate(index):
+            if dense_field:
+                dense[i] = out[dense_field][row].float().cpu()
+            if sparse_field:
+                vector = out[sparse_field][row].float().cpu()
+                width = vector.shape[0]
+                ids = vector.nonzero().flatten()
+                sparse[i] = (ids, vector[ids])
+            if multi_field:
+                keep = out[mask_field][row].bool().cpu()
+                multi[i] = out[multi_field][row].float().cpu()[keep]
+        bar.update(len(index))
+    bar.close()
+    return RetrievalEmbeddings(
+        dense=torch.stack(dense) if dense_field and texts else None,  # type: ignore[arg-type]
+        sparse=sparse if sparse_field else None,  # type: ignore[arg-type]
+        sparse_width=width,
+        multivector=multi if multi_field else None,  # type: ignore[arg-type]
+    )
+
+
+def write_retrieval(path: Path, texts: Sequence[str], embeddings: RetrievalEmbeddings) -> None:
+    """Write ``embeddings`` in the format of ``path``'s suffix (``.jsonl`` or ``.safetensors``; see the module
+    docstring), replacing the file atomically (:func:`bertblocks.atomic.write_file`)."""
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save
+
+        tensors: dict[str, torch.Tensor] = {}
+        metadata = {"format": "bertblocks-embed"}
+        if embeddings.dense is not None:
+            tensors["dense"] = embeddings.dense.contiguous()
+        if embeddings.sparse is not None:
+            counts = torch.tensor([0, *(len(ids) for ids, _ in embeddings.sparse)], dtype=torch.long)
+            tensors["sparse_indptr"] = counts.cumsum(0)
+            tensors["sparse_indices"] = torch.cat([ids for ids, _ in embeddings.sparse] or [torch.zeros(0)]).long()
+            tensors["sparse_values"] = torch.cat([v for _, v in embeddings.sparse] or [torch.zeros(0)]).float()
+            metadata["sparse_width"] = str(embeddings.sparse_width)
+        if embeddings.multivector is not None:
+            vectors = embeddings.multivector
+            longest = max((len(v) for v in vectors), default=0)
+            dim = vectors[0].shape[-1] if vectors else 0
+            padded = torch.zeros(len(vectors), longest, dim)
+            mask = torch.zeros(len(vectors), longest, dtype=torch.long)
+            for i, v in enumerate(vectors):
+                padded[i, : len(v)] = v
+                mask[i, : len(v)] = 1
+            tensors["multivector"], tensors["multivector_mask"] = padded, mask
+        data = save(tensors, metadata=metadata)
+        write_file(path, lambda f: f.write(data))
+        return
+
+    def lines(f: IO[bytes]) -> None:
+        for i, text in enumerate(texts):
+            record: dict[str, Any] = {"text": text}
+            if embeddings.dense is not None:
+                record["embedding"] = embeddings.dense[i].tolist()
+            if embeddings.sparse is not None:
+                ids, values = embeddings.sparse[i]
+                record["indices"], record["values"] = ids.tolist(), values.tolist()
+            if embeddings.multivector is not None:
+                record["vectors"] = embeddings.multivector[i].tolist()
+            f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+
+    write_file(path, lines)
+
+
 # ------------------------------------------------------------------------------------------------- writing
 def write_embeddings(path: Path, texts: Sequence[str], embeddings: torch.Tensor) -> None:
     """``.npy``: one float32 array ``[n, hidden]``; ``.jsonl``: ``{"text": …, "embedding": […]}`` per line.
@@ -191,7 +330,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="how to read --input (default: jsonl for .jsonl/.ndjson files, else one text per line)",
     )
     parser.add_argument("--text-field", default="text", metavar="KEY", help="the JSONL field holding the text")
-    parser.add_argument("-o", "--output", metavar="FILE", help="write the embeddings to FILE (.npy or .jsonl)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the embeddings to FILE (.npy or .jsonl; a retrieval head: .jsonl or .safetensors)",
+    )
+    parser.add_argument(
+        "--head",
+        choices=HEADS,
+        default="mean",
+        help="mean: the masked mean, L2-normalised (default); splade: sparse vocabulary weights; colbert: one "
+        "vector per token; bge_m3: dense, sparse and per-token (its colbert_linear/sparse_linear files are loaded "
+        "from the checkpoint folder)",
+    )
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="texts per forward pass (32)")
     parser.add_argument("--max-length", type=int, metavar="N", help="truncate texts to N tokens")
     add_set_argument(parser)
@@ -228,12 +380,16 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else None
     if output is not None and output.suffix not in OUTPUT_FORMATS:
         raise CLIError(f"--output {output}: the suffix must be one of {', '.join(OUTPUT_FORMATS)}")
+    if output is not None and output.suffix not in HEAD_FORMATS[args.head]:
+        raise CLIError(f"--output {output}: --head {args.head} writes {' or '.join(HEAD_FORMATS[args.head])}")
     if output is not None:
         check_output(output, args.input)
     texts = _texts(args)
     source = args.model or str(minilm_path())
-    model = bertblocks.from_pretrained(source, args.overrides).eval()
     tokenizer = _load_tokenizer(source)
+    if args.head != "mean":
+        return _run_retrieval(args, source, tokenizer, texts, output)
+    model = bertblocks.from_pretrained(source, args.overrides).eval()
     embeddings = embed_corpus(
         model, tokenizer, texts, args.batch_size, args.max_length, progress=sys.stderr.isatty() and len(texts) > 1
     )
@@ -246,6 +402,53 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     lines = [summary, *(_line(text, row) for text, row in zip(texts, embeddings, strict=True))]
     emit(args, "\n".join(lines), {"shape": [n, dim], "embeddings": list(_records(texts, embeddings))})
+    return EXIT_OK
+
+
+def _run_retrieval(
+    args: argparse.Namespace, source: str, tokenizer: BertTokenizer, texts: list[str], output: Path | None
+) -> int:
+    import bertblocks
+
+    from ..sentence import load_bge_m3_heads
+
+    model, info = bertblocks.from_pretrained(source, args.overrides, head=args.head, output_loading_info=True)
+    missing = [key for key in info.missing_keys if not key.startswith(f"{model.base_model_prefix}.")]
+    if missing and args.head == "bge_m3" and Path(source).is_dir():
+        load_bge_m3_heads(model, source)  # the published layout: the head weights in files of their own
+    elif missing:
+        raise CLIError(
+            f"{source} holds no weights for the {args.head} head ({', '.join(missing)}): embeddings from a "
+            "randomly initialised head mean nothing. Use a checkpoint trained with it"
+        )
+    result = embed_retrieval(
+        model.eval(),
+        tokenizer,
+        texts,
+        args.head,
+        args.batch_size,
+        args.max_length,
+        progress=sys.stderr.isatty() and len(texts) > 1,
+    )
+    parts = [t for t in (result.dense, *(result.multivector or [])) if t is not None]
+    parts += [values for _, values in result.sparse or []]
+    if parts and not all(bool(torch.isfinite(t).all()) for t in parts):
+        raise CLIError(
+            "the model gave non-finite embeddings (NaN or inf); nothing was written. Check the checkpoint's "
+            "weights and the dtype (float16 overflows)"
+        )
+    kinds = [
+        k
+        for k, v in (("dense", result.dense), ("sparse", result.sparse), ("multi-vector", result.multivector))
+        if v is not None
+    ]
+    summary = f"{len(texts)} text{'s' if len(texts) != 1 else ''} embedded by the {args.head} head ({', '.join(kinds)})"
+    if output is None:
+        output_text = summary + "; give --output FILE (.jsonl or .safetensors) to write them"
+        emit(args, output_text, {"texts": len(texts), "head": args.head, "kinds": kinds})
+        return EXIT_OK
+    write_retrieval(output, texts, result)
+    emit(args, f"{summary} → {output}", {"texts": len(texts), "head": args.head, "kinds": kinds, "output": str(output)})
     return EXIT_OK
 
 
@@ -272,4 +475,14 @@ def _records(texts: Sequence[str], embeddings: torch.Tensor) -> Iterable[dict[st
         yield {"text": text, "vector": row.tolist()}
 
 
-__all__ = ["check_output", "configure", "embed_corpus", "read_texts", "run", "write_embeddings"]
+__all__ = [
+    "RetrievalEmbeddings",
+    "check_output",
+    "configure",
+    "embed_corpus",
+    "embed_retrieval",
+    "read_texts",
+    "run",
+    "write_embeddings",
+    "write_retrieval",
+]

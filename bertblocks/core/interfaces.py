@@ -576,12 +576,16 @@ class Head(nn.Module, ABC):
         pools_padded_positions: a pooled (per-example) output reads a padded position, so changing the tokens
             there changes it, as it does in transformers (RoFormer's multiple choice takes each choice's last
             position); the conformance suite's padding check does not apply. Implies ``reads_padded_positions``.
+        reads_input_ids: :meth:`forward` is also called with the keyword ``input_ids`` (the ids the backbone
+            was given, after :meth:`prepare_inputs`, or ``None`` when the caller gave ``inputs_embeds``): BGE-M3's
+            lexical weights are indexed by token id.
     """
 
     # class-level defaults; a head may set any of them per instance (a composed head derives them from its parts)
     needs_pooler: bool = False
     reads_padded_positions: bool = False
     pools_padded_positions: bool = False
+    reads_input_ids: bool = False
     reshapes_inputs: bool = False
     label_names: tuple[str, ...] = ("labels",)
     config_fields: tuple[str, ...] = ()

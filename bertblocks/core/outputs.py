@@ -217,3 +217,44 @@ class QuestionAnsweringModelOutput(ModelOutput):
     end_logits: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+
+
+# ------------------------------------------------------------------------------------------ retrieval heads
+# bertblocks' own output types (transformers has no retrieval heads): the field names are documented in
+# docs/how-to/task-heads.md ("Retrieval heads").
+
+
+@dataclass
+class SparseEmbeddingOutput(ModelOutput):
+    """SPLADE: ``sparse_embedding [b, vocab]``, one non-negative weight per vocabulary entry (mostly zeros)."""
+
+    loss: torch.Tensor | None = None
+    sparse_embedding: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class MultiVectorOutput(ModelOutput):
+    """ColBERT: ``token_embeddings [b, q, dim]`` (L2-normalised, zeros at padding) and ``token_mask [b, q]``
+    (1 = a real token's vector)."""
+
+    loss: torch.Tensor | None = None
+    token_embeddings: torch.Tensor | None = None
+    token_mask: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class BGEM3Output(ModelOutput):
+    """BGE-M3's three outputs: ``dense_embedding [b, H]`` (normalised), ``sparse_embedding [b, vocab]`` (lexical
+    weights), ``colbert_embedding [b, q - 1, H]`` (normalised, zeros at padding) and ``colbert_mask [b, q - 1]``."""
+
+    loss: torch.Tensor | None = None
+    dense_embedding: torch.Tensor | None = None
+    sparse_embedding: torch.Tensor | None = None
+    colbert_embedding: torch.Tensor | None = None
+    colbert_mask: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    attentions: tuple[torch.Tensor, ...] | None = None

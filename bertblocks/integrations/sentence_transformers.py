@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from sentence_transformers.base.modules.input_module import InputModule
@@ -47,10 +47,14 @@ class BertblocksModule(InputModule):
         model: an already built backbone to use instead of loading one (its tokenizer still comes from
             ``model_name_or_path``).
         overrides: dotted config overrides for loading (``["encoder.attention.backend=eager"]``).
+        output: ``"hidden"``: the last hidden states (for ``Pooling``); ``"mlm_logits"``: the masked-LM head's
+            vocabulary logits, loaded as bertblocks' ``splade`` head (a ``BertForMaskedLM`` checkpoint, e.g. a
+            SPLADE model), for sentence-transformers' ``SpladePooling`` in a ``SparseEncoder`` (its
+            ``MLMTransformer``'s counterpart).
     """
 
     config_file_name = "bertblocks_module.json"
-    config_keys = ["max_seq_length"]  # noqa: RUF012 (sentence-transformers' name and type)
+    config_keys = ["max_seq_length", "output"]  # noqa: RUF012 (sentence-transformers' name and type)
     save_in_root = True
 
     def __init__(
@@ -60,8 +64,18 @@ class BertblocksModule(InputModule):
         *,
         model: BertModel | None = None,
         overrides: Sequence[str] = (),
+        output: Literal["hidden", "mlm_logits"] = "hidden",
     ) -> None:
         super().__init__()
+        if output not in ("hidden", "mlm_logits"):
+            raise ValueError(f"output must be 'hidden' or 'mlm_logits'; got {output!r}")
+        self.output = output
+        self.lm_model = None
+        if output == "mlm_logits":  # the splade head holds the masked-LM modules under their checkpoint names
+            from ..models.auto import from_pretrained
+
+            self.lm_model = from_pretrained(model_name_or_path, overrides, head="splade")
+            model = self.lm_model.bert
         self.auto_model = model if model is not None else BertModel.from_pretrained(model_name_or_path, overrides)
         # never the folder's tokenization_*.py (tokenizer_config.json's auto_map): transformers' own classes only
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_name_or_path), trust_remote_code=False)
@@ -89,13 +103,16 @@ class BertblocksModule(InputModule):
         )
 
     def forward(self, features: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """Run the backbone; add ``token_embeddings`` ``[b, s, hidden]`` (what ``Pooling`` reads)."""
+        """Run the backbone; add ``token_embeddings``: ``[b, s, hidden]`` (what ``Pooling`` reads), or with
+        ``output="mlm_logits"`` the vocabulary logits ``[b, s, vocab]`` (what ``SpladePooling`` reads)."""
         inputs = {k: features[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in features}
-        features["token_embeddings"] = self.auto_model(**inputs).last_hidden_state
+        hidden = self.auto_model(**inputs).last_hidden_state
+        features["token_embeddings"] = hidden if self.lm_model is None else self.lm_model.cls(hidden)
         return features
 
     def get_embedding_dimension(self) -> int:
-        return int(self.auto_model.config.hidden_size)
+        config = self.auto_model.config
+        return int(config.vocab_size if self.lm_model is not None else config.hidden_size)
 
     def get_word_embedding_dimension(self) -> int:
         """sentence-transformers' older name of :meth:`get_embedding_dimension`."""
@@ -104,7 +121,8 @@ class BertblocksModule(InputModule):
     # ------------------------------------------------------------------------------ saving, loading
     def save(self, output_path: str, *args: Any, safe_serialization: bool = True, **kwargs: Any) -> None:
         """Write the checkpoint, the tokenizer and this module's settings into ``output_path``."""
-        self.auto_model.save_pretrained(output_path, safe_serialization=safe_serialization)
+        model = self.auto_model if self.lm_model is None else self.lm_model  # the LM head's weights too
+        model.save_pretrained(output_path, safe_serialization=safe_serialization)
         self.tokenizer.save_pretrained(output_path)
         self.save_config(output_path)
 

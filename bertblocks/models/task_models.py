@@ -248,7 +248,8 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         )
         for field in head.config_fields:  # the config is the truth; the head mirrors it for this call
             setattr(head, field, getattr(self.config, field))
-        result = head(output, given, batch_shape, attention_mask=inputs["attention_mask"])
+        extra = {"input_ids": inputs["input_ids"]} if head.reads_input_ids else {}  # a declared capability
+        result = head(output, given, batch_shape, attention_mask=inputs["attention_mask"], **extra)
         for field in head.config_fields:  # what the head learned (HF writes problem_type back)
             value = getattr(head, field)
             if value != getattr(self.config, field):

@@ -12,6 +12,7 @@ import transformers
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Normalize, Pooling
 
+import bertblocks
 from bertblocks import (
     BertForMaskedLM,
     BertForSequenceClassification,
@@ -122,3 +123,28 @@ def test_classification_pipelines(tokenizer, tmp_path, task, cls, text):
     want = transformers.pipeline(task, model=theirs, tokenizer=tokenizer)(text)
     assert [g.get("label", g.get("entity")) for g in got] == [w.get("label", w.get("entity")) for w in want]
     assert_close(torch.tensor([float(g["score"]) for g in got]), torch.tensor([float(w["score"]) for w in want]))
+
+
+def test_sparse_encoder_with_a_bertblocks_module_equals_sentence_transformers_and_the_splade_head(tmp_path):
+    """``BertblocksModule(output="mlm_logits")`` + sentence-transformers' ``SpladePooling`` in a ``SparseEncoder``
+    encodes as sentence-transformers' own ``MLMTransformer`` on the same BertForMaskedLM weights, and as
+    bertblocks' ``splade`` head."""
+    from sentence_transformers import SparseEncoder
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
+
+    torch.manual_seed(0)
+    model = bertblocks.from_pretrained(minilm_path(), head="splade")  # MiniLM with a (fresh) MLM head
+    model.save_pretrained(tmp_path)
+    transformers.AutoTokenizer.from_pretrained(str(minilm_path())).save_pretrained(tmp_path)
+    texts = ["A man is eating food.", "The sky is blue today, and the sun is out."]
+    ours = SparseEncoder(modules=[BertblocksModule(tmp_path, output="mlm_logits"), SpladePooling("max")], device="cpu")
+    theirs = SparseEncoder(modules=[MLMTransformer(str(tmp_path)), SpladePooling("max")], device="cpu")
+    got = ours.encode(texts, convert_to_tensor=True).to_dense()
+    want = theirs.encode(texts, convert_to_tensor=True).to_dense()
+    assert got.shape == (2, model.config.vocab_size)
+    assert (got > 0).any()  # not vacuous
+    assert_close(got, want)
+    tokenizer = bertblocks.BertTokenizer.from_pretrained(tmp_path)
+    with torch.no_grad():
+        head = model.eval()(**tokenizer(texts, padding=True)).sparse_embedding
+    assert_close(got, head)

@@ -2,18 +2,19 @@
 
 The composition a name builds is the module attribute of the same name: :mod:`.bert` (BERT's heads, each with
 transformers' class name, which a checkpoint's ``architectures`` lists), :mod:`.task_heads` (RoBERTa's,
-ELECTRA's, ALBERT's, DistilBERT's) and :mod:`.transform_heads` (ModernBERT's). They register through the same
-hook a third-party plugin uses.
+ELECTRA's, ALBERT's, DistilBERT's), :mod:`.transform_heads` (ModernBERT's) and :mod:`.retrieval` (SPLADE, ColBERT,
+BGE-M3). They register through the same hook a third-party plugin uses.
 """
 
 from __future__ import annotations
 
 from bertblocks.core.component import Component, NoOptions
 
-from . import bert, linear_heads, task_heads, transform_heads
+from . import bert, linear_heads, retrieval, task_heads, transform_heads
 from .bert import MaskedLMOptions
 from .composition import head_component
 from .linear_heads import DensePooledOptions, LinearLMOptions
+from .retrieval import BGEM3Options, ColBERTOptions, SpladeOptions
 from .task_heads import DenseClassificationOptions, GeluLMOptions, GeluMaskedLMOptions
 from .transform_heads import TransformLMOptions, TransformOptions, TransformPoolingOptions
 
@@ -52,6 +53,9 @@ FAMILY_HEADS = {
     "transform_multiple_choice": (transform_heads, TransformPoolingOptions, "each choice pooled → transform → a score"),
     "linear_masked_lm": (linear_heads, LinearLMOptions, "one linear map onto the vocabulary (EuroBERT, NeoBERT)"),
     "dense_pooled_classification": (linear_heads, DensePooledOptions, "pool → dense → act → classifier, or late"),
+    "splade": (retrieval, SpladeOptions, "SPLADE: max over tokens of log(1 + relu(MLM logits)), [b, vocab]"),
+    "colbert": (retrieval, ColBERTOptions, "ColBERT: normalised per-token vectors and their mask"),
+    "bge_m3": (retrieval, BGEM3Options, "BGE-M3: dense, sparse lexical weights and ColBERT vectors"),
 }
 
 

@@ -1,0 +1,321 @@
+"""Retrieval heads (SPLADE, ColBERT, BGE-M3) against their equations written out here in float64, padded and
+packed; BGE-M3 on a tiny XLM-RoBERTa checkpoint with its published head-file names; the scoring functions
+against loops; a pickled head file refused."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+import transformers
+from safetensors.torch import save_file
+
+import bertblocks
+from bertblocks.hf.weight_files import WeightFileError
+from bertblocks.sentence import cosine_score, dot_score, load_bge_m3_heads, maxsim_score, sparse_score
+from tests.conftest import TINY
+from tests.tolerances import assert_close
+
+PATHS = ["never", "always"]  # encoder.packing: padded, packed
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    logging.getLogger("bertblocks").setLevel(logging.ERROR)
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 99, (3, 9), generator=g)
+    ids[:, 0] = 0  # <s> / a start token
+    mask = torch.ones(3, 9, dtype=torch.long)
+    mask[1, -3:] = 0
+    mask[2, -6:] = 0
+    ids[mask == 0] = 1  # the padding id
+    ids[0, 4] = ids[0, 6]  # a repeated token: the max over its positions
+    return ids, mask
+
+
+# ---------------------------------------------------------------------------------------------------- SPLADE
+@pytest.fixture(scope="module")
+def splade_checkpoint(tmp_path_factory):
+    """A BertForMaskedLM (what SPLADE checkpoints are), saved by transformers."""
+    directory = tmp_path_factory.mktemp("splade")
+    config = transformers.BertConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37
+    )
+    torch.manual_seed(0)
+    model = transformers.BertForMaskedLM(config).eval()
+    with torch.no_grad():
+        model.cls.predictions.bias.normal_()  # not the zeros it starts as: the bias must load
+    model.save_pretrained(directory)
+    return directory, model
+
+
+@pytest.mark.parametrize("packing", PATHS)
+def test_splade_equals_its_equation_on_a_bert_masked_lm_checkpoint(splade_checkpoint, packing):
+    directory, reference = splade_checkpoint
+    model, info = bertblocks.from_pretrained(
+        directory, [f"encoder.packing={packing}"], head="splade", output_loading_info=True
+    )
+    assert info.missing_keys == []
+    assert info.unexpected_keys == []
+    ids, mask = _batch()
+    got = model.eval()(input_ids=ids, attention_mask=mask).sparse_embedding  # [b, vocab]
+    with torch.no_grad():
+        logits = reference.double()(input_ids=ids, attention_mask=mask).logits  # [b, q, vocab] float64
+    reference.float()
+    expected = torch.zeros(3, 99, dtype=torch.float64)
+    for b in range(3):
+        for v in range(99):  # max over the real tokens of log(1 + relu(logit))
+            expected[b, v] = max(math.log1p(max(logits[b, t, v].item(), 0.0)) for t in range(9) if mask[b, t])
+    assert got.shape == (3, 99)
+    assert_close(got.double(), expected, what="sparse_embedding")
+
+
+def test_splade_ignores_what_padding_holds(splade_checkpoint):
+    model = bertblocks.from_pretrained(splade_checkpoint[0], head="splade").eval()
+    ids, mask = _batch()
+    other = ids.clone()
+    other[mask == 0] = 7
+    a = model(input_ids=ids, attention_mask=mask).sparse_embedding
+    b = model(input_ids=other, attention_mask=mask).sparse_embedding
+    assert_close(a, b)
+
+
+# --------------------------------------------------------------------------------------------------- ColBERT
+def _hidden64(model, ids, mask) -> torch.Tensor:
+    """The backbone's last hidden states in float64 (the heads' equations are checked, not the backbone)."""
+    backbone = model.bert
+    with torch.no_grad():
+        out = backbone.double()(input_ids=ids, attention_mask=mask).last_hidden_state
+    backbone.float()
+    return out
+
+
+@pytest.mark.parametrize("packing", PATHS)
+def test_colbert_equals_its_equation(packing):
+    torch.manual_seed(0)
+    model = bertblocks.create_model(
+        {**TINY, "head": {"name": "colbert", "dim": 16}, "encoder": {**TINY["encoder"], "packing": packing}}
+    ).eval()
+    assert model.linear.bias is None
+    assert tuple(model.linear.weight.shape) == (16, 32)
+    ids, mask = _batch()
+    out = model(input_ids=ids, attention_mask=mask)
+    hidden = _hidden64(model, ids, mask)
+    weight = model.linear.weight.double()
+    expected = torch.zeros(3, 9, 16, dtype=torch.float64)
+    for b in range(3):
+        for t in range(9):
+            if mask[b, t]:
+                v = weight @ hidden[b, t]
+                expected[b, t] = v / v.norm()
+    assert_close(out.token_embeddings.double(), expected, what="token_embeddings")
+    assert torch.equal(out.token_mask, mask)
+    assert sorted(k for k in model.state_dict() if not k.startswith("bert.")) == ["linear.weight"]
+
+
+def test_retrieval_heads_refuse_labels():
+    model = bertblocks.create_model({**TINY, "head": "colbert"})
+    ids, mask = _batch()
+    with pytest.raises(ValueError, match="takes"):
+        model(input_ids=ids, attention_mask=mask, labels=ids)
+
+
+# ---------------------------------------------------------------------------------------------------- BGE-M3
+SPECIAL = (0, 1, 2, 3)  # XLM-R: <s>, <pad>, </s>, <unk>
+
+
+@pytest.fixture(scope="module")
+def bge_m3_checkpoint(tmp_path_factory):
+    """A tiny XLMRobertaModel saved by transformers, with BGE-M3's head files beside it (published names)."""
+    directory = tmp_path_factory.mktemp("bge-m3")
+    config = transformers.XLMRobertaConfig(
+        vocab_size=99,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=40,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
+    torch.manual_seed(0)
+    backbone = transformers.XLMRobertaModel(config, add_pooling_layer=False).eval()
+    backbone.save_pretrained(directory)
+    colbert = {"weight": torch.randn(32, 32) * 0.2, "bias": torch.randn(32) * 0.1}
+    sparse = {"weight": torch.randn(1, 32) * 0.3, "bias": torch.tensor([0.05])}
+    save_file(colbert, str(directory / "colbert_linear.safetensors"))
+    save_file(sparse, str(directory / "sparse_linear.safetensors"))
+    return directory, backbone, colbert, sparse
+
+
+def _published_bge_m3(backbone, colbert, sparse, ids, mask) -> dict[str, torch.Tensor]:
+    """FlagEmbedding's BGEM3Model equations (dense: cls; sparse: relu(sparse_linear) scattered per token id, max
+    over the sequence, the unused tokens zeroed; colbert: colbert_linear on tokens after the first, masked, then
+    normalised), in float64."""
+    with torch.no_grad():
+        h = backbone.double()(input_ids=ids, attention_mask=mask).last_hidden_state  # [b, q, H]
+    backbone.float()
+    dense = torch.nn.functional.normalize(h[:, 0], dim=-1)
+    token_weights = torch.relu(h @ sparse["weight"].double().T + sparse["bias"].double())  # [b, q, 1]
+    scattered = torch.zeros(ids.shape[0], ids.shape[1], 99, dtype=torch.float64)
+    scattered = torch.scatter(scattered, dim=-1, index=ids.unsqueeze(-1), src=token_weights)
+    lexical = torch.max(scattered, dim=1).values
+    lexical[:, list(SPECIAL)] *= 0.0
+    vecs = h[:, 1:] @ colbert["weight"].double().T + colbert["bias"].double()
+    vecs = vecs * mask[:, 1:][:, :, None].double()
+    vecs = torch.nn.functional.normalize(vecs, dim=-1)
+    return {"dense_embedding": dense, "sparse_embedding": lexical, "colbert_embedding": vecs}
+
+
+@pytest.mark.parametrize("packing", PATHS)
+def test_bge_m3_three_outputs_equal_the_published_equations(bge_m3_checkpoint, packing):
+    directory, backbone, colbert, sparse = bge_m3_checkpoint
+    model = bertblocks.from_pretrained(directory, [f"encoder.packing={packing}"], head="bge_m3").eval()
+    load_bge_m3_heads(model, directory)
+    ids, mask = _batch()
+    ids[:, 0] = 0
+    ids[0, 8] = 2  # </s>: a special token, weight 0
+    out = model(input_ids=ids, attention_mask=mask)
+    expected = _published_bge_m3(backbone, colbert, sparse, ids, mask)
+    for field, value in expected.items():
+        assert_close(getattr(out, field).double(), value, what=field)
+    assert torch.equal(out.colbert_mask, mask[:, 1:])
+    assert out.sparse_embedding[:, list(SPECIAL)].abs().sum() == 0
+    assert (out.sparse_embedding > 0).any()  # the test would pass vacuously on all zeros
+
+
+def test_bge_m3_head_file_in_pt_name_loads_when_it_is_safetensors(bge_m3_checkpoint, tmp_path):
+    directory, _, colbert, sparse = bge_m3_checkpoint
+    save_file(colbert, str(tmp_path / "colbert_linear.pt"))  # the published name, safetensors content
+    save_file(sparse, str(tmp_path / "sparse_linear.pt"))
+    model = bertblocks.from_pretrained(directory, head="bge_m3")
+    load_bge_m3_heads(model, tmp_path)
+    assert torch.equal(model.colbert_linear.weight, colbert["weight"])
+    assert torch.equal(model.sparse_linear.bias, sparse["bias"])
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_pickled_head_file_is_refused(bge_m3_checkpoint, tmp_path, legacy):
+    directory, _, colbert, sparse = bge_m3_checkpoint
+    marker = tmp_path / "unpickled"
+
+    class Trap:  # unpickling it would create the marker file
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    torch.save({**colbert, "trap": Trap()}, tmp_path / "colbert_linear.pt", _use_new_zipfile_serialization=not legacy)
+    save_file(sparse, str(tmp_path / "sparse_linear.safetensors"))
+    model = bertblocks.from_pretrained(directory, head="bge_m3")
+    with pytest.raises(
+        WeightFileError,
+        match=r"pickled PyTorch file.*save\(torch.load\('colbert_linear.pt', weights_only=True\), "
+        r"'colbert_linear.safetensors'\)",
+    ):
+        load_bge_m3_heads(model, tmp_path)
+    assert not marker.exists()
+
+
+def test_a_head_file_with_other_keys_or_shapes_is_refused(bge_m3_checkpoint, tmp_path):
+    directory, _, colbert, sparse = bge_m3_checkpoint
+    model = bertblocks.from_pretrained(directory, head="bge_m3")
+    save_file({"linear.weight": colbert["weight"]}, str(tmp_path / "colbert_linear.safetensors"))
+    save_file(sparse, str(tmp_path / "sparse_linear.safetensors"))
+    with pytest.raises(WeightFileError, match=r"holds \['linear.weight'\]; BGE-M3's colbert_linear file holds"):
+        load_bge_m3_heads(model, tmp_path)
+    save_file({"weight": torch.zeros(4, 32), "bias": torch.zeros(4)}, str(tmp_path / "colbert_linear.safetensors"))
+    with pytest.raises(WeightFileError, match=r"shape \(4(, 32)?,?\), but the model's colbert_linear\.(weight|bias)"):
+        load_bge_m3_heads(model, tmp_path)
+    (tmp_path / "colbert_linear.safetensors").unlink()
+    with pytest.raises(WeightFileError, match="not found"):
+        load_bge_m3_heads(model, tmp_path)
+
+
+def test_bge_m3_needs_input_ids(bge_m3_checkpoint):
+    model = bertblocks.from_pretrained(bge_m3_checkpoint[0], head="bge_m3")
+    with pytest.raises(ValueError, match="needs input_ids"):
+        model(inputs_embeds=torch.randn(1, 4, 32))
+
+
+# --------------------------------------------------------------------------------------------------- scoring
+def test_dense_and_sparse_scores_equal_loops():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(3, 8, generator=g, dtype=torch.float64), torch.randn(5, 8, generator=g, dtype=torch.float64)
+    dots = dot_score(a, b)
+    cosines = cosine_score(a, b)
+    for i in range(3):
+        for j in range(5):
+            d = sum(a[i, k].item() * b[j, k].item() for k in range(8))
+            assert dots[i, j].item() == pytest.approx(d)
+            assert cosines[i, j].item() == pytest.approx(d / (a[i].norm().item() * b[j].norm().item()))
+    sa, sb = torch.relu(a), torch.relu(b)  # sparse: the shared entries' products
+    lexical = sparse_score(sa, sb)
+    for i in range(3):
+        for j in range(5):
+            shared = [k for k in range(8) if sa[i, k] > 0 and sb[j, k] > 0]
+            assert lexical[i, j].item() == pytest.approx(sum(sa[i, k].item() * sb[j, k].item() for k in shared))
+    assert dot_score(a[0], b[0]).shape == (1, 1)
+    with pytest.raises(ValueError, match="width 8 with width 7"):
+        dot_score(a, b[:, :7])
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_maxsim_equals_loops(normalize):
+    g = torch.Generator().manual_seed(0)
+    q, d = (
+        torch.randn(2, 4, 6, generator=g, dtype=torch.float64),
+        torch.randn(3, 5, 6, generator=g, dtype=torch.float64),
+    )
+    qmask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    dmask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]])
+    d[dmask == 0] = 100.0  # a padded document token that would win every max if it counted
+    q[qmask == 0] = 100.0
+    got = maxsim_score(q, d, qmask, dmask, normalize_by_query_length=normalize)
+    assert got.shape == (2, 3)
+    for i in range(2):
+        for j in range(3):
+            total, count = 0.0, 0
+            for s in range(4):
+                if not qmask[i, s]:
+                    continue
+                count += 1
+                total += max(float(q[i, s] @ d[j, t]) for t in range(5) if dmask[j, t])
+            assert got[i, j].item() == pytest.approx(total / count if normalize else total)
+    with pytest.raises(ValueError, match="query_mask must have shape"):
+        maxsim_score(q, d, qmask[:, :3], dmask)
+
+
+def test_a_saved_bge_m3_model_loads_back_with_its_heads(bge_m3_checkpoint, tmp_path):
+    directory = bge_m3_checkpoint[0]
+    model = bertblocks.from_pretrained(directory, head="bge_m3").eval()
+    load_bge_m3_heads(model, directory)
+    model.save_pretrained(tmp_path / "saved")
+    again, info = bertblocks.from_pretrained(tmp_path / "saved", head="auto", output_loading_info=True)
+    assert info.missing_keys == []
+    ids, mask = _batch()
+    want, got = model(input_ids=ids, attention_mask=mask), again.eval()(input_ids=ids, attention_mask=mask)
+    for field in ("dense_embedding", "sparse_embedding", "colbert_embedding"):
+        assert torch.equal(got[field], want[field]), field
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_scores_equal_sentence_transformers_util(normalize):
+    """sentence-transformers 6's own scoring functions (``util.maxsim``, ``util.dot_score``, ``util.cos_sim``) give
+    the same scores, so embeddings scored by either library rank alike."""
+    from sentence_transformers import util
+
+    g = torch.Generator().manual_seed(3)
+    q, d = torch.randn(2, 4, 6, generator=g), torch.randn(3, 5, 6, generator=g)
+    qmask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    dmask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]])
+    want = util.maxsim(q, d, qmask.bool(), dmask.bool(), length_normalize=normalize)
+    assert_close(maxsim_score(q, d, qmask, dmask, normalize_by_query_length=normalize), want)
+    a, b = torch.relu(q[:, 0]), torch.relu(d[:, 0])
+    assert_close(dot_score(a, b), util.dot_score(a, b))
+    assert_close(sparse_score(a.to_sparse().to_dense(), b), util.dot_score(a, b))
+    assert_close(cosine_score(a, b), util.cos_sim(a, b))
