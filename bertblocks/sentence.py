@@ -145,7 +145,7 @@ def _rows(x: torch.Tensor, name: str, rank: int) -> torch.Tensor:
     if x.dim() == rank - 1:
         x = x.unsqueeze(0)
     if x.dim() != rank:
-        raise ValueError(f"{name} must be {rank - 1}-D or {rank}-D; got shape {tuple(x.shape)}")
+        raise InputError(f"{name} must be {rank - 1}-D or {rank}-D; got shape {tuple(x.shape)}")
     return x
 
 
@@ -161,7 +161,7 @@ def dot_score(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """
     a, b = _rows(a, "a", 2), _rows(b, "b", 2)
     if a.shape[-1] != b.shape[-1]:
-        raise ValueError(f"cannot compare vectors of width {a.shape[-1]} with width {b.shape[-1]}")
+        raise InputError(f"cannot compare vectors of width {a.shape[-1]} with width {b.shape[-1]}")
     return a @ b.T
 
 
@@ -198,7 +198,7 @@ def maxsim_score(
     """
     queries, documents = _rows(queries, "queries", 3), _rows(documents, "documents", 3)
     if queries.shape[-1] != documents.shape[-1]:
-        raise ValueError(f"cannot compare token vectors of width {queries.shape[-1]} with {documents.shape[-1]}")
+        raise InputError(f"cannot compare token vectors of width {queries.shape[-1]} with {documents.shape[-1]}")
     qmask = _mask(query_mask, queries, "query_mask")  # [n, q]
     dmask = _mask(document_mask, documents, "document_mask")  # [m, k]
     tokens = torch.einsum("nqd,mkd->nmqk", queries, documents)  # [n, m, q, k]
@@ -216,7 +216,7 @@ def _mask(mask: torch.Tensor | None, vectors: torch.Tensor, name: str) -> torch.
         return torch.ones(vectors.shape[:2], dtype=torch.bool, device=vectors.device)
     mask = mask.unsqueeze(0) if mask.dim() == 1 else mask
     if tuple(mask.shape) != tuple(vectors.shape[:2]):
-        raise ValueError(f"{name} must have shape {tuple(vectors.shape[:2])}; got {tuple(mask.shape)}")
+        raise InputError(f"{name} must have shape {tuple(vectors.shape[:2])}; got {tuple(mask.shape)}")
     return mask.bool()
 
 

@@ -93,6 +93,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("bertblocks.config.schema", "self.id2label is not None"): "set by the validator above",
     ("bertblocks.sentence", "embeddings is not None"): "the loop above ran at least once (texts checked)",
     ("bertblocks.models.surface", "isinstance(self, nn.Module)"): "a mixin of nn.Module classes only",
+    ("bertblocks.plugins.heads.retrieval", "hidden is not None"): "the backbone always returns its last hidden state",
     ("bertblocks.models.encoder_decoder", "decoder_cfg.head is not None"): "decoder_config sets a causal-LM head",
     ("bertblocks.ablation.study", "self.kind is not None"): "filled in by the validator above",
     ("bertblocks.ablation.runner", "study.spec.train is not None"): "called only for studies that train",

@@ -194,7 +194,7 @@ def embed_retrieval(
         ValueError: ``batch_size`` below 1.
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        raise InputError(f"batch_size must be at least 1, got {batch_size}")
     dense_field, sparse_field, multi_field, mask_field = RETRIEVAL_FIELDS[head]
     lengths = [len(encoding.ids) for encoding in tokenizer.backend.encode_batch(list(texts))]
     order = sorted(range(len(texts)), key=lambda i: -lengths[i])

@@ -32,7 +32,7 @@ import torch
 from sentence_transformers.base.modules.input_module import InputModule
 from transformers import AutoTokenizer
 
-from ..errors import BertBlocksError, InputTypeError, MissingFileError
+from ..errors import BertBlocksError, InputError, InputTypeError, MissingFileError
 from ..models.backbone import BertModel
 from ..readers import ReadError, read_json
 
@@ -68,7 +68,7 @@ class BertblocksModule(InputModule):
     ) -> None:
         super().__init__()
         if output not in ("hidden", "mlm_logits"):
-            raise ValueError(f"output must be 'hidden' or 'mlm_logits'; got {output!r}")
+            raise InputError(f"output must be 'hidden' or 'mlm_logits'; got {output!r}")
         self.output = output
         self.lm_model = None
         if output == "mlm_logits":  # the splade head holds the masked-LM modules under their checkpoint names

@@ -38,6 +38,7 @@ from bertblocks.core.outputs import (
     MultiVectorOutput,
     SparseEmbeddingOutput,
 )
+from bertblocks.errors import InputError
 from bertblocks.plugins.poolers import token_mask
 
 from .bert import lm_prediction  # the masked-LM head's modules, under its checkpoint names
@@ -58,7 +59,7 @@ class NoLoss:
     def __call__(
         self, outputs: Mapping[str, torch.Tensor], labels: Mapping[str, torch.Tensor], context: LossContext
     ) -> torch.Tensor:
-        raise ValueError("this head has no loss; it takes no labels")
+        raise InputError("this head has no loss; it takes no labels")
 
 
 class LogSaturation(nn.Module):
@@ -171,7 +172,7 @@ class BGEM3Head(Head):
         hidden = output.last_hidden_state
         assert hidden is not None
         if input_ids is None:
-            raise ValueError(
+            raise InputError(
                 "the bge_m3 head needs input_ids (its lexical weights are per token id), not inputs_embeds"
             )
         mask = real_tokens(attention_mask, hidden)  # [b, q]
