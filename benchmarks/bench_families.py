@@ -24,7 +24,9 @@ Contenders, each batch (``inference_mode``, fp32):
 
 The fine-tuning step is forward + loss + backward of the sequence classifier on the padded batch (``train()``,
 dropout 0, gradients zeroed before each step, no optimiser step so every repeat does the same arithmetic):
-transformers' class against ``bertblocks.from_pretrained(..., head="auto")``.
+transformers' class against ``bertblocks.from_pretrained(..., head="auto")`` (``packing: auto``, which does not pack
+with gradients on: the padded work transformers does) and the same with ``encoder.packing=always`` (``bertblocks
+packed``: the dense layers on real tokens only).
 
 Batches: the padded one has lengths ``[128, 20, 35, 64, 16, 90, 12, 48]`` (413 of 1024 tokens real: 40 %), the
 uniform one is 8 x 128; padded positions hold the family's pad id, ids are drawn above the special tokens.
@@ -77,12 +79,20 @@ BERT_BASE: dict[str, Any] = {
     "intermediate_size": 3072,
     "max_position_embeddings": 512,
     "vocab_size": 30522,
+    "initializer_range": 0.02,  # the table's tiny settings use 0.2 (sharp attention, for the parity tests)
 }
 #: family → (the published model whose shape it is, settings over bert-base's)
 SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
     "distilbert": (
         "distilbert-base-uncased",
-        {"dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072, "max_position_embeddings": 512},
+        {
+            "dim": 768,
+            "n_layers": 6,
+            "n_heads": 12,
+            "hidden_dim": 3072,
+            "max_position_embeddings": 512,
+            "initializer_range": 0.02,
+        },
     ),
     "albert": ("albert-base-v2", {"embedding_size": 128}),
     "electra": ("electra-base-discriminator", {"embedding_size": 768}),
@@ -117,7 +127,9 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
         "gte-base-en-v1.5",
         {
             "max_position_embeddings": 8192,
-            "rope_parameters": {"rope_theta": 160000.0, "rope_type": "linear", "factor": 2.0},
+            # its fixed NTK scaling (base 160000, k = 2) in transformers' terms: linear scaling of the base 160000·k
+            # by k^(2/d), head size d = 64 (bertblocks/families/gte.py)
+            "rope_parameters": {"rope_theta": 320000.0, "rope_type": "linear", "factor": 2.0 ** (2 / 64)},
         },
     ),
     "esm": (
@@ -137,6 +149,8 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
         {"max_position_embeddings": 8192, "rope_parameters": {"rope_theta": 250000.0, "rope_type": "default"}},
     ),
 }
+#: families whose config names its sizes its own way (their :data:`SHAPES` entry says every size)
+OWN_NAMES = ("distilbert",)
 #: --quick: every family at a small shape (its published shape's kind, 4 layers of width 256)
 QUICK: dict[str, Any] = {
     "hidden_size": 256,
@@ -144,7 +158,10 @@ QUICK: dict[str, Any] = {
     "num_attention_heads": 4,
     "intermediate_size": 1024,
 }
-QUICK_KEYS = {"distilbert": {"dim": 256, "n_layers": 4, "n_heads": 4, "hidden_dim": 1024}}
+QUICK_KEYS = {
+    "distilbert": {"dim": 256, "n_layers": 4, "n_heads": 4, "hidden_dim": 1024},
+    "electra": {**QUICK, "embedding_size": 256},  # electra-base's embeddings are as wide as its layers
+}
 
 
 def machine_line() -> str:
@@ -190,18 +207,25 @@ def _classifier(family: Family) -> str | None:
     return name if hasattr(transformers, name) else None
 
 
-def _config(family: Family, name: str, size: str) -> tuple[transformers.PretrainedConfig, str]:
-    """transformers' config of the family at ``size`` (tiny / quick / base), every dropout 0; and the shape's name."""
+def _config(
+    family: Family, name: str, size: str, layers: int | None = None
+) -> tuple[transformers.PretrainedConfig, str]:
+    """transformers' config of the family at ``size`` (tiny / quick / base; ``layers`` of them if given), every dropout
+    0; and the shape's name."""
     config_class = getattr(transformers, family.config)
     settings = dict(family.settings)
     label = "tiny settings of the family table"
     if size != "tiny":
         published, shape = SHAPES.get(name, ("bert-base", {}))
-        settings.update({**BERT_BASE, **shape} if name not in QUICK_KEYS else shape)
+        settings.update(shape if name in OWN_NAMES else {**BERT_BASE, **shape})
         label = published
         if size == "quick":
             settings.update(QUICK_KEYS.get(name, QUICK))
             label = f"{published} kind, 4 x 256"
+        if layers:  # the published width, fewer layers: per-layer ratios at a fraction of the time
+            key = "n_layers" if "n_layers" in settings else "num_hidden_layers"
+            settings[key] = layers
+            label = f"{label}, {layers} layers"
         vocab = settings.get("vocab_size", BERT_BASE["vocab_size"])
         settings["vocab_size"] = min(vocab, VOCAB_CAP)
     settings["num_labels"] = 3
@@ -280,7 +304,7 @@ def bench_family(name: str, family: Family, args: argparse.Namespace) -> dict[st
     head = _classifier(family)
     backbone = family.classes[0]
     size = "tiny" if args.tiny else "quick" if args.quick else "base"
-    config, label = _config(family, name, size)
+    config, label = _config(family, name, size, args.layers)
     print(f"\n{name}: transformers {backbone} / {head} vs bertblocks, {label}")
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -333,6 +357,11 @@ def bench_family(name: str, family: Family, args: argparse.Namespace) -> dict[st
         title = "fine-tuning step (padded)"
         print(f"  {title}: loss and gradient norm compared (the gradient's relative difference)")
         steps = {"transformers": lambda: step(hf_head), "bertblocks eager": lambda: step(ours_head)}
+        try:  # packing: auto never packs with gradients on; training packs when asked
+            packed = bertblocks.from_pretrained(tmp, ["encoder.packing=always"], head="auto").train()
+            steps["bertblocks packed"] = lambda: step(packed)
+        except Exception as error:
+            print(f"    bertblocks packed: skipped ({type(error).__name__}: {error})")
         kept = _checked(steps, step(hf_head), compare_step)
         results[title] = _report(title, _time(kept, args.repeats))
     if hf_compiled is not None or fast is not None:
@@ -358,6 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="4 layers of width 256 per family, 3 repeats")
     parser.add_argument("--tiny", action="store_true", help="the family table's tiny settings: every path in seconds")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats (default 5; 3 with --quick)")
+    parser.add_argument("--layers", type=int, default=None, help="this many layers (the shape's width kept)")
     parser.add_argument("--families", default="", help="comma-separated rows of the family table (default: all)")
     parser.add_argument("--fast-path", action=argparse.BooleanOptionalAction, default=None, help="time it")
     parser.add_argument("--compile-transformers", action="store_true", help="also torch.compile transformers' model")

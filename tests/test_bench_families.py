@@ -47,16 +47,20 @@ def test_every_family_of_the_table_gets_its_rows():
     rows = _summary(out)
     assert list(rows) == FAMILY_ROWS  # a family added to the table joins without an edit to the script
     for family, contenders in rows.items():
-        assert list(contenders) == ["bertblocks eager"], family
+        assert list(contenders) in (["bertblocks eager"], ["bertblocks eager", "bertblocks packed"]), family
         padded, uniform, step = contenders["bertblocks eager"]
         assert float(padded) > 0, family
         assert float(uniform) > 0, family
         assert step == "-" or float(step) > 0, family
+        if "bertblocks packed" in contenders:  # training packs only when asked: a row of its own, for the step
+            assert contenders["bertblocks packed"][:2] == ["-", "-"], family
+            assert float(contenders["bertblocks packed"][2]) > 0, family
     # each family's outputs compared with transformers' before timing: two batches and the fine-tuning step
     diffs = re.findall(r"bertblocks eager: max abs diff to transformers (\S+)", out)
     assert len(diffs) >= 2 * len(FAMILY_ROWS)
     assert all(float(d) <= 1e-4 for d in diffs)
-    assert sum(cells[2] != "-" for contenders in rows.values() for cells in contenders.values()) >= len(rows) - 1
+    # the fine-tuning step runs for every family that has a sequence classifier in transformers (all but a few)
+    assert sum(contenders["bertblocks eager"][2] != "-" for contenders in rows.values()) >= len(rows) - 1
 
 
 def test_an_unknown_family_is_refused_naming_the_table():
