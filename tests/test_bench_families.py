@@ -86,5 +86,6 @@ def test_the_fast_path_runs_and_matches():
     assert done.returncode == 0, done.stderr[-3000:]
     assert "NOT TIMED" not in done.stdout
     rows = _summary(done.stdout)
-    assert list(rows["roberta"]) == ["bertblocks eager", "bertblocks fast path"]
+    assert list(rows["roberta"]) == ["bertblocks eager", "bertblocks fast path", "bertblocks packed"]
+    assert rows["roberta"]["bertblocks fast path"][2] == "-"  # inference only
     assert len(re.findall(r"bertblocks fast path: max abs diff to transformers", done.stdout)) == 2
