@@ -163,7 +163,14 @@ class DisentangledBias(PositionBias):
         span = table.span
         rel = self.dropout(table.embeddings)  # [2s, H]
         # row of the table for each (query, key) pair; cached keys included (relative is [q, k])
-        index = torch.clamp(table.relative + span, 0, 2 * span - 1).expand(b, h, q, k)
+        rows = torch.clamp(table.relative + span, 0, 2 * span - 1)
+        if rows.device.type == "cpu" and not torch.compiler.is_compiling():
+            # Only the rows some pair reads enter the scores (a 128-token batch with 256 log buckets reads 255 of
+            # the 512): project and multiply those alone. Eager only: the range is data (a graph keeps the table);
+            # CPU only: on an accelerator reading the range would wait for the device in every layer.
+            first, last = int(rows.min()), int(rows.max())
+            rel, rows = rel[first : last + 1], rows - first
+        index = rows.expand(b, h, q, k)
         score = torch.zeros((), dtype=query.dtype, device=query.device)
         if "c2p" in self.terms:
             pos_key = self._heads(self._project(rel, "key", projections), h, d)  # [h, 2s, d]

@@ -256,6 +256,49 @@ def test_a_shared_bias_of_the_wrong_shape_is_refused():
         model(input_ids=torch.ones(1, 4, dtype=torch.long))
 
 
+@pytest.mark.parametrize("length", [9, 40])
+def test_eager_projects_only_the_rows_of_the_table_it_reads_and_agrees_with_the_whole_table(
+    tmp_path, monkeypatch, length
+):
+    """Eagerly, the c2p/p2c products are taken against the rows of the relative table some (query, key) pair reads
+    (a batch shorter than the buckets reaches fewer than 2·span); a graph, which cannot shape a tensor by data,
+    takes every row. Both give the same hidden states and gradients; the eager one projects fewer rows."""
+    from bertblocks.plugins.disentangled import DisentangledBias
+
+    settings = {**FAMILIES["deberta-v2"].settings, "max_position_embeddings": 64, "position_buckets": 32}
+    torch.manual_seed(0)
+    transformers.DebertaV2Model(transformers.DebertaV2Config(**settings)).save_pretrained(tmp_path)
+    ids = torch.randint(3, 99, (2, length))
+    projected: list[int] = []
+    project = DisentangledBias._project
+
+    def counting(self: DisentangledBias, rel: torch.Tensor, *args: Any) -> torch.Tensor:
+        projected.append(rel.shape[0])
+        return project(self, rel, *args)
+
+    monkeypatch.setattr(DisentangledBias, "_project", counting)
+
+    def run(compiling: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling)
+        model = bertblocks.from_pretrained(tmp_path).eval()  # no dropout: the same arithmetic twice
+        out = model(input_ids=ids).last_hidden_state
+        out.square().sum().backward()
+        return out.detach(), {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+    whole, whole_grads = run(compiling=True)
+    assert set(projected) == {2 * 32}
+    projected.clear()
+    sliced, sliced_grads = run(compiling=False)
+    distance = torch.tensor(length - 1)
+    reach = int(log_bucket_position(distance, 32, 64))  # the farthest bucket the batch reads
+    assert set(projected) == {2 * reach + 1}
+    assert 2 * reach + 1 < 2 * 32
+    assert (whole - sliced).abs().max().item() <= TOL
+    assert whole_grads.keys() == sliced_grads.keys()
+    for name, grad in whole_grads.items():
+        assert_grads_close(sliced_grads[name], grad, what=name)
+
+
 def test_torch_compile_gives_transformers_numbers_in_one_graph(tmp_path):
     """One graph (fullgraph): the table, its buckets, both terms and the ConvLayer stay traceable; a compiled
     model packs every 2-D mask, so the convolution's unpacking is traced too."""
