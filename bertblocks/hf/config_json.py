@@ -58,7 +58,8 @@ def config_from_hf(hf: Mapping[str, Any], registry: Registry | None = None) -> d
         UnknownFamilyError: the ``model_type`` has no family.
         ConfigError: a value that is not JSON, a ``bertblocks`` block that is not a mapping or that contradicts
             an HF field (naming both), a field the family cannot represent, or a value that contradicts what the
-            family requires (:attr:`Family.fixed`).
+            family requires (:attr:`Family.fixed`). A fixed value the translation leaves out is filled in, so a
+            family states each fixed fact once, in ``fixed``.
     """
     problem = _depth_problem(hf) or json_value_problem(dict(hf), finite=False)
     if problem is not None:
@@ -238,6 +239,9 @@ def _translate(family: Family, src: Mapping[str, Any]) -> dict[str, Any]:
         )
     if head is not None and data.get("head") is None:
         data["head"] = head
+    for path, required in family.fixed.items():  # the family's fixed facts, stated once: not repeated by translators
+        if _get(data, path) is _MISSING:
+            _set_missing(data, path, required)
     return data
 
 
@@ -318,6 +322,22 @@ def _leaves(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, An
 
 
 _MISSING = object()
+
+
+def _set_missing(data: dict[str, Any], path: str, value: Any) -> None:
+    """Put ``value`` at a dotted ``path`` that :func:`_get` found missing, making the mappings on the way (a
+    component's shorthand name becomes ``{name: …}`` so that its options can be added)."""
+    node = data
+    *parents, last = path.split(".")
+    for part in parents:
+        child = node.get(part)
+        if isinstance(child, str):
+            child = {"name": child}
+        elif not isinstance(child, Mapping):
+            child = {}
+        node[part] = child = dict(child)
+        node = child
+    node[last] = value
 
 
 def _get(data: Any, path: str) -> Any:

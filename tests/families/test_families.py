@@ -15,6 +15,7 @@ import bertblocks
 from bertblocks.config import ConfigError
 from bertblocks.core.component import Component
 from bertblocks.families.family import Family
+from bertblocks.families.fields import HFField
 from bertblocks.families.keymap import Drop, KeyMap, Rename, Split
 from bertblocks.hf.weights import CheckpointError
 from bertblocks.registry import Registry, set_registry
@@ -134,6 +135,47 @@ def test_third_party_family_through_a_registry_argument_alone(tmp_path):
     assert json.loads((tmp_path / "again" / "config.json").read_text())["model_type"] == "toybert"
     with pytest.raises(ConfigError, match="no model family handles 'toybert'"):
         bertblocks.from_pretrained(tmp_path / "toy")
+
+
+def _terse_from_hf(hf: Any) -> dict[str, Any]:
+    """Says nothing of the pooler or the token types; the fields but `vocab` (dtype, …) pass through `hf`."""
+    return {**TINY, "vocab_size": hf.get("vocab", 99), "hf": {k: v for k, v in hf.items() if k != "vocab"}}
+
+
+def test_a_family_states_its_fixed_facts_once_and_they_are_applied(tmp_path):
+    """``Family.fixed`` is applied, not only checked: a translator that leaves a fixed value out still builds the
+    family's model, and the checkpoint round-trips."""
+    from dataclasses import replace
+
+    from bertblocks.hf.config_json import config_from_hf
+
+    terse = replace(
+        TOY,
+        model_type="tersebert",
+        config_from_hf=_terse_from_hf,
+        fixed={"pooler": None, "embedding.token_types": False},
+        fields={"vocab": HFField(int, ge=1)},
+    )
+    registry = Registry(load_entry_points=False)
+    registry.register(
+        SimpleNamespace(bertblocks_register_components=lambda: [Component("family", "tersebert", lambda **_: terse)]),
+        name="terse-family",
+    )
+    set_registry(registry)
+    data = config_from_hf({"model_type": "tersebert", "vocab": 99})
+    assert data["pooler"] is None
+    assert data["embedding"]["token_types"] is False
+    model = bertblocks.create_model(data)
+    assert model.pooler is None
+    assert model.config.embedding.token_types is False
+    model.save_pretrained(tmp_path / "terse")
+    saved = json.loads((tmp_path / "terse" / "config.json").read_text())
+    assert saved["vocab"] == 99
+    assert "bertblocks" not in saved  # the fixed facts are the family's: nothing to carry for them
+    again = bertblocks.from_pretrained(tmp_path / "terse")
+    assert again.config.model_dump(exclude={"hf"}) == model.config.model_dump(exclude={"hf"})
+    with pytest.raises(ConfigError, match="tersebert family requires None"):  # a value that says otherwise: refused
+        config_from_hf({"model_type": "tersebert", "vocab": 99, "bertblocks": {"pooler": "first_token"}})
 
 
 def test_fused_tensor_of_the_wrong_size_is_a_clear_error(tmp_path):
