@@ -386,10 +386,11 @@ def run(args: argparse.Namespace) -> int:
         check_output(output, args.input)
     texts = _texts(args)
     source = args.model or str(minilm_path())
-    tokenizer = _load_tokenizer(source)
     if args.head != "mean":
-        return _run_retrieval(args, source, tokenizer, texts, output)
+        return _run_retrieval(args, source, texts, output)
+    # the weights first, then the tokenizer: a damaged weight file is named before a missing tokenizer
     model = bertblocks.from_pretrained(source, args.overrides).eval()
+    tokenizer = _load_tokenizer(source)
     embeddings = embed_corpus(
         model, tokenizer, texts, args.batch_size, args.max_length, progress=sys.stderr.isatty() and len(texts) > 1
     )
@@ -405,9 +406,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _run_retrieval(
-    args: argparse.Namespace, source: str, tokenizer: BertTokenizer, texts: list[str], output: Path | None
-) -> int:
+def _run_retrieval(args: argparse.Namespace, source: str, texts: list[str], output: Path | None) -> int:
     import bertblocks
 
     from ..sentence import load_bge_m3_heads
@@ -421,6 +420,7 @@ def _run_retrieval(
             f"{source} holds no weights for the {args.head} head ({', '.join(missing)}): embeddings from a "
             "randomly initialised head mean nothing. Use a checkpoint trained with it"
         )
+    tokenizer = _load_tokenizer(source)
     result = embed_retrieval(
         model.eval(),
         tokenizer,
