@@ -49,3 +49,13 @@ def test_start_up_imports_no_heavy_module(step):
 def test_the_probe_sees_a_heavy_module_when_one_is_imported():
     # the check above could pass by looking at the wrong process; importing one must show
     assert "torch._dynamo" in _loaded_after("import bertblocks, torch._dynamo")
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_import_leaves_the_garbage_collector_as_it_found_it(enabled):
+    """bertblocks pauses the collector while it imports (start-up time); the caller's setting survives."""
+    setting = "gc.enable()" if enabled else "gc.disable()"
+    probe = f"import gc\n{setting}\nimport bertblocks\nprint(gc.isenabled())"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(enabled)
