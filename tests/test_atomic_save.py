@@ -595,6 +595,8 @@ def checkpoint(tmp_path_factory, models) -> Path:
 def test_export_on_a_full_disk_exits_1_with_one_line_and_keeps_the_earlier_file(tmp_path, checkpoint, suffix):
     from bertblocks import cli
 
+    if suffix == ".onnx":  # the ONNX exporter is an optional dependency (absent in the floor job)
+        pytest.importorskip("onnxscript", reason="the ONNX export needs onnx and onnxscript")
     target = tmp_path / f"model{suffix}"
     target.write_bytes(b"an earlier good export")
     errors = tmp_path / "stderr"

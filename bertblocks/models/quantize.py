@@ -533,7 +533,8 @@ class QuantizationManifest(BaseModel):
         kernel: the int8 kernel of the saving machine (one of :data:`KERNELS`).
     """
 
-    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+    # protected_namespaces=(): pydantic before 2.10 warns that `model_class` shadows its `model_` namespace
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True, protected_namespaces=())
 
     model_class: str = Field(alias="class")
     scheme: str
