@@ -189,6 +189,16 @@ def add_config_argument(parser: argparse.ArgumentParser, metavar: str = "CONFIG"
     add_set_argument(parser)
 
 
+def add_checkpoint_head_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--head`` option of commands that load a checkpoint (``export``, ``quantize``)."""
+    parser.add_argument(
+        "--head",
+        default="auto",
+        metavar="NAME",
+        help="'auto' (the head config.json's architectures names; default), 'none' (the backbone) or a head name",
+    )
+
+
 def add_set_argument(parser: argparse.ArgumentParser) -> None:
     """The repeatable ``--set dotted.key=value`` override option."""
     parser.add_argument(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from . import EXIT_OK, CLIError, add_set_argument, check_output_file, emit, progress
+from . import EXIT_OK, CLIError, add_checkpoint_head_argument, add_set_argument, check_output_file, emit, progress
 
 #: output suffix → format
 FORMATS = {".onnx": "onnx", ".pt2": "torch.export"}
@@ -23,12 +23,7 @@ FORMATS = {".onnx": "onnx", ".pt2": "torch.export"}
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", metavar="PATH_OR_ID", help="checkpoint directory or hub id")
     parser.add_argument("output", metavar="FILE", help="model.onnx (ONNX, dynamo exporter) or model.pt2 (torch.export)")
-    parser.add_argument(
-        "--head",
-        default="auto",
-        metavar="NAME",
-        help="'auto' (the head config.json's architectures names; default), 'none' (the backbone) or a head name",
-    )
+    add_checkpoint_head_argument(parser)
     parser.add_argument(
         "--inputs",
         default=None,

@@ -15,24 +15,18 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from . import EXIT_OK, EXIT_UNAVAILABLE, CLIError, add_set_argument, emit
+from ..models.quantize import KERNELS
+from . import EXIT_OK, EXIT_UNAVAILABLE, CLIError, add_checkpoint_head_argument, add_set_argument, emit
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("checkpoint", metavar="PATH_OR_ID", help="checkpoint directory or hub id (fp32 weights)")
     parser.add_argument("output", metavar="DIR", help="folder to write the int8 model to")
-    parser.add_argument(
-        "--head",
-        default="auto",
-        metavar="NAME",
-        help="'auto' (the head config.json's architectures names; default), 'none' (the backbone) or a head name",
-    )
+    add_checkpoint_head_argument(parser)
     parser.add_argument(
         "--skip", action="append", default=[], metavar="PATTERN", help="module names to keep in fp32 (fnmatch)"
     )
-    parser.add_argument(
-        "--kernel", default="auto", choices=("auto", "int_mm", "fbgemm"), help="int8 kernel (default: by CPU)"
-    )
+    parser.add_argument("--kernel", default="auto", choices=("auto", *KERNELS), help="int8 kernel (default: by CPU)")
     parser.add_argument("--force", action="store_true", help="quantize even where no int8 kernel beats fp32")
     add_set_argument(parser)
 
