@@ -20,10 +20,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from torch.testing import assert_close
 
 import bertblocks
 from bertblocks import BertModel, BertTokenizer, cli
 from bertblocks.config import ConfigError
+from bertblocks.hf.config_json import RemoteClassesIgnoredWarning
 from tests.conftest import TINY
 
 PLANTED = ("configuration_evil", "modeling_evil", "tokenization_evil", "evil_activation")
@@ -45,11 +47,12 @@ def marker(tmp_path: Path) -> Iterator[Path]:
     assert not [name for name in PLANTED if name in sys.modules]
 
 
-def plant(directory: Path, marker: Path, model_classes: bool = False) -> Path:
+def plant(directory: Path, marker: Path, model_classes: bool = False, field: bool = True) -> Path:
     """Add planted modules to ``directory`` and name them in its config.json and tokenizer_config.json.
 
-    With ``model_classes``, config.json's ``auto_map`` names a config and model class (which bertblocks refuses
-    to build as the plain ``model_type``); without, only a tokenizer class, as such repositories also do.
+    With ``model_classes``, config.json's ``auto_map`` names a config and model class, and (``field``) the file holds
+    a field of that code the family does not read (so bertblocks refuses to build it as the plain ``model_type``);
+    without, only a tokenizer class, as such repositories also do.
     """
     for name in PLANTED:
         (directory / f"{name}.py").write_text(
@@ -65,6 +68,8 @@ def plant(directory: Path, marker: Path, model_classes: bool = False) -> Path:
             "AutoModel": "modeling_evil.Evil",
             "AutoModelForMaskedLM": "modeling_evil.Evil",
         }
+        if field:
+            config["evil_attention"] = "sparse"
     (directory / "config.json").write_text(json.dumps(config))
     tokenizer_config = directory / "tokenizer_config.json"
     if tokenizer_config.is_file():
@@ -92,11 +97,33 @@ def remote_checkpoint(checkpoint: Path, marker: Path) -> Path:
     return plant(checkpoint, marker, model_classes=True)
 
 
+@pytest.fixture
+def remote_classes_only(checkpoint: Path, marker: Path) -> Path:
+    """The checkpoint, its config.json naming planted config and model classes over fields BERT reads only (as
+    bge-reranker-v2-m3 names XLMRobertaFlash classes over XLM-R's fields)."""
+    return plant(checkpoint, marker, model_classes=True, field=False)
+
+
 # ------------------------------------------------------------------------------------- models, configs
 @pytest.mark.parametrize("head", ["auto", None, "masked_lm"])
 def test_from_pretrained_refuses_remote_model_classes_without_importing_them(remote_checkpoint, head):
-    with pytest.raises(ConfigError, match=r"auto_map: names remote-code classes \(configuration_evil.Evil"):
+    with pytest.raises(ConfigError, match=r"auto_map: names remote-code classes \(configuration_evil.Evil") as e:
         bertblocks.from_pretrained(remote_checkpoint, head=head)
+    assert "fields the family does not read (evil_attention)" in str(e.value)
+
+
+@pytest.mark.parametrize("head", ["auto", None])
+def test_remote_classes_over_fields_the_family_reads_load_with_a_warning_without_importing_them(
+    remote_classes_only, head
+):
+    config = json.loads((remote_classes_only / "config.json").read_text())
+    plain = {key: value for key, value in config.items() if key != "auto_map"}
+    with pytest.warns(RemoteClassesIgnoredWarning, match=r"names remote-code classes \(configuration_evil.Evil, mod"):
+        model = bertblocks.from_pretrained(remote_classes_only, head=head)
+    (remote_classes_only / "config.json").write_text(json.dumps(plain))
+    reference = bertblocks.from_pretrained(remote_classes_only, head=head)
+    ids = torch.randint(5, TINY["vocab_size"], (2, 7))
+    assert_close(model.eval()(ids).last_hidden_state, reference.eval()(ids).last_hidden_state, rtol=0, atol=0)
 
 
 def test_load_config_and_commands_refuse_remote_model_classes(remote_checkpoint, tmp_path, capsys):

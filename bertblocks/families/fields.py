@@ -28,10 +28,38 @@ from typing import Any
 
 from bertblocks.config import ConfigIssue
 
-__all__ = ["SHARED_FIELDS", "HFField", "UndeclaredFieldWarning", "field_issues", "undeclared"]
+__all__ = ["INERT_FIELDS", "SHARED_FIELDS", "HFField", "UndeclaredFieldWarning", "field_issues", "undeclared", "unread"]
 
 #: fields of every ``config.json`` the translator itself reads (a family may read them too without declaring them)
 SHARED_FIELDS = frozenset({"model_type", "architectures", "auto_map", "bertblocks"})
+#: transformers' own bookkeeping, written by every ``PretrainedConfig`` whatever the model: token ids used only
+#: to generate or to tokenize, dtypes, output switches a caller sets per call. None changes what an encoder
+#: computes from ``input_ids``; a family that gives one a meaning (ESM's ``mask_token_id``) declares it, and its
+#: declaration wins.
+INERT_FIELDS = frozenset(
+    {
+        "torch_dtype",
+        "dtype",
+        "bos_token_id",
+        "eos_token_id",
+        "sep_token_id",
+        "cls_token_id",
+        "unk_token_id",
+        "decoder_start_token_id",
+        "output_past",
+        "return_dict",
+        "output_hidden_states",
+        "output_attentions",
+        "torchscript",
+        "use_bfloat16",
+        "tokenizer_class",
+        "prefix",
+        "finetuning_task",
+        "task_specific_params",
+        "gradient_checkpointing",
+        "max_length",
+    }
+)
 
 _KIND_NAMES = {bool: "a boolean (true or false)", int: "an integer", float: "a number", str: "a string"}
 _KIND_NAMES.update({list: "a list", dict: "a mapping"})
@@ -128,6 +156,13 @@ def undeclared(fields: Mapping[str, HFField], given: Iterable[str], passed_throu
     without declaring them."""
     kept = set(passed_through)
     return sorted(k for k in given if k not in kept and k not in fields and k not in SHARED_FIELDS)
+
+
+def unread(fields: Mapping[str, HFField], given: Iterable[str]) -> list[str]:
+    """The fields of a ``config.json`` (``given``) that a family with the declaration ``fields`` does not read:
+    neither declared nor shared nor transformers' inert bookkeeping (:data:`INERT_FIELDS`). Whatever they mean to
+    the code that wrote them, the family's model does not honour it."""
+    return sorted(k for k in given if k not in fields and k not in SHARED_FIELDS and k not in INERT_FIELDS)
 
 
 def _is(value: Any, kind: type) -> bool:

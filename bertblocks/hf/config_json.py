@@ -33,7 +33,7 @@ from ..config import DEFAULT_COMPONENTS, BertConfig, ConfigError, ConfigIssue, d
 from ..config.schema import json_value_problem
 from ..families.bertlike import BERT_FIELD_NAMES
 from ..families.family import Family
-from ..families.fields import UndeclaredFieldWarning, field_issues, undeclared
+from ..families.fields import UndeclaredFieldWarning, field_issues, undeclared, unread
 from ..registry import Registry, validate_config
 from .families import get_family, known_families
 from .misspelt_keys import warn_misspelt_keys
@@ -150,12 +150,27 @@ def _claiming_family(family: Family, src: Mapping[str, Any], registry: Registry 
     return family
 
 
-def _refuse_remote_code(family: Family, src: Mapping[str, Any]) -> None:
-    """Refuse a config.json whose ``auto_map`` names remote-code classes the family does not translate.
+class RemoteClassesIgnoredWarning(UserWarning):
+    """A config.json's ``auto_map`` names remote-code classes that bertblocks does not run, and every field of the
+    file is one its family reads: the model is built with the family's own modelling, as transformers builds it
+    without ``trust_remote_code`` (BAAI's bge-reranker-v2-m3 names ``XLMRobertaFlash*`` classes that compute
+    XLM-R's math with another kernel)."""
 
-    Such a file (Jina-embeddings-v2: ``model_type: bert`` with ALiBi and a gated MLP in its own classes) would
-    otherwise build the ``model_type``'s plain model, silently wrong for its weights. What a family reads is its
-    declaration (:attr:`Family.remote_code`: repository and class together), the same check for every family.
+
+def _refuse_remote_code(family: Family, src: Mapping[str, Any]) -> None:
+    """Decide what to do with a config.json whose ``auto_map`` names remote-code classes the family does not
+    translate: by its fields, not by the ``auto_map``.
+
+    * A family whose format *is* remote code (:attr:`Family.remote_code` declared: NomicBERT's original fields,
+      GTE's ``new``, EuroBERT) reads only the declared classes from the declared repository; any other code is
+      refused, since its fields mean what that other code makes of them.
+    * A transformers-native family (no ``remote_code``) builds the file when it reads every field of it
+      (:attr:`Family.fields`, plus transformers' inert bookkeeping): the remote classes can then only be another
+      implementation of the same computation, and a one-line :class:`RemoteClassesIgnoredWarning` names them.
+      A field the family does not read may change what the remote code computes (Jina-embeddings-v2's
+      ``feed_forward_type``: ALiBi and a gated MLP under ``model_type: bert``), so the file is refused, naming
+      those fields; building the plain model would load "successfully" and be wrong for the weights.
+
     Nothing ``auto_map`` names is ever imported.
     """
     auto_map = src.get("auto_map")
@@ -168,14 +183,30 @@ def _refuse_remote_code(family: Family, src: Mapping[str, Any]) -> None:
             return
     else:
         classes = [repr(auto_map)]
+    named = f"names remote-code classes ({', '.join(classes)}) that the {family.model_type} family does not implement"
+    others = unread(family.fields, src) if not family.remote_code else []
+    if not family.remote_code and not others:
+        warnings.warn(
+            f"config.json: auto_map {named}; every field of the file is one the family reads, so it is built as "
+            f"{family.model_type}'s own model (as transformers without trust_remote_code builds it), and the remote "
+            "classes are neither imported nor run",
+            RemoteClassesIgnoredWarning,
+            stacklevel=4,
+        )
+        return
+    why = (
+        f"and the file holds fields the family does not read ({', '.join(others)}), which may change what that "
+        "code computes; "
+        if others
+        else f"and the {family.model_type} format is that of its own remote code, not this one; "
+    )
     raise ConfigError(
         [
             ConfigIssue(
                 "auto_map",
-                f"names remote-code classes ({', '.join(classes)}) that the {family.model_type} family does not "
-                f"implement; building a plain {family.model_type} model from it would not be the model its weights "
-                "were trained as, and bertblocks never runs code from a checkpoint. Port the architecture as a "
-                "family plugin (docs/explanation/model-families.md), or, if the checkpoint really is a plain "
+                f"{named}, {why}building a plain {family.model_type} model from it would not be the model its "
+                "weights were trained as, and bertblocks never runs code from a checkpoint. Port the architecture "
+                "as a family plugin (docs/explanation/model-families.md), or, if the checkpoint really is a plain "
                 f"{family.model_type} model, remove auto_map from its config.json",
             )
         ],
@@ -379,4 +410,4 @@ def _diff(full: Any, base: Any) -> Any:
     return _MISSING if full == base else full
 
 
-__all__ = ["BLOCK", "DEFAULT_FAMILY", "config_from_hf", "config_to_hf", "contradictions"]
+__all__ = ["BLOCK", "DEFAULT_FAMILY", "RemoteClassesIgnoredWarning", "config_from_hf", "config_to_hf", "contradictions"]

@@ -4,14 +4,19 @@ is refused, for every family of the registry."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
+import torch
+import transformers
 
+import bertblocks
 from bertblocks.config import ConfigError
-from bertblocks.hf.config_json import config_from_hf
+from bertblocks.hf.config_json import RemoteClassesIgnoredWarning, config_from_hf
 from bertblocks.hf.families import get_family
 from bertblocks.registry import Registry
+from tests.tolerances import assert_close
 
 from .test_zoo_fixes import ORIGINAL
 
@@ -78,3 +83,66 @@ def test_nomic_original_format_refuses_nomic_classes_from_another_repository():
     assert config_from_hf({**original, "auto_map": {"AutoModel": ours}})["hidden_size"] == 32
     with pytest.raises(ConfigError, match=r"auto_map: names remote-code classes"):
         config_from_hf({**original, "auto_map": {"AutoModel": ours.replace("nomic-ai", "someone")}})
+
+
+# ---------------------------------------------- remote classes over a native family's fields (bge-reranker-v2-m3)
+#: what bge-reranker-v2-m3's config.json names: XLM-R's math computed by a flash-attention implementation
+FLASH_MAP = {
+    "AutoConfig": "jinaai/xlm-roberta-flash-implementation--configuration_xlm_roberta.XLMRobertaFlashConfig",
+    "AutoModel": "jinaai/xlm-roberta-flash-implementation--modeling_xlm_roberta.XLMRobertaModel",
+    "AutoModelForSequenceClassification": (
+        "jinaai/xlm-roberta-flash-implementation--modeling_xlm_roberta.XLMRobertaForSequenceClassification"
+    ),
+}
+
+
+@pytest.fixture
+def reranker(tmp_path):
+    """A tiny cross-encoder saved by transformers' own XLMRobertaForSequenceClassification, its config.json given
+    the reranker's ``auto_map`` and the bookkeeping transformers writes (dtype, token ids, ``output_past``)."""
+    torch.manual_seed(0)
+    config = transformers.XLMRobertaConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=64, type_vocab_size=1, num_labels=1, layer_norm_eps=1e-5,
+    )  # fmt: skip
+    theirs = transformers.XLMRobertaForSequenceClassification(config).eval()
+    theirs.save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    published = json.loads(path.read_text())
+    published.update(auto_map=FLASH_MAP, output_past=True, torch_dtype="float32", bos_token_id=0, eos_token_id=2)
+    path.write_text(json.dumps(published))
+    return tmp_path, theirs
+
+
+def test_remote_classes_over_fields_the_family_reads_load_with_a_one_line_warning(reranker):
+    folder, theirs = reranker
+    with pytest.warns(RemoteClassesIgnoredWarning) as caught:
+        model = bertblocks.from_pretrained(folder, head="auto").eval()
+    # the same line each time the load reads config.json: Python shows it once
+    (message,) = {str(w.message) for w in caught if w.category is RemoteClassesIgnoredWarning}
+    assert "\n" not in message
+    assert "modeling_xlm_roberta.XLMRobertaForSequenceClassification" in message
+    assert model.config.family == "xlm-roberta"
+    ids = torch.randint(3, 99, (3, 11))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    with torch.no_grad():
+        expected = theirs(input_ids=ids, attention_mask=mask).logits
+        actual = model(input_ids=ids, attention_mask=mask).logits
+    assert_close(actual, expected)
+
+
+def test_remote_classes_over_a_field_the_family_does_not_read_are_refused_naming_it(reranker):
+    folder, _ = reranker
+    path = folder / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "rotary_emb_base": 10000.0, "lora_rank": 4}))
+    with pytest.raises(ConfigError, match=r"fields the family does not read \(lora_rank, rotary_emb_base\)") as e:
+        bertblocks.from_pretrained(folder, head="auto")
+    assert "names remote-code classes (jinaai/xlm-roberta-flash-implementation--" in str(e.value)
+
+
+def test_a_remote_format_family_still_refuses_other_code_whatever_its_fields():
+    """A family whose format is remote code reads only its declared classes: other code makes other sense of the
+    same fields (the class names are the point, not the fields)."""
+    with pytest.raises(ConfigError, match=r"the new format is that of its own remote code"):
+        config_from_hf({**NEW, "auto_map": {**NEW_MAP, "AutoModel": "modeling.NewModel"}})
