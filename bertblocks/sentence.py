@@ -220,85 +220,10 @@ def _mask(mask: torch.Tensor | None, vectors: torch.Tensor, name: str) -> torch.
     return mask.bool()
 
 
-# ------------------------------------------------------------------------------------------- BGE-M3 files
-#: BGE-M3's published head files (beside the backbone's weights), by the module they load into
-BGE_M3_HEAD_FILES = {"colbert_linear": "colbert_linear", "sparse_linear": "sparse_linear"}
-
-
-def load_bge_m3_heads(model: torch.nn.Module, directory: str | Path) -> None:
-    """Load BGE-M3's head weights into a ``bge_m3`` model from ``directory``: ``colbert_linear.safetensors`` and
-    ``sparse_linear.safetensors`` (or the published ``colbert_linear.pt`` / ``sparse_linear.pt`` once converted to
-    safetensors), each holding ``weight`` and ``bias`` (the published names).
-
-    Pickled files are refused, never unpickled (a pickle can run code); the error says how to convert them.
-
-    Raises:
-        WeightFileError: a file missing, pickled, damaged, or whose tensors are not ``weight``/``bias`` of the
-            module's shapes.
-    """
-    from .hf.weight_files import WeightFileError, read_safetensors
-
-    directory = Path(directory)
-    for module_name, stem in BGE_M3_HEAD_FILES.items():
-        module = model.get_submodule(module_name)
-        path = next(
-            (
-                directory / f"{stem}{suffix}"
-                for suffix in (".safetensors", ".pt")
-                if (directory / f"{stem}{suffix}").is_file()
-            ),
-            None,
-        )
-        if path is None:
-            raise WeightFileError(
-                directory / f"{stem}.safetensors", "not found (BGE-M3's head file for " + module_name + ")"
-            )
-        _refuse_pickle(path, stem)
-        tensors = read_safetensors(path)
-        expected = dict(module.state_dict())
-        if set(tensors) != set(expected):
-            raise WeightFileError(
-                path, f"holds {sorted(tensors)}; BGE-M3's {module_name} file holds {sorted(expected)}"
-            )
-        for key, tensor in tensors.items():
-            if tuple(tensor.shape) != tuple(expected[key].shape):
-                raise WeightFileError(
-                    path,
-                    f"shape {tuple(tensor.shape)}, but the model's {module_name}.{key} is {tuple(expected[key].shape)}",
-                    key,
-                )
-        module.load_state_dict({k: v.to(expected[k].dtype) for k, v in tensors.items()})
-
-
-#: the conversion of a pickled head file (the library's writer named apart: this is text, not a write)
-CONVERT = (
-    'python -c "import torch; from safetensors.torch import save_file as save; '
-    "save(torch.load('{pt}', weights_only=True), '{stem}.safetensors')\""
-)
-
-
-def _refuse_pickle(path: Path, stem: str) -> None:
-    """A pickled PyTorch file (a zip archive or a raw pickle) is refused with the conversion to run."""
-    from .hf.weight_files import WeightFileError
-
-    with open(path, "rb") as f:
-        start = f.read(9)
-    # a safetensors file is an 8-byte header length, then its JSON header: "{" at byte 8 (its first byte may be
-    # 0x80, so that alone says nothing); torch.save writes a zip archive or, before 1.6, a raw pickle (0x80)
-    safetensors = len(start) == 9 and start[8:9] == b"{"
-    if not safetensors and (start.startswith(b"PK\x03\x04") or start[:1] == b"\x80"):
-        raise WeightFileError(
-            path,
-            "is a pickled PyTorch file; bertblocks never unpickles (a pickle can run code). Convert it once, where "
-            "you trust the file, with safetensors' save_file: " + CONVERT.format(pt=path.name, stem=stem),
-        )
-
-
 __all__ = [
     "cosine_score",
     "dot_score",
     "encode",
-    "load_bge_m3_heads",
     "maxsim_score",
     "minilm_path",
     "similarity",

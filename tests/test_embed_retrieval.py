@@ -16,7 +16,6 @@ from safetensors.torch import save_file
 
 import bertblocks
 from bertblocks import BertTokenizer, cli
-from bertblocks.sentence import load_bge_m3_heads
 from tests.conftest import TINY
 from tests.tolerances import assert_close
 
@@ -58,9 +57,7 @@ def _embed(folder: Path, head: str, output: Path, *extra: str) -> subprocess.Com
 
 
 def _alone(folder: Path, head: str, text: str):
-    model = bertblocks.from_pretrained(folder, head=head).eval()
-    if head == "bge_m3":
-        load_bge_m3_heads(model, folder)
+    model = bertblocks.from_pretrained(folder, head=head).eval()  # BGE-M3's head files included
     tokenizer = BertTokenizer.from_pretrained(folder)
     with torch.no_grad():
         return model(**tokenizer([text]))

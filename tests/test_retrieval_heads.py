@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from safetensors.torch import save_file
 
 import bertblocks
 from bertblocks.hf.weight_files import WeightFileError
-from bertblocks.sentence import cosine_score, dot_score, load_bge_m3_heads, maxsim_score, sparse_score
+from bertblocks.sentence import cosine_score, dot_score, maxsim_score, sparse_score
 from tests.conftest import TINY
 from tests.tolerances import assert_close
 
@@ -176,8 +177,11 @@ def _published_bge_m3(backbone, colbert, sparse, ids, mask) -> dict[str, torch.T
 @pytest.mark.parametrize("packing", PATHS)
 def test_bge_m3_three_outputs_equal_the_published_equations(bge_m3_checkpoint, packing):
     directory, backbone, colbert, sparse = bge_m3_checkpoint
-    model = bertblocks.from_pretrained(directory, [f"encoder.packing={packing}"], head="bge_m3").eval()
-    load_bge_m3_heads(model, directory)
+    model, info = bertblocks.from_pretrained(
+        directory, [f"encoder.packing={packing}"], head="bge_m3", output_loading_info=True
+    )
+    model.eval()
+    assert info.missing_keys == []  # the head files beside model.safetensors were read
     ids, mask = _batch()
     ids[:, 0] = 0
     ids[0, 8] = 2  # </s>: a special token, weight 0
@@ -190,14 +194,31 @@ def test_bge_m3_three_outputs_equal_the_published_equations(bge_m3_checkpoint, p
     assert (out.sparse_embedding > 0).any()  # the test would pass vacuously on all zeros
 
 
+def _backbone_with(directory, tmp_path, files: dict[str, dict[str, torch.Tensor] | None]):
+    """A copy of the backbone checkpoint in ``tmp_path`` with the given head files (name → tensors)."""
+    tmp_path.mkdir(exist_ok=True)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(directory / name, tmp_path / name)
+    for name, tensors in files.items():
+        save_file(tensors, str(tmp_path / name))
+    return tmp_path
+
+
 def test_bge_m3_head_file_in_pt_name_loads_when_it_is_safetensors(bge_m3_checkpoint, tmp_path):
     directory, _, colbert, sparse = bge_m3_checkpoint
-    save_file(colbert, str(tmp_path / "colbert_linear.pt"))  # the published name, safetensors content
-    save_file(sparse, str(tmp_path / "sparse_linear.pt"))
-    model = bertblocks.from_pretrained(directory, head="bge_m3")
-    load_bge_m3_heads(model, tmp_path)
+    # the published names, safetensors content
+    folder = _backbone_with(directory, tmp_path, {"colbert_linear.pt": colbert, "sparse_linear.pt": sparse})
+    model = bertblocks.from_pretrained(folder, head="bge_m3")
     assert torch.equal(model.colbert_linear.weight, colbert["weight"])
     assert torch.equal(model.sparse_linear.bias, sparse["bias"])
+
+
+def test_without_head_files_the_head_is_reported_missing(bge_m3_checkpoint, tmp_path):
+    folder = _backbone_with(bge_m3_checkpoint[0], tmp_path, {})
+    _, info = bertblocks.from_pretrained(folder, head="bge_m3", output_loading_info=True)
+    assert sorted(info.missing_keys) == [
+        f"{m}.{k}" for m in ("colbert_linear", "sparse_linear") for k in ("bias", "weight")
+    ]
 
 
 @pytest.mark.parametrize("legacy", [False, True])
@@ -209,31 +230,26 @@ def test_a_pickled_head_file_is_refused(bge_m3_checkpoint, tmp_path, legacy):
         def __reduce__(self):
             return (open, (str(marker), "w"))
 
-    torch.save({**colbert, "trap": Trap()}, tmp_path / "colbert_linear.pt", _use_new_zipfile_serialization=not legacy)
-    save_file(sparse, str(tmp_path / "sparse_linear.safetensors"))
-    model = bertblocks.from_pretrained(directory, head="bge_m3")
+    folder = _backbone_with(directory, tmp_path / "ckpt", {"sparse_linear.safetensors": sparse})
+    torch.save({**colbert, "trap": Trap()}, folder / "colbert_linear.pt", _use_new_zipfile_serialization=not legacy)
     with pytest.raises(
         WeightFileError,
         match=r"pickled PyTorch file.*save\(torch.load\('colbert_linear.pt', weights_only=True\), "
         r"'colbert_linear.safetensors'\)",
     ):
-        load_bge_m3_heads(model, tmp_path)
+        bertblocks.from_pretrained(folder, head="bge_m3")
     assert not marker.exists()
 
 
 def test_a_head_file_with_other_keys_or_shapes_is_refused(bge_m3_checkpoint, tmp_path):
     directory, _, colbert, sparse = bge_m3_checkpoint
-    model = bertblocks.from_pretrained(directory, head="bge_m3")
-    save_file({"linear.weight": colbert["weight"]}, str(tmp_path / "colbert_linear.safetensors"))
-    save_file(sparse, str(tmp_path / "sparse_linear.safetensors"))
-    with pytest.raises(WeightFileError, match=r"holds \['linear.weight'\]; BGE-M3's colbert_linear file holds"):
-        load_bge_m3_heads(model, tmp_path)
-    save_file({"weight": torch.zeros(4, 32), "bias": torch.zeros(4)}, str(tmp_path / "colbert_linear.safetensors"))
+    files = {"colbert_linear.safetensors": {"linear.weight": colbert["weight"]}, "sparse_linear.safetensors": sparse}
+    folder = _backbone_with(directory, tmp_path, files)
+    with pytest.raises(WeightFileError, match=r"holds \['linear.weight'\]; the colbert_linear module's file holds"):
+        bertblocks.from_pretrained(folder, head="bge_m3")
+    save_file({"weight": torch.zeros(4, 32), "bias": torch.zeros(4)}, str(folder / "colbert_linear.safetensors"))
     with pytest.raises(WeightFileError, match=r"shape \(4(, 32)?,?\), but the model's colbert_linear\.(weight|bias)"):
-        load_bge_m3_heads(model, tmp_path)
-    (tmp_path / "colbert_linear.safetensors").unlink()
-    with pytest.raises(WeightFileError, match="not found"):
-        load_bge_m3_heads(model, tmp_path)
+        bertblocks.from_pretrained(folder, head="bge_m3")
 
 
 def test_bge_m3_needs_input_ids(bge_m3_checkpoint):
@@ -293,8 +309,7 @@ def test_maxsim_equals_loops(normalize):
 def test_a_saved_bge_m3_model_loads_back_with_its_heads(bge_m3_checkpoint, tmp_path):
     directory = bge_m3_checkpoint[0]
     model = bertblocks.from_pretrained(directory, head="bge_m3").eval()
-    load_bge_m3_heads(model, directory)
-    model.save_pretrained(tmp_path / "saved")
+    model.save_pretrained(tmp_path / "saved")  # the head's tensors go into model.safetensors with the backbone
     again, info = bertblocks.from_pretrained(tmp_path / "saved", head="auto", output_loading_info=True)
     assert info.missing_keys == []
     ids, mask = _batch()

@@ -409,13 +409,10 @@ def run(args: argparse.Namespace) -> int:
 def _run_retrieval(args: argparse.Namespace, source: str, texts: list[str], output: Path | None) -> int:
     import bertblocks
 
-    from ..sentence import load_bge_m3_heads
-
+    # a head's files of its own (BGE-M3's colbert_linear / sparse_linear) are read by from_pretrained
     model, info = bertblocks.from_pretrained(source, args.overrides, head=args.head, output_loading_info=True)
     missing = [key for key in info.missing_keys if not key.startswith(f"{model.base_model_prefix}.")]
-    if missing and args.head == "bge_m3" and Path(source).is_dir():
-        load_bge_m3_heads(model, source)  # the published layout: the head weights in files of their own
-    elif missing:
+    if missing:
         raise CLIError(
             f"{source} holds no weights for the {args.head} head ({', '.join(missing)}): embeddings from a "
             "randomly initialised head mean nothing. Use a checkpoint trained with it"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
@@ -579,6 +580,11 @@ class Head(nn.Module, ABC):
         reads_input_ids: :meth:`forward` is also called with the keyword ``input_ids`` (the ids the backbone
             was given, after :meth:`prepare_inputs`, or ``None`` when the caller gave ``inputs_embeds``): BGE-M3's
             lexical weights are indexed by token id.
+        companion_files: module name (as the head's modules sit on the task model) → the stem of a weight file of
+            that module's own beside a checkpoint's weights, read when the weight files hold none of the module's
+            tensors: BGE-M3 publishes its heads as ``colbert_linear.pt`` and ``sparse_linear.pt``
+            (:func:`bertblocks.hf.weight_files.read_companion_file`: safetensors only, pickles refused). A save
+            writes the module's tensors with the rest, as transformers would.
     """
 
     # class-level defaults; a head may set any of them per instance (a composed head derives them from its parts)
@@ -586,6 +592,7 @@ class Head(nn.Module, ABC):
     reads_padded_positions: bool = False
     pools_padded_positions: bool = False
     reads_input_ids: bool = False
+    companion_files: Mapping[str, str] = MappingProxyType({})
     reshapes_inputs: bool = False
     label_names: tuple[str, ...] = ("labels",)
     config_fields: tuple[str, ...] = ()

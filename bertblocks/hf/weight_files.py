@@ -313,3 +313,54 @@ def read_weight_file(path: Path) -> dict[str, torch.Tensor]:
     ``.bin`` pickle with ``weights_only=True``."""
     path = Path(path)
     return read_safetensors(path) if path.suffix == ".safetensors" else read_torch_bin(path)
+
+
+# ------------------------------------------------------------------------------- a head's files of its own
+#: the conversion of a pickled companion file (text shown to the user, not a write of the library's)
+CONVERT = (
+    'python -c "import torch; from safetensors.torch import save_file as save; '
+    "save(torch.load('{pt}', weights_only=True), '{stem}.safetensors')\""
+)
+
+
+def read_companion_file(
+    directory: Path, stem: str, expected: Mapping[str, torch.Size]
+) -> dict[str, torch.Tensor] | None:
+    """The tensors of a module's weight file of its own beside a checkpoint (BGE-M3 publishes its heads as
+    ``colbert_linear.pt`` and ``sparse_linear.pt`` next to ``model.safetensors``): ``<stem>.safetensors``, else
+    ``<stem>.pt`` when its bytes are safetensors; ``None`` when there is neither.
+
+    A pickled file is refused without being unpickled (a pickle can run code), with the command that converts it.
+
+    Args:
+        directory: the checkpoint folder.
+        stem: the file's name without suffix.
+        expected: the module's tensor names (as in its ``state_dict``) and shapes; the file must hold exactly these.
+
+    Raises:
+        WeightFileError: a pickled or damaged file, or one whose tensor names or shapes are not the module's.
+    """
+    path = next(
+        (directory / f"{stem}{s}" for s in (".safetensors", ".pt") if (directory / f"{stem}{s}").is_file()), None
+    )
+    if path is None:
+        return None
+    with open(path, "rb") as f:  # nine bytes to tell the format; the file itself is read by read_safetensors
+        start = f.read(9)
+    # safetensors: an 8-byte header length, then its JSON header, "{" at byte 8 (the first byte may be 0x80, so
+    # that alone says nothing); torch.save writes a zip archive or, before 1.6, a raw pickle (0x80)
+    if not (len(start) == 9 and start[8:9] == b"{") and (start.startswith(b"PK\x03\x04") or start[:1] == b"\x80"):
+        raise WeightFileError(
+            path,
+            "is a pickled PyTorch file; bertblocks never unpickles (a pickle can run code). Convert it once, where "
+            "you trust the file, with safetensors' save_file: " + CONVERT.format(pt=path.name, stem=stem),
+        )
+    tensors = read_safetensors(path)
+    if set(tensors) != set(expected):
+        raise WeightFileError(path, f"holds {sorted(tensors)}; the {stem} module's file holds {sorted(expected)}")
+    for key, tensor in tensors.items():
+        if tuple(tensor.shape) != tuple(expected[key]):
+            raise WeightFileError(
+                path, f"shape {tuple(tensor.shape)}, but the model's {stem}.{key} is {tuple(expected[key])}", key
+            )
+    return tensors

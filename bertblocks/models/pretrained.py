@@ -39,6 +39,7 @@ from ..config import BertConfig
 from ..config_files import with_backend
 from ..families.keymap import BACKBONE_PREFIX, BERT_KEY_MAP, KeyMap
 from ..hf.hub import resolve_pretrained
+from ..hf.weight_files import read_companion_file
 from ..hf.weights import (
     BACKBONE_PREFIXES,
     STALE_BUFFERS,
@@ -271,14 +272,16 @@ class PretrainedModel(CompileEntry):
     ) -> tuple[LoadingInfo, torch.dtype | None]:
         """:meth:`load_checkpoint`, casting floating-point weights straight to the dtype ``dtype`` resolves to
         (see :func:`~bertblocks.models.surface.resolve_dtype`); also returns the weights' own dtype."""
-        with reading(directory):  # the index and every shard of one generation
-            state = read_state_dict(find_weights(Path(directory)))
-        _warn_non_finite(directory, state)
-        # transformers' rule for "auto" without a dtype in config.json: the first floating-point tensor's dtype
-        weights_dtype = next((t.dtype for t in state.values() if t.is_floating_point()), None)
-        target = resolve_dtype(dtype, config_dtype, weights_dtype)
         prefix, model_has_prefix = self.checkpoint_prefix()
-        state = map_checkpoint_keys(state, self.checkpoint_key_map(), prefix=prefix, model_has_prefix=model_has_prefix)
+        with reading(directory):  # the index, every shard and the companion files of one generation
+            state = read_state_dict(find_weights(Path(directory)))
+            # transformers' rule for "auto" without a dtype in config.json: the first floating-point tensor's dtype
+            weights_dtype = next((t.dtype for t in state.values() if t.is_floating_point()), None)
+            key_map = self.checkpoint_key_map()
+            state = map_checkpoint_keys(state, key_map, prefix=prefix, model_has_prefix=model_has_prefix)
+            state.update(self._companion_tensors(Path(directory), state))
+        _warn_non_finite(directory, state)
+        target = resolve_dtype(dtype, config_dtype, weights_dtype)
         backbones = self.checkpoint_backbones()
         ignorable = [
             where + key
@@ -290,6 +293,23 @@ class PretrainedModel(CompileEntry):
         load_into(self, loadable, target)
         report_loading(type(self).__name__, directory, info)
         return info, weights_dtype
+
+    def checkpoint_companion_files(self) -> Mapping[str, str]:
+        """Module name → the stem of a weight file of the module's own beside the checkpoint, read when the weight
+        files hold none of its tensors (a head's :attr:`~bertblocks.core.interfaces.Head.companion_files`)."""
+        return {}
+
+    def _companion_tensors(self, directory: Path, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The tensors of every companion file whose module the checkpoint's weights leave out, under the model's
+        names (:func:`~bertblocks.hf.weight_files.read_companion_file`)."""
+        found: dict[str, torch.Tensor] = {}
+        for module, stem in self.checkpoint_companion_files().items():
+            if any(key.startswith(f"{module}.") for key in state):
+                continue  # saved with the rest (by save_pretrained): those win
+            shapes = {key: tensor.shape for key, tensor in self.get_submodule(module).state_dict().items()}
+            tensors = read_companion_file(directory, stem, shapes)
+            found.update({f"{module}.{key}": tensor for key, tensor in (tensors or {}).items()})
+        return found
 
     # ------------------------------------------------------------------------------------------ saving
     def save_pretrained(

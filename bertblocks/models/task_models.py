@@ -151,6 +151,10 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         """The model family's key map (``config.family``), head-scoped rules for this model's head."""
         return FamilyKeyMap(self, self.config, backbone=False, registry=self.bert.registry)
 
+    def checkpoint_companion_files(self) -> Mapping[str, str]:
+        """The head's weight files of its own (:attr:`~bertblocks.core.interfaces.Head.companion_files`)."""
+        return self.head.companion_files
+
     # ------------------------------------------------------------------------------------------- forward
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # An unset problem_type is inferred from the labels and written to the config here, before the call

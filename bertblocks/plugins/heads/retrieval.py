@@ -17,12 +17,13 @@
     ``colbert_mask [b, q - 1]`` (the first token, ``<s>``, has no vector).
 
 None of them has a loss (they are trained with contrastive losses over pairs, outside the model): labels are
-refused. Their published head files load with :func:`bertblocks.sentence.load_bge_m3_heads`.
+refused. ``from_pretrained`` reads their published head files beside the weights (``Head.companion_files``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Literal
 
 import torch
@@ -152,6 +153,8 @@ class BGEM3Head(Head):
 
     label_names = ()
     reads_input_ids = True  # the lexical weights are indexed by token id
+    # BGE-M3 publishes these two beside model.safetensors, in files of their own
+    companion_files = MappingProxyType({"colbert_linear": "colbert_linear", "sparse_linear": "sparse_linear"})
 
     def __init__(self, hidden_size: int, vocab_size: int, special_token_ids: tuple[int, ...]) -> None:
         super().__init__()
