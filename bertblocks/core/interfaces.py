@@ -299,9 +299,9 @@ class PositionScheme:
     ignored_checkpoint_keys: ClassVar[tuple[str, ...]] = ()
     #: declared: :meth:`attention_bias` returns a bias (so every backend must take an additive mask). The
     #: builder reads the declaration instead of building and discarding a bias to find out; the conformance
-    #: suite checks that it matches what the scheme does. ``None`` (a scheme written before the declaration
-    #: existed) makes the builder probe once, so such plugins keep working.
-    adds_score_bias: ClassVar[bool | None] = None
+    #: suite checks that it matches what the scheme does. A scheme that overrides :meth:`attention_bias` to
+    #: return a bias sets it ``True``.
+    adds_score_bias: ClassVar[bool] = False
     #: padded tokens of a 2-D attention mask have zero embeddings and, as queries, see no key (a uniform
     #: softmax over every key), as transformers' DeBERTa masks both sides; only padded positions change
     masks_padded_queries: bool = False
