@@ -503,6 +503,19 @@ class FeedForward:
 
 
 # ------------------------------------------------------------------------------------------------ layers
+@dataclass(frozen=True)
+class LayerContext:
+    """Per-forward facts layers need beyond the hidden states and mask; built once per forward pass by the stack
+    (:class:`~bertblocks.core.encoder.Encoder`) and handed to every :meth:`Layer.forward`."""
+
+    cache: KVCache | None = None
+    is_causal: bool = False
+    encoder_hidden_states: torch.Tensor | None = None  # [b, s, H]
+    encoder_mask: torch.Tensor | None = None  # additive [b, 1, 1|q, s]
+    layer_index: int = 0
+    packing: Packing | None = None  # hidden states are the packed real tokens [1, T, H]
+
+
 class Layer(nn.Module, ABC):
     """One layer of the stack: how attention, (cross-attention,) feed-forward, norms and residuals compose.
 
@@ -527,10 +540,10 @@ class Layer(nn.Module, ABC):
         positions: Positions,
         head_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
-        context: Any = None,
+        context: LayerContext | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """``context`` is the stack's :class:`~bertblocks.core.encoder.LayerContext` (cache, causality, encoder
-        states, layer index, packing) or ``None`` for a plain encoder pass."""
+        """``context`` is the stack's :class:`LayerContext` (cache, causality, encoder states, layer index,
+        packing) or ``None`` for a plain encoder pass."""
 
 
 # ------------------------------------------------------------------------------------------ pooler, heads
