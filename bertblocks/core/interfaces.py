@@ -137,7 +137,7 @@ class Embedding(nn.Module, ABC):
 @dataclass(frozen=True)
 class ModelDims:
     """The model-wide sizes a position scheme may need beyond ``max_positions`` (a shared table as wide as the
-    hidden states, with its own LayerNorm): what a position factory gets as ``model`` when its signature names it.
+    hidden states, with its own LayerNorm): what every position factory gets as ``model``.
 
     Attributes:
         hidden_size: ``H``.
