@@ -244,3 +244,18 @@ def test_the_builder_reads_the_declaration_without_building_a_bias():
     with pytest.raises(BuildError, match="cannot take an additive score bias"):
         create_model(config, registry=registry)
     assert built == []  # the declaration decided; no bias was built to find out
+
+
+def test_a_family_is_built_through_the_builders_mechanism():
+    from bertblocks.hf.families import get_family
+
+    registry = _registry(
+        SimpleNamespace(bertblocks_register_components=lambda: [Component("family", "broken", lambda *, options: {})])
+    )
+    assert get_family("bert", registry).model_type == "bert"
+    with pytest.raises(BuildError) as info:
+        get_family("broken", registry)
+    assert str(info.value) == (
+        "family 'broken': family 'broken' from normed-plugin returned dict, not a Family as the family contract "
+        "requires (config: model_type)"
+    )

@@ -459,6 +459,19 @@ def plugin_options(component: Component, spec: ComponentSpec) -> dict[str, Any]:
     return {**shared, **spec.options()}
 
 
+def build_component(
+    kind: str, spec: ComponentSpec, *, where: str, loc: str, registry: Registry | None = None, **kwargs: Any
+) -> Any:
+    """Build one component outside a model (a family, to read or write a ``config.json``) by the mechanism that
+    builds a model's: the arguments and the returned type checked against ``kind``'s contract, errors naming
+    ``where``, the component, the kind and the config path ``loc``.
+
+    Raises:
+        BuildError: the factory failed, was given other arguments than its contract's, or returned the wrong type.
+    """
+    return _make(registry or get_registry(), kind, spec, where, loc, **kwargs)
+
+
 def _options(component: Component, given: dict[str, Any]) -> BaseModel:
     return component.options.model_validate(given)
 

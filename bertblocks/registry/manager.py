@@ -26,7 +26,7 @@ import os
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cache, partial
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -483,6 +483,7 @@ def _check_commands(returned: Any) -> list[Command]:
     return list(returned)
 
 
+@cache
 def builtin_contracts() -> Mapping[str, KindContract]:
     """Every built-in kind's contract: the component kinds' table and the families' row (imported here, on
     first use, so that importing the registry does not import every family)."""
