@@ -282,7 +282,9 @@ BROKEN: list[tuple[str, Component, list[str]]] = [
     ("compiled differs", _component("backend", "compile_bug", CompileOnlyBugBackend), ["compile"]),
     (
         "positions restart after cache",
-        _component("position", "blind", lambda *, max_positions, options: CacheBlindScheme(max_positions).make()),
+        _component(
+            "position", "blind", lambda *, max_positions, model, options: CacheBlindScheme(max_positions).make()
+        ),
         ["position_scheme", "cache_equivalence"],
     ),
     (

@@ -92,7 +92,7 @@ def test_a_factory_exception_is_a_build_error_naming_layer_component_and_distrib
         bertblocks.create_model(config, registry=reg)
     assert str(info.value) == (
         "encoder layer 1 feedforward: feedforward 'broken' from broken-ff (bertblocks-broken) failed to build: "
-        "RuntimeError: boom: the plugin's own bug"
+        "RuntimeError: boom: the plugin's own bug (config: encoder.overrides.0.feedforward)"
     )
     assert isinstance(info.value.__cause__, RuntimeError)  # the plugin's traceback is kept
 

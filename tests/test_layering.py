@@ -277,3 +277,51 @@ def test_core_names_no_builtin_component_but_the_schema_defaults():
         name for name in builtins - plain_words if re.search(rf"(``|[\"']){re.escape(name)}(``|[\"'])", rest)
     )
     assert mentioned == []
+
+
+# ------------------------------------------------------------------------------- core holds interfaces only
+def _core_classes() -> list[tuple[str, type]]:
+    """Every class defined in a core/ module, as ``(dotted name, class)``."""
+    import importlib
+    import pkgutil
+
+    import bertblocks.core as core
+
+    found = []
+    for info in pkgutil.walk_packages(core.__path__, f"{core.__name__}."):
+        module = importlib.import_module(info.name)
+        found += [
+            (f"{module.__name__}.{name}", value)
+            for name, value in vars(module).items()
+            if isinstance(value, type) and value.__module__ == module.__name__
+        ]
+    return found
+
+
+def test_core_holds_no_concrete_component():
+    """The interfaces every kind's contract names (``CONTRACTS``' returned types) are core's; an implementation
+    of one (BERT's post-LN layer, say) is a plugin's, however central."""
+    from torch import nn
+
+    from bertblocks.core.factories import CONTRACTS
+
+    interfaces = {contract.returns for contract in CONTRACTS.values()} - {nn.Module}
+    assert len(interfaces) >= 8  # embedding, position, attention, backend, feedforward, layer, pooler, head
+    concrete = sorted(
+        name
+        for name, cls in _core_classes()
+        if cls not in interfaces and any(issubclass(cls, interface) for interface in interfaces)
+    )
+    assert concrete == []
+
+
+def test_core_initialises_no_weights():
+    # Hugging Face's initialisation rule names concrete layers (nn.Linear, nn.Embedding, …): it is the models'
+    # (bertblocks/models/weight_init.py), not core's
+    offenders = sorted(
+        f"{path.relative_to(PACKAGE.parent)}:{number}"
+        for path in sorted((PACKAGE / "core").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\.normal_\(|\bnn\.init\.|reset_parameters_like_hf", line)
+    )
+    assert offenders == []

@@ -219,8 +219,8 @@ def test_a_missing_parameter_nothing_knows_how_to_initialise_is_an_error():
 def test_standard_torch_layers_inside_a_component_are_initialised(deferred):
     """A plugin's nn.Conv1d (ConvBERT's convolution) or nn.GroupNorm needs no subclass: weights as nn.Linear's
     (normal(0, std), zero bias) and as nn.LayerNorm's (one, zero), on the create path and on the meta path."""
-    from bertblocks.core.encoder import init_weights
     from bertblocks.models.meta_device import deferred_init, materialize
+    from bertblocks.models.weight_init import init_weights
 
     def build() -> torch.nn.Module:
         return torch.nn.Sequential(

@@ -312,7 +312,8 @@ def test_factory_returning_the_wrong_type_is_a_build_error():
     with pytest.raises(BuildError) as info:
         bertblocks.create_model(_tiny("not_a_backend"), registry=reg)
     assert str(info.value) == (
-        "encoder layer 0 backend: backend 'not_a_backend' from test-plugin-0 returned str, not a AttentionBackend"
+        "encoder layer 0 backend: backend 'not_a_backend' from test-plugin-0 returned str, not a AttentionBackend "
+        "as the backend contract requires (config: encoder.attention.backend)"
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .capabilities import AttentionCapabilities, CapabilityError
 from .component import KINDS, Component, Kind, NoOptions
-from .encoder import Encoder, EncoderModel, TransformerLayer
+from .encoder import Encoder, EncoderModel
 from .interfaces import (
     Attention,
     AttentionBackend,
@@ -15,6 +15,7 @@ from .interfaces import (
     Head,
     Intermediate,
     Layer,
+    LayerContext,
     Pooler,
     PositionBias,
     Positions,
@@ -40,6 +41,7 @@ __all__ = [
     "Intermediate",
     "Kind",
     "Layer",
+    "LayerContext",
     "ModelOutput",
     "ModelOutputWithPooling",
     "NoOptions",
@@ -47,5 +49,4 @@ __all__ = [
     "PositionBias",
     "PositionScheme",
     "Positions",
-    "TransformerLayer",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -22,10 +22,9 @@ from ..errors import InputError, InputTypeError
 from .cache import KVCache
 from .capabilities import CapabilityError, attention_capabilities, padding_readers
 from .interfaces import (
-    Attention,
     Embedding,
-    FeedForward,
     Layer,
+    LayerContext,
     Pooler,
     Positions,
     PositionScheme,
@@ -35,121 +34,6 @@ from .interfaces import (
 from .masks import additive_mask, causal_mask, check_attention_mask, is_all_visible
 from .outputs import EncoderOutput, ModelOutputWithPooling
 from .packing import Packing, right_padded_lengths
-
-
-class TransformerLayer(Layer):
-    """One post-LN layer (BERT's, the default layer kind): attention sub-layer, (decoders: cross-attention
-    sub-layer,) then feed-forward sub-layer, each ending with its residual and norm (which the sub-layers
-    hold, at HF's keys ``attention.output.LayerNorm`` and ``output.LayerNorm``)."""
-
-    def __init__(
-        self,
-        attention: Attention,
-        feedforward: FeedForward,
-        chunk_size_feed_forward: int = 0,
-        crossattention: Attention | None = None,
-    ) -> None:
-        super().__init__()
-        self.attention = attention
-        if crossattention is not None:
-            self.crossattention = crossattention  # HF's key: `layer.N.crossattention.*`
-        self.has_cross_attention = crossattention is not None
-        # Registered as direct children, as HF does: keys `layer.N.intermediate.*` and `layer.N.output.*`.
-        self.intermediate = feedforward.intermediate
-        self.output = feedforward.output
-        self.chunk_size_feed_forward = chunk_size_feed_forward
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,  # [b, q, H]
-        mask: torch.Tensor | None,  # additive [b, 1, 1|q, k]
-        positions: Positions,
-        head_mask: torch.Tensor | None = None,  # [h_original]
-        output_attentions: bool = False,
-        context: LayerContext | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """Returns the layer output, the self-attention and the cross-attention probabilities (or None)."""
-        ctx = context or _NO_DECODER
-        attended, weights = self_attend(
-            self.attention, hidden_states, mask, positions, head_mask, output_attentions, ctx
-        )
-        cross_weights = None
-        if self.has_cross_attention:
-            attended, cross_weights = cross_attend(
-                self.crossattention, attended, positions, head_mask, output_attentions, ctx
-            )
-        return run_feedforward(self, attended), weights, cross_weights
-
-
-def self_attend(
-    attention: Attention,
-    hidden_states: torch.Tensor,
-    mask: torch.Tensor | None,
-    positions: Positions,
-    head_mask: torch.Tensor | None,
-    output_attentions: bool,
-    ctx: LayerContext,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A layer's self-attention call with what the forward pass's context says (cache, causality, packing):
-    written once for every layer kind."""
-    return attention(
-        hidden_states,
-        mask=mask,
-        positions=positions,
-        head_mask=head_mask,
-        output_attentions=output_attentions,
-        cache=ctx.cache,
-        layer_index=ctx.layer_index,
-        is_causal=ctx.is_causal,
-        packing=ctx.packing,
-    )
-
-
-def cross_attend(
-    crossattention: Attention,
-    hidden_states: torch.Tensor,
-    positions: Positions,
-    head_mask: torch.Tensor | None,
-    output_attentions: bool,
-    ctx: LayerContext,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A decoder layer's cross-attention call on the encoder's states from the context."""
-    if ctx.encoder_hidden_states is None:
-        raise InputError("this decoder has cross-attention layers: pass encoder_hidden_states")
-    return crossattention(
-        hidden_states,
-        mask=ctx.encoder_mask,
-        positions=positions,
-        head_mask=head_mask,
-        output_attentions=output_attentions,
-        encoder_hidden_states=ctx.encoder_hidden_states,
-        cache=ctx.cache,
-        layer_index=ctx.layer_index,
-    )
-
-
-def run_feedforward(layer: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
-    """``layer.output(layer.intermediate(x), x)`` (the sub-layer's own residual and norm, if it has them), over
-    chunks of ``layer.chunk_size_feed_forward`` positions when set: HF's apply_chunking_to_forward (the block is
-    position-wise, so splitting along the sequence is exact and bounds the [b, chunk, intermediate]
-    activation)."""
-    chunk = layer.chunk_size_feed_forward
-    if chunk and hidden_states.shape[1] > chunk:
-        return torch.cat([layer.output(layer.intermediate(p), p) for p in hidden_states.split(chunk, dim=1)], dim=1)
-    return layer.output(layer.intermediate(hidden_states), hidden_states)
-
-
-@dataclass(frozen=True)
-class LayerContext:
-    """Per-forward facts layers need beyond the hidden states and mask; built once per forward pass."""
-
-    cache: KVCache | None = None
-    is_causal: bool = False
-    encoder_hidden_states: torch.Tensor | None = None  # [b, s, H]
-    encoder_mask: torch.Tensor | None = None  # additive [b, 1, 1|q, s]
-    layer_index: int = 0
-    packing: Packing | None = None  # hidden states are the packed real tokens [1, T, H]
-
 
 _NO_DECODER = LayerContext()
 
@@ -734,48 +618,3 @@ def _check_integer(name: str, tensor: torch.Tensor) -> None:
     if tensor.dtype not in (torch.long, torch.int):
         kind = "an integer tensor" if tensor.is_floating_point() or tensor.dtype == torch.bool else "torch.long or int"
         raise InputError(f"{name} must be {kind}; got {tensor.dtype} (convert with {name}.long())")
-
-
-def init_weights(module: nn.Module, std: float) -> None:
-    """HF BERT's initialisation of ``module`` and everything in it (see :func:`init_module`)."""
-    for sub in module.modules():
-        init_module(sub, std)
-
-
-@torch.no_grad()
-def init_module(module: nn.Module, std: float) -> bool:
-    """HF BERT's initialisation of one module's own parameters: normal(0, std) for linear and embedding
-    weights, zero biases, unit LayerNorm; the padding row of an embedding with ``padding_idx`` starts at zero.
-    Other modules may define ``reset_parameters_like_hf(std)`` (norms: weight 1, bias 0). A layer without a
-    bias (``bias=False``) has none to initialise. The standard torch layers a plugin component may hold are
-    covered as transformers' models initialise them: convolutions (``nn.Conv1d``/``2d``/``3d`` and transposed,
-    as in ConvBERT) like ``nn.Linear``, the other norms (``nn.GroupNorm``, batch and instance norms) like
-    ``nn.LayerNorm``; a subclass of one of them that defines ``reset_parameters_like_hf`` gets its own rule.
-    Returns whether a rule covered the module (one without parameters of its own needs none)."""
-    if isinstance(module, nn.Linear):
-        module.weight.normal_(0.0, std)
-        if module.bias is not None:
-            module.bias.zero_()
-    elif isinstance(module, nn.Embedding):
-        module.weight.normal_(0.0, std)
-        if module.padding_idx is not None:
-            module.weight[module.padding_idx].zero_()
-    elif isinstance(module, nn.LayerNorm | nn.RMSNorm):
-        if module.weight is not None:  # elementwise_affine=False has neither
-            module.weight.fill_(1.0)
-        if getattr(module, "bias", None) is not None:
-            module.bias.zero_()
-    elif hasattr(module, "reset_parameters_like_hf"):
-        module.reset_parameters_like_hf(std)
-    elif isinstance(module, nn.modules.conv._ConvNd):  # no public base class covers every convolution
-        module.weight.normal_(0.0, std)
-        if module.bias is not None:
-            module.bias.zero_()
-    elif isinstance(module, nn.GroupNorm | nn.modules.batchnorm._NormBase):  # batch and instance norms
-        if module.weight is not None:  # affine=False has neither
-            module.weight.fill_(1.0)
-        if module.bias is not None:
-            module.bias.zero_()
-    else:
-        return next(module.parameters(recurse=False), None) is None
-    return True

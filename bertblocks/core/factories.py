@@ -1,8 +1,13 @@
-"""The contract of every component kind, in one place: what its factory is called with and what it returns.
+"""The contract of every component kind, in one place: what its factory is called with, which of those
+arguments are sub-components (and of which kind), and what it must return.
 
-The builder (:mod:`bertblocks.registry.builder`) calls a component's factory with exactly these keyword
-arguments (``docs/plugins/hooks.md`` documents each; a test checks both against what the builder passes), and
-checks the returned type. A factory may accept ``**_: Any`` to ignore arguments a later version adds.
+:data:`CONTRACTS` is the one table: the registry answers a kind's contract from it
+(:meth:`bertblocks.registry.Registry.contract`), and the builder (:mod:`bertblocks.registry.builder`) calls every
+factory with exactly the row's arguments (plus ``build`` when the component's options declare
+:func:`~bertblocks.core.component.subcomponent` fields) and refuses what does not return the row's type, naming
+the component, the kind and the config path. ``docs/plugins/hooks.md`` documents each argument; tests check the
+protocols, the rows, the docs and what the builder passes against each other. A factory may accept ``**_: Any``
+to ignore arguments a later version adds.
 
 Example:
     >>> def my_backend(*, options: MyOptions) -> AttentionBackend: ...
@@ -11,19 +16,32 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from pydantic import BaseModel
 from torch import nn
 
-from .interfaces import Attention, AttentionBackend, Embedding, FeedForward, Head, Layer, Pooler, PositionScheme
+from .interfaces import (
+    Attention,
+    AttentionBackend,
+    Embedding,
+    FeedForward,
+    Head,
+    Layer,
+    ModelDims,
+    Pooler,
+    PositionScheme,
+)
 
 
 class PositionFactory(Protocol):
-    """Kind ``position``."""
+    """Kind ``position``; ``model`` gives the model's sizes (width, heads, layers, norm epsilon) for a scheme
+    that builds per-model tables or shares terms between layers."""
 
-    def __call__(self, *, max_positions: int, options: BaseModel) -> PositionScheme: ...
+    def __call__(self, *, max_positions: int, model: ModelDims, options: BaseModel) -> PositionScheme: ...
 
 
 class EmbeddingFactory(Protocol):
@@ -143,31 +161,98 @@ class HeadFactory(Protocol):
     ) -> Head: ...
 
 
-#: kind → (the factory's protocol, the type the factory must return). The kind ``family`` is the families
-#: package's (:data:`bertblocks.families.family.FAMILY_FACTORY`): core knows no checkpoint format
-FACTORIES: dict[str, tuple[type[Any], type[Any]]] = {
-    "embedding": (EmbeddingFactory, Embedding),
-    "position": (PositionFactory, PositionScheme),
-    "attention": (AttentionFactory, Attention),
-    "backend": (BackendFactory, AttentionBackend),
-    "feedforward": (FeedForwardFactory, FeedForward),
-    "activation": (ActivationFactory, nn.Module),
-    "norm": (NormFactory, nn.Module),
-    "layer": (LayerFactory, Layer),
-    "pooler": (PoolerFactory, Pooler),
-    "head": (HeadFactory, Head),
-}
+@dataclass(frozen=True)
+class KindContract:
+    """What the factories of one kind receive and return.
+
+    Attributes:
+        kind: the kind's name.
+        returns: the class every factory of the kind must return an instance of (checked by the builder).
+        protocol: the factory's typed signature (a :class:`~typing.Protocol`), for type checkers and docs;
+            ``None`` for a kind a plugin declares.
+        arguments: the keyword arguments every factory of the kind is called with, ``options`` included;
+            ``None`` for a kind a plugin declares (its factories get ``options`` and what the component
+            building them passes to ``build``).
+        subcomponents: which arguments are made of other components, and of which kind (``norm`` is a
+            factory of fresh ``norm`` modules, ``position`` the model's position scheme, …).
+    """
+
+    kind: str
+    returns: type
+    protocol: type[Any] | None = None
+    arguments: frozenset[str] | None = None
+    subcomponents: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def contract(
+    kind: str, protocol: type[Any], returns: type, arguments: str, subcomponents: Mapping[str, str] | None = None
+) -> KindContract:
+    """A built-in kind's row: ``arguments`` space-separated (``options`` is added)."""
+    return KindContract(
+        kind, returns, protocol, frozenset({*arguments.split(), "options"}), MappingProxyType(dict(subcomponents or {}))
+    )
+
+
+#: the component kinds' contracts, by kind. The kind ``family`` is the families package's
+#: (:data:`bertblocks.families.family.FAMILY_CONTRACT`): core knows no checkpoint format
+CONTRACTS: Mapping[str, KindContract] = MappingProxyType(
+    {
+        "embedding": contract(
+            "embedding",
+            EmbeddingFactory,
+            Embedding,
+            "vocab_size hidden_size type_vocab_size pad_token_id layer_norm_eps dropout position",
+            {"position": "position"},
+        ),
+        "position": contract("position", PositionFactory, PositionScheme, "max_positions model"),
+        "attention": contract(
+            "attention",
+            AttentionFactory,
+            Attention,
+            "hidden_size num_heads dropout hidden_dropout layer_norm_eps backend position layer_index norm",
+            {"backend": "backend", "position": "position", "norm": "norm"},
+        ),
+        "backend": contract("backend", BackendFactory, AttentionBackend, ""),
+        "feedforward": contract(
+            "feedforward",
+            FeedForwardFactory,
+            FeedForward,
+            "hidden_size intermediate_size activation dropout layer_norm_eps norm",
+            {"activation": "activation", "norm": "norm"},
+        ),
+        "activation": contract("activation", ActivationFactory, nn.Module, ""),
+        "norm": contract("norm", NormFactory, nn.Module, "hidden_size eps"),
+        "layer": contract(
+            "layer",
+            LayerFactory,
+            Layer,
+            "attention crossattention feedforward norm hidden_size chunk_size_feed_forward layer_index num_layers",
+            {"attention": "attention", "crossattention": "attention", "feedforward": "feedforward", "norm": "norm"},
+        ),
+        "pooler": contract("pooler", PoolerFactory, Pooler, "hidden_size"),
+        "head": contract(
+            "head",
+            HeadFactory,
+            Head,
+            "hidden_size vocab_size num_labels layer_norm_eps activation classifier_dropout tie_word_embeddings "
+            "is_decoder",
+            {"activation": "activation"},
+        ),
+    }
+)
 
 __all__ = [
-    "FACTORIES",
+    "CONTRACTS",
     "ActivationFactory",
     "AttentionFactory",
     "BackendFactory",
     "EmbeddingFactory",
     "FeedForwardFactory",
     "HeadFactory",
+    "KindContract",
     "LayerFactory",
     "NormFactory",
     "PoolerFactory",
     "PositionFactory",
+    "contract",
 ]

@@ -138,7 +138,7 @@ class Embedding(nn.Module, ABC):
 @dataclass(frozen=True)
 class ModelDims:
     """The model-wide sizes a position scheme may need beyond ``max_positions`` (a shared table as wide as the
-    hidden states, with its own LayerNorm): what a position factory gets as ``model`` when its signature names it.
+    hidden states, with its own LayerNorm): what every position factory gets as ``model``.
 
     Attributes:
         hidden_size: ``H``.
@@ -300,9 +300,9 @@ class PositionScheme:
     ignored_checkpoint_keys: ClassVar[tuple[str, ...]] = ()
     #: declared: :meth:`attention_bias` returns a bias (so every backend must take an additive mask). The
     #: builder reads the declaration instead of building and discarding a bias to find out; the conformance
-    #: suite checks that it matches what the scheme does. ``None`` (a scheme written before the declaration
-    #: existed) makes the builder probe once, so such plugins keep working.
-    adds_score_bias: ClassVar[bool | None] = None
+    #: suite checks that it matches what the scheme does. A scheme that overrides :meth:`attention_bias` to
+    #: return a bias sets it ``True``.
+    adds_score_bias: ClassVar[bool] = False
     #: padded tokens of a 2-D attention mask have zero embeddings and, as queries, see no key (a uniform
     #: softmax over every key), as transformers' DeBERTa masks both sides; only padded positions change
     masks_padded_queries: bool = False
@@ -504,6 +504,19 @@ class FeedForward:
 
 
 # ------------------------------------------------------------------------------------------------ layers
+@dataclass(frozen=True)
+class LayerContext:
+    """Per-forward facts layers need beyond the hidden states and mask; built once per forward pass by the stack
+    (:class:`~bertblocks.core.encoder.Encoder`) and handed to every :meth:`Layer.forward`."""
+
+    cache: KVCache | None = None
+    is_causal: bool = False
+    encoder_hidden_states: torch.Tensor | None = None  # [b, s, H]
+    encoder_mask: torch.Tensor | None = None  # additive [b, 1, 1|q, s]
+    layer_index: int = 0
+    packing: Packing | None = None  # hidden states are the packed real tokens [1, T, H]
+
+
 class Layer(nn.Module, ABC):
     """One layer of the stack: how attention, (cross-attention,) feed-forward, norms and residuals compose.
 
@@ -528,10 +541,10 @@ class Layer(nn.Module, ABC):
         positions: Positions,
         head_mask: torch.Tensor | None = None,
         output_attentions: bool = False,
-        context: Any = None,
+        context: LayerContext | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """``context`` is the stack's :class:`~bertblocks.core.encoder.LayerContext` (cache, causality, encoder
-        states, layer index, packing) or ``None`` for a plain encoder pass."""
+        """``context`` is the stack's :class:`LayerContext` (cache, causality, encoder states, layer index,
+        packing) or ``None`` for a plain encoder pass."""
 
 
 # ------------------------------------------------------------------------------------------ pooler, heads

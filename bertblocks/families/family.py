@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from ..core.factories import KindContract, contract
 from .fields import HFField
 from .keymap import KeyMap
 
@@ -179,6 +180,6 @@ class FamilyFactory(Protocol):
     def __call__(self, *, options: BaseModel) -> Family: ...
 
 
-#: the kind ``family``: (the factory's protocol, the type the factory must return), as
-#: :data:`bertblocks.core.factories.FACTORIES` gives them for the component kinds
-FAMILY_FACTORY: tuple[type[Any], type[Any]] = (FamilyFactory, Family)
+#: the kind ``family``'s row of the contract table (:data:`bertblocks.core.factories.CONTRACTS` holds the component
+#: kinds'; the registry answers both)
+FAMILY_CONTRACT: KindContract = contract("family", FamilyFactory, Family, "")

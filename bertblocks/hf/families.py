@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from ..config import BertConfig, ConfigError, ConfigIssue
-from ..errors import InputTypeError
+from ..config import BertConfig, ComponentSpec, ConfigError, ConfigIssue
 from ..families.family import Family
 from ..families.keymap import BACKBONE_PREFIX, KeyMapError, to_checkpoint, to_model
 from ..registry import Registry, UnknownComponentError, get_registry
+from ..registry.builder import build_component
 from .weights import CheckpointError
 
 
@@ -33,7 +33,7 @@ def get_family(model_type: str, registry: Registry | None = None, source: str | 
     """
     reg = registry or get_registry()
     try:
-        component = reg.get("family", model_type)
+        reg.get("family", model_type)  # an unknown family is a config error, naming the families that exist
     except UnknownComponentError:
         known = sorted(c.name for c in reg.components("family"))
         raise UnknownFamilyError(
@@ -46,11 +46,10 @@ def get_family(model_type: str, registry: Registry | None = None, source: str | 
             ],
             source,
         ) from None
-    family = component.factory(options=component.options())
-    if not isinstance(family, Family):
-        raise InputTypeError(
-            f"family {model_type!r} from {component.provider} returned {type(family).__name__}, not a Family"
-        )
+    # built by the builder's one mechanism: the family contract's arguments and type, errors naming the provider
+    family: Family = build_component(
+        "family", ComponentSpec(name=model_type), where=f"family {model_type!r}", loc="model_type", registry=reg
+    )
     return family
 
 

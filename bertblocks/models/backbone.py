@@ -7,12 +7,13 @@ from typing import Any
 
 from ..config import BertConfig
 from ..config_files import ConfigSource, load_config
-from ..core.encoder import EncoderModel, init_weights
+from ..core.encoder import EncoderModel
 from ..hf.config_json import config_to_hf
 from ..hf.families import FamilyKeyMap
 from ..registry import Registry, build_components, get_registry
 from .pretrained import PretrainedModel
 from .surface import PretrainedSurface
+from .weight_init import init_weights
 
 
 class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):

@@ -14,10 +14,10 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from ..core.encoder import init_module
 from ..errors import InputTypeError
 from ..hf.weights import tied_parameters
 from ..torch_internals import parameters_on_meta
+from .weight_init import init_module
 
 
 @contextmanager

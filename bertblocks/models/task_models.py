@@ -25,7 +25,7 @@ from torch import nn
 from ..config import BertConfig
 from ..config_files import ConfigSource, load_config
 from ..core.capabilities import padding_readers
-from ..core.encoder import EncoderModel, init_weights
+from ..core.encoder import EncoderModel
 from ..core.interfaces import Head
 from ..core.outputs import ModelOutput
 from ..errors import InputError
@@ -37,6 +37,7 @@ from ..torch_internals import run_frame_uncompiled
 from .backbone import BertModel
 from .pretrained import PretrainedModel
 from .surface import PretrainedSurface
+from .weight_init import init_weights
 
 #: the backbone's output fields a head output also carries (when its type has them), as transformers passes on
 _PASSED_THROUGH = ("past_key_values", "hidden_states", "attentions", "cross_attentions")

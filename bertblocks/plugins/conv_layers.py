@@ -23,9 +23,9 @@ from torch import nn
 
 from bertblocks.config import BertConfig, ComponentSpec
 from bertblocks.core.component import Component
-from bertblocks.core.encoder import LayerContext, TransformerLayer
-from bertblocks.core.interfaces import Attention, FeedForward, Positions
+from bertblocks.core.interfaces import Attention, FeedForward, LayerContext, Positions
 from bertblocks.plugins.feedforward import ACTIVATIONS
+from bertblocks.plugins.layers import TransformerLayer
 
 from ..errors import InputError
 

@@ -270,7 +270,7 @@ class DisentangledPositions(PositionScheme):
         return []
 
 
-def _positions(*, max_positions: int, options: DisentangledOptions, model: ModelDims | None = None) -> PositionScheme:
+def _positions(*, max_positions: int, model: ModelDims, options: DisentangledOptions) -> PositionScheme:
     return DisentangledPositions(max_positions, options, model)
 
 

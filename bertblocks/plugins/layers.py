@@ -11,6 +11,11 @@
 Keys of a pre-LN layer: ``attention_norm``, ``attention.*``, ``crossattention_norm``, ``crossattention.*``,
 ``feedforward_norm``, ``intermediate.*``, ``output.*``; of a parallel one ``norm`` (or ``attention_norm`` and
 ``feedforward_norm``), ``attention.*``, ``intermediate.*``, ``output.*``.
+
+A plugin's layer kind reuses the sub-layer calls every kind here makes: :func:`self_attend` and
+:func:`cross_attend` (the attention call with what the pass's :class:`~bertblocks.core.interfaces.LayerContext`
+says) and :func:`run_feedforward` (chunked as ``chunk_size_feed_forward`` asks); or subclasses
+:class:`TransformerLayer` (``post_ln_conv`` does).
 """
 
 from __future__ import annotations
@@ -24,14 +29,121 @@ from torch import nn
 
 from bertblocks.config import BertConfig, ComponentSpec, ConfigIssue
 from bertblocks.core.component import Component
-from bertblocks.core.encoder import LayerContext, TransformerLayer, cross_attend, run_feedforward, self_attend
-from bertblocks.core.interfaces import Attention, FeedForward, Layer, Positions
+from bertblocks.core.interfaces import Attention, FeedForward, Layer, LayerContext, Positions
 
 from ..errors import InputError
 
 #: what a layer factory receives to make its sub-layers: ``attention(norm)`` with ``norm`` a no-argument
 #: factory of the norm that ends the sub-layer (post-LN) or ``None`` (the layer normalises)
 SublayerFactory = Callable[[Callable[[], nn.Module] | None], Any]
+
+
+#: the context of a plain encoder pass (no cache, not causal, no cross-attention, layer 0), for a layer called
+#: without one
+_PLAIN_PASS = LayerContext()
+
+
+# --------------------------------------------------------------------------- post-LN (BERT) and the sub-layer calls
+class TransformerLayer(Layer):
+    """One post-LN layer (BERT's, the default layer kind): attention sub-layer, (decoders: cross-attention
+    sub-layer,) then feed-forward sub-layer, each ending with its residual and norm (which the sub-layers
+    hold, at HF's keys ``attention.output.LayerNorm`` and ``output.LayerNorm``)."""
+
+    def __init__(
+        self,
+        attention: Attention,
+        feedforward: FeedForward,
+        chunk_size_feed_forward: int = 0,
+        crossattention: Attention | None = None,
+    ) -> None:
+        super().__init__()
+        self.attention = attention
+        if crossattention is not None:
+            self.crossattention = crossattention  # HF's key: `layer.N.crossattention.*`
+        self.has_cross_attention = crossattention is not None
+        # Registered as direct children, as HF does: keys `layer.N.intermediate.*` and `layer.N.output.*`.
+        self.intermediate = feedforward.intermediate
+        self.output = feedforward.output
+        self.chunk_size_feed_forward = chunk_size_feed_forward
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,  # [b, q, H]
+        mask: torch.Tensor | None,  # additive [b, 1, 1|q, k]
+        positions: Positions,
+        head_mask: torch.Tensor | None = None,  # [h_original]
+        output_attentions: bool = False,
+        context: LayerContext | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Returns the layer output, the self-attention and the cross-attention probabilities (or None)."""
+        ctx = context or _PLAIN_PASS
+        attended, weights = self_attend(
+            self.attention, hidden_states, mask, positions, head_mask, output_attentions, ctx
+        )
+        cross_weights = None
+        if self.has_cross_attention:
+            attended, cross_weights = cross_attend(
+                self.crossattention, attended, positions, head_mask, output_attentions, ctx
+            )
+        return run_feedforward(self, attended), weights, cross_weights
+
+
+def self_attend(
+    attention: Attention,
+    hidden_states: torch.Tensor,
+    mask: torch.Tensor | None,
+    positions: Positions,
+    head_mask: torch.Tensor | None,
+    output_attentions: bool,
+    ctx: LayerContext,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A layer's self-attention call with what the forward pass's context says (cache, causality, packing):
+    written once for every layer kind."""
+    return attention(
+        hidden_states,
+        mask=mask,
+        positions=positions,
+        head_mask=head_mask,
+        output_attentions=output_attentions,
+        cache=ctx.cache,
+        layer_index=ctx.layer_index,
+        is_causal=ctx.is_causal,
+        packing=ctx.packing,
+    )
+
+
+def cross_attend(
+    crossattention: Attention,
+    hidden_states: torch.Tensor,
+    positions: Positions,
+    head_mask: torch.Tensor | None,
+    output_attentions: bool,
+    ctx: LayerContext,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A decoder layer's cross-attention call on the encoder's states from the context."""
+    if ctx.encoder_hidden_states is None:
+        raise InputError("this decoder has cross-attention layers: pass encoder_hidden_states")
+    return crossattention(
+        hidden_states,
+        mask=ctx.encoder_mask,
+        positions=positions,
+        head_mask=head_mask,
+        output_attentions=output_attentions,
+        encoder_hidden_states=ctx.encoder_hidden_states,
+        cache=ctx.cache,
+        layer_index=ctx.layer_index,
+    )
+
+
+def run_feedforward(layer: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    """``layer.output(layer.intermediate(x), x)`` (the sub-layer's own residual and norm, if it has them), over
+    chunks of ``layer.chunk_size_feed_forward`` positions when set: HF's apply_chunking_to_forward (the block is
+    position-wise, so splitting along the sequence is exact and bounds the [b, chunk, intermediate]
+    activation)."""
+    chunk = layer.chunk_size_feed_forward
+    if chunk and hidden_states.shape[1] > chunk:
+        return torch.cat([layer.output(layer.intermediate(p), p) for p in hidden_states.split(chunk, dim=1)], dim=1)
+    return layer.output(layer.intermediate(hidden_states), hidden_states)
 
 
 class PreLNOptions(BaseModel):

@@ -569,14 +569,14 @@ class AlibiPositions(PositionScheme):
 
 
 def _factory(cls: type[PositionScheme]):  # noqa: ANN202 - tiny closure
-    def make(*, max_positions: int, options: object) -> PositionScheme:
+    def make(*, max_positions: int, model: ModelDims, options: object) -> PositionScheme:
         return cls(max_positions)
 
     return make
 
 
 def _with_options(cls: Any):  # noqa: ANN202 - tiny closure
-    def make(*, max_positions: int, options: Any) -> PositionScheme:
+    def make(*, max_positions: int, model: ModelDims, options: Any) -> PositionScheme:
         return cls(max_positions, options)
 
     return make

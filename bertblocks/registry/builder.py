@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-import inspect
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,8 +20,9 @@ from torch.utils._device import _device_constructors
 from bertblocks.config import BertConfig, ComponentSpec
 from bertblocks.config.limits import LimitError, check_allocation, check_size, max_parameters
 from bertblocks.core.capabilities import attention_capabilities
-from bertblocks.core.component import Component
+from bertblocks.core.component import Component, subcomponent_fields
 from bertblocks.core.encoder import Encoder
+from bertblocks.core.factories import KindContract
 from bertblocks.core.interfaces import (
     Attention,
     AttentionBackend,
@@ -70,12 +70,12 @@ def build_components(config: BertConfig, registry: Registry | None = None) -> As
 
 def _assemble(config: BertConfig, reg: Registry) -> Assembled:
     dims = model_dims(config)
-    position = _make_position(reg, config.position, "position", dims)
-    embeddings = _make(
+    position = _make_position(reg, config.position, "position", "position", dims)
+    embeddings: Embedding = _make(
         reg,
         "embedding",
         config.embedding,
-        Embedding,
+        "embedding",
         "embedding",
         vocab_size=config.vocab_size,
         hidden_size=config.hidden_size,
@@ -97,10 +97,10 @@ def _assemble(config: BertConfig, reg: Registry) -> Assembled:
     final = enc.layer.final_norm
     if final is None:  # the kind of the last layer decides: the stack ends with it
         final = type(layers[enc.layer_group(enc.num_layers - 1)]).final_norm_default
-    final_norm = _norm_factory(reg, config, enc.norm, "encoder final norm")() if final else None
+    final_norm = _norm_factory(reg, config, enc.norm, "encoder final norm", "encoder.norm")() if final else None
     encoder = Encoder([layers[g] for g in sorted(layers)], groups, final_norm, shared_bias, shared_terms)
-    pooler = (
-        _make(reg, "pooler", config.pooler, Pooler, "pooler", hidden_size=config.hidden_size)
+    pooler: Pooler | None = (
+        _make(reg, "pooler", config.pooler, "pooler", "pooler", hidden_size=config.hidden_size)
         if config.pooler is not None
         else None
     )
@@ -125,8 +125,13 @@ def _build_layer(
     if position_spec != config.position:
         # a per-layer scheme acts inside this layer's attention (a bias, another rotary base); the embeddings
         # and a bias shared by all layers keep the model-wide one
-        position = _make_position(reg, position_spec, f"{where} position", dims or model_dims(config))
-    backend = _make(reg, "backend", attention_spec.backend, AttentionBackend, f"{where} backend")
+        position = _make_position(
+            reg, position_spec, f"{where} position", _layer_loc(config, index, "position"), dims or model_dims(config)
+        )
+    attention_loc = _layer_loc(config, index, "attention")
+    backend: AttentionBackend = _make(
+        reg, "backend", attention_spec.backend, f"{where} backend", f"{attention_loc}.backend"
+    )
     head_dim = config.hidden_size // attention_spec.num_heads
     if not getattr(_measuring, "active", False):  # the measure on the meta device has no values to judge
         _probe_backend(
@@ -137,10 +142,7 @@ def _build_layer(
             f"{where}: the {config.position.name!r} position scheme shares one bias over "
             f"{enc.attention.num_heads} heads by all layers, but this layer has {attention_spec.num_heads}"
         )
-    adds_bias = position.adds_score_bias
-    if adds_bias is None:  # undeclared (a plugin older than the declaration): build one bias to find out
-        adds_bias = position.attention_bias(attention_spec.num_heads, head_dim) is not None
-    if (adds_bias or shared_bias is not None) and not backend.capabilities.additive_mask:
+    if (position.adds_score_bias or shared_bias is not None) and not backend.capabilities.additive_mask:
         raise BuildError(
             f"{where}: backend {attention_spec.backend.name!r} cannot take an additive score bias, which "
             f"the {position_spec.name!r} position scheme needs; choose a backend that can (eager, sdpa)"
@@ -150,7 +152,7 @@ def _build_layer(
             f"{where}: backend {attention_spec.backend.name!r} cannot do causal attention, which a decoder "
             "(is_decoder: true) needs; choose a backend that can (eager, sdpa)"
         )
-    norm = _norm_factory(reg, config, norm_spec, f"{where} norm")
+    norm = _norm_factory(reg, config, norm_spec, f"{where} norm", _layer_loc(config, index, "norm"))
 
     def make_attention(what: str, scheme: PositionScheme) -> Callable[[Callable[[], nn.Module] | None], Attention]:
         def make(sublayer_norm: Callable[[], nn.Module] | None) -> Attention:
@@ -158,8 +160,8 @@ def _build_layer(
                 reg,
                 "attention",
                 attention_spec,
-                Attention,
                 f"{where} {what}",
+                attention_loc,
                 hidden_size=config.hidden_size,
                 num_heads=attention_spec.num_heads,
                 dropout=attention_spec.dropout,
@@ -173,18 +175,19 @@ def _build_layer(
 
         return make
 
-    activation = reg.get("activation", ff_spec.activation)
+    feedforward_loc = _layer_loc(config, index, "feedforward")
+    activation = _activation_factory(reg, ff_spec.activation, f"{where} activation", f"{feedforward_loc}.activation")
 
     def make_feedforward(sublayer_norm: Callable[[], nn.Module] | None) -> FeedForward:
         return _make(  # type: ignore[no-any-return]
             reg,
             "feedforward",
             ff_spec,
-            FeedForward,
             f"{where} feedforward",
+            feedforward_loc,
             hidden_size=config.hidden_size,
             intermediate_size=ff_spec.intermediate_size,
-            activation=partial(_call, activation, nn.Module, f"{where} activation", options=_options(activation, {})),
+            activation=activation,
             dropout=config.hidden_dropout_prob,
             layer_norm_eps=config.layer_norm_eps,
             norm=sublayer_norm,
@@ -194,8 +197,8 @@ def _build_layer(
         reg,
         "layer",
         layer_spec,
-        Layer,
         f"{where} layer",
+        _layer_loc(config, index, "layer"),
         attention=make_attention("attention", position),
         # Cross-attention never carries a position bias (HF builds it with absolute positions).
         crossattention=make_attention("cross-attention", PositionScheme(config.max_position_embeddings))
@@ -233,7 +236,8 @@ def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
     """Build the head ``config.head`` names, with flat keyword arguments (see ``docs/how-to/task-heads.md``).
 
     Raises:
-        BuildError: the config names no head, or the plugin returned something that is not a :class:`Head`.
+        BuildError: the config names no head, the head refused the config (e.g. question answering with
+            ``num_labels`` other than 2), or the plugin returned something that is not a :class:`Head`.
     """
     if config.head is None:
         raise BuildError("the config names no head (set head: masked_lm, sequence_classification, …)")
@@ -244,26 +248,23 @@ def build_head(config: BertConfig, registry: Registry | None = None) -> Head:
 
 
 def _make_head(config: BertConfig, spec: ComponentSpec, reg: Registry) -> Head:
-    component = reg.get("head", spec.name)
-    activation = reg.get("activation", config.encoder.feedforward.activation)
     dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
-    try:
-        head = component.factory(
-            hidden_size=config.hidden_size,
-            vocab_size=config.vocab_size,
-            num_labels=config.num_labels,
-            layer_norm_eps=config.layer_norm_eps,
-            activation=partial(activation.factory, options=activation.options.model_validate({})),
-            classifier_dropout=dropout,
-            tie_word_embeddings=config.tie_word_embeddings,
-            is_decoder=config.is_decoder,
-            options=component.options.model_validate(spec.options()),
-        )
-    except ValueError as e:  # a head refusing the config (e.g. QA with num_labels != 2)
-        raise BuildError(f"head {spec.name!r} from {component.provider}: {e}") from None
-    if not isinstance(head, Head):
-        raise BuildError(f"head {spec.name!r} from {component.provider} returned {type(head).__name__}, not a Head")
-    return head
+    activation = config.encoder.feedforward.activation
+    return _make(  # type: ignore[no-any-return]
+        reg,
+        "head",
+        spec,
+        "head",
+        "head",
+        hidden_size=config.hidden_size,
+        vocab_size=config.vocab_size,
+        num_labels=config.num_labels,
+        layer_norm_eps=config.layer_norm_eps,
+        activation=_activation_factory(reg, activation, "head activation", "encoder.feedforward.activation"),
+        classifier_dropout=dropout,
+        tie_word_embeddings=config.tie_word_embeddings,
+        is_decoder=config.is_decoder,
+    )
 
 
 _measuring = threading.local()
@@ -392,38 +393,32 @@ def model_dims(config: BertConfig) -> ModelDims:
     )
 
 
-def _make_position(reg: Registry, spec: ComponentSpec, where: str, dims: ModelDims) -> PositionScheme:
-    """A position scheme: ``max_positions`` and ``options`` always; ``model`` (:class:`ModelDims`) when the
-    factory's signature names it (schemes written before it existed keep working unchanged)."""
-    extra = {"model": dims} if _takes(reg.get("position", spec.name).factory, "model") else {}
-    return _make(reg, "position", spec, PositionScheme, where, max_positions=dims.max_positions, **extra)
+def _make_position(reg: Registry, spec: ComponentSpec, where: str, loc: str, dims: ModelDims) -> PositionScheme:
+    """A position scheme, told the model's sizes (``model``) as its contract says."""
+    return _make(reg, "position", spec, where, loc, max_positions=dims.max_positions, model=dims)  # type: ignore[no-any-return]
 
 
-def position_factory_extras(component: Component, config: BertConfig) -> dict[str, Any]:
-    """The optional keywords a position factory gets besides ``max_positions`` and ``options``: ``model``
-    (:class:`ModelDims`) when its signature names it."""
-    return {"model": model_dims(config)} if _takes(component.factory, "model") else {}
-
-
-def _takes(factory: Callable[..., Any], name: str) -> bool:
-    """Whether ``factory`` names the parameter ``name`` (a ``**kwargs`` does not count)."""
-    try:
-        return name in inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _norm_factory(reg: Registry, config: BertConfig, spec: ComponentSpec, where: str) -> Callable[[], nn.Module]:
+def _norm_factory(
+    reg: Registry, config: BertConfig, spec: ComponentSpec, where: str, loc: str
+) -> Callable[[], nn.Module]:
     """A no-argument factory of fresh norm modules (each place a norm sits gets its own parameters)."""
-    return partial(
-        _make, reg, "norm", spec, nn.Module, where, hidden_size=config.hidden_size, eps=config.layer_norm_eps
-    )
+    return partial(_make, reg, "norm", spec, where, loc, hidden_size=config.hidden_size, eps=config.layer_norm_eps)
 
 
-def _takes_build(factory: Callable[..., Any]) -> bool:
-    """Whether ``factory`` names a ``build`` parameter: only factories with sub-components ask for one (a
-    ``**kwargs`` does not count: such a factory would not know what to do with it)."""
-    return _takes(factory, "build")
+def _activation_factory(reg: Registry, name: str, where: str, loc: str) -> Callable[[], nn.Module]:
+    """A no-argument factory of fresh modules of the activation ``name`` (a feed-forward's, a head's)."""
+    return partial(_make, reg, "activation", ComponentSpec(name=name), where, loc)
+
+
+def _layer_loc(config: BertConfig, index: int, key: str) -> str:
+    """The config path that sets layer ``index``'s ``key`` (``attention``, ``norm``, ``position``, …): the last
+    override of that layer changing it, else the encoder-wide field (the model-wide one for ``position``)."""
+    enc = config.encoder
+    for number in reversed(range(len(enc.overrides))):
+        override = enc.overrides[number]
+        if index in override.layers and override.changes(key):
+            return f"encoder.overrides.{number}.{key}"
+    return key if key == "position" else f"encoder.{key}"
 
 
 def _probe_backend(component: Component, backend: AttentionBackend, heads: int, head_dim: int, where: str) -> None:
@@ -464,26 +459,69 @@ def plugin_options(component: Component, spec: ComponentSpec) -> dict[str, Any]:
     return {**shared, **spec.options()}
 
 
+def build_component(
+    kind: str, spec: ComponentSpec, *, where: str, loc: str, registry: Registry | None = None, **kwargs: Any
+) -> Any:
+    """Build one component outside a model (a family, to read or write a ``config.json``) by the mechanism that
+    builds a model's: the arguments and the returned type checked against ``kind``'s contract, errors naming
+    ``where``, the component, the kind and the config path ``loc``.
+
+    Raises:
+        BuildError: the factory failed, was given other arguments than its contract's, or returned the wrong type.
+    """
+    return _make(registry or get_registry(), kind, spec, where, loc, **kwargs)
+
+
 def _options(component: Component, given: dict[str, Any]) -> BaseModel:
     return component.options.model_validate(given)
 
 
-def _make(reg: Registry, kind: str, spec: ComponentSpec, expected: type, where: str, **kwargs: Any) -> Any:
+def _make(reg: Registry, kind: str, spec: ComponentSpec, where: str, loc: str, **kwargs: Any) -> Any:
+    """Build the component ``spec`` names, of ``kind``, with ``kwargs`` and its validated options: the one way
+    every component is built (the builder's own and the sub-components a plugin builds with ``build``).
+
+    ``where`` says which part of the model is being built (``encoder layer 3 feedforward``), ``loc`` the config
+    path of the spec (``encoder.feedforward``); both are in every error.
+    """
     component = reg.get(kind, spec.name)
-    if "build" not in kwargs and _takes_build(component.factory):
-        kwargs["build"] = partial(_build_sub, reg, where)
-    return _call(component, expected, where, options=_options(component, plugin_options(component, spec)), **kwargs)
+    options = _options(component, plugin_options(component, spec))
+    sub = subcomponent_fields(component.options)
+    if sub:  # the options name sub-components: the factory builds them through the registry
+        kwargs["build"] = partial(_build_sub, reg, where, loc, options, sub)
+    return _call(component, reg.contract(kind), where, loc, options=options, **kwargs)
 
 
-def _build_sub(reg: Registry, where: str, kind: str, spec: ComponentSpec, **kwargs: Any) -> Any:
+def _build_sub(
+    reg: Registry,
+    where: str,
+    loc: str,
+    options: BaseModel,
+    fields: dict[str, str],
+    kind: str,
+    spec: ComponentSpec,
+    **kwargs: Any,
+) -> Any:
     """What a factory's ``build`` argument does: ``build(kind, spec, **kwargs)`` builds the sub-component
     ``spec`` (a :func:`~bertblocks.core.component.subcomponent` field of its options) of ``kind`` through the
-    registry, passing ``kwargs`` to its factory, and checks what it returns."""
-    expected = reg.kind_returns(kind)
-    return _make(reg, kind, spec, expected, f"{where} {kind} {spec.name!r}", **kwargs)
+    registry, passing ``kwargs`` to its factory, and checks it against ``kind``'s contract, as every component."""
+    field = next((name for name in fields if getattr(options, name, None) is spec), None)
+    sub_loc = f"{loc}.{field}" if field is not None else loc
+    return _make(reg, kind, spec, f"{where} {kind} {spec.name!r}", sub_loc, **kwargs)
 
 
-def _call(component: Component, expected: type, where: str, **kwargs: Any) -> Any:
+def _call(component: Component, contract: KindContract, where: str, loc: str, **kwargs: Any) -> Any:
+    """Call ``component``'s factory with ``kwargs`` and check both against ``contract``: the arguments are the
+    contract's (``build`` aside), and what comes back is an instance of ``contract.returns``."""
+    given = set(kwargs) - {"build"}
+    if contract.arguments is not None and given != contract.arguments:
+        missing, extra = sorted(contract.arguments - given), sorted(given - contract.arguments)
+        raise BuildError(
+            f"{where}: {component.kind} {component.name!r} from {component.provider} would be called with "
+            f"{', '.join(sorted(given))}; a {contract.kind} factory takes {', '.join(sorted(contract.arguments))}"
+            + (f" (missing: {', '.join(missing)})" if missing else "")
+            + (f" (not in its contract: {', '.join(extra)})" if extra else "")
+            + f" (config: {loc})"
+        )
     try:
         made = component.factory(**kwargs)
     except (BuildError, LimitError):  # a limit refuses the model, not the component (AllocationGuard)
@@ -492,11 +530,12 @@ def _call(component: Component, expected: type, where: str, **kwargs: Any) -> An
         # a plugin's bug (or a refusal) must say which layer, component and distribution it came from
         raise BuildError(
             f"{where}: {component.kind} {component.name!r} from {component.provider} failed to build: "
-            f"{type(e).__name__}: {e}"
+            f"{type(e).__name__}: {e} (config: {loc})"
         ) from e
-    if not isinstance(made, expected):
+    if not isinstance(made, contract.returns):
         raise BuildError(
             f"{where}: {component.kind} {component.name!r} from {component.provider} returned "
-            f"{type(made).__name__}, not a {expected.__name__}"
+            f"{type(made).__name__}, not a {contract.returns.__name__} as the {contract.kind} contract requires "
+            f"(config: {loc})"
         )
     return made

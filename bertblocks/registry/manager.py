@@ -26,7 +26,7 @@ import os
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from functools import partial
+from functools import cache, partial
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -34,6 +34,7 @@ import pluggy
 from pydantic import BaseModel
 
 from bertblocks.core.component import KINDS, Command, Component, ComponentKind, Preset
+from bertblocks.core.factories import CONTRACTS, KindContract
 
 from ..errors import InputTypeError
 from .errors import (
@@ -252,13 +253,20 @@ class Registry:
         """Every component kind: the built-in ones, then those plugins declare (sorted)."""
         return [*KINDS, *sorted(self._kinds())]
 
-    def kind_returns(self, kind: str) -> type:
-        """What a factory of ``kind`` must return (``object`` for a built-in kind looked up this way)."""
+    def contract(self, kind: str) -> KindContract:
+        """The contract of ``kind``: what its factories receive and must return. A built-in kind's is its row of
+        the one table (:data:`bertblocks.core.factories.CONTRACTS`, the families' for ``family``); a plugin's
+        kind's says what its :class:`~bertblocks.core.component.ComponentKind` declares.
+
+        Raises:
+            RegistryError: no such kind.
+        """
+        builtin = builtin_contracts().get(kind)
+        if builtin is not None:
+            return builtin
         declared = self._kinds().get(kind)
         if declared is not None:
-            return declared.returns
-        if kind in KINDS:
-            return object
+            return KindContract(kind, declared.returns)
         raise RegistryError(f"unknown component kind {kind!r}; kinds: {', '.join(self.kinds())}")
 
     def _components(self) -> dict[tuple[str, str], Component]:
@@ -473,6 +481,15 @@ def _check_commands(returned: Any) -> list[Command]:
         if not isinstance(item.name, str) or not item.name or item.name.startswith("-"):
             raise InputTypeError(f"command name must be a non-empty string not starting with '-', got {item.name!r}")
     return list(returned)
+
+
+@cache
+def builtin_contracts() -> Mapping[str, KindContract]:
+    """Every built-in kind's contract: the component kinds' table and the families' row (imported here, on
+    first use, so that importing the registry does not import every family)."""
+    from bertblocks.families.family import FAMILY_CONTRACT
+
+    return {**CONTRACTS, FAMILY_CONTRACT.kind: FAMILY_CONTRACT}
 
 
 def _version(distribution: str) -> str:

@@ -23,7 +23,7 @@ from bertblocks.config import (
 from bertblocks.core.component import subcomponent_fields
 from bertblocks.core.interfaces import PositionScheme
 
-from .builder import plugin_options, position_factory_extras
+from .builder import model_dims, plugin_options
 from .errors import UnknownComponentError
 from .manager import Registry, get_registry
 
@@ -161,8 +161,9 @@ def _position_problems(config: BertConfig, registry: Registry) -> list[ConfigIss
         if key not in schemes:
             component = registry.get("position", spec.name)
             options = component.options.model_validate(spec.options())
-            extras = position_factory_extras(component, config)  # `model` where the factory names it
-            made = component.factory(max_positions=config.max_position_embeddings, options=options, **extras)
+            made = component.factory(
+                max_positions=config.max_position_embeddings, model=model_dims(config), options=options
+            )
             if not isinstance(made, PositionScheme):
                 continue  # the builder reports a factory returning the wrong type, naming its provider
             schemes[key] = made

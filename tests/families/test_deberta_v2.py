@@ -204,7 +204,7 @@ def _registry_with(*components: Component) -> Registry:
     return registry
 
 
-def test_a_position_factory_naming_model_is_told_the_model_sizes():
+def test_a_position_factory_is_told_the_model_sizes():
     told: list[ModelDims] = []
 
     def factory(*, max_positions: int, options: Any, model: ModelDims) -> PositionScheme:
@@ -233,7 +233,9 @@ def test_a_shared_term_of_the_wrong_type_is_refused_naming_it():
 
     config = copy.deepcopy(TINY)
     config["position"] = {"name": "wrong"}
-    registry = _registry_with(Component("position", "wrong", lambda *, max_positions, options: Scheme(max_positions)))
+    registry = _registry_with(
+        Component("position", "wrong", lambda *, max_positions, model, options: Scheme(max_positions))
+    )
     model = bertblocks.create_model(config, registry=registry)
     with pytest.raises(TypeError, match=r"Wrong .*encoder.wrong_term.* not the RelativeTable"):
         model(input_ids=torch.ones(1, 4, dtype=torch.long))
@@ -250,7 +252,9 @@ def test_a_shared_bias_of_the_wrong_shape_is_refused():
 
     config = copy.deepcopy(TINY)
     config["position"] = {"name": "table"}
-    registry = _registry_with(Component("position", "table", lambda *, max_positions, options: Scheme(max_positions)))
+    registry = _registry_with(
+        Component("position", "table", lambda *, max_positions, model, options: Scheme(max_positions))
+    )
     model = bertblocks.create_model(config, registry=registry)
     with pytest.raises(ValueError, match=r"returned \(5, 8\); a score bias must be \[1\|b, h, 4, 4\]"):
         model(input_ids=torch.ones(1, 4, dtype=torch.long))

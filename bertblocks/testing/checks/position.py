@@ -14,11 +14,14 @@ from ..assertions import close, close_outputs, expect, max_abs_diff
 from ..inputs import infer, padded_batch, qkv
 from ..subject import ConformanceSkip, Subject
 
+#: the sizes a scheme is told (``model``) where the checks make it directly: 4 heads of 8 (hidden 32), 64 positions
+_DIMS = ModelDims(hidden_size=32, num_heads=4, num_layers=2, layer_norm_eps=1e-12, hidden_dropout=0.0, max_positions=64)
+
 
 def check_position_scheme(subject: Subject) -> None:
     """The scheme's modules have the documented shapes, and its attention bias for queries after a cache is
     the matching rows of the bias over the whole sequence (what makes it correct under a KV cache)."""
-    scheme: PositionScheme = subject.make(max_positions=64)
+    scheme: PositionScheme = subject.make(max_positions=64, model=_DIMS)
     expect(isinstance(scheme, PositionScheme), f"factory returned {type(scheme).__name__}, not a PositionScheme")
     table = scheme.embedding(32)
     if table is not None:
@@ -42,7 +45,7 @@ def check_position_scheme(subject: Subject) -> None:
             )
     bias = scheme.attention_bias(4, 8)
     expect(
-        scheme.adds_score_bias is None or (bias is not None) == scheme.adds_score_bias,
+        (bias is not None) == scheme.adds_score_bias,
         f"adds_score_bias is {scheme.adds_score_bias} but attention_bias returned "
         f"{'a bias' if bias is not None else 'None'}: declare what the scheme contributes",
     )
@@ -84,10 +87,7 @@ def _bias_call(scheme: PositionScheme, bias: PositionBias, dtype: torch.dtype) -
     """``call(query, key, q, past)``: the bias as an attention of 4 heads of 8 (hidden 32) calls it, with the
     values the scheme's shared terms compute once per pass (:meth:`PositionScheme.shared_terms`) and, for a term
     that declares ``reads_projections``, the layer's projections."""
-    dims = ModelDims(
-        hidden_size=32, num_heads=4, num_layers=2, layer_norm_eps=1e-12, hidden_dropout=0.0, max_positions=64
-    )
-    terms = scheme.shared_terms(dims)
+    terms = scheme.shared_terms(_DIMS)
     extra = {"projections": _Projections(dtype)} if bias.reads_projections else {}
 
     def call(query: torch.Tensor, key: torch.Tensor, q: int, past: int) -> torch.Tensor:
@@ -101,7 +101,7 @@ def _bias_call(scheme: PositionScheme, bias: PositionBias, dtype: torch.dtype) -
 
 
 def _rotary_of(subject: Subject) -> Any:
-    scheme: PositionScheme = subject.make(max_positions=64)
+    scheme: PositionScheme = subject.make(max_positions=64, model=_DIMS)
     rotary = scheme.layer_terms(0, 4, 8).rotary
     if rotary is None:
         raise ConformanceSkip("the scheme does not rotate queries and keys")

@@ -17,7 +17,7 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
 
-from bertblocks.core.interfaces import PositionBias, Positions, PositionScheme
+from bertblocks.core.interfaces import ModelDims, PositionBias, Positions, PositionScheme
 
 
 class AlibiOptions(BaseModel):
@@ -87,6 +87,6 @@ class AlibiPositions(PositionScheme):
         return AlibiBias(list(slopes))
 
 
-def make_alibi(*, max_positions: int, options: AlibiOptions) -> AlibiPositions:
-    """Factory of the ``alibi`` position component."""
+def make_alibi(*, max_positions: int, model: ModelDims, options: AlibiOptions) -> AlibiPositions:
+    """Factory of the ``alibi`` position component (the model's sizes, ``model``, change nothing here)."""
     return AlibiPositions(max_positions, options)
