@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import (
     albert,
     bert,
+    data2vec_text,
     deberta_v2,
     distilbert,
     electra,
@@ -17,12 +18,15 @@ from . import (
     hybrid,
     jina_bert,
     jina_embeddings_v3,
+    megatron_bert,
     modernbert,
     mpnet,
     neobert,
     nomic_bert,
     roberta,
+    roberta_prelayernorm,
     roformer,
+    xlm_roberta_xl,
 )
 
 FAMILY_PLUGINS = (
@@ -44,6 +48,10 @@ FAMILY_PLUGINS = (
     eurobert,
     neobert,
     hybrid,
+    roberta_prelayernorm,
+    megatron_bert,
+    xlm_roberta_xl,
+    data2vec_text,
 )
 
 __all__ = ["FAMILY_PLUGINS"]

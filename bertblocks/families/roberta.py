@@ -7,6 +7,7 @@ out_proj`` sequence classifier; the checkpoint prefix is ``roberta.``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bertblocks.config import BertConfig
@@ -15,6 +16,7 @@ from bertblocks.families.family import Family, TokenizerConvention
 from bertblocks.families.keymap import KeyMap, Rename
 
 from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
+from .fields import HFField
 
 #: RoBERTa's ``lm_head`` is BERT's ``cls.predictions`` under other names
 LM_HEAD_RULES = (
@@ -23,17 +25,21 @@ LM_HEAD_RULES = (
     Rename("lm_head.decoder", "cls.predictions.decoder"),
     Rename("lm_head.bias", "cls.predictions.bias"),
 )
-KEY_MAP = KeyMap(prefix="roberta", rules=LM_HEAD_RULES, head_prefixes=("lm_head.", "classifier.", "qa_outputs."))
+#: the top-level checkpoint prefixes of RoBERTa's heads
+HEAD_PREFIXES = ("lm_head.", "classifier.", "qa_outputs.")
+KEY_MAP = KeyMap(prefix="roberta", rules=LM_HEAD_RULES, head_prefixes=HEAD_PREFIXES)
 FIXED = {"embedding.position_offset": "padding", "position.name": "absolute"}
 
 
-def _from_hf(hf: Any) -> dict[str, Any]:
+def roberta_like_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """A RoBERTa-shaped ``config.json`` → a config dict: BERT's fields, positions past the padding index."""
     data = bert_fields_from_hf(hf)
     data["embedding"] = {**data["embedding"], "position_offset": "padding"}
     return data
 
 
-def _to_hf(config: BertConfig) -> dict[str, Any]:
+def roberta_like_to_hf(config: BertConfig) -> dict[str, Any]:
+    """A config → RoBERTa's ``config.json`` fields (BERT's, without ``position_embedding_type``)."""
     return bert_fields_to_hf(config, dropped=("position_embedding_type",))
 
 
@@ -54,14 +60,28 @@ def roberta_tokenizer(class_prefix: str) -> TokenizerConvention:
     )
 
 
-def roberta_like(model_type: str, class_prefix: str, description: str) -> Family:
-    """A family with RoBERTa's modelling and checkpoint layout under transformers class names ``<prefix>For…``."""
+def roberta_like(
+    model_type: str,
+    class_prefix: str,
+    description: str,
+    *,
+    key_map: KeyMap = KEY_MAP,
+    fixed: Mapping[str, Any] = FIXED,
+    config_from_hf: Callable[[Mapping[str, Any]], dict[str, Any]] = roberta_like_from_hf,
+    config_to_hf: Callable[[BertConfig], dict[str, Any]] = roberta_like_to_hf,
+    fields: Mapping[str, HFField] = BERT_FIELDS,
+    tokenizer: TokenizerConvention | None = None,
+) -> Family:
+    """A family with RoBERTa's heads and tokenizer under transformers class names ``<prefix>For…``: RoBERTa's
+    modelling and checkpoint layout, or (the keyword arguments) a variant's (RoBERTa-PreLayerNorm's pre-LN layers
+    under ``roberta_prelayernorm.``, Data2VecText's prefix ``data2vec_text.``; ``tokenizer``: the convention, when
+    the family's checkpoints use another family's tokenizer class)."""
     return Family(
         model_type=model_type,
-        config_from_hf=_from_hf,
-        config_to_hf=_to_hf,
-        fields=BERT_FIELDS,
-        key_map=KEY_MAP,
+        config_from_hf=config_from_hf,
+        config_to_hf=config_to_hf,
+        fields=fields,
+        key_map=key_map,
         architectures={
             f"{class_prefix}ForMaskedLM": "masked_lm_gelu",
             f"{class_prefix}ForCausalLM": "causal_lm_gelu",
@@ -71,9 +91,9 @@ def roberta_like(model_type: str, class_prefix: str, description: str) -> Family
             f"{class_prefix}ForMultipleChoice": "multiple_choice",
         },
         base_architecture=f"{class_prefix}Model",
-        fixed=FIXED,
+        fixed=fixed,
         description=description,
-        tokenizer=roberta_tokenizer(class_prefix),
+        tokenizer=tokenizer or roberta_tokenizer(class_prefix),
     )
 
 

@@ -24,6 +24,11 @@ class BertFeedForwardOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bias: bool = Field(True, description="biases on both projections")
+    output_dropout: bool = Field(
+        True,
+        description="the hidden dropout after the output projection (BERT's place); false: none there, as "
+        "XLM-RoBERTa-XL's feed-forward output. The same numbers without dropout",
+    )
 
 
 class GLUOptions(BaseModel):
@@ -149,6 +154,8 @@ def build_bert_feedforward(
     norm: Callable[[], nn.Module] | str | None = "layernorm",
 ) -> FeedForward:
     bias = getattr(options, "bias", True)
+    if not getattr(options, "output_dropout", True):
+        dropout = 0.0
     return FeedForward(
         intermediate=BertIntermediate(hidden_size, intermediate_size, activation(), bias),
         output=BertOutput(

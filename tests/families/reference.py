@@ -743,6 +743,87 @@ FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flip
     config_fields=MODERNBERT_FIELDS,
 )
 
+# RoBERTa-PreLayerNorm: RoBERTa with pre-LN layers and a final norm on the backbone
+FAMILIES["roberta-prelayernorm"] = Family(
+    "RobertaPreLayerNormConfig",
+    {**COMMON, "type_vocab_size": 1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "layer_norm_eps": 1e-3},
+    pad=1,
+    classes=_classes("RobertaPreLayerNorm", *_ROBERTA_HEADS),
+    tokenizer=Tokenizing(toks.bpe, toks.roberta_processor, "RobertaTokenizer"),
+    tokenizer_convention=True,
+    hidden_states="RobertaPreLayerNormForMaskedLM",
+    refusals=(
+        ({"bertblocks": {"encoder": {"layer": {"name": "post_ln"}}}}, "encoder.layer.name"),
+        ({"bertblocks": {"encoder": {"layer": {"first_attention_norm": False}}}}, "encoder.layer.first_attention_norm"),
+        ({"bertblocks": {"embedding": {"norm": False}}}, "embedding.norm"),
+    ),
+    presets=("roberta-prelayernorm-large",),
+)
+# MegatronBERT: BERT with pre-LN layers, no embedding norm, the final norm at encoder.ln; BERT's heads, two token types
+FAMILIES["megatron-bert"] = Family(
+    "MegatronBertConfig",
+    {**COMMON, "layer_norm_eps": 1e-3},
+    pad=0,
+    classes=_classes(
+        "MegatronBert",
+        "Model",
+        "ForMaskedLM",
+        "ForCausalLM",
+        "ForPreTraining",
+        "ForNextSentencePrediction",
+        *_TASKS,
+    ),
+    second_segment=3,
+    tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer"),
+    tokenizer_convention=True,
+    hidden_states="MegatronBertForMaskedLM",
+    refusals=(
+        ({"bertblocks": {"encoder": {"layer": {"name": "post_ln"}}}}, "encoder.layer.name"),
+        ({"bertblocks": {"embedding": {"norm": True}}}, "embedding.norm"),
+        ({"bertblocks": {"position": {"name": "relative_key"}}}, "position.name"),
+    ),
+    presets=("megatron-bert-cased-345m", "megatron-bert-uncased-345m"),
+)
+#: XLM-R's special tokens, as the tokenizer_config.json of facebook/xlm-roberta-xl states them
+_XLMR_SPECIALS = {
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+    "sep_token": "</s>",
+    "pad_token": "<pad>",
+    "cls_token": "<s>",
+    "mask_token": "<mask>",
+}
+# XLM-RoBERTa-XL: RoBERTa with pre-LN layers, no embedding norm, no dropout after the feed-forward output
+FAMILIES["xlm-roberta-xl"] = Family(
+    "XLMRobertaXLConfig",
+    {**COMMON, "type_vocab_size": 1, "pad_token_id": 1, "layer_norm_eps": 1e-3},
+    pad=1,
+    classes=_classes("XLMRobertaXL", *_ROBERTA_HEADS),
+    # transformers maps xlm-roberta-xl to the generic tokenizer class, which takes its special tokens from
+    # tokenizer_config.json (as the published one states them)
+    # (that generic class frames nothing for a tokenizer.json without a post-processor: no convention to compare)
+    tokenizer=Tokenizing(toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer", _XLMR_SPECIALS),
+    hidden_states="XLMRobertaXLForMaskedLM",
+    refusals=(
+        ({"bertblocks": {"encoder": {"layer": {"name": "parallel"}}}}, "encoder.layer.name"),
+        ({"bertblocks": {"embedding": {"norm": True}}}, "embedding.norm"),
+        ({"bertblocks": {"encoder": {"feedforward": {"output_dropout": True}}}}, "encoder.feedforward.output_dropout"),
+    ),
+    presets=("xlm-roberta-xl",),
+)
+# Data2VecText: RoBERTa's modelling under data2vec_text.
+FAMILIES["data2vec-text"] = Family(
+    "Data2VecTextConfig",
+    {**COMMON, "type_vocab_size": 1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2},
+    pad=1,
+    classes=_classes("Data2VecText", *_ROBERTA_HEADS),
+    tokenizer=Tokenizing(toks.bpe, toks.roberta_processor, "RobertaTokenizer"),
+    tokenizer_convention=True,
+    refusals=(({"bertblocks": {"embedding": {"position_offset": "none"}}}, "embedding.position_offset"),),
+    presets=("data2vec-text-base",),
+)
+
 
 def rows(joins: Callable[[Family], object]) -> list[str]:
     """The names of the rows that take part in a shared test (``joins(row)`` truthy), in the table's order."""

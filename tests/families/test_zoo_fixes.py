@@ -52,6 +52,10 @@ TINY_PRESETS = {
     "jina_bert": "tiny-jina-v2",
     "eurobert": "tiny-eurobert",
     "neobert": "tiny-neobert",
+    "roberta-prelayernorm": "tiny-roberta-prelayernorm",
+    "megatron-bert": "tiny-megatron-bert",
+    "xlm-roberta-xl": "tiny-xlm-roberta-xl",
+    "data2vec-text": "tiny-data2vec-text",
 }
 #: families whose config.json names remote-code classes under another family's model_type: transformers reads it
 #: as that family's plain model (wrong for the weights; see tests/families/test_jina_v2.py)
