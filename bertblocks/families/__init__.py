@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import (
     albert,
     bert,
+    deberta,
     deberta_v2,
     distilbert,
     electra,
@@ -44,6 +45,7 @@ FAMILY_PLUGINS = (
     eurobert,
     neobert,
     hybrid,
+    deberta,
 )
 
 __all__ = ["FAMILY_PLUGINS"]
