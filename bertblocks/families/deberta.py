@@ -146,7 +146,8 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     out.update(
         relative_attention=o.get("relative", True),
         max_relative_positions=o.get("max_relative_positions", -1),
-        pos_att_type=list(o.get("terms", ("p2c", "c2p"))),
+        # no term is DebertaConfig's default None (an empty list reads the same)
+        pos_att_type=list(o.get("terms", ("p2c", "c2p"))) or None,
         position_biased_input=o.get("absolute", False),
         pooler_hidden_size=config.hidden_size,
         pooler_dropout=0.0,
