@@ -108,13 +108,18 @@ def counted_flops(model: nn.Module, batch: int, seq_len: int, vocab_size: int) -
     ids = torch.randint(0, vocab_size, (batch, seq_len), generator=torch.Generator().manual_seed(0))
     mapping = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu_flops}
     was_training = model.training
+    trainable = [p for p in model.parameters() if p.requires_grad]
     model.eval()
     try:
-        # no_grad, not inference_mode: FlopCounterMode's module tracker hooks every module input that requires
-        # grad, and under inference_mode it cannot for a parameter passed as a module's input (DeBERTa's shared
-        # relative table goes through its LayerNorm so)
+        # FlopCounterMode's module tracker hooks every module input that requires grad, which fails for a parameter
+        # (or a view of one taken under no_grad) passed as a module's input: DeBERTa's shared relative table goes
+        # through its LayerNorm, DeBERTa v1's through each layer's pos_proj. Frozen for the count, nothing is hooked.
+        for p in trainable:
+            p.requires_grad_(False)
         with torch.no_grad(), FlopCounterMode(display=False, custom_mapping=mapping) as counter:
             model(ids)
     finally:
+        for p in trainable:
+            p.requires_grad_(True)
         model.train(was_training)
     return float(counter.get_total_flops())

@@ -8,6 +8,7 @@ from . import (
     albert,
     bert,
     data2vec_text,
+    deberta,
     deberta_v2,
     distilbert,
     electra,
@@ -52,6 +53,7 @@ FAMILY_PLUGINS = (
     megatron_bert,
     xlm_roberta_xl,
     data2vec_text,
+    deberta,
 )
 
 __all__ = ["FAMILY_PLUGINS"]

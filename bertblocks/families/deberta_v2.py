@@ -57,6 +57,19 @@ DEFAULTS: dict[str, Any] = {
     "layer_norm_eps": 1e-7,
 }
 
+#: DeBERTa's two masked LM layouts (v1's too), read into one head
+MASKED_LM_RULES = (
+    # the masked LM is written as transformers' legacy head (`cls.predictions`, legacy: true, its default) ...
+    Rename("cls.predictions", "cls.predictions"),
+    # ... and read from the other layout too (legacy: false, the published checkpoints' `lm_predictions`):
+    # the same dense → act → LayerNorm → tied decoder + bias, under other names
+    Rename("lm_predictions.lm_head.dense", "cls.predictions.transform.dense"),
+    Rename("lm_predictions.lm_head.LayerNorm", "cls.predictions.transform.LayerNorm"),
+    Rename("lm_predictions.lm_head.bias", "cls.predictions.bias"),
+    # the original EnhancedMaskDecoder's weights, which transformers ignores on load too
+    Drop("mask_predictions"),
+)
+
 _L, _O = "deberta.encoder.layer.{i}.attention.self", "bert.encoder.layer.{i}.attention.self"
 KEY_MAP = KeyMap(
     prefix="deberta",
@@ -69,15 +82,7 @@ KEY_MAP = KeyMap(
         Rename("deberta.encoder.LayerNorm", "bert.encoder.rel_embeddings.LayerNorm"),
         Rename("pooler.dense", "bert.pooler.dense"),
         Rename("deberta.encoder.conv", "bert.encoder.layer.0.conv"),
-        # the masked LM is written as transformers' legacy head (`cls.predictions`, legacy: true, its default) ...
-        Rename("cls.predictions", "cls.predictions"),
-        # ... and read from the other layout too (legacy: false, the published checkpoints' `lm_predictions`):
-        # the same dense → act → LayerNorm → tied decoder + bias, under other names
-        Rename("lm_predictions.lm_head.dense", "cls.predictions.transform.dense"),
-        Rename("lm_predictions.lm_head.LayerNorm", "cls.predictions.transform.LayerNorm"),
-        Rename("lm_predictions.lm_head.bias", "cls.predictions.bias"),
-        # the original EnhancedMaskDecoder's weights, which transformers ignores on load too
-        Drop("mask_predictions"),
+        *MASKED_LM_RULES,
     ),
     head_prefixes=("cls.", "classifier.", "qa_outputs.", "pooler.", "lm_predictions.", "mask_predictions."),
 )
@@ -94,19 +99,22 @@ class DebertaConfigError(BertBlocksError, ValueError):
     """A DeBERTa-v2 ``config.json`` field bertblocks does not implement."""
 
 
-def _refuse(field: str, value: Any, why: str) -> DebertaConfigError:
-    return DebertaConfigError(f"deberta-v2 config.json: {field}={value!r} is not supported: {why}")
+def _refuse(field: str, value: Any, why: str, model_type: str = "deberta-v2") -> DebertaConfigError:
+    return DebertaConfigError(f"{model_type} config.json: {field}={value!r} is not supported: {why}")
 
 
-def _terms(value: Any) -> list[str]:
+def _terms(value: Any, model_type: str = "deberta-v2") -> list[str]:
+    """``pos_att_type`` (a list, or a string ``"c2p|p2c"``, as DeBERTa v1's checkpoints write it) → its terms."""
     if value is None:
         return []
     if not isinstance(value, str | list | tuple):
-        raise _refuse("pos_att_type", value, "must be a list of c2p, p2c (or a string 'p2c|c2p')")
+        raise _refuse("pos_att_type", value, "must be a list of c2p, p2c (or a string 'p2c|c2p')", model_type)
     items = [x.strip() for x in value.lower().split("|")] if isinstance(value, str) else list(value)
     for item in items:
         if item not in ("c2p", "p2c"):
-            raise _refuse("pos_att_type", value, f"{item!r} is not a position term bertblocks has (c2p, p2c)")
+            raise _refuse(
+                "pos_att_type", value, f"{item!r} is not a position term bertblocks has (c2p, p2c)", model_type
+            )
     return items
 
 

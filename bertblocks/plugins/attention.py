@@ -7,7 +7,9 @@ unchanged; ``LayerNorm`` is CamelCase for the same reason. Options: biases of th
 the layout ModernBERT stores: all query rows, then key rows, then value rows; or ``qkv_layout: heads``, per
 head its query, key and value rows, as NeoBERT's ``qkv``), and grouped-query attention
 (``num_kv_heads``: fewer key/value heads, each shared by ``h / num_kv_heads`` consecutive query heads, as
-transformers' ``repeat_kv``; the cache holds the ``num_kv_heads`` heads).
+transformers' ``repeat_kv``; the cache holds the ``num_kv_heads`` heads). ``qv_bias`` gives the query and the value
+biases of their own (``self.q_bias``, ``self.v_bias``) and the key none, as DeBERTa v1 stores them beside its
+bias-free fused ``in_proj``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ class AttentionOptions(BaseModel):
         None,
         description="key/value heads (grouped-query attention; must divide num_heads); null: as many as num_heads",
     )
+    qv_bias: bool = Field(
+        False,
+        description="query and value biases of their own (self.q_bias, self.v_bias), none on the key (DeBERTa v1); "
+        "with qkv_bias false",
+    )
 
 
 class SelfAttentionProjections(nn.Module):
@@ -71,6 +78,7 @@ class SelfAttentionProjections(nn.Module):
         fused: bool = False,
         kv_size: int | None = None,
         per_head: int | None = None,
+        qv_bias: bool = False,
     ) -> None:
         super().__init__()
         self.fused = fused
@@ -82,6 +90,10 @@ class SelfAttentionProjections(nn.Module):
             self.query = nn.Linear(hidden_size, all_head_size, bias=qkv_bias)
             self.key = nn.Linear(hidden_size, kv_size or all_head_size, bias=qkv_bias)
             self.value = nn.Linear(hidden_size, kv_size or all_head_size, bias=qkv_bias)
+        # DeBERTa v1's biases beside the projections: the query's and the value's, none on the key (a key bias
+        # adds the same q·b to every score of a query row, which the softmax ignores)
+        self.q_bias = nn.Parameter(torch.zeros(all_head_size)) if qv_bias else None
+        self.v_bias = nn.Parameter(torch.zeros(kv_size or all_head_size)) if qv_bias else None
         self.position_bias_name = bias.module_name if bias is not None else None
         if bias is not None:
             self.add_module(bias.module_name, bias)
@@ -93,6 +105,12 @@ class SelfAttentionProjections(nn.Module):
 
     def project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``[..., H]`` → query, key, value ``[..., h·d]`` each."""
+        q, k, v = self._project(hidden_states)
+        if self.q_bias is not None and self.v_bias is not None:
+            q, v = q + self.q_bias, v + self.v_bias
+        return q, k, v
+
+    def _project(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.fused and self.per_head:
             fused = self.Wqkv(hidden_states)
             lead, h = fused.shape[:-1], self.per_head
@@ -103,9 +121,8 @@ class SelfAttentionProjections(nn.Module):
         return self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
 
     def project_query(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        if self.fused:
-            return nn.functional.linear(hidden_states, *self._fused_part(0))
-        return self.query(hidden_states)
+        query = nn.functional.linear(hidden_states, *self._fused_part(0)) if self.fused else self.query(hidden_states)
+        return query if self.q_bias is None else query + self.q_bias
 
     def project_key(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """``[..., H]`` → keys ``[..., h·d]`` (what a position term that reads the projections uses)."""
@@ -115,11 +132,11 @@ class SelfAttentionProjections(nn.Module):
 
     def project_key_value(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.fused:
-            return (
-                nn.functional.linear(hidden_states, *self._fused_part(1)),
-                nn.functional.linear(hidden_states, *self._fused_part(2)),
-            )
-        return self.key(hidden_states), self.value(hidden_states)
+            key = nn.functional.linear(hidden_states, *self._fused_part(1))
+            value = nn.functional.linear(hidden_states, *self._fused_part(2))
+        else:
+            key, value = self.key(hidden_states), self.value(hidden_states)
+        return key, value if self.v_bias is None else value + self.v_bias
 
     def _fused_part(self, i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         n = self.Wqkv.out_features // 3
@@ -155,7 +172,7 @@ class BertAttention(Attention):
         norm: the norm after the residual (``output.LayerNorm``, post-LN); ``None`` for a layer that normalises
             itself (pre-LN, parallel): the sub-layer then returns ``dropout(dense(context))`` alone.
         rotary: rotation of queries and keys for this layer, or ``None``.
-        qkv_bias, output_bias, fused_qkv, qkv_layout, num_kv_heads: see :class:`AttentionOptions`.
+        qkv_bias, output_bias, fused_qkv, qkv_layout, num_kv_heads, qv_bias: see :class:`AttentionOptions`.
     """
 
     def __init__(
@@ -175,6 +192,7 @@ class BertAttention(Attention):
         fused_qkv: bool = False,
         num_kv_heads: int | None = None,
         qkv_layout: str = "blocks",
+        qv_bias: bool = False,
     ) -> None:
         super().__init__()
         if hidden_size % num_heads:
@@ -191,6 +209,10 @@ class BertAttention(Attention):
             raise InputError(f"encoder.attention.num_kv_heads {num_kv_heads} must divide num_heads {num_heads}")
         if qkv_layout == "heads" and not fused_qkv:
             raise InputError("encoder.attention.qkv_layout 'heads' orders a fused Wqkv's rows: set fused_qkv: true")
+        if qv_bias and qkv_bias:
+            raise InputError(
+                "encoder.attention.qv_bias gives the query and value their own biases: set qkv_bias: false"
+            )
         grouped = self.num_kv_heads != num_heads
         if grouped and fused_qkv:
             raise InputError("encoder.attention.num_kv_heads (grouped-query attention) needs fused_qkv: false")
@@ -214,6 +236,7 @@ class BertAttention(Attention):
             fused=fused_qkv,
             kv_size=self.num_kv_heads * self.head_dim,
             per_head=num_heads if fused_qkv and qkv_layout == "heads" else None,
+            qv_bias=qv_bias,
         )
         self.output = AttentionOutput(
             num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout, norm, bias=output_bias
@@ -417,6 +440,11 @@ class BertAttention(Attention):
         else:
             for name in ("query", "key", "value"):
                 setattr(self.self, name, _select_linear(getattr(self.self, name), index, dim=0))
+        for name in ("q_bias", "v_bias"):
+            bias = getattr(self.self, name)
+            if bias is not None:
+                kept = nn.Parameter(bias.detach().index_select(0, index).clone(), requires_grad=bias.requires_grad)
+                setattr(self.self, name, kept)
         self.output.dense = _select_linear(self.output.dense, index, dim=1)
         self.kept_heads = [self.kept_heads[i] for i in keep_now]
         self.num_heads = len(self.kept_heads)
@@ -476,6 +504,7 @@ def build_bert_attention(
         fused_qkv=options.fused_qkv,
         num_kv_heads=options.num_kv_heads,
         qkv_layout=options.qkv_layout,
+        qv_bias=options.qv_bias,
     )
 
 

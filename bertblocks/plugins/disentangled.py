@@ -122,6 +122,7 @@ class DisentangledBias(PositionBias):
         share_att_key: bool,
         dropout: float,
         relative: bool = True,
+        key_bias: bool = True,
     ) -> None:
         super().__init__()
         # without the relative table (relative_attention: false) no term is computed, yet transformers still
@@ -131,10 +132,13 @@ class DisentangledBias(PositionBias):
         self.num_heads = num_heads
         self.score_scale_factor = float(1 + len(terms))  # the configured terms, computed or not
         self.share_att_key = share_att_key
+        # only a shared-key term projects its table with the layer's own query and key (a fused Wqkv read in parts,
+        # which int8 quantization refuses); with its own projections (DeBERTa v1) it reads none
+        self.reads_projections = share_att_key and relative
         self.dropout = nn.Dropout(dropout)  # transformers' pos_dropout, per layer
         if not share_att_key and relative:
             if "c2p" in terms:
-                self.pos_key_proj = nn.Linear(hidden_size, hidden_size)
+                self.pos_key_proj = nn.Linear(hidden_size, hidden_size, bias=key_bias)  # DeBERTa v1's has none
             if "p2c" in terms:
                 self.pos_query_proj = nn.Linear(hidden_size, hidden_size)
 
@@ -212,6 +216,11 @@ class DisentangledOptions(BaseModel):
         "widen the softmax denominator, as transformers does",
     )
     absolute: bool = Field(False, description="also add a learned absolute table (position_biased_input)")
+    pos_key_bias: bool = Field(
+        True,
+        description="a bias on the own position-key projection of share_att_key: false (pos_key_proj; DeBERTa v1's "
+        "pos_proj has none)",
+    )
     mask_padded_queries: bool = Field(
         True,
         description="padded tokens are zeroed and see no key, as transformers' DeBERTa (only padded positions, "
@@ -237,6 +246,9 @@ class DisentangledPositions(PositionScheme):
         self.relative = options.relative
         # log buckets and clamping give every distance a row: only an absolute table bounds the length
         self.limits_length = options.absolute
+        # transformers writes an absolute table it never reads when position_biased_input is false (microsoft/
+        # deberta-base has one; its _keys_to_ignore_on_load_unexpected): dropped on load without complaint
+        self.ignored_checkpoint_keys = () if options.absolute else ("embeddings.position_embeddings.weight",)
 
     def embedding(self, hidden_size: int) -> nn.Module | None:
         return nn.Embedding(self.max_positions, hidden_size) if self.options.absolute else None
@@ -246,7 +258,13 @@ class DisentangledPositions(PositionScheme):
         # the table dropout is transformers' pos_dropout (hidden_dropout_prob); a scheme not told the sizes has none
         dropout = self.model.hidden_dropout if self.model is not None else 0.0
         return DisentangledBias(
-            num_heads * head_dim, num_heads, o.terms, o.share_att_key and self.relative, dropout, self.relative
+            num_heads * head_dim,
+            num_heads,
+            o.terms,
+            o.share_att_key and self.relative,
+            dropout,
+            self.relative,
+            key_bias=o.pos_key_bias,
         )
 
     def layer_terms(self, layer_index: int, num_heads: int, head_dim: int) -> LayerPositionTerms:

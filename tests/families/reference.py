@@ -825,6 +825,82 @@ FAMILIES["data2vec-text"] = Family(
 )
 
 
+#: DeBERTa v1 as microsoft/deberta-base publishes it (relative attention with both terms, written as the string
+#: "c2p|p2c"; no absolute table, no token types, max_relative_positions -1), at test size, with a tanh pooler so that
+#: pooler_hidden_act read wrongly changes the numbers
+DEBERTA_V1: dict[str, Any] = {
+    **COMMON,
+    "relative_attention": True,
+    "pos_att_type": "c2p|p2c",
+    "position_biased_input": False,
+    "type_vocab_size": 0,
+    "max_relative_positions": -1,
+    "layer_norm_eps": 1e-7,
+    "pooler_hidden_act": "tanh",
+}
+#: the config fields of DeBERTa v1 that transformers must read back unchanged from the config.json bertblocks writes
+DEBERTA_V1_FIELDS = (
+    "relative_attention",
+    "max_relative_positions",
+    "pos_att_type",
+    "position_biased_input",
+    "type_vocab_size",
+    "pooler_hidden_act",
+)
+
+
+def deberta_bpe() -> Tokenizer:
+    """DeBERTa v1's kind: GPT-2's byte-level BPE with BERT's special tokens at microsoft/deberta-base's ids ([PAD] 0,
+    [CLS] 1, [SEP] 2, [UNK] 3; its [MASK] is last in the published vocabulary, here after them)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(toks.CORPUS, trainer)
+    return tok
+
+
+def deberta_processor(tok: Tokenizer) -> processors.TemplateProcessing:
+    """transformers' DebertaTokenizer frames a pair as RoBERTa does ([SEP] [SEP] between), every token type 0."""
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    return processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] [SEP] $B [SEP]",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)],
+    )
+
+
+FAMILIES["deberta"] = Family(
+    "DebertaConfig",
+    DEBERTA_V1,
+    pad=0,
+    # transformers has no DebertaForMultipleChoice
+    classes=_classes(
+        "Deberta", "Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering"
+    ),
+    config_fields=DEBERTA_V1_FIELDS,
+    tokenizer=Tokenizing(deberta_bpe, deberta_processor, "DebertaTokenizer"),
+    tokenizer_convention=True,
+    both_paddings=True,
+    hidden_states="DebertaForSequenceClassification",
+    refusals=(
+        ({"talking_head": True}, "talking_head=True"),
+        ({"embedding_size": 16}, "embedding_size=16"),
+        ({"pos_att_type": ["p2p"]}, "pos_att_type=.*'p2p'"),
+        ({"pos_att_type": "c2p|p2p"}, "pos_att_type=.*'p2p'"),
+        ({"pooler_hidden_size": 16}, "pooler_hidden_size=16"),
+        ({"pooler_dropout": 0.1}, "pooler_dropout=0.1"),
+        ({"bertblocks": {"position": {"name": "absolute"}}}, "position.name"),
+        ({"bertblocks": {"position": {"position_buckets": 32}}}, "position.position_buckets"),
+        ({"bertblocks": {"encoder": {"attention": {"qv_bias": False}}}}, "encoder.attention.qv_bias"),
+    ),
+    presets=("deberta-base", "deberta-large"),
+)
+
+
 def rows(joins: Callable[[Family], object]) -> list[str]:
     """The names of the rows that take part in a shared test (``joins(row)`` truthy), in the table's order."""
     return [name for name, family in FAMILIES.items() if joins(family)]
