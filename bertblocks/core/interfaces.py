@@ -410,7 +410,8 @@ class BackendCapabilities:
         dropout: applies attention dropout in training.
         varlen: implements :meth:`AttentionBackend.varlen`, attention over packed sequences given by
             ``cu_seqlens``; packed batches then never return to the padded layout. Backends without it get
-            packed batches re-padded for the attention call only.
+            packed batches re-padded for the attention call only (with a score bias computable per sequence,
+            every backend gets one masked call per run of equal-length sequences instead).
     """
 
     additive_mask: bool = True
