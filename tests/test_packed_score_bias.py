@@ -143,10 +143,20 @@ class _UndeclaredBias(RelativeBias):
     per_sequence: ClassVar[bool] = False
 
 
-def test_a_term_that_does_not_declare_per_sequence_is_repadded(monkeypatch):
+class _ChangedForward(RelativeBias):
+    """A subclass that changes ``forward`` (here: the same term, reshaped) and inherits its parent's declaration."""
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
+        return super().forward(query, key, positions).contiguous()
+
+
+@pytest.mark.parametrize("term", [_UndeclaredBias, _ChangedForward])
+def test_a_term_that_does_not_declare_per_sequence_is_repadded(term, monkeypatch):
+    """Undeclared, or declared only for a parent's ``forward``: the layer re-pads (always correct)."""
+    assert not term.packs_per_sequence()
     padded, packed = _model("relative_key", "never").eval(), _model("relative_key", "always").eval()
     for layer in packed.encoder.layer:
-        layer.attention.self.distance_embedding.__class__ = _UndeclaredBias
+        layer.attention.self.distance_embedding.__class__ = term
     spy = _RepadSpy(monkeypatch)
     x = _batch()
     real = x["attention_mask"].bool()
@@ -156,7 +166,7 @@ def test_a_term_that_does_not_declare_per_sequence_is_repadded(monkeypatch):
     assert_close(a[real], b[real])
     bias = packed.encoder.layer[0].attention.self.distance_embedding
     positions = Positions.contiguous(4, 0, torch.device("cpu"))
-    with pytest.raises(UnsupportedError, match="does not declare per_sequence"):
+    with pytest.raises(UnsupportedError, match="does not declare per_sequence for its forward"):
         bias.sequence_terms(torch.zeros(4, 4, 8), torch.zeros(4, 4, 8), positions)
 
 

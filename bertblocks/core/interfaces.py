@@ -202,6 +202,17 @@ class PositionBias(nn.Module, ABC):
     #: shared table) may declare it and override :meth:`sequence_terms`.
     per_sequence: ClassVar[bool] = False
 
+    @classmethod
+    def packs_per_sequence(cls) -> bool:
+        """:attr:`per_sequence` as declared for this class's own :meth:`forward`: the declaration counts only when
+        made by the class that defines ``forward`` or a subclass of it, so a subclass that changes ``forward``
+        inherits no promise made about its parent's (it re-pads until it declares its own)."""
+        if not cls.per_sequence:
+            return False
+        forward_owner = next(k for k in cls.__mro__ if "forward" in vars(k))
+        declared_by = next(k for k in cls.__mro__ if "per_sequence" in vars(k))
+        return issubclass(declared_by, forward_owner)
+
     @abstractmethod
     def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
         """Return the unscaled score term ``[b, h, q, k]`` for ``query [b, h, q, d]``, ``key [b, h, k, d]``.
@@ -232,8 +243,10 @@ class PositionBias(nn.Module, ABC):
             :meth:`Positions.prefix`; called once per run of equal lengths, so work shared by every sequence
             (projecting a table) belongs before the returned function.
         """
-        if not self.per_sequence:
-            raise UnsupportedError(f"{type(self).__name__} does not declare per_sequence: packed batches re-pad for it")
+        if not self.packs_per_sequence():
+            raise UnsupportedError(
+                f"{type(self).__name__} does not declare per_sequence for its forward: packed batches re-pad for it"
+            )
         extra = {"projections": projections} if self.reads_projections else {}
 
         def term(start: int, count: int, length: int) -> torch.Tensor:

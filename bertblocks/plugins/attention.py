@@ -413,7 +413,7 @@ class BertAttention(Attention):
         bias, shared = self.self.position_bias, positions.score_bias
         if bias is None and shared is None:
             return False
-        if bias is not None and not bias.per_sequence:
+        if bias is not None and not bias.packs_per_sequence():
             return False
         if shared is not None and shared.shape[0] != 1:
             return False
