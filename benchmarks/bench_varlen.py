@@ -63,8 +63,11 @@ def _time(fns: dict[str, Callable[[], object]], repeats: int, device: str) -> di
     for fn in fns.values():
         fn()  # warm-up
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    names = list(fns)
+    for r in range(repeats):
+        # rotating order: no contender always runs right after the same other one (caches, a warmed allocator)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = fns[name]
             _sync(device)
             start = time.perf_counter()
             fn()
