@@ -16,11 +16,13 @@ import torch
 from bertblocks_alibi import plugin as alibi_plugin
 
 import bertblocks
+from bertblocks.core.component import Component
 from bertblocks.core.interfaces import PositionBias, Positions
 from bertblocks.errors import UnsupportedError
 from bertblocks.plugins.attention import BertAttention
-from bertblocks.plugins.positions import RelativeBias
+from bertblocks.plugins.positions import RelativeBias, RelativeKeyPositions
 from bertblocks.registry import Registry
+from bertblocks.testing import ConformanceError, ConformanceSuite
 from tests.conftest import TINY
 from tests.tolerances import assert_close, assert_grads_close
 
@@ -190,3 +192,37 @@ def test_the_default_sequence_terms_are_the_padded_terms_corner():
             want = bias(q, k, Positions.contiguous(length, 0, torch.device("cpu")))[0, :, :run_length, :run_length]
             assert_close(got[i], want)
         start += n * run_length
+
+
+class _LyingBias(RelativeBias):
+    """Declares ``per_sequence``, but its term depends on the batch's longest distance (``distance_range``): over one
+    packed sequence alone it is not the padded term's corner."""
+
+    per_sequence: ClassVar[bool] = True
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
+        _, hi = positions.distance_range
+        return super().forward(query, key, positions) + positions.key[None, :].to(query.dtype) * hi * 0.05
+
+
+class _LyingPositions(RelativeKeyPositions):
+    name = "lying"
+
+    def attention_bias(self, num_heads: int, head_dim: int) -> PositionBias:
+        return _LyingBias(self.max_positions, head_dim, with_key=False)
+
+
+def test_the_conformance_suite_catches_a_wrong_per_sequence_declaration():
+    reg = Registry(load_entry_points=False)
+
+    class Plugin:
+        @staticmethod
+        def bertblocks_register_components() -> list[Component]:
+            return [
+                Component("position", "lying", lambda *, max_positions, options=None: _LyingPositions(max_positions))
+            ]
+
+    reg.register(Plugin(), name="lying-plugin")
+    (case,) = ConformanceSuite(reg).cases(kinds=["position"], names=["lying"], include=["padding_declaration"])
+    with pytest.raises(ConformanceError, match=r"declares per_sequence .*_LyingBias"):
+        case.run()
