@@ -226,3 +226,19 @@ def test_the_conformance_suite_catches_a_wrong_per_sequence_declaration():
     (case,) = ConformanceSuite(reg).cases(kinds=["position"], names=["lying"], include=["padding_declaration"])
     with pytest.raises(ConformanceError, match=r"declares per_sequence .*_LyingBias"):
         case.run()
+
+
+@pytest.mark.parametrize("scheme", ["symmetric_alibi", "disentangled", "relative_key_query"])
+def test_pruned_heads_stay_packed_and_equal_padded(scheme, monkeypatch):
+    """A pruned layer keeps its remaining heads' rows of a shared bias and projects its term with the pruned
+    projections, on the per-sequence path as on the padded one."""
+    padded, packed = _model(scheme, "never").eval(), _model(scheme, "always").eval()
+    for model in (padded, packed):
+        model.prune_heads({0: [1, 3], 1: [0]})
+    spy = _RepadSpy(monkeypatch)
+    x = _batch()
+    real = x["attention_mask"].bool()
+    with torch.no_grad():
+        a, b = padded(**x).last_hidden_state, packed(**x).last_hidden_state
+    assert spy.calls == 0
+    assert_close(a[real], b[real])
