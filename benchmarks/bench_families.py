@@ -20,7 +20,10 @@ Contenders, each batch (``inference_mode``, fp32):
 - ``transformers compiled``: ``torch.compile(model, dynamic=True)`` (``--compile-transformers``);
 - ``bertblocks eager``: ``bertblocks.from_pretrained`` (``encoder.packing: auto``);
 - ``bertblocks fast path``: :func:`bertblocks.optimize_for_inference` (skipped, with the reason printed, under
-  ``--quick`` and ``--tiny`` unless ``--fast-path`` is given: compiling every family takes long on a small machine).
+  ``--quick`` and ``--tiny`` unless ``--fast-path`` is given: compiling every family takes long on a small machine);
+- ``bertblocks re-padded`` (padded batch, families whose position scheme adds a score bias: ALiBi, DeBERTa's
+  terms, relative_key): the eager model with its packed attention re-padded for every layer, as before score-bias
+  schemes attended per sequence (:func:`repadded`): what staying packed gains.
 
 The fine-tuning step is forward + loss + backward of the sequence classifier on the padded batch (``train()``,
 dropout 0, gradients zeroed before each step, no optimiser step so every repeat does the same arithmetic):
@@ -44,6 +47,7 @@ Docs: docs/explanation/performance.md, "Every family against its transformers cl
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import platform
@@ -51,7 +55,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +67,7 @@ if str(ROOT) not in sys.path:  # the family table lives in the test tree: run fr
     sys.path.insert(0, str(ROOT))
 
 import bertblocks  # noqa: E402
+from bertblocks.plugins.attention import BertAttention  # noqa: E402
 from tests.families.reference import FAMILIES, Family  # noqa: E402
 
 #: the padded batch's row lengths (413 of 1024 tokens real) and its tiny version
@@ -253,6 +258,27 @@ def _batches(family: Family, vocab: int, tiny: bool) -> dict[str, dict[str, torc
     return out
 
 
+@contextlib.contextmanager
+def repadded() -> Iterator[None]:
+    """Packed batches re-pad their attention in every layer while inside (the path before score-bias schemes
+    attended per sequence), for the ``bertblocks re-padded`` contender."""
+    per_sequence = BertAttention._biased_per_sequence
+    BertAttention._biased_per_sequence = lambda self, positions: False  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        BertAttention._biased_per_sequence = per_sequence  # type: ignore[method-assign]
+
+
+def has_score_bias(model: torch.nn.Module) -> bool:
+    """Whether a self-attention layer of ``model`` adds a per-layer term or the encoder a shared bias."""
+    return any(
+        getattr(getattr(m, "self", None), "position_bias", None) is not None
+        for m in model.modules()
+        if isinstance(m, BertAttention)
+    ) or any(getattr(m, "shared_bias", None) is not None for m in model.modules())
+
+
 def _time(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
     """Every repeat runs each contender once, in rotating order (noise hits every contender alike)."""
     times: dict[str, list[float]] = {name: [] for name in fns}
@@ -333,6 +359,13 @@ def bench_family(name: str, family: Family, args: argparse.Namespace) -> dict[st
                 contenders["bertblocks eager"] = lambda i=inputs: ours(**i)
                 if fast is not None:
                     contenders["bertblocks fast path"] = lambda i=inputs: fast(**i)
+                if not bool(real.all()) and has_score_bias(ours):
+
+                    def ours_repadded(i: dict[str, torch.Tensor] = inputs) -> Any:
+                        with repadded():
+                            return ours(**i)
+
+                    contenders["bertblocks re-padded"] = ours_repadded
                 print(f"  {title}")
                 kept = _checked(contenders, hf(**inputs), compare)
                 results[title] = _report(title, _time(kept, args.repeats))

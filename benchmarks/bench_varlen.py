@@ -11,9 +11,21 @@ alike (medians, ratios to ``per_sequence``):
    first call compiles, tens of seconds on CPU), the block mask built once outside the timing, and its build
    timed apart (once per forward pass in the model).
 
+``--score-bias`` measures instead how a packed batch attends with a score-bias position scheme (ALiBi, DeBERTa's
+c2p/p2c terms, relative_key, MPNet's buckets), whose contenders are:
+
+1. whole models at published shapes (random weights, fp32, eval, ``torch.inference_mode``; ``--presets``,
+   ``--layers``): ``per_sequence`` (the packed path: one backend call per run of equal lengths, each sequence's own
+   ``[h, l, l]`` term as the mask), ``re-padded`` (the same model with its attention re-padded in every layer, as
+   before), ``padded`` (``encoder.packing: never``);
+2. the kernel alone for ALiBi at bert-base heads: per-sequence SDPA with each sequence's bias as its float mask,
+   flex with the document block mask and an ALiBi ``score_mod`` (uncompiled; compiled with ``--compiled``), and
+   the re-padded masked SDPA call.
+
 Usage:
     python benchmarks/bench_varlen.py              # CPU (or --device cuda)
     python benchmarks/bench_varlen.py --compiled   # also flex's compiled kernel
+    OMP_NUM_THREADS=1 python benchmarks/bench_varlen.py --score-bias --layers 4
 """
 
 from __future__ import annotations
@@ -25,13 +37,18 @@ import platform
 import statistics
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
+from machine import machine_line  # the script's own folder is on sys.path
 
 import bertblocks
+from bertblocks.core.interfaces import Positions
+from bertblocks.plugins.attention import BertAttention
+from bertblocks.plugins.positions import AlibiBias, alibi_slopes
 from bertblocks.plugins.varlen_flex import PackedIndex
-from bertblocks.plugins.varlen_sdpa import sdpa_per_sequence
+from bertblocks.plugins.varlen_sdpa import equal_length_runs, sdpa_per_sequence
 
 #: the padded batch of the performance issue (413 real tokens of 1024)
 LENGTHS = [128, 20, 35, 64, 16, 90, 12, 48]
@@ -46,8 +63,11 @@ def _time(fns: dict[str, Callable[[], object]], repeats: int, device: str) -> di
     for fn in fns.values():
         fn()  # warm-up
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    names = list(fns)
+    for r in range(repeats):
+        # rotating order: no contender always runs right after the same other one (caches, a warmed allocator)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn = fns[name]
             _sync(device)
             start = time.perf_counter()
             fn()
@@ -73,13 +93,136 @@ def _machine(device: str) -> str:
     return f"{where}, torch {torch.__version__}, {torch.get_num_threads()} threads, load {load:.2f}"
 
 
+#: the score-bias schemes' published shapes (``--score-bias``): ALiBi (Jina v2), DeBERTa-v3, relative_key, MPNet
+SCORE_BIAS_PRESETS = "jina-embeddings-v2-base-en,deberta-v3-base,bert-base-uncased-relative-key,all-mpnet-base-v2"
+
+
+@contextlib.contextmanager
+def _repadded() -> Iterator[None]:
+    """Packed attention re-padded in every layer while inside (the path before score biases stayed packed)."""
+    per_sequence = BertAttention._biased_per_sequence
+    BertAttention._biased_per_sequence = lambda self, positions: False  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        BertAttention._biased_per_sequence = per_sequence  # type: ignore[method-assign]
+
+
+def _score_bias_model(preset: str, mask: torch.Tensor, args: argparse.Namespace) -> None:
+    """One preset's encoder: packed per sequence, packed re-padded, padded; outputs compared, then timed."""
+    device = args.device
+    b, length = mask.shape
+    overrides = [f"encoder.num_layers={args.layers}"] if args.layers else []
+    torch.manual_seed(0)
+    packed = bertblocks.create_model(preset, [*overrides, "encoder.packing=always"]).to(device).eval()
+    padded = bertblocks.create_model(preset, [*overrides, "encoder.packing=never"]).to(device).eval()
+    padded.load_state_dict(packed.state_dict())
+    ids = torch.randint(5, packed.config.vocab_size, (b, length), device=device).masked_fill(mask == 0, 0)
+    real = mask.bool()
+
+    def run(model: torch.nn.Module, repad: bool = False) -> torch.Tensor:
+        with torch.inference_mode(), _repadded() if repad else contextlib.nullcontext():
+            return model(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    reference = run(padded)
+    for name, out in (("per_sequence", run(packed)), ("re-padded", run(packed, True))):
+        print(f"  {preset} {name}: max abs diff to padded {(out[real] - reference[real]).abs().max().item():.1e}")
+    contenders = {
+        "per_sequence": lambda: run(packed),
+        "re-padded": lambda: run(packed, True),
+        "padded (packing: never)": lambda: run(padded),
+    }
+    layers = packed.config.encoder.num_layers
+    _report(f"{preset} ({layers} layers), encoder forward", _time(contenders, args.repeats, device))
+
+
+def score_bias(args: argparse.Namespace) -> None:
+    """The ``--score-bias`` measurement (see the module)."""
+    device = args.device
+    print(machine_line())
+    b, length = len(LENGTHS), max(LENGTHS)
+    mask = (torch.arange(length)[None, :] < torch.tensor(LENGTHS)[:, None]).long().to(device)
+    print(f"padded batch {b} x {length}, lengths {LENGTHS}: {sum(LENGTHS)} of {b * length} tokens real")
+    for preset in [p.strip() for p in args.presets.split(",") if p.strip()]:
+        _score_bias_model(preset, mask, args)
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    tokens, heads, dim = sum(LENGTHS), 12, 64
+    q, k, v = (torch.randn(tokens, heads, dim, device=device) for _ in range(3))
+    cu = torch.tensor([0, *torch.tensor(LENGTHS).cumsum(0).tolist()], dtype=torch.int32, device=device)
+    index = PackedIndex.from_cu_seqlens(cu, tokens)
+    document, position = index.document, index.position
+    slopes = torch.tensor(alibi_slopes(heads), dtype=torch.float32, device=device)
+    alibi = AlibiBias(alibi_slopes(heads)).to(device)(Positions.contiguous(length, 0, torch.device(device)), q.dtype)
+    scale = dim**-0.5
+
+    def per_sequence() -> torch.Tensor:
+        out = torch.empty_like(q)
+        for start, count, size in equal_length_runs(cu):
+            span = slice(start, start + count * size)
+            qq, kk, vv = (x[span].unflatten(0, (count, size)).transpose(1, 2) for x in (q, k, v))
+            bias = alibi[:, :, :size, :size]
+            attended = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=bias, scale=scale)
+            out[span] = attended.transpose(1, 2).flatten(0, 1)
+        return out
+
+    def same_sequence(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+        return document[q_idx] == document[kv_idx]
+
+    def alibi_mod(score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, qi: torch.Tensor, ki: torch.Tensor) -> Any:
+        return score - slopes[h] * (position[qi] - position[ki]).abs()
+
+    block_mask = create_block_mask(same_sequence, None, None, tokens, tokens, device=device)
+    Q, K, V = (x.transpose(0, 1)[None] for x in (q, k, v))
+    flat = torch.cat([torch.arange(n, device=device) + row * length for row, n in enumerate(LENGTHS)])
+    padding = torch.zeros(b, 1, 1, length, device=device).masked_fill(mask[:, None, None, :] == 0, -3.4e38)
+
+    def repad() -> torch.Tensor:
+        def up(x: torch.Tensor) -> torch.Tensor:
+            z = x.new_zeros(b * length, heads, dim)
+            z[flat] = x
+            return z.view(b, length, heads, dim).transpose(1, 2)
+
+        out = torch.nn.functional.scaled_dot_product_attention(
+            up(q), up(k), up(v), attn_mask=alibi + padding, scale=scale
+        )
+        return out.transpose(1, 2).reshape(b * length, heads, dim)[flat]
+
+    kernels: dict[str, Callable[[], object]] = {
+        "per_sequence": per_sequence,
+        "flex score_mod (uncompiled)": lambda: flex_attention(
+            Q, K, V, score_mod=alibi_mod, block_mask=block_mask, scale=scale
+        ),
+        "re-padded masked SDPA": repad,
+    }
+    if args.compiled:
+        compiled = torch.compile(flex_attention, dynamic=False)
+        compiled(Q, K, V, score_mod=alibi_mod, block_mask=block_mask, scale=scale)
+        kernels["flex score_mod (compiled)"] = lambda: compiled(
+            Q, K, V, score_mod=alibi_mod, block_mask=block_mask, scale=scale
+        )
+    with torch.inference_mode():
+        want = per_sequence()
+        for name, fn in kernels.items():
+            got = fn()
+            got = got[0].transpose(0, 1) if got.dim() == 4 else got  # type: ignore[union-attr]
+            print(f"  ALiBi kernel {name}: max abs diff to per_sequence {(got - want).abs().max().item():.1e}")
+        _report("ALiBi attention kernel alone, one layer (12 heads x 64)", _time(kernels, args.repeats, device))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--compiled", action="store_true", help="also flex's compiled kernel (compiles first)")
+    parser.add_argument("--score-bias", action="store_true", help="score-bias schemes: per sequence vs re-padded")
+    parser.add_argument("--presets", default=SCORE_BIAS_PRESETS, help="--score-bias: the models (presets)")
+    parser.add_argument("--layers", type=int, default=None, help="--score-bias: this many layers of each preset")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+    if args.score_bias:
+        score_bias(args)
+        return
     device = args.device
     print(_machine(device))
 

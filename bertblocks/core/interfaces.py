@@ -12,7 +12,7 @@ Shape notation used throughout::
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -104,6 +104,14 @@ class Positions:
             return self.packed_ids
         return self.ids if self.ids is not None else self.query[None]
 
+    def prefix(self, length: int) -> Positions:
+        """The positions of a lone sequence of ``length`` tokens at ``0 … length - 1`` (no cache): what a score term
+        computed for one packed sequence sees (see :meth:`PositionBias.sequence_terms`). Only the query and key
+        positions and their distance range are kept; per-token ids, the shared bias and shared terms are not."""
+        return Positions(
+            query=self.key[:length], key=self.key[:length], distance_range=(1 - length, length - 1), ids=None
+        )
+
     def packed(self, packing: Packing) -> Positions:
         """These positions plus ``packed_ids`` for ``packing`` (each sequence's own positions, from 0)."""
         ids = self.tokens().expand(packing.batch, packing.length)
@@ -187,6 +195,24 @@ class PositionBias(nn.Module, ABC):
     reads_projections: ClassVar[bool] = False
     #: the attention scales scores by ``1/√(head_dim · score_scale_factor)``
     score_scale_factor: float = 1.0
+    #: declared: entry ``(i, j)`` of :meth:`forward`'s term depends only on query ``i``, key ``j``, the query and
+    #: key positions and ``positions.distance_range`` (no ``positions.ids``, shared terms or mixing across
+    #: entries), so the term of one packed sequence is :meth:`forward` over that sequence alone. A packed batch
+    #: then attends sequence by sequence with its own ``[h, l, l]`` term (:meth:`sequence_terms`) instead of
+    #: being re-padded; ``False`` (the default, safe for any term) re-pads. A term that reads more (DeBERTa's
+    #: shared table) may declare it and override :meth:`sequence_terms`.
+    per_sequence: ClassVar[bool] = False
+
+    @classmethod
+    def packs_per_sequence(cls) -> bool:
+        """:attr:`per_sequence` as declared for this class's own :meth:`forward`: the declaration counts only when
+        made by the class that defines ``forward`` or a subclass of it, so a subclass that changes ``forward``
+        inherits no promise made about its parent's (it re-pads until it declares its own)."""
+        if not cls.per_sequence:
+            return False
+        forward_owner = next(k for k in cls.__mro__ if "forward" in vars(k))
+        declared_by = next(k for k in cls.__mro__ if "per_sequence" in vars(k))
+        return issubclass(declared_by, forward_owner)
 
     @abstractmethod
     def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
@@ -195,6 +221,47 @@ class PositionBias(nn.Module, ABC):
         The attention module multiplies it by the softmax scale, as HF divides ``QKᵀ + bias`` by ``√d``. A term
         that declares :attr:`reads_projections` is called with the keyword ``projections`` as well.
         """
+
+    def sequence_terms(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        positions: Positions,
+        projections: HeadProjections | None = None,
+    ) -> SequenceTerms:
+        """The term of each packed sequence, for a term that declares :attr:`per_sequence`.
+
+        Args:
+            query, key: the packed heads ``[T, h, d]`` of a right-padded batch (sequence ``i`` at positions
+                ``0 … lᵢ - 1``, as in its padded row).
+            positions: the padded batch's positions (the layer's).
+            projections: the layer's projections (passed when :attr:`reads_projections`).
+
+        Returns:
+            ``(start, count, length) → [count, h, length, length]`` unscaled: the term of the ``count``
+            sequences of ``length`` tokens packed from token ``start`` on, equal to the padded term's
+            ``[i, :, :length, :length]`` of each. By default :meth:`forward` over those sequences alone, at
+            :meth:`Positions.prefix`; called once per run of equal lengths, so work shared by every sequence
+            (projecting a table) belongs before the returned function.
+        """
+        if not self.packs_per_sequence():
+            raise UnsupportedError(
+                f"{type(self).__name__} does not declare per_sequence for its forward: packed batches re-pad for it"
+            )
+        extra = {"projections": projections} if self.reads_projections else {}
+
+        def term(start: int, count: int, length: int) -> torch.Tensor:
+            q, k = (
+                x[start : start + count * length].unflatten(0, (count, length)).transpose(1, 2) for x in (query, key)
+            )
+            return self(q, k, positions.prefix(length), **extra)
+
+        return term
+
+
+#: ``(start, count, length) → [count, h, length, length]``: the score term of ``count`` packed sequences of
+#: ``length`` tokens from token ``start`` on (:meth:`PositionBias.sequence_terms`)
+SequenceTerms = Callable[[int, int, int], torch.Tensor]
 
 
 class SharedPositionBias(nn.Module, ABC):
@@ -357,7 +424,8 @@ class BackendCapabilities:
         dropout: applies attention dropout in training.
         varlen: implements :meth:`AttentionBackend.varlen`, attention over packed sequences given by
             ``cu_seqlens``; packed batches then never return to the padded layout. Backends without it get
-            packed batches re-padded for the attention call only.
+            packed batches re-padded for the attention call only (with a score bias computable per sequence,
+            every backend gets one masked call per run of equal-length sequences instead).
     """
 
     additive_mask: bool = True

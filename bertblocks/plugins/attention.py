@@ -37,6 +37,7 @@ from bertblocks.core.packing import Packing
 
 from ..errors import InputError
 from .feedforward import ResidualOutput
+from .varlen_sdpa import equal_length_runs
 
 
 class AttentionOptions(BaseModel):
@@ -396,14 +397,94 @@ class BertAttention(Attention):
                 dropout_p=self.dropout_p if self.training else 0.0,
             ).reshape(t, h * d)
             return self.output(context[None], hidden_states), None
-        # Re-pad Q/K/V for this call only: [T, h·d] → [b, h, L, d]. Padded query rows are zeros and are
-        # dropped again below; padded keys are hidden by the mask as usual.
+        if not output_attentions and self._biased_per_sequence(positions):
+            context = self._attend_per_sequence(
+                q[0], self._share_kv(k[0], dim=1), self._share_kv(v[0], dim=1), positions, head_mask, packing
+            ).reshape(t, h * d)
+            return self.output(context[None], hidden_states), None
+        context, weights = self._attend_repadded(q, k, v, mask, positions, head_mask, output_attentions, packing)
+        return self.output(context[None], hidden_states), weights
+
+    def _attend_repadded(
+        self,
+        q: torch.Tensor,  # [1, T, h, d]
+        k: torch.Tensor,  # [1, T, kv, d]
+        v: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: Positions,
+        head_mask: torch.Tensor | None,
+        output_attentions: bool,
+        packing: Packing,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Q/K/V re-padded for this call only, ``[T, ·] → [b, h, L, d]``, attended as a padded batch: ``[T, h·d]``
+        context and optional probabilities. Padded query rows are zeros and are dropped again; padded keys are
+        hidden by the mask as usual."""
+        h, d, kv = self.num_heads, self.head_dim, self.num_kv_heads
+        t = q.shape[1]
         query = self._heads(packing.unpack(q[0].reshape(t, h * d)))  # [b, h, L, d]
         key, value = (self._share_kv(self._heads(packing.unpack(x[0].reshape(t, kv * d)), kv)) for x in (k, v))
         context, weights = self._attend(query, key, value, mask, positions, head_mask, output_attentions, False)
         b, _, length, _ = context.shape
-        context = packing.pack(context.transpose(1, 2).reshape(b, length, h * d))  # [T, h·d]
-        return self.output(context[None], hidden_states), weights
+        return packing.pack(context.transpose(1, 2).reshape(b, length, h * d)), weights  # [T, h·d]
+
+    def _biased_per_sequence(self, positions: Positions) -> bool:
+        """Whether this packed call attends sequence by sequence with each one's own score term
+        (:meth:`_attend_per_sequence`) rather than re-padded: a score term is there and every one is computable
+        per sequence (a per-layer term that declares ``per_sequence``; a shared bias broadcast over the batch,
+        whose ``[:l, :l]`` corner is any right-padded row's), and the call is eager (the loop over sequences
+        reads their lengths on the host; a compiled graph re-pads)."""
+        bias, shared = self.self.position_bias, positions.score_bias
+        if bias is None and shared is None:
+            return False
+        if bias is not None and not bias.packs_per_sequence():
+            return False
+        if shared is not None and shared.shape[0] != 1:
+            return False
+        return not torch.compiler.is_compiling()
+
+    def _attend_per_sequence(
+        self,
+        query: torch.Tensor,  # [T, h, d]
+        key: torch.Tensor,
+        value: torch.Tensor,
+        positions: Positions,
+        head_mask: torch.Tensor | None,
+        packing: Packing,
+    ) -> torch.Tensor:
+        """Attention within each packed sequence with its own score term as the mask: ``[T, h, d]`` context.
+
+        Each run of equal-length neighbours is one backend call ``[n, h, l, d]`` whose additive mask is the
+        sequences' ``[n|1, h, l, l]`` term (scaled per-layer term plus the shared bias's corner): ``Σ lᵢ²`` work
+        and no padding mask, where re-padding costs ``b·L²`` and a masked call over padding (on CPU a third of
+        the time, see docs/explanation/packing.md). Eager packing is right-padded, so sequence ``i`` sits at
+        positions ``0 … lᵢ - 1`` in the padded path too: its term there is exactly this one.
+        """
+        bias = self.self.position_bias
+        terms = None
+        if bias is not None:
+            extra = {"projections": self.self} if bias.reads_projections else {}
+            terms = bias.sequence_terms(query, key, positions, **extra)
+        shared = positions.score_bias
+        if shared is not None and self.num_heads != self.original_num_heads:
+            shared = shared.index_select(1, self.kept_head_index)  # a pruned layer keeps its heads' rows
+        dropout_p = self.dropout_p if self.training else 0.0
+        out = torch.zeros_like(query)  # sequences of length 0 have no token; nothing else stays zero
+        for start, count, length in equal_length_runs(packing.cu_seqlens):
+            span = slice(start, start + count * length)
+            q, k, v = (x[span].unflatten(0, (count, length)).transpose(1, 2) for x in (query, key, value))
+            mask = terms(start, count, length) * self.scale if terms is not None else None  # [n, h, l, l]
+            if shared is not None:
+                corner = shared[:, :, :length, :length]
+                mask = corner if mask is None else mask + corner
+            context, _ = self.backend(
+                q, k, v, mask=mask, scale=self.scale, dropout_p=dropout_p, is_causal=False, need_weights=False
+            )
+            out[span] = context.transpose(1, 2).flatten(0, 1)
+        if head_mask is not None:
+            if self.num_heads != self.original_num_heads:
+                head_mask = head_mask[self.kept_head_index]
+            out = out * head_mask.view(1, self.num_heads, 1)
+        return out
 
     def _heads(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
         """``[b, t, n·d]`` → ``[b, n, t, d]`` (``n``: ``heads``, default the query heads)."""

@@ -39,6 +39,7 @@ from bertblocks.core.interfaces import (
     PositionBias,
     Positions,
     PositionScheme,
+    SequenceTerms,
     SharedPositionTerm,
 )
 from bertblocks.plugins.feedforward import ACTIVATIONS
@@ -113,6 +114,8 @@ class DisentangledBias(PositionBias):
 
     module_name = "disentangled"
     reads_projections = True
+    #: a packed sequence's term comes from :meth:`sequence_terms` (the table projected once per layer)
+    per_sequence = True
 
     def __init__(
         self,
@@ -151,14 +154,68 @@ class DisentangledBias(PositionBias):
     ) -> torch.Tensor:
         if not self.terms:
             return query.new_zeros(1, 1, query.shape[2], key.shape[2])
+        b, h, q, d = query.shape
+        k = key.shape[2]
+        pos_key, pos_query, rows = self._tables(positions, projections, h, d)
+        index = rows.expand(b, h, q, k)
+        score = torch.zeros((), dtype=query.dtype, device=query.device)
+        if pos_key is not None:
+            c2p = torch.matmul(query, pos_key.transpose(-1, -2))  # [b, h, q, 2s]: query_a · P_k[r]
+            score = score + torch.gather(c2p, -1, index)
+        if pos_query is not None:
+            # key_c · P_q[δ(c, a)]: transformers gathers row -δ(c, a) = δ(a, c) (the buckets are odd in the
+            # distance), so the same index serves, read down the columns of P_q · Kᵀ
+            p2c = torch.matmul(pos_query, key.transpose(-1, -2))  # [b, h, 2s, k]
+            score = score + torch.gather(p2c, -2, index)
+        return score
+
+    def sequence_terms(
+        self,
+        query: torch.Tensor,  # [T, h, d]
+        key: torch.Tensor,
+        positions: Positions,
+        projections: HeadProjections | None = None,
+    ) -> SequenceTerms:
+        """Each packed sequence's ``c2p + p2c`` (see :meth:`PositionBias.sequence_terms`).
+
+        The table is projected once for the layer, and ``query · P_kᵀ`` / ``P_q · keyᵀ`` are taken over every
+        packed token at once (``[h, T, rows]``: two batched products, not one pair per sequence); a run of
+        sequences then only gathers its ``[l, l]`` pairs, whose rows are the padded batch's top-left corner (a
+        right-padded sequence sits at positions ``0 … l - 1``).
+        """
+        h, d = query.shape[1:]
+        if not self.terms:
+            return lambda start, count, length: query.new_zeros(1, 1, length, length)
+        pos_key, pos_query, rows = self._tables(positions, projections, h, d)
+        # [h, T, rows]: query_a · P_k[r] for every token; [h, rows, T]: P_q[r] · key_c
+        c2p = torch.matmul(query.transpose(0, 1), pos_key.transpose(-1, -2)) if pos_key is not None else None
+        p2c = torch.matmul(pos_query, key.permute(1, 2, 0)) if pos_query is not None else None
+
+        def term(start: int, count: int, length: int) -> torch.Tensor:
+            index = rows[:length, :length].expand(count, h, length, length)
+            span = slice(start, start + count * length)
+            score = torch.zeros((), dtype=query.dtype, device=query.device)
+            if c2p is not None:
+                run = c2p[:, span].unflatten(1, (count, length)).transpose(0, 1)  # [n, h, l, rows]
+                score = score + torch.gather(run, -1, index)
+            if p2c is not None:
+                run = p2c[:, :, span].unflatten(2, (count, length)).permute(2, 0, 1, 3)  # [n, h, rows, l]
+                score = score + torch.gather(run, -2, index)
+            return score
+
+        return term
+
+    def _tables(
+        self, positions: Positions, projections: HeadProjections | None, h: int, d: int
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+        """The projected table rows the pairs read, ``P_k`` (c2p) and ``P_q`` (p2c) ``[h, rows, d]`` (``None`` for a
+        term not computed), and each pair's row ``[q, k]`` into them."""
         table = positions.term(RelativeTable)
         if table is None:
             raise InputError(
                 "the disentangled position bias reads the relative table the encoder computes once per pass "
                 "(positions.term(RelativeTable)); none was given: build the model with the 'disentangled' scheme"
             )
-        b, h, q, d = query.shape
-        k = key.shape[2]
         if not self.share_att_key and h != self.num_heads:
             raise InputError(
                 f"this layer has {h} of its {self.num_heads} heads left after pruning, but its own position "
@@ -174,19 +231,9 @@ class DisentangledBias(PositionBias):
             # CPU only: on an accelerator reading the range would wait for the device in every layer.
             first, last = int(rows.min()), int(rows.max())
             rel, rows = rel[first : last + 1], rows - first
-        index = rows.expand(b, h, q, k)
-        score = torch.zeros((), dtype=query.dtype, device=query.device)
-        if "c2p" in self.terms:
-            pos_key = self._heads(self._project(rel, "key", projections), h, d)  # [h, 2s, d]
-            c2p = torch.matmul(query, pos_key.transpose(-1, -2))  # [b, h, q, 2s]: query_a · P_k[r]
-            score = score + torch.gather(c2p, -1, index)
-        if "p2c" in self.terms:
-            pos_query = self._heads(self._project(rel, "query", projections), h, d)  # [h, 2s, d]
-            # key_c · P_q[δ(c, a)]: transformers gathers row -δ(c, a) = δ(a, c) (the buckets are odd in the
-            # distance), so the same index serves, read down the columns of P_q · Kᵀ
-            p2c = torch.matmul(pos_query, key.transpose(-1, -2))  # [b, h, 2s, k]
-            score = score + torch.gather(p2c, -2, index)
-        return score
+        pos_key = self._heads(self._project(rel, "key", projections), h, d) if "c2p" in self.terms else None
+        pos_query = self._heads(self._project(rel, "query", projections), h, d) if "p2c" in self.terms else None
+        return pos_key, pos_query, rows
 
     def _project(self, rel: torch.Tensor, which: str, projections: HeadProjections | None) -> torch.Tensor:
         if not self.share_att_key:

@@ -53,6 +53,9 @@ class RelativeBias(PositionBias):
     the same dot products, without the ``q·k·d`` intermediate.
     """
 
+    #: reads only the queries, keys and their positions: a packed sequence's term is this term over it alone
+    per_sequence: ClassVar[bool] = True
+
     def __init__(self, max_positions: int, head_dim: int, with_key: bool) -> None:
         super().__init__()
         self.max_positions = max_positions

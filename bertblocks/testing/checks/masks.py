@@ -61,7 +61,9 @@ def check_mask_contract(subject: Subject) -> None:
     *additive* float tensor of the query's dtype (never boolean), ``[b|1, h|1, q|1, k]``, finite (masked:
     ``finfo.min``, never ``-inf``), hiding every padded key from every query of its row and leaving every real key
     visible (a position bias adds finite values there). A packed batch reaches a ``varlen`` backend as ``[T, h,
-    d]`` with ``cu_seqlens`` of the real lengths, else re-padded as above (``b`` rows of the padded length).
+    d]`` with ``cu_seqlens`` of the real lengths; with a score term computable per sequence, sequence by sequence
+    (``[n, h, l, d]`` for ``n`` neighbouring sequences of ``l`` real tokens, the mask their finite ``[n|1, h|1, l,
+    l]`` term, nothing hidden); else re-padded as above (``b`` rows of the padded length).
     """
     batch = padded_batch()
     mask01 = batch["attention_mask"]
@@ -77,7 +79,48 @@ def check_mask_contract(subject: Subject) -> None:
         where = f"{path} path (encoder.packing: {packing})"
         expect(bool(calls), f"{where}: no backend was called")
         for n, call in enumerate(calls):
-            _check_call(call, f"{where}, backend call {n}", b, length, lengths, mask01)
+            if packing == "always" and _per_sequence(call, b, length):
+                _check_sequence_call(call, f"{where}, backend call {n}", lengths)
+            else:
+                _check_call(call, f"{where}, backend call {n}", b, length, lengths, mask01)
+
+
+def _per_sequence(call: dict[str, Any], b: int, length: int) -> bool:
+    """A packed call attending a run of sequences rather than the re-padded batch (which has ``b`` rows of the
+    padded length ``length``; a padded batch has a shorter row, so no run has that shape)."""
+    query = call["query"]
+    return call["kind"] == "padded" and query.dim() == 4 and (query.shape[0], query.shape[2]) != (b, length)
+
+
+def _check_sequence_call(call: dict[str, Any], where: str, lengths: torch.Tensor) -> None:
+    """``[n, h, l, d]`` for ``n`` sequences of ``l`` real tokens; the mask, if any, their finite score term."""
+    query, key, value, mask = call["query"], call["key"], call["value"], call["mask"]
+    n, h, size, _ = query.shape
+    expect(
+        key.shape[:3] == (n, h, size) and value.shape[:3] == (n, h, size) and key.dtype == value.dtype == query.dtype,
+        f"{where}: a per-sequence call's key {tuple(key.shape)} / value {tuple(value.shape)} do not match its query "
+        f"{tuple(query.shape)} ([n, h, l, d], the query's dtype)",
+    )
+    expect(
+        int((lengths == size).sum()) >= n,
+        f"{where}: a per-sequence call over {n} sequence(s) of {size} tokens, but the batch's real lengths are "
+        f"{lengths.tolist()}",
+    )
+    if mask is None:
+        return
+    expect(
+        mask.is_floating_point() and mask.dtype == query.dtype,
+        f"{where}: the mask is {mask.dtype}; it must be additive, in the query's dtype {query.dtype} (never boolean)",
+    )
+    expect(
+        mask.dim() == 4 and mask.shape[0] in (1, n) and mask.shape[1] in (1, h) and mask.shape[2:] == (size, size),
+        f"{where}: a per-sequence mask {tuple(mask.shape)} is not [n|1, h|1, l, l] for n={n}, l={size}",
+    )
+    expect(bool(torch.isfinite(mask).all()), f"{where}: the mask holds -inf or NaN")
+    expect(
+        bool((mask > torch.finfo(mask.dtype).min / 2).all()),
+        f"{where}: a per-sequence call hides a real key (a sequence's own term holds no padding)",
+    )
 
 
 def _check_call(

@@ -7,6 +7,7 @@ import tempfile
 
 import torch
 
+from ...core.interfaces import PositionBias
 from ..assertions import close, close_outputs, expect, float_outputs, max_abs_diff, real_positions
 from ..inputs import infer, model_inputs
 from ..subject import ATOL, TINY_CONFIG, ConformanceError, ConformanceSkip, Subject
@@ -125,7 +126,22 @@ def check_padding_declaration(subject: Subject) -> None:
     expect(
         diff <= ATOL,
         f"packing changes the outputs at real tokens ({worst}: max abs difference {diff:.3g} > {ATOL:g}): the "
-        f"component reads hidden states at padded positions, which a packed batch does not have{_DECLARE_HINT}",
+        f"component reads hidden states at padded positions, which a packed batch does not have{_DECLARE_HINT}"
+        f"{_per_sequence_hint(packed)}",
+    )
+
+
+def _per_sequence_hint(model: torch.nn.Module) -> str:
+    """For a model whose packed attention went per sequence: the position terms that declared it, which are as
+    likely a cause (a term that is not the same computed over each sequence alone)."""
+    declared = sorted(
+        {type(m).__name__ for m in model.modules() if isinstance(m, PositionBias) and m.packs_per_sequence()}
+    )
+    if not declared:
+        return ""
+    return (
+        f"; or a position term declares per_sequence but its term over one packed sequence alone differs from the "
+        f"padded term's corner ({', '.join(declared)}: docs/plugins/hooks.md, 'Packed without re-padding')"
     )
 
 

@@ -54,6 +54,9 @@ class AlibiBias(PositionBias):
 
     # Registered under this name in the attention module (not HF's `distance_embedding`: nothing to load).
     module_name: ClassVar[str] = "alibi"
+    # The term reads only the heads' width and the distances: a packed batch attends sequence by sequence with
+    # each one's own term instead of being re-padded.
+    per_sequence: ClassVar[bool] = True
 
     def __init__(self, slopes: list[float]) -> None:
         super().__init__()

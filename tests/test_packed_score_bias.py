@@ -1,0 +1,244 @@
+"""Score-bias position schemes stay packed: a packed batch attends sequence by sequence with each sequence's own
+``[h, l, l]`` score term as the backend's mask, never re-padded, and equals the padded path on real tokens,
+forward and backward.
+
+Schemes: ``relative_key`` / ``relative_key_query`` (per-layer distance table), ``symmetric_alibi`` (Jina v2's,
+a shared bias), ``relative_bucket`` (MPNet's shared bias), ``disentangled`` (DeBERTa-v3's c2p + p2c, the table
+projected once per layer) and the example plugin's per-layer ``alibi``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pytest
+import torch
+from bertblocks_alibi import plugin as alibi_plugin
+
+import bertblocks
+from bertblocks.core.component import Component
+from bertblocks.core.interfaces import PositionBias, Positions
+from bertblocks.errors import UnsupportedError
+from bertblocks.plugins.attention import BertAttention
+from bertblocks.plugins.positions import RelativeBias, RelativeKeyPositions
+from bertblocks.registry import Registry
+from bertblocks.testing import ConformanceError, ConformanceSuite
+from tests.conftest import TINY
+from tests.tolerances import assert_close, assert_grads_close
+
+#: each scheme as a config's ``position`` (and any encoder/attention fields it needs)
+SCHEMES: dict[str, dict[str, Any]] = {
+    "relative_key": {"position": "relative_key"},
+    "relative_key_query": {"position": "relative_key_query"},
+    "symmetric_alibi": {"position": {"name": "symmetric_alibi"}},
+    "relative_bucket": {"position": {"name": "relative_bucket", "num_buckets": 8, "max_distance": 16}},
+    # DeBERTa-v3's settings at test size: 8 log buckets (distances past 4 bucketed), both terms, shared keys
+    "disentangled": {"position": {"name": "disentangled", "position_buckets": 8, "max_relative_positions": 16}},
+    "alibi (plugin, per layer)": {"position": {"name": "alibi"}},
+}
+
+
+def _registry() -> Registry:
+    reg = Registry(load_entry_points=False)
+    reg.register(alibi_plugin, name="bertblocks-alibi")
+    return reg
+
+
+def _model(scheme: str, packing: str, *, backend: str = "sdpa") -> torch.nn.Module:
+    """No dropout, so that a training step's results are deterministic on both paths."""
+    torch.manual_seed(0)
+    config = {**TINY, **SCHEMES[scheme], "initializer_range": 0.2, "hidden_dropout_prob": 0.0}
+    model = bertblocks.create_model(
+        config,
+        [f"encoder.attention.backend={backend}", f"encoder.packing={packing}", "encoder.attention.dropout=0.0"],
+        registry=_registry(),
+    )
+    with torch.no_grad():  # position tables large enough that a wrong distance shows
+        for name, param in model.named_parameters():
+            if "distance_embedding" in name or "relative_attention_bias" in name or "rel_embeddings.weight" in name:
+                param.normal_()
+    return model
+
+
+def _batch() -> dict[str, torch.Tensor]:
+    """Right-padded, lengths 12, 5, 9, 5, 5, 2: runs of equal neighbours (5, 5) and a lone one."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 99, (6, 12), generator=g)
+    mask = torch.zeros(6, 12, dtype=torch.long)
+    for row, length in enumerate([12, 5, 9, 5, 5, 2]):
+        mask[row, :length] = 1
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+class _RepadSpy:
+    """Counts the calls of ``BertAttention._attend_repadded``, the one place a packed batch is re-padded."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        original = BertAttention._attend_repadded
+
+        def spy(attention: BertAttention, *args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return original(attention, *args, **kwargs)
+
+        monkeypatch.setattr(BertAttention, "_attend_repadded", spy)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_packed_equals_padded_and_never_repads(scheme, backend, monkeypatch):
+    padded, packed = _model(scheme, "never", backend=backend).eval(), _model(scheme, "always", backend=backend).eval()
+    x = _batch()
+    real = x["attention_mask"].bool()
+    spy = _RepadSpy(monkeypatch)
+    head_mask = torch.tensor([[1.0, 0.0, 1.0, 0.5], [1.0, 1.0, 0.0, 1.0]])
+    with torch.no_grad():
+        a = padded(**x, head_mask=head_mask, output_hidden_states=True)
+        b = packed(**x, head_mask=head_mask, output_hidden_states=True)
+    assert spy.calls == 0  # both layers of the packed model attended per sequence
+    assert_close(a.last_hidden_state[real], b.last_hidden_state[real])
+    for h_a, h_b in zip(a.hidden_states, b.hidden_states, strict=True):
+        assert_close(h_a[real], h_b[real])
+    assert b.last_hidden_state[~real].abs().max() == 0
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_packed_gradients_equal_padded(scheme, monkeypatch):
+    """Training on packed batches (``encoder.packing: always``): the same loss and the same gradient for every
+    parameter (position tables included) as the padded path."""
+    padded, packed = _model(scheme, "never").train(), _model(scheme, "always").train()
+    x = _batch()
+    real = x["attention_mask"].bool()
+    spy = _RepadSpy(monkeypatch)
+    losses = []
+    for model in (padded, packed):
+        out = model(**x).last_hidden_state
+        loss = (out[real] ** 2).mean() + out[real][:, 0].sum()
+        loss.backward()
+        losses.append(loss.detach())
+    assert spy.calls == 0
+    assert_grads_close(losses[1], losses[0])
+    grads = {name: p.grad for name, p in packed.named_parameters() if p.grad is not None}
+    for name, param in padded.named_parameters():
+        if param.grad is None:
+            continue
+        assert name in grads, name
+        assert_grads_close(grads[name], param.grad, what=name)
+
+
+def test_output_attentions_still_repads_and_matches(monkeypatch):
+    """Attention maps are ``[b, h, L, L]``: that call re-pads (documented), with the same results."""
+    padded, packed = _model("symmetric_alibi", "never").eval(), _model("symmetric_alibi", "always").eval()
+    spy = _RepadSpy(monkeypatch)
+    x = _batch()
+    real = x["attention_mask"].bool()
+    with torch.no_grad():
+        a = padded(**x, output_attentions=True)
+        b = packed(**x, output_attentions=True)
+    assert spy.calls == 2  # one per layer
+    assert_close(a.last_hidden_state[real], b.last_hidden_state[real])
+
+
+class _UndeclaredBias(RelativeBias):
+    """A term that does not declare ``per_sequence`` (as a third-party term written before the declaration)."""
+
+    per_sequence: ClassVar[bool] = False
+
+
+class _ChangedForward(RelativeBias):
+    """A subclass that changes ``forward`` (here: the same term, reshaped) and inherits its parent's declaration."""
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
+        return super().forward(query, key, positions).contiguous()
+
+
+@pytest.mark.parametrize("term", [_UndeclaredBias, _ChangedForward])
+def test_a_term_that_does_not_declare_per_sequence_is_repadded(term, monkeypatch):
+    """Undeclared, or declared only for a parent's ``forward``: the layer re-pads (always correct)."""
+    assert not term.packs_per_sequence()
+    padded, packed = _model("relative_key", "never").eval(), _model("relative_key", "always").eval()
+    for layer in packed.encoder.layer:
+        layer.attention.self.distance_embedding.__class__ = term
+    spy = _RepadSpy(monkeypatch)
+    x = _batch()
+    real = x["attention_mask"].bool()
+    with torch.no_grad():
+        a, b = padded(**x).last_hidden_state, packed(**x).last_hidden_state
+    assert spy.calls == 2
+    assert_close(a[real], b[real])
+    bias = packed.encoder.layer[0].attention.self.distance_embedding
+    positions = Positions.contiguous(4, 0, torch.device("cpu"))
+    with pytest.raises(UnsupportedError, match="does not declare per_sequence for its forward"):
+        bias.sequence_terms(torch.zeros(4, 4, 8), torch.zeros(4, 4, 8), positions)
+
+
+def test_the_default_sequence_terms_are_the_padded_terms_corner():
+    """:meth:`PositionBias.sequence_terms`: ``forward`` over the run alone equals the padded term's top-left
+    ``[l, l]`` of each sequence (right-padded: sequence ``i`` at positions ``0 … l - 1``)."""
+    torch.manual_seed(0)
+    bias: PositionBias = RelativeBias(16, 8, with_key=True)
+    lengths, length = [7, 3, 3], 7
+    t = sum(lengths)
+    query, key = torch.randn(t, 2, 8), torch.randn(t, 2, 8)
+    terms = bias.sequence_terms(query, key, Positions.contiguous(length, 0, torch.device("cpu")))
+    start = 0
+    for n, run_length in ((1, 7), (2, 3)):
+        got = terms(start, n, run_length)  # [n, h, l, l]
+        for i in range(n):
+            s = start + i * run_length
+            q, k = (x[s : s + run_length].transpose(0, 1)[None] for x in (query, key))
+            pad = length - run_length
+            q, k = (torch.nn.functional.pad(x, (0, 0, 0, pad)) for x in (q, k))
+            want = bias(q, k, Positions.contiguous(length, 0, torch.device("cpu")))[0, :, :run_length, :run_length]
+            assert_close(got[i], want)
+        start += n * run_length
+
+
+class _LyingBias(RelativeBias):
+    """Declares ``per_sequence``, but its term depends on the batch's longest distance (``distance_range``): over one
+    packed sequence alone it is not the padded term's corner."""
+
+    per_sequence: ClassVar[bool] = True
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
+        _, hi = positions.distance_range
+        return super().forward(query, key, positions) + positions.key[None, :].to(query.dtype) * hi * 0.05
+
+
+class _LyingPositions(RelativeKeyPositions):
+    name = "lying"
+
+    def attention_bias(self, num_heads: int, head_dim: int) -> PositionBias:
+        return _LyingBias(self.max_positions, head_dim, with_key=False)
+
+
+def test_the_conformance_suite_catches_a_wrong_per_sequence_declaration():
+    reg = Registry(load_entry_points=False)
+
+    class Plugin:
+        @staticmethod
+        def bertblocks_register_components() -> list[Component]:
+            return [
+                Component("position", "lying", lambda *, max_positions, options=None: _LyingPositions(max_positions))
+            ]
+
+    reg.register(Plugin(), name="lying-plugin")
+    (case,) = ConformanceSuite(reg).cases(kinds=["position"], names=["lying"], include=["padding_declaration"])
+    with pytest.raises(ConformanceError, match=r"declares per_sequence .*_LyingBias"):
+        case.run()
+
+
+@pytest.mark.parametrize("scheme", ["symmetric_alibi", "disentangled", "relative_key_query"])
+def test_pruned_heads_stay_packed_and_equal_padded(scheme, monkeypatch):
+    """A pruned layer keeps its remaining heads' rows of a shared bias and projects its term with the pruned
+    projections, on the per-sequence path as on the padded one."""
+    padded, packed = _model(scheme, "never").eval(), _model(scheme, "always").eval()
+    for model in (padded, packed):
+        model.prune_heads({0: [1, 3], 1: [0]})
+    spy = _RepadSpy(monkeypatch)
+    x = _batch()
+    real = x["attention_mask"].bool()
+    with torch.no_grad():
+        a, b = padded(**x).last_hidden_state, packed(**x).last_hidden_state
+    assert spy.calls == 0
+    assert_close(a[real], b[real])
