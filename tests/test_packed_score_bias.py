@@ -219,7 +219,9 @@ def test_the_conformance_suite_catches_a_wrong_per_sequence_declaration():
         @staticmethod
         def bertblocks_register_components() -> list[Component]:
             return [
-                Component("position", "lying", lambda *, max_positions, options=None: _LyingPositions(max_positions))
+                Component(
+                    "position", "lying", lambda *, max_positions, model, options=None: _LyingPositions(max_positions)
+                )
             ]
 
     reg.register(Plugin(), name="lying-plugin")
