@@ -199,16 +199,26 @@ def add_checkpoint_head_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_set_argument(parser: argparse.ArgumentParser) -> None:
-    """The repeatable ``--set dotted.key=value`` override option."""
+def add_set_argument(
+    parser: argparse.ArgumentParser,
+    target: str = "config",
+    examples: Sequence[str] = ("encoder.attention.backend=eager",),
+) -> None:
+    """The repeatable ``--set dotted.key=value`` override option (into ``args.overrides``), for every command.
+
+    Args:
+        parser: the command's parser.
+        target: what the dotted keys address (``config``; ``study`` for ``bertblocks ablate``), named in the help.
+        examples: ``KEY=VALUE`` examples shown in the help.
+    """
     parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config field (dotted path, value parsed as YAML); repeatable, "
-        "e.g. --set encoder.attention.backend=eager",
+        help=f"override a {target} field (dotted path, value parsed as YAML); repeatable, "
+        f"e.g. {' '.join(f'--set {example}' for example in examples)}",
     )
 
 
