@@ -29,7 +29,7 @@ FIXED = {"embedding.position_offset": "padding", "position.name": "absolute"}
 
 def _from_hf(hf: Any) -> dict[str, Any]:
     data = bert_fields_from_hf(hf)
-    data["embedding"] = {**data["embedding"], "position_offset": "padding"}
+    # positions past the padding index: FIXED, which the translator applies
     return data
 
 
