@@ -56,6 +56,7 @@ from typing import Any
 
 from ..core.component import Command
 from ..errors import BertBlocksError, InputError, MissingKeyError
+from ..progress import line as progress_line
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -274,9 +275,7 @@ def progress(args: argparse.Namespace, text: str) -> None:
     Slow commands (``export``, a checkpoint load) otherwise sit silent for seconds to minutes; scripts and
     ``--json`` readers, whose stderr is not a terminal, get none of these lines.
     """
-    if getattr(args, "json", False) or not sys.stderr.isatty():
-        return
-    print(f"{text}…", file=sys.stderr, flush=True)
+    progress_line(text, quiet=getattr(args, "json", False))  # the one rule and look, the library's too
 
 
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:
