@@ -10,9 +10,18 @@ of a built-in exception class (and on any exception class not derived from :clas
 new module cannot slip a plain ``ValueError`` past the command line, whose exit code 4 means "a bug".
 Modules with errors of their own (:class:`~bertblocks.config.ConfigError`, ``CheckpointError``, …) use
 those; the general classes below are for a bad argument anywhere else.
+
+The "did you mean" hint every message about an unknown name ends with is built here too, once
+(:func:`did_you_mean`, :func:`close_matches`): this module is the one every group may import.
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+#: how alike (difflib's ratio) a known name must be to an unknown one to be offered as "did you mean"
+HINT_CUTOFF = 0.5
 
 
 class BertBlocksError(Exception):
@@ -48,6 +57,18 @@ class UnsupportedError(BertBlocksError, NotImplementedError):
     """A well-formed request that bertblocks does not implement: said, rather than done some other way."""
 
 
+def close_matches(name: str, candidates: Iterable[str], n: int = 1, cutoff: float = HINT_CUTOFF) -> list[str]:
+    """The (at most ``n``) candidates most like ``name``, best first; empty when none is close enough."""
+    return difflib.get_close_matches(name, list(candidates), n=n, cutoff=cutoff)
+
+
+def did_you_mean(name: str, candidates: Iterable[str], cutoff: float = HINT_CUTOFF) -> str:
+    """The suffix ``" (did you mean 'x'?)"`` naming the candidate most like ``name``, or ``""`` when none is
+    close: a message about an unknown name appends it as it is."""
+    hint = close_matches(name, candidates, n=1, cutoff=cutoff)
+    return f" (did you mean {hint[0]!r}?)" if hint else ""
+
+
 __all__ = [
     "BertBlocksError",
     "InputError",
@@ -56,4 +77,6 @@ __all__ = [
     "MissingFileError",
     "MissingKeyError",
     "UnsupportedError",
+    "close_matches",
+    "did_you_mean",
 ]

@@ -577,3 +577,33 @@ def test_progress_lines_go_to_a_terminal_only(monkeypatch, capsys):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     progress(argparse.Namespace(json=False), "loading z")
     assert capsys.readouterr().err == ""
+
+
+def test_every_commands_set_option_is_the_one_declaration():
+    """``--set`` is declared once (cli.add_set_argument): every command that takes it, ``ablate`` included, has
+    the same option (destination, repetition, metavar, help wording), and parses repeats in order."""
+    import argparse
+    import re
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    found = {}
+    for name, sub in commands.items():
+        for action in sub._actions:
+            if "--set" in action.option_strings:
+                assert (action.dest, type(action).__name__, action.metavar, action.default) == (
+                    "overrides",
+                    "_AppendAction",
+                    "KEY=VALUE",
+                    [],
+                ), name
+                found[name] = re.fullmatch(
+                    r"override a (\w+) field \(dotted path, value parsed as YAML\); repeatable, e\.g\. --set \S+.*",
+                    action.help,
+                )
+    assert {"ablate", "validate", "export", "quantize", "embed"} <= set(found)
+    assert all(found.values()), [name for name, match in found.items() if not match]
+    assert found["ablate"][1] == "study"
+    assert found["validate"][1] == "config"
+    args = parser.parse_args(["ablate", "study.yaml", "--set", "train.steps=2", "--set", "measure.batch=4"])
+    assert args.overrides == ["train.steps=2", "measure.batch=4"]

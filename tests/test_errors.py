@@ -8,6 +8,7 @@ import builtins
 import importlib
 import inspect
 import pkgutil
+import re
 import typing
 from pathlib import Path
 from types import ModuleType
@@ -251,3 +252,39 @@ def test_the_raise_site_walk_catches_a_planted_builtin_raise():
     found = raise_site_violations(PLANTED, "planted", {"yaml": yaml, "InputError": InputError})
     lines = sorted(int(f.split(":")[1]) for f in found)
     assert lines == [8, 10, 12, 15, 16], found  # every bad site named with its line, the InputError not
+
+
+def test_did_you_mean_names_the_closest_candidate_or_nothing():
+    from bertblocks.errors import close_matches, did_you_mean
+
+    assert did_you_mean("sdpaa", ["eager", "sdpa", "flex"]) == " (did you mean 'sdpa'?)"
+    assert did_you_mean("zzz", ["eager", "sdpa"]) == ""  # nothing close: no hint rather than a wild guess
+    assert did_you_mean("x", []) == ""
+    assert did_you_mean("bertblocks_hooks", ["bertblocks_hook"], cutoff=0.99) == ""  # a stricter caller's cutoff
+    assert close_matches("bert-bas", ["bert-base", "bert-large", "gpt"], n=2) == ["bert-base", "bert-large"]
+    assert close_matches("bert", iter(["bert"])) == ["bert"]  # any iterable, read once
+
+
+def _builds_its_own_hint(source: str) -> list[str]:
+    """Lines of ``source`` that look names up with difflib or spell out the hint: both belong to
+    :func:`bertblocks.errors.did_you_mean` alone."""
+    return [
+        f"{number}: {line.strip()}"
+        for number, line in enumerate(source.splitlines(), 1)
+        if re.search(r"\bimport difflib|\bfrom difflib|get_close_matches|did you mean \{", line)
+    ]
+
+
+def test_the_did_you_mean_hint_is_built_in_one_place():
+    """Every "unknown name" message gets its hint from errors.did_you_mean / close_matches, so the wording and
+    the closeness rule are the same everywhere; the walk reads every module, a new one included."""
+    found = {}
+    for path in sorted(Path(bertblocks.__file__).parent.rglob("*.py")):
+        if path.name == "errors.py" and path.parent == Path(bertblocks.__file__).parent:
+            continue
+        lines = _builds_its_own_hint(path.read_text(encoding="utf-8"))
+        if lines:
+            found[str(path.relative_to(Path(bertblocks.__file__).parent))] = lines
+    assert found == {}
+    planted = 'import difflib\nhint = difflib.get_close_matches(name, known)\nmsg += f" (did you mean {hint!r}?)"\n'
+    assert [line.split(":")[0] for line in _builds_its_own_hint(planted)] == ["1", "2", "3"]

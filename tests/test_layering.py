@@ -25,6 +25,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     # every use of torch's private internals, behind a version gate (core's packing op and models' compile entry)
     "torch_internals": set(),
+    # progress lines of slow steps on a terminal's stderr (the CLI's and the library's: one rule, one look)
+    "progress": set(),
     # the one bounded reader per file format: every group that reads a file uses it
     "readers": {"errors"},
     "atomic": {"errors", "readers"},
@@ -50,6 +52,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "hf",
         "config_files",
         "torch_internals",
+        "progress",
     },
 }
 #: the groups config/ and core/ must work without, at import and at run time

@@ -5,6 +5,7 @@ finite. Each case was a raw error or a silently wrong model before."""
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,8 +63,12 @@ def test_a_saved_folder_loads(folder: Path):
             r"names the scheme 'int4-awq', which this bertblocks cannot read \(it reads 'int8-dynamic'\)",
         ),
         (b'{"class": "BertModel", "class": "BertModel", "scheme": "int8-dynamic"}', r"'class' is named twice"),
+        (
+            b'{"class": "BertModel", "scheme": "int8-dynamic", "skip": [], "kernel": "avx512"}',
+            r"kernel: Input should be 'int_mm' or 'fbgemm' \(got 'avx512'\)",
+        ),
     ],
-    ids=["not-json", "list", "not-utf8", "skip-str", "class-list", "no-scheme", "extra", "scheme", "twice"],
+    ids=["not-json", "list", "not-utf8", "skip-str", "class-list", "no-scheme", "extra", "scheme", "twice", "kernel"],
 )
 def test_a_bad_manifest_is_refused_naming_the_file(folder: Path, content: bytes, message: str):
     (folder / MANIFEST_FILE).write_bytes(content)
@@ -143,8 +148,11 @@ def test_a_missing_or_extra_tensor_is_named(folder: Path):
 
 def test_the_manifest_written_by_save_is_what_load_reads(saved: Path):
     manifest = json.loads((saved / MANIFEST_FILE).read_text())
-    from bertblocks.models.quantize import KERNELS, QuantizationManifest
+    from bertblocks.models.quantize import KERNELS, Kernel, QuantizationManifest
 
     assert manifest.pop("kernel") in KERNELS  # this machine's kernel, recorded (int_mm or fbgemm)
     assert manifest == {"class": "BertModel", "scheme": "int8-dynamic", "skip": []}
-    QuantizationManifest.model_validate({**manifest, "kernel": "fbgemm"})  # the declaration takes what save writes
+    for kernel in KERNELS:  # the declaration takes every kernel save can write, and only those
+        QuantizationManifest.model_validate({**manifest, "kernel": kernel})
+    assert typing.get_args(QuantizationManifest.model_fields["kernel"].annotation) == (Kernel, type(None))
+    assert typing.get_args(Kernel) == KERNELS

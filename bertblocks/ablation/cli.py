@@ -18,6 +18,8 @@ from .runner import StudyRunError, run_study
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``bertblocks ablate``."""
+    from bertblocks.cli import add_set_argument  # the one --set of every command (loaded: the CLI is running)
+
     parser.add_argument("study", metavar="STUDY.yaml", help="the study file (see docs/how-to/ablation-studies.md)")
     parser.add_argument("--out", metavar="DIR", help="output folder (default: ablation/<study name>)")
     parser.add_argument(
@@ -31,15 +33,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, default=1, metavar="N", help="local worker processes (default 1; 0: in this process)"
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a study field (dotted path, value parsed as YAML); repeatable, "
-        "e.g. --set train.steps=20 --set measure.batch=4",
-    )
+    add_set_argument(parser, "study", ("train.steps=20", "measure.batch=4"))
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -28,13 +28,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
 
-from bertblocks.config import BertConfig, ConfigError, ConfigIssue, closest, issues_from_validation_error
+from bertblocks.config import BertConfig, ConfigError, ConfigIssue, issues_from_validation_error
 from bertblocks.config.limits import MAX_STUDY_RUNS_ENV, max_study_runs
 from bertblocks.config_files import apply_overrides, load_config
 from bertblocks.readers import ReadError, parse_json, read_yaml
 from bertblocks.registry import RegistryError
 
-from ..errors import InputError, MissingFileError
+from ..errors import InputError, MissingFileError, did_you_mean
 
 Metric = Literal["params", "flops", "latency", "memory"]
 ALL_METRICS: tuple[Metric, ...] = ("params", "flops", "latency", "memory")
@@ -226,10 +226,9 @@ class DownstreamTaskSpec(_Strict):
         prefix, _, rest = self.source.partition(":")
         if prefix == "embedded" and rest:
             if rest not in EMBEDDED_TASKS:
-                hint = closest(rest, list(EMBEDDED_TASKS))
                 raise InputError(
                     f"source: no embedded task {rest!r}; there are: {', '.join(EMBEDDED_TASKS)}"
-                    + (f" (did you mean {hint!r}?)" if hint else "")
+                    + did_you_mean(rest, EMBEDDED_TASKS)
                 )
             if self.kind is not None and self.kind != EMBEDDED_TASKS[rest]:
                 raise InputError(f"kind: the embedded task {rest!r} is {EMBEDDED_TASKS[rest]}, not {self.kind}")
@@ -460,13 +459,12 @@ def load_study(
     study.variants = expand_variants(study, config_overrides)
     names = [v.name for v in study.variants]
     if spec.baseline is not None and spec.baseline not in names:
-        hint = closest(spec.baseline, names)
         raise StudyError(
             [
                 ConfigIssue(
                     "baseline",
                     f"no variant {spec.baseline!r}; the study has: {', '.join(names)}"
-                    + (f" (did you mean {hint!r}?)" if hint else ""),
+                    + did_you_mean(spec.baseline, names),
                 )
             ],
             where,
@@ -629,8 +627,7 @@ def _locate(
                 )
             out.append(ConfigIssue(_study_loc(key, name, changes, spec), msg))
         elif key is not None and "unknown field" in issue.msg:
-            hint = closest(key, base_paths)
-            msg = f"{key!r} is not a key of the config" + (f" (did you mean {hint!r}?)" if hint else "")
+            msg = f"{key!r} is not a key of the config" + did_you_mean(key, base_paths)
             where = _study_loc(key, name, changes, spec)
             out.append(ConfigIssue(where, msg))
         elif key is not None:

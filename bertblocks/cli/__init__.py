@@ -56,6 +56,7 @@ from typing import Any
 
 from ..core.component import Command
 from ..errors import BertBlocksError, InputError, MissingKeyError
+from ..progress import line as progress_line
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -199,16 +200,26 @@ def add_checkpoint_head_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_set_argument(parser: argparse.ArgumentParser) -> None:
-    """The repeatable ``--set dotted.key=value`` override option."""
+def add_set_argument(
+    parser: argparse.ArgumentParser,
+    target: str = "config",
+    examples: Sequence[str] = ("encoder.attention.backend=eager",),
+) -> None:
+    """The repeatable ``--set dotted.key=value`` override option (into ``args.overrides``), for every command.
+
+    Args:
+        parser: the command's parser.
+        target: what the dotted keys address (``config``; ``study`` for ``bertblocks ablate``), named in the help.
+        examples: ``KEY=VALUE`` examples shown in the help.
+    """
     parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a config field (dotted path, value parsed as YAML); repeatable, "
-        "e.g. --set encoder.attention.backend=eager",
+        help=f"override a {target} field (dotted path, value parsed as YAML); repeatable, "
+        f"e.g. {' '.join(f'--set {example}' for example in examples)}",
     )
 
 
@@ -264,9 +275,7 @@ def progress(args: argparse.Namespace, text: str) -> None:
     Slow commands (``export``, a checkpoint load) otherwise sit silent for seconds to minutes; scripts and
     ``--json`` readers, whose stderr is not a terminal, get none of these lines.
     """
-    if getattr(args, "json", False) or not sys.stderr.isatty():
-        return
-    print(f"{text}…", file=sys.stderr, flush=True)
+    progress_line(text, quiet=getattr(args, "json", False))  # the one rule and look, the library's too
 
 
 def table(rows: Sequence[Sequence[Any]], header: Sequence[str]) -> str:

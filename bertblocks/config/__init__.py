@@ -11,7 +11,6 @@ from .errors import (
     ConfigFileNotFoundError,
     ConfigIssue,
     FieldError,
-    closest,
     issues_from_validation_error,
     join_loc,
 )
@@ -53,7 +52,6 @@ __all__ = [
     "PoolerSpec",
     "PositionSpec",
     "Probability",
-    "closest",
     "deep_merge",
     "issues_from_validation_error",
     "join_loc",

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, did_you_mean
 
 
 # ------------------------------------------------------------------------------------------------ errors
@@ -52,12 +51,6 @@ def join_loc(*parts: Any) -> str:
     return ".".join(str(p) for p in parts if p != "")
 
 
-def closest(name: str, candidates: Iterable[str]) -> str | None:
-    """The candidate most like ``name`` (for "did you mean" hints), or ``None`` if none is close."""
-    matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.5)
-    return matches[0] if matches else None
-
-
 #: pydantic's error types of a value of the wrong type, for which the message names the value given
 _STRICT_TYPES = frozenset({"int_type", "float_type", "bool_type", "string_type"})
 
@@ -85,10 +78,7 @@ def issues_from_validation_error(
             msg += f", got {err['input']!r} (a {type(err['input']).__name__})"
         if err["type"] == "extra_forbidden" and (model is not None or known_fields is not None):
             allowed = list(known_fields) if known_fields is not None else _fields_at(model, loc[:-1])  # type: ignore[arg-type]
-            hint = closest(str(loc[-1]), allowed)
-            msg = f"unknown field; allowed fields: {', '.join(sorted(allowed))}"
-            if hint:
-                msg += f" (did you mean {hint!r}?)"
+            msg = f"unknown field; allowed fields: {', '.join(sorted(allowed))}" + did_you_mean(str(loc[-1]), allowed)
         issues.append(ConfigIssue(join_loc(prefix, *loc), msg))
     return issues
 

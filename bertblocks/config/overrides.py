@@ -8,8 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..errors import InputError
-from .errors import FieldError, closest
+from ..errors import InputError, did_you_mean
+from .errors import FieldError
 from .limits import MAX_LAYERS_ENV, max_layers
 from .specs import (
     AttentionSpec,
@@ -118,11 +118,10 @@ class LayerOverride(BaseModel):
             if key == "layers":
                 continue
             if key not in OVERRIDABLE:
-                hint = closest(str(key), OVERRIDABLE)
                 raise FieldError(
                     str(key),
                     f"unknown field; allowed fields: layers, {', '.join(OVERRIDABLE)}"
-                    + (f" (did you mean {hint!r}?)" if hint else ""),
+                    + did_you_mean(str(key), OVERRIDABLE),
                 )
             if isinstance(value, str):
                 out[key] = {"name": value}  # `attention: bert` is short for `attention: {name: bert}`

@@ -34,7 +34,9 @@ ROPE_FIELDS: dict[str, HFField] = {
 
 
 def rope_from_hf(src: dict[str, Any], default_theta: float) -> dict[str, Any]:
-    """Pop ``rope_parameters`` (and a legacy top-level ``rope_theta``) from ``src``: the ``position`` spec.
+    """Pop ``rope_parameters`` (and a legacy top-level ``rope_theta``) from ``src``: the ``position`` spec's base
+    (its name and the rest of the scheme are :data:`ROPE_FIXED`, which the family's ``fixed`` includes and the
+    translator applies).
 
     Raises:
         ValueError: a rope type or field transformers' default rotary code does not have.
@@ -54,7 +56,7 @@ def rope_from_hf(src: dict[str, Any], default_theta: float) -> dict[str, Any]:
     unknown = sorted(set(params) - {"rope_theta", "rope_type"})
     if unknown:
         raise InputError(f"rope_parameters has fields bertblocks' rope scheme cannot represent: {', '.join(unknown)}")
-    return {"name": "rope", "base": float(theta)}
+    return {"base": float(theta)}
 
 
 def rope_to_hf(config: BertConfig) -> dict[str, Any]:

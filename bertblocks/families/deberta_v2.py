@@ -156,8 +156,7 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         src["classifier_dropout"] = src.pop("cls_dropout")
     for absent in ("use_cache", "is_decoder", "add_cross_attention"):  # DebertaV2Config has none of them
         src.pop(absent, None)
-    position = {
-        "name": "disentangled",
+    position = {  # a disentangled scheme: FIXED, applied by the translator
         "position_buckets": src.pop("position_buckets", -1),
         "max_relative_positions": src.pop("max_relative_positions", -1),
         "norm": "layer_norm" in norm,

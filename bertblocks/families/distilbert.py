@@ -59,12 +59,8 @@ def _from_hf(hf: Any) -> dict[str, Any]:
         if field in src:
             raise InputError(f"{field} is not a DistilBERT config field (DistilBERT has no such choice)")
     renamed = {_NAMES.get(k, k): v for k, v in src.items()}
-    renamed["layer_norm_eps"] = _LAYER_NORM_EPS
     renamed["type_vocab_size"] = 1  # unused: the embedding has no token-type table
-    data = bert_fields_from_hf(renamed)
-    data["embedding"] = {**data["embedding"], "token_types": False}
-    data["pooler"] = None
-    return data
+    return bert_fields_from_hf(renamed)  # no token types, no pooler, its epsilon: `fixed`, applied by the translator
 
 
 def _to_hf(config: BertConfig) -> dict[str, Any]:
@@ -95,7 +91,12 @@ DISTILBERT = Family(
         "DistilBertForMultipleChoice": {"name": "dense_multiple_choice", "activation": "relu"},
     },
     base_architecture="DistilBertModel",
-    fixed={"embedding.token_types": False, "pooler": None, "position.name": "absolute", "layer_norm_eps": 1e-12},
+    fixed={
+        "embedding.token_types": False,
+        "pooler": None,
+        "position.name": "absolute",
+        "layer_norm_eps": _LAYER_NORM_EPS,
+    },
     description="DistilBERT: BERT layers renamed, no token types, no pooler, pre_classifier heads",
     # BERT's WordPiece framing, but the model takes no token types
     tokenizer=replace(

@@ -50,7 +50,6 @@ def _from_hf(hf: Any) -> dict[str, Any]:
         if src.get(key, expected) != expected:
             raise InputError(f"{key} is {src[key]!r}; bertblocks' ELECTRA multiple-choice head needs {expected!r}")
     data = bert_fields_from_hf(src)
-    data["pooler"] = None  # ElectraModel has none
     hidden = data.get("hidden_size", default("hidden_size"))
     if embedding_size is not None and embedding_size != hidden:
         data["embedding"] = {**data["embedding"], "embedding_size": embedding_size}

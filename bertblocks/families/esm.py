@@ -69,9 +69,9 @@ KEY_MAP = KeyMap(
 
 FIXED: dict[str, Any] = {
     "embedding.name": "esm",
-    "embedding.inputs_embeds_as_is": True,
+    "embedding.inputs_embeds_as_is": True,  # EsmModel skips its embeddings for inputs_embeds
     "encoder.layer.name": "pre_ln",
-    "encoder.feedforward.activation": "gelu",
+    "encoder.feedforward.activation": "gelu",  # ESM's layers use erf GELU whatever hidden_act says
     "is_decoder": False,
     "add_cross_attention": False,
 }
@@ -95,13 +95,11 @@ def _from_hf(hf: Any) -> dict[str, Any]:
             "and absolute"
         )
     theta = src.pop("rope_theta", DEFAULT_THETA)
-    embedding = {
-        "name": "esm",
+    embedding = {  # besides FIXED's name and inputs_embeds_as_is, which the translator applies
         # booleans (FIELDS; the translator checks them first); EsmConfig's emb_layer_norm_before defaults to null
         "norm": src.pop("emb_layer_norm_before", False) or False,
         "token_dropout": src.pop("token_dropout", False),
         "mask_token_id": src.pop("mask_token_id", None),
-        "inputs_embeds_as_is": True,  # EsmModel skips its embeddings for inputs_embeds
     }
     layers, heads = src.get("num_hidden_layers", 12), src.get("num_attention_heads", 12)
     if isinstance(layers, int) and isinstance(heads, int):  # otherwise validation refuses the field itself
@@ -118,9 +116,6 @@ def _from_hf(hf: Any) -> dict[str, Any]:
         data["position"] = {"name": "absolute"}
         if theta != DEFAULT_THETA:
             data["hf"]["rope_theta"] = theta  # unused by absolute positions; kept for the round trip
-    encoder = data["encoder"]
-    encoder["layer"] = {"name": "pre_ln"}
-    encoder["feedforward"] = {**encoder["feedforward"], "activation": "gelu"}
     # EsmModel builds a pooler; its task classes build none
     architectures = hf.get("architectures")
     data["pooler"] = "first_token" if not architectures or architectures == ["EsmModel"] else None

@@ -217,23 +217,17 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "classifier_dropout": 0.0,
         "initializer_range": f["initializer_range"],
         "tie_word_embeddings": f["tie_word_embeddings"],
-        "embedding": {"name": "bert", "token_types": False, "norm": False},
         "position": position,
         "encoder": {
             "num_layers": f["num_hidden_layers"],
             "attention": attention,
             "feedforward": {
-                "name": "glu",
                 "intermediate_size": f["intermediate_size"],
                 "activation": f["hidden_act"],
                 "bias": f["mlp_bias"],
-                "fused": False,
             },
-            "layer": {"name": "pre_ln"},
-            "norm": {"name": "rmsnorm"},
         },
-        "pooler": None,
-        "hf": src,
+        "hf": src,  # the components, norms and no pooler: FIXED, applied by the translator
     }
     for key in LABEL_FIELDS:
         if key in src:

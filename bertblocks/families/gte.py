@@ -140,15 +140,7 @@ def _components(src: dict[str, Any], position: dict[str, Any]) -> dict[str, Any]
         )
     data = bert_fields_from_hf(src)
     data["position"] = position
-    encoder = data["encoder"]
-    encoder["attention"] = {**encoder["attention"], "fused_qkv": True}
-    encoder["feedforward"] = {
-        **encoder["feedforward"],
-        "name": "glu",
-        "input_bias": False,
-        "fused": False,
-        "dropout_at": "both",
-    }
+    # GTE's components (fused QKV, GeGLU, post-LN): FIXED, applied by the translator.
     # GteModel builds no pooler; only the sequence classifier asks for one
     pooled = isinstance(architectures, list) and len(architectures) == 1 and architectures[0] in _POOLED
     data["pooler"] = "first_token" if pooled else None
@@ -279,7 +271,7 @@ def _new_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(theta, bool) or not isinstance(theta, int | float):
         raise InputError(f"rope_theta must be a number, got {theta!r}")
     factor = _scaling(src.pop("rope_scaling", None))
-    position: dict[str, Any] = {"name": "rope", "base": float(theta)}
+    position: dict[str, Any] = {"base": float(theta)}  # a rope scheme: FIXED
     if factor != 1.0:
         position["ntk_factor"] = factor
     return _components(src, position)

@@ -125,16 +125,8 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     if src.get(POSITION_FIELD) == ALIBI[0]:
         src[POSITION_FIELD] = ALIBI[1]
     data = bert_fields_from_hf(src)
-    encoder = data["encoder"]
-    encoder["feedforward"] = {
-        **encoder["feedforward"],
-        "name": "glu",
-        "activation": activation,
-        "bias": False,
-        "output_bias": True,
-        "fused": True,
-        "dropout_at": "gated",
-    }
+    # the gated MLP's shape is FIXED (applied by the translator); its activation comes from feed_forward_type
+    data["encoder"]["feedforward"] = {**data["encoder"]["feedforward"], "activation": activation}
     return data
 
 

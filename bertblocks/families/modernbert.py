@@ -186,8 +186,10 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "initializer_range": f["initializer_range"],
         "tie_word_embeddings": f["tie_word_embeddings"],
         "classifier_dropout": f["classifier_dropout"],
-        "embedding": {"name": "bert", "token_types": False, "norm_bias": f["norm_bias"]},
-        "position": {"name": "rope", "base": bases[FULL]},
+        # the fixed facts (rope, no token types, fused QKV and GLU, pre-LN, no pooler): `fixed`, which the
+        # translator applies
+        "embedding": {"name": "bert", "norm_bias": f["norm_bias"]},
+        "position": {"base": bases[FULL]},
         "encoder": {
             "num_layers": f["num_hidden_layers"],
             "attention": {
@@ -195,16 +197,12 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
                 "dropout": f["attention_dropout"],
                 "qkv_bias": f["attention_bias"],
                 "output_bias": f["attention_bias"],
-                "fused_qkv": True,
             },
             "feedforward": {
-                "name": "glu",
                 "intermediate_size": f["intermediate_size"],
                 "activation": f["hidden_activation"],
                 "bias": f["mlp_bias"],
-                "fused": True,
             },
-            "layer": {"name": "pre_ln", "first_attention_norm": False},
             "norm": {"name": "layernorm", "bias": f["norm_bias"]},
             "overrides": [
                 {
@@ -216,7 +214,6 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
             if sliding
             else [],
         },
-        "pooler": None,
         "hf": {**src, **extras},
     }
     for key in LABEL_FIELDS:

@@ -45,15 +45,9 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     src.setdefault("pad_token_id", 1)
     src["type_vocab_size"] = 1  # unused: no token-type table
     data = bert_fields_from_hf(src)
-    data["embedding"] = {**data["embedding"], "position_offset": "padding", "token_types": False}
-    data["position"] = {
-        "name": "relative_bucket",
-        "num_buckets": BUCKETS,
-        "max_distance": MAX_DISTANCE,
-        "absolute": True,
-    }
-    if table != BUCKETS:
-        data["position"]["table_size"] = table
+    # the scheme (relative buckets over RoBERTa's positions, no token types) is `fixed`, which the translator
+    # applies; a position_embedding_type the file may carry says nothing here
+    data["position"] = {"table_size": table} if table != BUCKETS else {}
     return data
 
 

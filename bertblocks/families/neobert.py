@@ -153,32 +153,16 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "type_vocab_size": 1,  # unused: no token-type table
         "pad_token_id": f["pad_token_id"],
         "layer_norm_eps": f["norm_eps"],
-        "hidden_dropout_prob": 0.0,
         "classifier_dropout": f["classifier_dropout"],
         "tie_word_embeddings": tie,
-        "embedding": {"name": "bert", "token_types": False, "norm": False},
-        "position": {"name": "rope", "base": THETA, "interleaved": True},
+        # the components' fixed shape (interleaved rope, fused biasless QKV and SwiGLU, pre-LN with RMSNorm, no
+        # pooler, no dropout): FIXED, applied by the translator
+        "position": {"base": THETA},
         "encoder": {
             "num_layers": f["num_hidden_layers"],
-            "attention": {
-                "num_heads": heads,
-                "dropout": 0.0,
-                "qkv_bias": False,
-                "output_bias": False,
-                "fused_qkv": True,
-                "qkv_layout": "heads",
-            },
-            "feedforward": {
-                "name": "glu",
-                "intermediate_size": swiglu_width(size),
-                "activation": "silu",
-                "bias": False,
-                "fused": True,
-            },
-            "layer": {"name": "pre_ln"},
-            "norm": {"name": "rmsnorm"},
+            "attention": {"num_heads": heads, "dropout": 0.0},
+            "feedforward": {"intermediate_size": swiglu_width(size), "activation": "silu"},
         },
-        "pooler": None,
         # the field as written (several intermediate_size give one width): saved back unchanged
         "hf": {**src, "intermediate_size": size},
     }

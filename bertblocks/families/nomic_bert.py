@@ -99,10 +99,7 @@ def _from_hf(hf: Any) -> dict[str, Any]:
             f"head_dim {head_dim} × num_attention_heads {heads} is not hidden_size {hidden}; bertblocks' "
             "attention has head_dim = hidden_size / num_attention_heads"
         )
-    data["position"] = position
-    encoder = data["encoder"]
-    encoder["attention"] = {**encoder["attention"], "fused_qkv": True, "qkv_bias": False, "output_bias": False}
-    encoder["feedforward"] = {**encoder["feedforward"], "name": "glu", "bias": False, "fused": True}
+    data["position"] = position  # the attention's and feedforward's fixed shape: FIXED, applied by the translator
     # NomicBertModel builds no pooler; only the sequence classifier asks for one
     data["pooler"] = "first_token" if hf.get("architectures") == [_POOLED] else None
     return data

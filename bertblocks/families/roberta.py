@@ -34,7 +34,7 @@ FIXED = {"embedding.position_offset": "padding", "position.name": "absolute"}
 def roberta_like_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """A RoBERTa-shaped ``config.json`` → a config dict: BERT's fields, positions past the padding index."""
     data = bert_fields_from_hf(hf)
-    data["embedding"] = {**data["embedding"], "position_offset": "padding"}
+    # positions past the padding index: FIXED, which the translator applies
     return data
 
 

@@ -68,8 +68,8 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     hidden = data.get("hidden_size", default("hidden_size"))
     if embedding_size is not None and embedding_size != hidden:
         data["embedding"] = {**data["embedding"], "embedding_size": embedding_size}
-    data["position"] = {"name": "rope", "interleaved": True, "table": "sinusoidal", "rotate_value": rotary_value}
-    data["pooler"] = None  # RoFormerModel has none
+    # the rest of the scheme and no pooler (RoFormerModel has none): FIXED, applied by the translator
+    data["position"] = {"rotate_value": rotary_value}
     architectures = hf.get("architectures") or []
     if len(architectures) == 1 and architectures[0] in _LANGUAGE_MODELS:
         head: dict[str, Any] = {"name": _LANGUAGE_MODELS[architectures[0]], "activation": "hidden_act"}

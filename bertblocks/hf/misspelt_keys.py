@@ -11,9 +11,10 @@ the model silently at the default (12 layers): for those, and only those, an
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections.abc import Iterable
+
+from ..errors import close_matches, did_you_mean
 
 #: how alike a key must be to a known one to be called a misspelling (difflib ratio)
 CUTOFF = 0.85
@@ -46,7 +47,7 @@ def misspellings(keys: Iterable[str], known: Iterable[str]) -> list[tuple[str, s
     for key in keys:
         if not isinstance(key, str) or key in known or key in LEGITIMATE:
             continue
-        match = difflib.get_close_matches(key, known, n=1, cutoff=CUTOFF)
+        match = close_matches(key, known, cutoff=CUTOFF)
         if match:
             out.append((key, match[0]))
     return out
@@ -56,7 +57,7 @@ def warn_misspelt_keys(keys: Iterable[str], known: Iterable[str], source: str = 
     """Warn (:class:`UnknownConfigKeyWarning`) about every likely misspelling among ``keys``."""
     for key, hint in misspellings(keys, known):
         warnings.warn(
-            f"{source}: unknown key {key!r} (did you mean {hint!r}?); it is kept in `hf:` but not used, so "
+            f"{source}: unknown key {key!r}{did_you_mean(key, [hint])}; it is kept in `hf:` but not used, so "
             f"{hint} keeps its value",
             UnknownConfigKeyWarning,
             stacklevel=4,

@@ -29,24 +29,29 @@ import torch
 from torch import nn
 
 from ..errors import InputError
+from ..progress import stage
 from ..torch_internals import compiled_call, set_compiled_call
 
 M = TypeVar("M", bound=nn.Module)
 
 #: Inductor's modes this path accepts; ``None`` is Inductor's default.
 MODES = (None, "default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead")
+#: the progress line of the first call, which compiles (10 s to minutes; later calls reuse the graph)
+COMPILING = "compiling for inference (first call, once per shape bucket)"
 
 
 class FastCall:
     """A model's compiled ``__call__``: applies the Inductor settings the fast path needs around each call
     (they are read when a graph is compiled; scoping them here leaves other compiled code in the process
     untouched) and runs the call in inference mode. Packing needs no setting (see
-    :func:`bertblocks.core.packing.real_token_index`)."""
+    :func:`bertblocks.core.packing.real_token_index`). The first call, which compiles, says so on a terminal
+    (:func:`bertblocks.progress.stage`: a line, then how long it took)."""
 
     def __init__(self, compiled: Callable[..., Any], freeze: bool, weight_prepack: bool = False) -> None:
         self.compiled = compiled
         self.freeze = freeze
         self.weight_prepack = weight_prepack
+        self.compiled_once = False  # set after the first call that returns (a failed one compiles again)
 
     @contextlib.contextmanager
     def _settings(self) -> Iterator[None]:
@@ -61,7 +66,12 @@ class FastCall:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         with self._settings():
-            return self.compiled(*args, **kwargs)
+            if self.compiled_once:
+                return self.compiled(*args, **kwargs)
+            with stage(COMPILING):
+                out = self.compiled(*args, **kwargs)
+            self.compiled_once = True
+            return out
 
 
 def optimize_for_inference(

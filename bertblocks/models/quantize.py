@@ -93,7 +93,10 @@ INT_MM = "int_mm"
 #: fbgemm's u8 × s8 GEMM (``torch.ops.quantized``): weights keep 7 bits so that AVX2's int16 pair sums cannot
 #: saturate
 FBGEMM = "fbgemm"
+#: the int8 kernels, the one list every check and declaration derives from (``Kernel``, the CLI's choices)
 KERNELS = (INT_MM, FBGEMM)
+#: one of :data:`KERNELS` as a type (``Literal["int_mm", "fbgemm"]``, built from the tuple so it cannot drift)
+Kernel = Literal[KERNELS]
 #: the largest weight magnitude each kernel multiplies exactly
 WEIGHT_QMAX = {INT_MM: QMAX, FBGEMM: 63}
 
@@ -540,7 +543,7 @@ class QuantizationManifest(BaseModel):
     scheme: str
     skip: list[str] = Field(default_factory=list)
     #: the kernel that ran when it was saved (informational: a load picks this CPU's, the weights fit both)
-    kernel: Literal["int_mm", "fbgemm"] | None = None
+    kernel: Kernel | None = None
 
 
 def read_manifest(path: Path) -> QuantizationManifest:
@@ -663,6 +666,7 @@ __all__ = [
     "KERNELS",
     "CpuFeatures",
     "Int8Linear",
+    "Kernel",
     "QuantizationError",
     "QuantizationManifest",
     "QuantizationWarning",

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from typing import Any
 
-from bertblocks.config import closest
-
-from ..errors import BertBlocksError
+from ..errors import BertBlocksError, close_matches, did_you_mean
 
 
 class RegistryError(BertBlocksError):
@@ -29,20 +26,22 @@ def _restore(cls: type[RegistryError], args: tuple[Any, ...], state: dict[str, A
     return error
 
 
+def _broken_plugins(broken: Iterable[str]) -> str:
+    """The suffix naming the plugins that failed to load (an unknown name may be one of theirs), or ``""``."""
+    broken = list(broken)
+    return "; plugins that failed to load (it may come from one of them): " + "; ".join(broken) if broken else ""
+
+
 class UnknownComponentError(RegistryError, LookupError):
     """A config named a component no plugin registered."""
 
     def __init__(self, kind: str, name: str, available: Iterable[str], broken: Iterable[str] = ()) -> None:
         self.kind, self.name = kind, name
         self.available = sorted(available)
-        hint = closest(name, self.available)
-        msg = f"unknown {kind} {name!r}; available: {', '.join(self.available) or '(none)'}"
-        if hint:
-            msg += f" (did you mean {hint!r}?)"
-        broken = list(broken)
-        if broken:
-            msg += "; plugins that failed to load (it may come from one of them): " + "; ".join(broken)
-        super().__init__(msg)
+        msg = f"unknown {kind} {name!r}; available: {', '.join(self.available) or '(none)'}" + did_you_mean(
+            name, self.available
+        )
+        super().__init__(msg + _broken_plugins(broken))
 
     def __str__(self) -> str:  # LookupError would repr() the message
         return str(self.args[0])
@@ -83,15 +82,12 @@ class UnknownPresetError(RegistryError, LookupError):
     def __init__(self, name: str, available: Iterable[str], broken: Iterable[str] = (), context: str = "") -> None:
         self.name = name
         self.available = sorted(available)
-        self.closest = difflib.get_close_matches(name, self.available, n=3, cutoff=0.5)
+        self.closest = close_matches(name, self.available, n=3)
         msg = f"unknown preset {name!r}{context}"
         if self.closest:
             msg += f"; closest: {', '.join(self.closest)}"
         msg += f"; available: {', '.join(self.available) or '(none)'}"
-        broken = list(broken)
-        if broken:
-            msg += "; plugins that failed to load (it may come from one of them): " + "; ".join(broken)
-        super().__init__(msg)
+        super().__init__(msg + _broken_plugins(broken))
 
     def __str__(self) -> str:  # LookupError would repr() the message
         return str(self.args[0])

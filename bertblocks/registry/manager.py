@@ -20,7 +20,6 @@ raises :class:`DuplicateComponentError` naming both providers (``strict=True`` r
 
 from __future__ import annotations
 
-import difflib
 import importlib.metadata as metadata
 import os
 import traceback
@@ -36,7 +35,7 @@ from pydantic import BaseModel
 from bertblocks.core.component import KINDS, Command, Component, ComponentKind, Preset
 from bertblocks.core.factories import CONTRACTS, KindContract
 
-from ..errors import InputTypeError
+from ..errors import InputTypeError, did_you_mean
 from .errors import (
     DuplicateCommandError,
     DuplicateComponentError,
@@ -422,11 +421,8 @@ def _unknown_hooks(plugin: object) -> str:
     lines = []
     for name in sorted(dir(plugin)):
         if name.startswith(f"{PROJECT}_") and name not in known and callable(getattr(plugin, name, None)):
-            hint = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             lines.append(
-                f"{name} is not a bertblocks hook"
-                + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                + f"; hooks: {', '.join(known)}"
+                f"{name} is not a bertblocks hook{did_you_mean(name, known, cutoff=0.6)}; hooks: {', '.join(known)}"
             )
     return "\n".join(lines)
 
