@@ -110,20 +110,16 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     for absent in ("use_cache", "is_decoder", "add_cross_attention"):  # DebertaConfig has none of them
         src.pop(absent, None)
     relative = src.pop("relative_attention", False)
+    # the scheme's name, no log buckets, no table norm, each layer's own pos_proj (no bias) / pos_q_proj, and the
+    # fused per-head in_proj with q_bias / v_bias come from FIXED (applied by the translator)
     position = {
-        "name": "disentangled",
-        "position_buckets": -1,  # v1 has no log buckets
         "max_relative_positions": src.pop("max_relative_positions", -1),
-        "norm": False,
-        "share_att_key": False,  # v1's own pos_proj / pos_q_proj in every layer
-        "pos_key_bias": False,  # pos_proj has no bias (pos_q_proj has one)
         "terms": terms,
         "absolute": src.pop("position_biased_input", True),
         "relative": relative,
     }
     data = bert_fields_from_hf(src)
     data["position"] = position
-    data["encoder"]["attention"].update(fused_qkv=True, qkv_layout="heads", qkv_bias=False, qv_bias=True)
     # DebertaModel builds no pooler; the sequence classifier has a ContextPooler
     data["pooler"] = (
         {"name": "context_pooler", "activation": activation}
