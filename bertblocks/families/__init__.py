@@ -21,6 +21,7 @@ from . import (
     mpnet,
     neobert,
     nomic_bert,
+    rembert,
     roberta,
     roformer,
 )
@@ -43,6 +44,7 @@ FAMILY_PLUGINS = (
     jina_bert,
     eurobert,
     neobert,
+    rembert,
     hybrid,
 )
 

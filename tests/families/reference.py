@@ -721,6 +721,23 @@ FAMILIES: dict[str, Family] = {
         both_paddings=True,
         hidden_states="RoFormerForMaskedLM",
     ),
+    # decoupled embeddings: input tables 16 wide (projected to 32), an LM head narrowing to 24, untied; gelu_new
+    # and a classifier dropout of its own, so that a width or activation read wrongly changes the numbers
+    "rembert": Family(
+        "RemBertConfig",
+        {**COMMON, "input_embedding_size": 16, "output_embedding_size": 24, "hidden_act": "gelu_new"},
+        pad=0,
+        classes=_classes("RemBert", "Model", "ForMaskedLM", "ForCausalLM", *_TASKS),
+        second_segment=3,
+        config_fields=("input_embedding_size", "output_embedding_size", "hidden_act", "tie_word_embeddings"),
+        tokenizer=Tokenizing(toks.albert_unigram, toks.bert_processor, "RemBertTokenizer"),
+        hidden_states="RemBertForMaskedLM",
+        refusals=(
+            ({"bertblocks": {"position": {"name": "rope"}}}, "position.name"),
+            ({"bertblocks": {"tie_word_embeddings": True}}, "tie_word_embeddings"),
+        ),
+        presets=("rembert",),
+    ),
 }
 FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flipped from the defaults; round trip only
     "ModernBertConfig",
