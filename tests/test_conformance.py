@@ -39,7 +39,9 @@ def _installed_registry() -> Registry:
 
 REGISTRY = _installed_registry()
 BUILTIN_PLUGIN_NAMES = {p.name for p in REGISTRY.plugins() if p.distribution == "bertblocks"}
-SUITE = ConformanceSuite(REGISTRY, compile_backend="aot_eager")
+#: components that need other choices of the tiny config: the convbert family describes models with its attention
+CONFIGS = {("family", "convbert"): {"encoder": {"attention": {"name": "convbert"}}}}
+SUITE = ConformanceSuite(REGISTRY, compile_backend="aot_eager", configs=CONFIGS)
 
 
 @pytest.mark.parametrize("case", SUITE.params(exclude=["compile"]))

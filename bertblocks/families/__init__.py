@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import (
     albert,
     bert,
+    convbert,
     deberta_v2,
     distilbert,
     electra,
@@ -45,6 +46,7 @@ FAMILY_PLUGINS = (
     eurobert,
     neobert,
     rembert,
+    convbert,
     hybrid,
 )
 

@@ -738,6 +738,35 @@ FAMILIES: dict[str, Family] = {
         ),
         presets=("rembert",),
     ),
+    # mixed attention (2 softmax + 2 convolution heads of width 8, a window of 5 that reaches into the padding),
+    # grouped feed-forward projections, a narrower embedding_size and gelu_new (the classifier reads hidden_act)
+    "convbert": Family(
+        "ConvBertConfig",
+        {
+            **COMMON,
+            "pad_token_id": 0,
+            "embedding_size": 16,
+            "head_ratio": 2,
+            "conv_kernel_size": 5,
+            "num_groups": 2,
+            "intermediate_size": 38,
+            "hidden_act": "gelu_new",
+        },
+        pad=0,
+        classes=_classes("ConvBert", "Model", "ForMaskedLM", *_TASKS),
+        second_segment=3,
+        config_fields=("embedding_size", "head_ratio", "conv_kernel_size", "num_groups", "hidden_act"),
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "ConvBertTokenizer"),
+        tokenizer_convention=True,
+        hidden_states="ConvBertForMaskedLM",
+        refusals=(
+            ({"conv_kernel_size": 4}, "conv_kernel_size 4 must be odd"),
+            ({"num_groups": 3}, "groups 3 must divide"),
+            ({"summary_use_proj": True}, "summary_use_proj"),
+            ({"bertblocks": {"encoder": {"attention": {"name": "bert"}}}}, "encoder.attention.name"),
+        ),
+        presets=("convbert-base",),
+    ),
 }
 FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flipped from the defaults; round trip only
     "ModernBertConfig",
