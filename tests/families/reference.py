@@ -765,7 +765,7 @@ FAMILIES: dict[str, Family] = {
             ({"summary_use_proj": True}, "summary_use_proj"),
             ({"bertblocks": {"encoder": {"attention": {"name": "bert"}}}}, "encoder.attention.name"),
         ),
-        presets=("convbert-base",),
+        presets=("convbert-base", "convbert-medium-small", "convbert-small"),
     ),
 }
 FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flipped from the defaults; round trip only
