@@ -47,7 +47,14 @@ KEY_MAP = KeyMap(
     head_prefixes=("generator_predictions.", "generator_lm_head.", "classifier.", "qa_outputs.", "sequence_summary."),
 )
 
-FIXED: dict[str, Any] = {"position.name": "absolute", "encoder.attention.name": "convbert", "pooler": None}
+#: tied output embeddings: the format stores one decoder bias (generator_lm_head.bias), which bertblocks' tied LM
+#: head holds; an untied head's own decoder bias has no key in it (every published ConvBERT is tied)
+FIXED: dict[str, Any] = {
+    "position.name": "absolute",
+    "encoder.attention.name": "convbert",
+    "pooler": None,
+    "tie_word_embeddings": True,
+}
 
 
 def _from_hf(hf: Any) -> dict[str, Any]:

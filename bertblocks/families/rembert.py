@@ -74,9 +74,11 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     data["hf"]["output_embedding_size"] = output_size
     architectures = hf.get("architectures") or []
     if len(architectures) == 1 and architectures[0] in _LANGUAGE_MODELS:
+        hidden = data.get("hidden_size", DEFAULTS["hidden_size"])
         data["head"] = {
             "name": _LANGUAGE_MODELS[architectures[0]],
-            "embedding_size": output_size,
+            # the head's transform narrows (or widens) to the output width; at the hidden width it need not say so
+            "embedding_size": output_size if output_size != hidden else None,
             "activation": "hidden_act",
         }
     return data
@@ -85,9 +87,9 @@ def _from_hf(hf: Any) -> dict[str, Any]:
 def _to_hf(config: BertConfig) -> dict[str, Any]:
     out = bert_fields_to_hf(config, dropped=("position_embedding_type",))
     out["input_embedding_size"] = config.embedding.options().get("embedding_size") or config.hidden_size
-    head = config.head.options() if config.head is not None else {}
-    if head.get("embedding_size"):  # a language-model head: its width is the output embedding size
-        out["output_embedding_size"] = head["embedding_size"]
+    if config.head is not None and config.head.name in _LANGUAGE_MODELS.values():
+        # a language-model head: its width is the output embedding size (the hidden size when it does not narrow)
+        out["output_embedding_size"] = config.head.options().get("embedding_size") or config.hidden_size
     else:
         out["output_embedding_size"] = config.hf.get("output_embedding_size", OUTPUT_EMBEDDING_SIZE)
     out["tie_word_embeddings"] = config.hf.get("tie_word_embeddings", False)

@@ -763,6 +763,7 @@ FAMILIES: dict[str, Family] = {
             ({"conv_kernel_size": 4}, "conv_kernel_size 4 must be odd"),
             ({"num_groups": 3}, "groups 3 must divide"),
             ({"summary_use_proj": True}, "summary_use_proj"),
+            ({"tie_word_embeddings": False}, "tie_word_embeddings"),
             ({"bertblocks": {"encoder": {"attention": {"name": "bert"}}}}, "encoder.attention.name"),
         ),
         presets=("convbert-base", "convbert-medium-small", "convbert-small"),
