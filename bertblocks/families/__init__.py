@@ -25,6 +25,7 @@ from . import (
     rembert,
     roberta,
     roformer,
+    squeezebert,
 )
 
 FAMILY_PLUGINS = (
@@ -47,6 +48,7 @@ FAMILY_PLUGINS = (
     neobert,
     rembert,
     convbert,
+    squeezebert,
     hybrid,
 )
 

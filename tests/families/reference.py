@@ -768,6 +768,45 @@ FAMILIES: dict[str, Family] = {
         ),
         presets=("convbert-base", "convbert-medium-small", "convbert-small"),
     ),
+    # a different group count on every projection (1, 2 and 4), so that a count read into the wrong place changes
+    # the numbers; transformers returns pre-softmax scores as "attentions": hidden states only
+    "squeezebert": Family(
+        "SqueezeBertConfig",
+        {
+            **COMMON,
+            "embedding_size": 32,
+            "intermediate_size": 40,
+            "q_groups": 2,
+            "k_groups": 4,
+            "v_groups": 1,
+            "post_attention_groups": 2,
+            "intermediate_groups": 4,
+            "output_groups": 2,
+            "hidden_act": "gelu_new",
+        },
+        pad=0,
+        classes=_classes("SqueezeBert", "Model", "ForMaskedLM", *_TASKS),
+        second_segment=3,
+        config_fields=(
+            "q_groups",
+            "k_groups",
+            "v_groups",
+            "post_attention_groups",
+            "intermediate_groups",
+            "output_groups",
+        ),
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "SqueezeBertTokenizer"),
+        tokenizer_convention=True,
+        both_paddings=True,
+        hidden_states="SqueezeBertForMaskedLM",
+        attentions=False,
+        refusals=(
+            ({"embedding_size": 16}, "embedding_size 16 must equal hidden_size 32"),
+            ({"q_groups": 3}, "q_groups 3 must divide hidden_size 32"),
+            ({"bertblocks": {"encoder": {"attention": {"name": "bert"}}}}, "encoder.attention.name"),
+        ),
+        presets=("squeezebert-uncased",),
+    ),
 }
 FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flipped from the defaults; round trip only
     "ModernBertConfig",
