@@ -64,7 +64,9 @@ def encode(
 
     Texts are tokenized once, then batched longest first, so each batch holds texts of similar length and
     pads little (what remains is skipped by packing); the rows come back in the order given. An embedding
-    does not depend on its batch: padding is masked out of attention and of the mean.
+    does not depend on its batch: padding is masked out of attention and of the mean. (Except for a model that
+    declares ``reads_padded_positions``, ConvBERT's convolutions: its embeddings depend on its batch's padding,
+    as transformers' do; loaded with ``encoder.packing=always``, each is that of its text alone.)
 
     Args:
         model: a BERT backbone returning ``last_hidden_state`` (bertblocks' or transformers'); it is run

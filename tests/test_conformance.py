@@ -39,7 +39,20 @@ def _installed_registry() -> Registry:
 
 REGISTRY = _installed_registry()
 BUILTIN_PLUGIN_NAMES = {p.name for p in REGISTRY.plugins() if p.distribution == "bertblocks"}
-SUITE = ConformanceSuite(REGISTRY, compile_backend="aot_eager")
+#: components that need other choices of the tiny config: the convbert and squeezebert families describe models with
+#: their own components; grouped projections need an intermediate width their groups divide (37 is prime)
+_GROUPED = {"encoder": {"feedforward": {"intermediate_size": 40}}}
+CONFIGS = {
+    ("family", "convbert"): {"encoder": {"attention": {"name": "convbert"}}},
+    ("feedforward", "grouped_conv"): _GROUPED,
+    ("family", "squeezebert"): {
+        "encoder": {
+            "attention": {"name": "grouped_conv"},
+            "feedforward": {"name": "grouped_conv", "intermediate_size": 40},
+        }
+    },
+}
+SUITE = ConformanceSuite(REGISTRY, compile_backend="aot_eager", configs=CONFIGS)
 
 
 @pytest.mark.parametrize("case", SUITE.params(exclude=["compile"]))

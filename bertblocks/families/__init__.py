@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import (
     albert,
     bert,
+    convbert,
     data2vec_text,
     deberta,
     deberta_v2,
@@ -24,9 +25,11 @@ from . import (
     mpnet,
     neobert,
     nomic_bert,
+    rembert,
     roberta,
     roberta_prelayernorm,
     roformer,
+    squeezebert,
     xlm_roberta_xl,
 )
 
@@ -48,12 +51,15 @@ FAMILY_PLUGINS = (
     jina_bert,
     eurobert,
     neobert,
-    hybrid,
+    rembert,
+    convbert,
+    squeezebert,
     roberta_prelayernorm,
     megatron_bert,
     xlm_roberta_xl,
     data2vec_text,
     deberta,
+    hybrid,
 )
 
 __all__ = ["FAMILY_PLUGINS"]

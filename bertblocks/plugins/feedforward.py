@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import FeedForward, FeedForwardOutput, Intermediate
+
+from ..errors import InputError
 
 
 class BertFeedForwardOptions(BaseModel):
@@ -28,6 +30,11 @@ class BertFeedForwardOptions(BaseModel):
         True,
         description="the hidden dropout after the output projection (BERT's place); false: none there, as "
         "XLM-RoBERTa-XL's feed-forward output. The same numbers without dropout",
+    )
+    groups: PositiveInt = Field(
+        1,
+        description="grouped projections: slice g of the input feeds slice g of the output alone, one [in/groups, "
+        "out/groups] weight per group (ConvBERT's num_groups); 1: dense",
     )
 
 
@@ -68,6 +75,40 @@ class BertIntermediate(Intermediate):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.intermediate_act_fn(self.dense(hidden_states))
+
+
+class GroupedLinear(nn.Module):
+    """transformers' ConvBERT ``GroupedLinearLayer``: the input's ``groups`` slices each through their own
+    ``[in/groups, out/groups]`` weight (stored ``[groups, in/groups, out/groups]``, transformers' layout), outputs
+    concatenated, then one bias over all of them.
+
+    Shapes::
+
+        x [..., in] → [n, g, in/g] → [g, n, in/g] @ weight [g, in/g, out/g] → [g, n, out/g] → [..., out]
+    """
+
+    def __init__(self, in_features: int, out_features: int, groups: int, bias: bool = True) -> None:
+        super().__init__()
+        if in_features % groups or out_features % groups:
+            raise InputError(
+                f"encoder.feedforward.groups {groups} must divide both widths of each projection "
+                f"({in_features} and {out_features})"
+            )
+        self.groups, self.in_features, self.out_features = groups, in_features, out_features
+        self.weight = nn.Parameter(torch.empty(groups, in_features // groups, out_features // groups))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+
+    def reset_parameters_like_hf(self, std: float) -> None:
+        with torch.no_grad():
+            self.weight.normal_(0.0, std)
+            if self.bias is not None:
+                self.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        grouped = x.reshape(-1, self.groups, self.in_features // self.groups).transpose(0, 1)  # [g, n, in/g]
+        out = torch.bmm(grouped, self.weight).transpose(0, 1).reshape(*lead, self.out_features)  # [..., out]
+        return out if self.bias is None else out + self.bias
 
 
 class GLUIntermediate(Intermediate):
@@ -156,12 +197,15 @@ def build_bert_feedforward(
     bias = getattr(options, "bias", True)
     if not getattr(options, "output_dropout", True):
         dropout = 0.0
-    return FeedForward(
-        intermediate=BertIntermediate(hidden_size, intermediate_size, activation(), bias),
-        output=BertOutput(
-            intermediate_size, hidden_size, layer_norm_eps, dropout, _norm(norm, hidden_size, layer_norm_eps), bias
-        ),
+    groups = getattr(options, "groups", 1)
+    intermediate = BertIntermediate(hidden_size, intermediate_size, activation(), bias)
+    output = BertOutput(
+        intermediate_size, hidden_size, layer_norm_eps, dropout, _norm(norm, hidden_size, layer_norm_eps), bias
     )
+    if groups > 1:  # the same modules with grouped projections in place of the dense ones (same key names)
+        intermediate.dense = GroupedLinear(hidden_size, intermediate_size, groups, bias)
+        output.dense = GroupedLinear(intermediate_size, hidden_size, groups, bias)
+    return FeedForward(intermediate=intermediate, output=output)
 
 
 def build_glu_feedforward(
@@ -259,6 +303,16 @@ ACTIVATIONS: dict[str, tuple[Callable[[], nn.Module], str]] = {
 }
 
 
+def grouped_widths(config: Any, spec: Any, loc: str) -> list[str]:
+    """The config check of the ``bert`` feed-forward: ``groups`` divides both widths of each projection."""
+    groups = spec.options().get("groups", 1)
+    return [
+        f"groups {groups} must divide {what} {width} (each group projects a slice of it)"
+        for what, width in (("hidden_size", config.hidden_size), ("intermediate_size", spec.intermediate_size))
+        if width % groups
+    ]
+
+
 def _activation_factory(make: Callable[[], nn.Module]) -> Callable[..., nn.Module]:
     def factory(*, options: object) -> nn.Module:
         return make()
@@ -273,7 +327,8 @@ def bertblocks_register_components() -> list[Component]:
             "bert",
             build_bert_feedforward,
             BertFeedForwardOptions,
-            description="dense → act → dense (bias optional)",
+            description="dense → act → dense (bias optional; grouped projections optional)",
+            validate=grouped_widths,
         ),
         Component(
             "feedforward",
