@@ -14,6 +14,7 @@ import transformers
 from safetensors.torch import save_file
 
 import bertblocks
+from bertblocks.errors import InputTypeError
 from bertblocks.hf.weight_files import WeightFileError
 from bertblocks.sentence import cosine_score, dot_score, maxsim_score, sparse_score
 from tests.conftest import TINY
@@ -334,3 +335,11 @@ def test_scores_equal_sentence_transformers_util(normalize):
     assert_close(dot_score(a, b), util.dot_score(a, b))
     assert_close(sparse_score(a.to_sparse().to_dense(), b), util.dot_score(a, b))
     assert_close(cosine_score(a, b), util.cos_sim(a, b))
+
+
+def test_a_heads_options_come_as_overrides_and_a_mapping_head_is_refused(tmp_path):
+    bertblocks.create_model(TINY).save_pretrained(tmp_path)
+    model = bertblocks.from_pretrained(tmp_path, ["head.dim=16"], head="colbert")
+    assert model.linear.out_features == 16
+    with pytest.raises(InputTypeError, match=r"head must be a head name.*\['head.dim=16'\], head='colbert'"):
+        bertblocks.from_pretrained(tmp_path, head={"name": "colbert", "dim": 16})

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..atomic import reading
 from ..config_files import load_config
+from ..errors import InputTypeError
 from ..hf.hub import resolve_pretrained
 from .backbone import BertModel
 from .task_models import task_model_class
@@ -29,7 +30,15 @@ def from_pretrained(
             :class:`~bertblocks.BertForMaskedLM`), or the backbone if it names none; a head name
             (``"sequence_classification"``): a task model with that head.
         kwargs: as for :meth:`BertModel.from_pretrained` / :meth:`bertblocks.BertTaskModel.from_pretrained`.
+
+    Raises:
+        InputTypeError: ``head`` is not a name (a head's options are overrides: ``["head.dim=16"]``).
     """
+    if head is not None and not isinstance(head, str):
+        raise InputTypeError(
+            f"head must be a head name, 'auto' or None, got {type(head).__name__} {head!r}; give a head's options as "
+            "overrides, e.g. from_pretrained(path, ['head.dim=16'], head='colbert')"
+        )
     if head is None:
         return BertModel.from_pretrained(path, overrides, **kwargs)
     if head == "auto":

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..config import BertConfig
-from ..config_files import ConfigSource, load_config
+from ..config_files import ConfigSource, config_data
 from ..core.capabilities import padding_readers
 from ..core.encoder import EncoderModel
 from ..core.interfaces import Head
@@ -109,9 +109,15 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
             ConfigError: the config is invalid.
         """
         reg = registry or get_registry()
-        cfg = load_config(config, overrides, reg)
         if cls.head_name is not None and head is not None and head != cls.head_name:
             raise BuildError(f"{cls.__name__} always has the {cls.head_name!r} head; got head={head!r}")
+        data, where = config_data(config, registry=reg)
+        wanted = cls.head_name or head
+        given = data.get("head")
+        if wanted is not None and (given if isinstance(given, str) else (given or {}).get("name")) != wanted:
+            # the head is set before the overrides, so that `head.dim=16` reaches the head asked for
+            data["head"] = {"name": wanted}
+        cfg = validate_config(config_data(data, overrides, registry=reg)[0], reg, source=where)
         name = cls.head_name or head or (cfg.head.name if cfg.head is not None else None)
         if name is None:
             raise BuildError(
