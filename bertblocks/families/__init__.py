@@ -17,6 +17,7 @@ from . import (
     hybrid,
     jina_bert,
     jina_embeddings_v3,
+    longformer,
     modernbert,
     mpnet,
     neobert,
@@ -44,6 +45,7 @@ FAMILY_PLUGINS = (
     eurobert,
     neobert,
     hybrid,
+    longformer,
 )
 
 __all__ = ["FAMILY_PLUGINS"]
