@@ -18,7 +18,8 @@ The window is computed in blocks of ``w`` queries against the ``3w`` keys around
 ``b·h·L·3w`` floats (plus ``b·h·L·G`` for ``G`` global tokens): memory linear in the length, never an ``L×L`` mask.
 transformers pads the sequence to a multiple of the window first; the blocks need no such padding of the inputs
 (the padded positions it adds are masked keys, invisible to every real token), so real tokens get its numbers for
-any length. Padded query rows attend as in BERT (transformers zeroes their attention; only padded positions differ).
+any length. A padded query attends to nothing, as in transformers (its row of probabilities is zero), so padded
+positions get transformers' numbers too.
 
 The kernel is the module's own: the ``backend`` the builder passes is not used (the window and the global columns
 do not fit the backend contract's ``[b, h, q, k]`` mask without the quadratic mask this avoids).
@@ -43,6 +44,8 @@ from bertblocks.errors import BertBlocksError, InputError
 
 #: the forward input the attention reads beyond the standard ones: ``[b, q]`` (or ``[b, c, q]``), 1 = global
 GLOBAL_ATTENTION_MASK = "global_attention_mask"
+#: the global projections' parameters (``query_global.weight``, …) end with one of these
+_GLOBAL = ("_global.weight", "_global.bias")
 
 
 class LongformerAttentionError(BertBlocksError, ValueError):
@@ -204,7 +207,10 @@ class LongformerAttention(Attention):
             g_scores = F.pad(g_scores, (0, 0, 0, extra)).view(b, h, n, w, -1)
             scores = torch.cat([g_scores, scores], dim=-1)  # [b, h, n, w, G + 3w]
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-        probs = F.dropout(probs, p=self.dropout_p, training=self.training)
+        # a padded query attends to nothing (transformers zeroes its row): its output is the projection's bias
+        # plus the residual, as transformers' is, which question answering's softmax over every position reads
+        quiet = F.pad(padded, (0, extra), value=True).view(b, 1, n, w, 1)
+        probs = F.dropout(probs.masked_fill(quiet, 0.0), p=self.dropout_p, training=self.training)
         if glob is not None:
             g_probs, probs = probs.split([glob.count, 3 * w], dim=-1)
             context = probs @ v_windows.transpose(-1, -2) + g_probs @ _gather(value, glob.index)[:, :, None]
@@ -219,6 +225,12 @@ class LongformerAttention(Attention):
             context = _scatter_rows(context, glob, g_context)
             if weights is not None:
                 weights = _scatter_rows(weights, glob, g_weights)
+        elif torch.is_grad_enabled():
+            # a batch without global tokens leaves the global projections out of the graph, and DDP stops on a
+            # parameter without a gradient (transformers' Longformer needs find_unused_parameters): they join the
+            # graph with a zero term, exactly zero, so the numbers are those of the window alone
+            unused = sum(p.sum() for name, p in proj.named_parameters() if name.endswith(_GLOBAL))
+            context = context + 0.0 * unused
         if head_mask is not None:  # scales each head's probabilities, hence its output
             factor = head_mask.view(1, h, 1, 1)
             context = context * factor
