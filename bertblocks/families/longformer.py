@@ -31,10 +31,12 @@ class LongformerConfigError(BertBlocksError, ValueError):
     """A Longformer config.json field bertblocks cannot build (a window that is odd, or a list of the wrong length)."""
 
 
-def _windows(value: Any, num_layers: int) -> list[int]:
-    """``attention_window`` (one number or one per layer) as one even positive number per layer."""
-    windows = [value] * num_layers if isinstance(value, int) else list(value)
-    if len(windows) != num_layers:
+def _windows(value: Any, num_layers: Any) -> list[int]:
+    """``attention_window`` as the distinct windows of the layers: ``[w]`` for one number (every layer), else the
+    list of one even positive number per layer (its length checked against ``num_hidden_layers``, which may be any
+    declared integer: one number is never expanded into a list of that many)."""
+    windows = [value] if isinstance(value, int) else list(value)
+    if not isinstance(value, int) and len(windows) != num_layers:
         raise LongformerConfigError(
             f"attention_window={value!r} is not supported: a list needs one window per layer "
             f"(num_hidden_layers={num_layers}), got {len(windows)}"
@@ -50,7 +52,7 @@ def _windows(value: Any, num_layers: int) -> list[int]:
 
 def longformer_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     src = {**DEFAULTS, **hf}
-    windows = _windows(src.pop("attention_window"), int(src.get("num_hidden_layers", 12)))
+    windows = _windows(src.pop("attention_window"), src.get("num_hidden_layers", 12))
     data = bert_fields_from_hf(src)
     data["embedding"] = {**data["embedding"], "position_offset": "padding"}
     encoder = data.setdefault("encoder", {})
