@@ -40,7 +40,7 @@ from bertblocks.core.capabilities import AttentionCapabilities
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Attention, Positions, PositionScheme
 from bertblocks.core.packing import Packing
-from bertblocks.errors import BertBlocksError, InputError
+from bertblocks.errors import BertBlocksError, InputError, UnsupportedError
 
 #: the forward input the attention reads beyond the standard ones: ``[b, q]`` (or ``[b, c, q]``), 1 = global
 GLOBAL_ATTENTION_MASK = "global_attention_mask"
@@ -49,7 +49,7 @@ _GLOBAL = ("_global.weight", "_global.bias")
 
 
 class LongformerAttentionError(BertBlocksError, ValueError):
-    """A Longformer attention built where it cannot work (a position term it has no place for)."""
+    """A Longformer attention asked for what it cannot be: an odd window, a position term it has no place for."""
 
 
 class LongformerOptions(BaseModel):
@@ -65,7 +65,9 @@ class LongformerOptions(BaseModel):
     @classmethod
     def _even(cls, value: int) -> int:
         if value % 2:
-            raise ValueError(f"must be even (transformers' attention_window; half on each side), not {value}")
+            raise LongformerAttentionError(
+                f"must be even (transformers' attention_window; half on each side), not {value}"
+            )
         return value
 
 
@@ -275,7 +277,7 @@ class LongformerAttention(Attention):
         return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
 
     def prune_heads(self, heads: set[int]) -> None:
-        raise NotImplementedError("declared: capabilities.pruning is False")
+        raise UnsupportedError("the longformer attention cannot be pruned (declared: capabilities.pruning is False)")
 
 
 class _GlobalTokens:
