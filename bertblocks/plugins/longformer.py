@@ -14,8 +14,10 @@ What it computes (transformers' ``LongformerSelfAttention``, on the same weights
   separate projections (``query_global``, ``key_global``, ``value_global``), and its output replaces the windowed
   one.
 
-The window is computed in blocks of ``w`` queries against the ``3w`` keys around them, so scores take
-``b·h·L·3w`` floats (plus ``b·h·L·G`` for ``G`` global tokens): memory linear in the length, never an ``L×L`` mask.
+The window is computed in blocks of ``w`` queries against the ``3w`` keys around them (plus the ``G`` global keys),
+each block one call of PyTorch's fused ``scaled_dot_product_attention`` with a ``[w, 3w + G]`` mask: work and memory
+linear in the length, never an ``L×L`` score matrix or mask. ``output_attentions`` computes the same band with the
+probabilities written out (and lays them out as ``[b, h, L, L]``, quadratic, only then).
 transformers pads the sequence to a multiple of the window first; the blocks need no such padding of the inputs
 (the padded positions it adds are masked keys, invisible to every real token), so real tokens get its numbers for
 any length. A padded query attends to nothing, as in transformers (its row of probabilities is zero), so padded
@@ -108,9 +110,8 @@ class LongformerAttention(Attention):
     Shapes (``w`` one-sided window, ``n = ⌈L / w⌉`` blocks, ``G`` the most global tokens of any row)::
 
         hidden [b, L, H] → Q, K, V [b, h, L, d]
-        Q blocks [b, h, n, w, d] · K windows [b, h, n, d, 3w] → band scores [b, h, n, w, 3w]
-        Q [b, h, L, d] · K at global tokens [b, h, G, d] → global-key scores [b, h, L, G]
-        softmax over both → context [b, h, L, d]
+        Q blocks [b, h, n, w, d] against K, V windows [b, h, n, 3w, d] and K, V at global tokens [b, h, G, d]
+        → fused attention per block, mask [b, n, w, G + 3w] → context [b, h, L, d]
         global tokens: Q_global [b, h, G, d] · K_global [b, h, L, d] → softmax → · V_global → their rows of context
         context [b, L, h·d] → output dense → dropout → + residual → norm
     """
@@ -185,42 +186,36 @@ class LongformerAttention(Attention):
         # transformers divides the queries (not the scores) by √d
         query = self._heads(proj.query(hidden) / d**0.5)  # [b, h, L, d]
         key, value = self._heads(proj.key(hidden)), self._heads(proj.value(hidden))
-        low = torch.finfo(query.dtype).min
 
         n = -(-length // w)  # blocks of w queries
         extra = n * w - length
-        q_blocks = F.pad(query, (0, 0, 0, extra)).view(b, h, n, w, d)
+        q_blocks = F.pad(query, (0, 0, 0, extra)).reshape(b, h, n, w, d)
         k_windows = F.pad(key, (0, 0, w, extra + w)).unfold(2, 3 * w, w)  # [b, h, n, d, 3w]
         v_windows = F.pad(value, (0, 0, w, extra + w)).unfold(2, 3 * w, w)
-        scores = q_blocks @ k_windows  # [b, h, n, w, 3w]: query r of block i, key i·w - w + s
-        # a windowed key must be real, inside the sequence, not global (global keys have their own columns),
-        # and at most w positions away: s - r in [0, 2w]
+        # query r of block i sees key i·w - w + s when that key is real, inside the sequence, not global (global
+        # keys have their own columns) and at most w positions away: s - r in [0, 2w]
         local_keys = ~padded if is_global is None else ~(padded | is_global)
         visible = F.pad(local_keys, (w, extra + w), value=False).unfold(1, 3 * w, w)  # [b, n, 3w]
         offset = torch.arange(3 * w, device=hidden.device)[None, :] - torch.arange(w, device=hidden.device)[:, None]
-        band = (offset >= 0) & (offset <= 2 * w)  # [w, 3w]
-        scores = scores.masked_fill(~(visible[:, None, :, None, :] & band), low)
-
-        glob = _GlobalTokens.of(is_global) if is_global is not None else None
-        if glob is not None:
-            # every query also scores the global keys (windowed projections), transformers' extra columns
-            k_global = _gather(key, glob.index)  # [b, h, G, d]
-            g_scores = (query @ k_global.transpose(-1, -2)).masked_fill(~glob.valid[:, None, None, :], low)
-            g_scores = F.pad(g_scores, (0, 0, 0, extra)).view(b, h, n, w, -1)
-            scores = torch.cat([g_scores, scores], dim=-1)  # [b, h, n, w, G + 3w]
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+        allowed = visible[:, :, None, :] & ((offset >= 0) & (offset <= 2 * w))  # [b, n, w, 3w]
         # a padded query attends to nothing (transformers zeroes its row): its output is the projection's bias
         # plus the residual, as transformers' is, which question answering's softmax over every position reads
-        quiet = F.pad(padded, (0, extra), value=True).view(b, 1, n, w, 1)
-        probs = F.dropout(probs.masked_fill(quiet, 0.0), p=self.dropout_p, training=self.training)
-        if glob is not None:
-            g_probs, probs = probs.split([glob.count, 3 * w], dim=-1)
-            context = probs @ v_windows.transpose(-1, -2) + g_probs @ _gather(value, glob.index)[:, :, None]
+        quiet = F.pad(padded, (0, extra), value=True).reshape(b, n, w, 1)
+        glob = _GlobalTokens.of(is_global) if is_global is not None else None
+        k_global = _gather(key, glob.index) if glob is not None else None  # [b, h, G, d]: windowed projections
+        v_global = _gather(value, glob.index) if glob is not None else None
+        dropout_p = self.dropout_p if self.training else 0.0
+        if output_attentions:
+            context, probs, g_probs = self._explicit(
+                q_blocks, k_windows, v_windows, allowed, quiet, glob, k_global, v_global, dropout_p
+            )
+            weights = self._dense_weights(probs, g_probs, glob, length)
         else:
-            g_probs = None
-            context = probs @ v_windows.transpose(-1, -2)  # [b, h, n, w, d]
+            context, weights = (
+                self._fused(q_blocks, k_windows, v_windows, allowed, quiet, glob, k_global, v_global, dropout_p),
+                None,
+            )
         context = context.reshape(b, h, n * w, d)[:, :, :length]
-        weights = self._dense_weights(probs, g_probs, glob, length) if output_attentions else None
 
         if glob is not None:
             g_context, g_weights = self._global_rows(hidden, padded, glob)  # [b, h, G, d], [b, h, G, L]
@@ -239,6 +234,73 @@ class LongformerAttention(Attention):
             weights = weights * factor if weights is not None else None
         context = context.transpose(1, 2).reshape(b, length, h * d)
         return self.output(context, hidden), weights
+
+    def _fused(
+        self,
+        q_blocks: torch.Tensor,  # [b, h, n, w, d]
+        k_windows: torch.Tensor,  # [b, h, n, d, 3w]
+        v_windows: torch.Tensor,
+        allowed: torch.Tensor,  # [b, n, w, 3w] bool
+        quiet: torch.Tensor,  # [b, n, w, 1] bool: padded queries
+        glob: _GlobalTokens | None,
+        k_global: torch.Tensor | None,  # [b, h, G, d]
+        v_global: torch.Tensor | None,
+        dropout_p: float,
+    ) -> torch.Tensor:
+        """The window (and global keys) through PyTorch's fused attention, one block of ``w`` queries against its
+        ``3w`` (+ ``G``) keys per batch entry: no probabilities are materialised. ``[b, h, n, w, d]``."""
+        b, h, n, w, d = q_blocks.shape
+        # blocks become the batch ([b·n, h, ·, d]) so that one [b·n, 1, w, K] mask serves every head
+        query = q_blocks.transpose(1, 2).reshape(b * n, h, w, d)
+        key = k_windows.permute(0, 2, 1, 4, 3)  # [b, n, h, 3w, d]
+        value = v_windows.permute(0, 2, 1, 4, 3)
+        if glob is not None and k_global is not None and v_global is not None:
+            key = torch.cat([k_global[:, None].expand(b, n, h, glob.count, d), key], dim=3)
+            value = torch.cat([v_global[:, None].expand(b, n, h, glob.count, d), value], dim=3)
+            allowed = torch.cat([glob.valid[:, None, None, :].expand(b, n, w, glob.count), allowed], dim=-1)
+        keys = key.shape[3]
+        # additive and finite (a padded query's row may hide every key; its output is zeroed below)
+        mask = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device)
+        mask = mask.masked_fill(~allowed, torch.finfo(query.dtype).min).reshape(b * n, 1, w, keys)
+        context = F.scaled_dot_product_attention(
+            query,
+            key.reshape(b * n, h, keys, d),
+            value.reshape(b * n, h, keys, d),
+            attn_mask=mask,
+            dropout_p=dropout_p,
+            scale=1.0,  # the queries are already divided by √d
+        )  # [b·n, h, w, d]
+        context = context.reshape(b, n, h, w, d).masked_fill(quiet[:, :, None], 0.0)
+        return context.transpose(1, 2)  # [b, h, n, w, d]
+
+    def _explicit(
+        self,
+        q_blocks: torch.Tensor,
+        k_windows: torch.Tensor,
+        v_windows: torch.Tensor,
+        allowed: torch.Tensor,
+        quiet: torch.Tensor,
+        glob: _GlobalTokens | None,
+        k_global: torch.Tensor | None,
+        v_global: torch.Tensor | None,
+        dropout_p: float,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The same with the probabilities written out (for ``output_attentions``): context ``[b, h, n, w, d]``,
+        band probabilities ``[b, h, n, w, 3w]`` and global-key ones ``[b, h, n, w, G]`` (or ``None``)."""
+        w = q_blocks.shape[3]
+        low = torch.finfo(q_blocks.dtype).min
+        scores = (q_blocks @ k_windows).masked_fill(~allowed[:, None], low)  # [b, h, n, w, 3w]
+        if glob is not None and k_global is not None:
+            g_scores = q_blocks @ k_global[:, :, None].transpose(-1, -2)  # [b, h, n, w, G]
+            g_scores = g_scores.masked_fill(~glob.valid[:, None, None, None, :], low)
+            scores = torch.cat([g_scores, scores], dim=-1)  # [b, h, n, w, G + 3w]
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q_blocks.dtype)
+        probs = F.dropout(probs.masked_fill(quiet[:, None], 0.0), p=dropout_p, training=dropout_p > 0)
+        if glob is not None and v_global is not None:
+            g_probs, probs = probs.split([glob.count, 3 * w], dim=-1)
+            context = probs @ v_windows.transpose(-1, -2) + g_probs @ v_global[:, :, None]
+            return context, probs, g_probs
+        return probs @ v_windows.transpose(-1, -2), probs, None
 
     def _global_rows(
         self, hidden: torch.Tensor, padded: torch.Tensor, glob: _GlobalTokens
@@ -265,7 +327,7 @@ class LongformerAttention(Attention):
         columns = torch.arange(n, device=device)[:, None] * w + torch.arange(3 * w, device=device)  # [n, 3w]
         dense = probs.new_zeros(b, h, n, w, n * w + 2 * w)  # key columns shifted by w (the left padding)
         dense.scatter_(-1, columns[None, None, :, None, :].expand_as(probs), probs)
-        dense = dense.view(b, h, n * w, -1)[:, :, :length, w : w + length]
+        dense = dense.reshape(b, h, n * w, -1)[:, :, :length, w : w + length]
         if g_probs is not None and glob is not None:
             g = g_probs.reshape(b, h, n * w, -1)[:, :, :length] * glob.valid[:, None, None, :]
             dense = dense.scatter_add(-1, glob.index[:, None, None, :].expand(-1, h, length, -1), g)
