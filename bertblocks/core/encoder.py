@@ -22,6 +22,7 @@ from ..errors import InputError, InputTypeError
 from .cache import KVCache
 from .capabilities import CapabilityError, attention_capabilities, padding_readers
 from .interfaces import (
+    Attention,
     Embedding,
     Layer,
     LayerContext,
@@ -225,6 +226,10 @@ class EncoderModel(nn.Module):
         # what a layer's attention declares it cannot do, worked out once (declarations do not change), so that
         # a decoding loop pays a dictionary look-up per step, not a walk over the layers
         self._refusals = {what: self._refusal(what) for what in ("attention_weights", "cache")}
+        #: forward inputs beyond BERT's that some attention module reads (``Attention.reads_inputs``)
+        self.extra_inputs: tuple[str, ...] = tuple(
+            sorted({name for module in self.modules() if isinstance(module, Attention) for name in module.reads_inputs})
+        )
 
     @property
     def auto_packing(self) -> bool:
@@ -258,6 +263,7 @@ class EncoderModel(nn.Module):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        **inputs: torch.Tensor | None,
     ) -> ModelOutputWithPooling | tuple[torch.Tensor, ...]:
         """Encode (or, in decoder mode, decode) a batch. Arguments and outputs are transformers' BERT backbone's.
 
@@ -277,11 +283,20 @@ class EncoderModel(nn.Module):
             output_attentions: also return every layer's attention probabilities.
             output_hidden_states: also return the embeddings and every layer's output.
             return_dict: ``False`` returns a tuple of the non-``None`` fields instead.
+            inputs: the inputs an attention module of this model declares it reads (:attr:`extra_inputs`:
+                Longformer's ``global_attention_mask``), in the padded layout.
 
         Raises:
             ValueError: for inputs of the wrong shape, dtype or range, each with what was expected.
+            TypeError: a keyword argument that neither BERT nor an attention module of this model takes.
         """
         cfg = self.config
+        unknown = sorted(name for name in inputs if name not in self.extra_inputs)
+        if unknown:
+            takes = f" (its attention modules also read {', '.join(self.extra_inputs)})" if self.extra_inputs else ""
+            raise InputTypeError(
+                f"{type(self).__name__}.forward() got an unexpected keyword argument {unknown[0]!r}{takes}"
+            )
         if output_attentions:
             self._check_attention_capability("attention_weights")
         cache = self._prepare_cache(past_key_values, use_cache)
@@ -350,6 +365,9 @@ class EncoderModel(nn.Module):
                 encoder_mask=encoder_mask,
             )
 
+        given = {name: value for name, value in inputs.items() if value is not None}
+        if given:
+            context = replace(context or LayerContext(), inputs=given)
         encoded = self.encoder(
             hidden,
             mask,

@@ -496,11 +496,16 @@ class Attention(nn.Module, ABC):
             cache), declared on the class or per instance (see
             :class:`~bertblocks.core.capabilities.AttentionCapabilities`); the builder, the model and the
             conformance suite act on it. Default: everything.
+        reads_inputs: forward inputs of the model beyond transformers' BERT ones that this attention reads
+            (Longformer's ``global_attention_mask``): the backbone then accepts each as a keyword argument (and
+            refuses any name no attention declares), and every layer calls the module with it as a keyword of the
+            same name (``None`` when the caller gave none). Declared on the class.
     """
 
     num_heads: int
     head_dim: int
     capabilities: AttentionCapabilities = AttentionCapabilities()
+    reads_inputs: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def forward(
@@ -583,6 +588,8 @@ class LayerContext:
     encoder_mask: torch.Tensor | None = None  # additive [b, 1, 1|q, s]
     layer_index: int = 0
     packing: Packing | None = None  # hidden states are the packed real tokens [1, T, H]
+    #: the caller's inputs that attention modules declare they read (:attr:`Attention.reads_inputs`), by name
+    inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Layer(nn.Module, ABC):

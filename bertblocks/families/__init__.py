@@ -20,6 +20,7 @@ from . import (
     hybrid,
     jina_bert,
     jina_embeddings_v3,
+    longformer,
     megatron_bert,
     modernbert,
     mpnet,
@@ -59,6 +60,7 @@ FAMILY_PLUGINS = (
     xlm_roberta_xl,
     data2vec_text,
     deberta,
+    longformer,
     hybrid,
 )
 

@@ -97,8 +97,9 @@ def self_attend(
     output_attentions: bool,
     ctx: LayerContext,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A layer's self-attention call with what the forward pass's context says (cache, causality, packing):
-    written once for every layer kind."""
+    """A layer's self-attention call with what the forward pass's context says (cache, causality, packing, the
+    extra inputs the attention declares it reads): written once for every layer kind."""
+    extra = {name: ctx.inputs.get(name) for name in attention.reads_inputs}
     return attention(
         hidden_states,
         mask=mask,
@@ -109,6 +110,7 @@ def self_attend(
         layer_index=ctx.layer_index,
         is_causal=ctx.is_causal,
         packing=ctx.packing,
+        **extra,
     )
 
 

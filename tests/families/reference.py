@@ -807,6 +807,34 @@ FAMILIES: dict[str, Family] = {
         ),
         presets=("squeezebert-uncased",),
     ),
+    # windows of 4 and 8 keys (2 and 4 per side) over 14 tokens: several windows per row, one per layer so that a
+    # window read from the wrong layer changes the numbers; the task heads that put global tokens on their own
+    # (classification, QA, multiple choice) are compared in test_longformer.py with explicit global tokens
+    "longformer": Family(
+        "LongformerConfig",
+        {
+            **COMMON,
+            "type_vocab_size": 1,
+            "pad_token_id": 1,
+            "bos_token_id": 0,
+            "eos_token_id": 2,
+            "attention_window": [4, 8],
+        },
+        pad=1,
+        classes=_classes("Longformer", "Model", "ForMaskedLM", "ForTokenClassification"),
+        length=14,
+        real=9,
+        config_fields=("attention_window",),
+        tokenizer=Tokenizing(toks.bpe, toks.roberta_processor, "LongformerTokenizer"),
+        hidden_states="LongformerForMaskedLM",
+        attentions=False,  # transformers returns banded [b, h, L, w + 1 + G] weights: test_longformer.py compares them
+        refusals=(
+            ({"attention_window": 5}, "attention_window=5"),
+            ({"attention_window": [4, 4, 4]}, "attention_window=\\[4, 4, 4\\]"),
+            ({"bertblocks": {"encoder": {"attention": {"name": "bert"}}}}, "encoder.attention.name"),
+        ),
+        presets=("longformer-base-4096",),
+    ),
 }
 FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flipped from the defaults; round trip only
     "ModernBertConfig",

@@ -15,8 +15,9 @@ from ..subject import ConformanceSkip, Subject
 
 def check_attention_module(subject: Subject) -> None:
     """As declared: probabilities come back as ``[b, h, q, k]`` (``all``) or ``[b, h', q, k]`` with ``0 < h' < h``
-    (``some``), rows summing to one (eager backend), and ``output_attentions`` is refused for ``none``; zeroing a
-    head with ``head_mask`` equals pruning it, and ``prune_heads`` is refused when pruning is declared absent.
+    (``some``), rows of real queries summing to one (eager backend), and ``output_attentions`` is refused for
+    ``none``; zeroing a head with ``head_mask`` equals pruning it, and ``prune_heads`` is refused when pruning is
+    declared absent.
     Skipped, with the component's own reason, when it declares neither."""
     cfg = subject.config()
     cfg["encoder"]["attention"]["backend"] = "eager"
@@ -44,7 +45,9 @@ def check_attention_module(subject: Subject) -> None:
                     f"attention weights are {(b, h, q, k)}; attention_weights='some' promises (3, h', 9, 9), "
                     "0 < h' < 4",
                 )
-            close("attention probabilities sum to 1", weights.sum(-1), torch.ones(b, h, q))
+            # at real queries: a padded query's row is the family's choice (transformers' Longformer zeroes it)
+            real = inputs["attention_mask"].bool()[:, None, :].expand(b, h, q)
+            close("attention probabilities sum to 1 at real queries", weights.sum(-1)[real], torch.ones(b, h, q)[real])
     if not declared.pruning:
         try:
             model.prune_heads({0: [0]})
