@@ -113,6 +113,21 @@ def config_to_hf(config: BertConfig, registry: Registry | None = None) -> dict[s
             one model to transformers and another to bertblocks).
     """
     family = get_family(config.family, registry, source=None)
+    dumped = config.model_dump()
+    # what loading refuses (config_from_hf: a value against the family's fixed facts) is refused here, before
+    # anything is written: a saved folder always loads back
+    against = [
+        ConfigIssue(path, f"is {value!r}, but the {family.model_type} family requires {required!r}")
+        for path, required in family.fixed.items()
+        if (value := _get(dumped, path)) is not _MISSING and not _same(value, required)
+    ]
+    if against:
+        hint = ConfigIssue(
+            "family",
+            f"the {family.model_type} family's config.json cannot describe this model; a model no transformers "
+            "family describes is saved with family: bertblocks-hybrid",
+        )
+        raise ConfigError([*against, hint], f"saving a {family.model_type} config.json")
     out = family.config_to_hf(config)
     out.setdefault("model_type", family.model_type)  # a remote format's family writes its published one
     head = config.head.name if config.head is not None else None

@@ -4,11 +4,14 @@ family's own ``config_from_hf`` repeats the value (which could then drift from t
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from typing import Any
 
 import pytest
 
+import bertblocks
+from bertblocks.config import ConfigError
 from bertblocks.families.family import Family
 from bertblocks.hf import config_json
 from bertblocks.hf.families import known_families
@@ -56,3 +59,20 @@ def test_the_check_sees_a_repeated_fixed_value():
         fixed={"position.name": "absolute", "pooler": None, "embedding.token_types": False},
     )
     assert _fixed_values_stated(planted) == ["pooler", "position.name"]
+
+
+@pytest.mark.parametrize(
+    ("preset", "override", "path"),
+    [
+        ("tiny-longformer", "encoder.attention={name: bert, num_heads: 4}", "encoder.attention.name"),
+        ("tiny-roberta", "embedding.position_offset=none", "embedding.position_offset"),
+        ("tiny-convbert", "tie_word_embeddings=false", "tie_word_embeddings"),
+    ],
+)
+def test_saving_refuses_what_loading_would_refuse(preset, override, path, tmp_path):
+    """A config against its family's fixed facts is refused when saved, naming the field, and nothing is written:
+    loading the folder would refuse it (before, the save succeeded and the folder did not load)."""
+    model = bertblocks.create_model(preset, [override])
+    with pytest.raises(ConfigError, match=rf"{re.escape(path)}: is .*, but the \S+ family requires"):
+        model.save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
