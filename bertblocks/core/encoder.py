@@ -374,6 +374,7 @@ class EncoderModel(nn.Module):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        **extra_inputs: torch.Tensor | None,
     ) -> ModelOutputWithPooling | tuple[torch.Tensor, ...]:
         """Encode (or, in decoder mode, decode) a batch. Arguments and outputs are transformers' BERT backbone's.
 
@@ -393,9 +394,13 @@ class EncoderModel(nn.Module):
             output_attentions: also return every layer's attention probabilities.
             output_hidden_states: also return the embeddings and every layer's output.
             return_dict: ``False`` returns a tuple of the non-``None`` fields instead.
+            extra_inputs: the per-token inputs the embedding declares beyond BERT's
+                (:attr:`~bertblocks.core.interfaces.Embedding.extra_inputs`: LayoutLM's ``bbox [b, q, 4]``); ``None``
+                means not given.
 
         Raises:
             ValueError: for inputs of the wrong shape, dtype or range, each with what was expected.
+            TypeError: a keyword argument this model does not take.
         """
         cfg = self.config
         if output_attentions:
@@ -405,6 +410,7 @@ class EncoderModel(nn.Module):
             self._check_attention_capability("cache")
         past_length = cache.get_seq_length() if cache is not None else 0
         batch, length = self._check_inputs(input_ids, inputs_embeds, token_type_ids, position_ids, past_length)
+        extra = self._check_extra_inputs(extra_inputs, batch, length)
         if cache is not None:
             # A full check walks every layer; a cache this model already checked (the usual decoding loop)
             # only needs its batch size confirmed.
@@ -419,10 +425,16 @@ class EncoderModel(nn.Module):
             )
         if self.embeddings.reads_attention_mask:
             hidden = self.embeddings(
-                input_ids, token_type_ids, position_ids, inputs_embeds, past_length, attention_mask=attention_mask
+                input_ids,
+                token_type_ids,
+                position_ids,
+                inputs_embeds,
+                past_length,
+                attention_mask=attention_mask,
+                **extra,
             )
         else:
-            hidden = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
+            hidden = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length, **extra)
         dtype, device = hidden.dtype, hidden.device
 
         mask = None
@@ -614,6 +626,23 @@ class EncoderModel(nn.Module):
                     f"position_ids must lie in [0, {cfg.max_position_embeddings}) (max_position_embeddings)"
                 )
         return batch, length
+
+    def _check_extra_inputs(
+        self, given: dict[str, torch.Tensor | None], batch: int, length: int
+    ) -> dict[str, torch.Tensor]:
+        """The given extra inputs (``None`` ones dropped), each one the embedding declares and has checked: the one
+        door every extra input goes through on its way to the embedding."""
+        declared = self.embeddings.extra_inputs
+        unknown = sorted(name for name in given if name not in declared)
+        if unknown:
+            takes = f"; its embedding takes {', '.join(declared)} beyond BERT's inputs" if declared else ""
+            raise InputTypeError(
+                f"{type(self).__name__}.forward() got unexpected keyword argument(s) {', '.join(unknown)}{takes}"
+            )
+        extra = {name: value for name, value in given.items() if value is not None}
+        if extra:
+            self.embeddings.check_extra_inputs(extra, batch, length)
+        return extra
 
     def _expand_head_mask(self, head_mask: HeadMask | None, dtype: torch.dtype) -> HeadMask | None:
         """``[h]`` or ``[layers, h]`` → ``[layers, h]`` in the model's dtype (HF's ``get_head_mask``); or a

@@ -116,6 +116,12 @@ class Embedding(nn.Module, ABC):
     #: the backbone passes the caller's ``attention_mask`` (``[b, k]``, ``[b, q, k]`` or ``None``, unchecked) as the
     #: keyword ``attention_mask`` (ESM zeroes padded embeddings and rescales by the share of masked tokens)
     reads_attention_mask: ClassVar[bool] = False
+    #: keyword inputs beyond BERT's that this embedding reads (LayoutLM's ``bbox`` ``[b, q, 4]``): the backbone
+    #: takes them as keywords (a task model passes them on), checks each through :meth:`check_extra_inputs` and
+    #: hands the given ones to :meth:`forward` as keywords; one this tuple does not name is refused. Per token, so
+    #: that they enter before packing and a packed batch carries them with its tokens. An instance may set its own
+    #: (an option that adds a table adds its input).
+    extra_inputs: tuple[str, ...] = ()
 
     @abstractmethod
     def forward(
@@ -126,7 +132,14 @@ class Embedding(nn.Module, ABC):
         inputs_embeds: torch.Tensor | None,
         past_length: int = 0,
     ) -> torch.Tensor:
-        """Return ``[b, q, H]`` embeddings. Exactly one of ``input_ids`` / ``inputs_embeds`` is given."""
+        """Return ``[b, q, H]`` embeddings. Exactly one of ``input_ids`` / ``inputs_embeds`` is given; each name of
+        :attr:`extra_inputs` the caller gave arrives as a keyword, checked."""
+
+    def check_extra_inputs(self, inputs: Mapping[str, torch.Tensor], batch: int, length: int) -> None:
+        """Check the given :attr:`extra_inputs` (``None`` values left out) against the batch ``[batch, length]``
+        before any is used; raise :class:`~bertblocks.errors.InputError` (or ``InputTypeError``) naming the input
+        and what was expected. Data-dependent checks (ranges) are skipped under ``torch.compile``, as the
+        backbone's own are. The default accepts what :attr:`extra_inputs` names."""
 
     @abstractmethod
     def input_embeddings(self) -> nn.Embedding:

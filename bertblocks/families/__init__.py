@@ -17,6 +17,7 @@ from . import (
     hybrid,
     jina_bert,
     jina_embeddings_v3,
+    layoutlm,
     modernbert,
     mpnet,
     neobert,
@@ -43,6 +44,7 @@ FAMILY_PLUGINS = (
     jina_bert,
     eurobert,
     neobert,
+    layoutlm,
     hybrid,
 )
 

@@ -125,7 +125,8 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         head_module = build_head(cfg, reg)
         if head_module.needs_pooler and cfg.pooler is None:
             raise BuildError(f"the {name!r} head reads the pooled output, but the config has pooler: null")
-        backbone = BertModel._from_config(cfg, registry=reg, add_pooling_layer=head_module.needs_pooler)
+        keeps_pooler = head_module.needs_pooler or (cfg.pooler is not None and cfg.pooler.always)
+        backbone = BertModel._from_config(cfg, registry=reg, add_pooling_layer=keeps_pooler)
         # One config object for the model and its backbone, as in transformers; the backbone's structure was
         # fixed when it was built (it ignores `head`, and `pooler` only chose whether it has one).
         backbone.config = cfg

@@ -52,6 +52,7 @@ TINY_PRESETS = {
     "jina_bert": "tiny-jina-v2",
     "eurobert": "tiny-eurobert",
     "neobert": "tiny-neobert",
+    "layoutlm": "tiny-layoutlm",
 }
 #: families whose config.json names remote-code classes under another family's model_type: transformers reads it
 #: as that family's plain model (wrong for the weights; see tests/families/test_jina_v2.py)
