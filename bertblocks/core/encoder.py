@@ -7,9 +7,9 @@ the additive mask, positions, head-mask expansion) so layers never redo it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -25,6 +25,7 @@ from .interfaces import (
     Attention,
     Embedding,
     FeedForward,
+    FeedForwardOutput,
     Layer,
     Pooler,
     Positions,
@@ -78,7 +79,7 @@ class TransformerLayer(Layer):
             attended, cross_weights = cross_attend(
                 self.crossattention, attended, positions, head_mask, output_attentions, ctx
             )
-        return run_feedforward(self, attended), weights, cross_weights
+        return run_feedforward(self, attended, ctx), weights, cross_weights
 
 
 def self_attend(
@@ -128,15 +129,25 @@ def cross_attend(
     )
 
 
-def run_feedforward(layer: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+def run_feedforward(layer: nn.Module, hidden_states: torch.Tensor, ctx: LayerContext | None = None) -> torch.Tensor:
     """``layer.output(layer.intermediate(x), x)`` (the sub-layer's own residual and norm, if it has them), over
     chunks of ``layer.chunk_size_feed_forward`` positions when set: HF's apply_chunking_to_forward (the block is
     position-wise, so splitting along the sequence is exact and bounds the [b, chunk, intermediate]
-    activation)."""
+    activation). An output that declares ``extra_inputs`` gets them from ``ctx.token_inputs``, chunked alike."""
+    names = getattr(layer.output, "extra_inputs", ())
+    extra = {name: (ctx or _NO_DECODER).token_inputs[name] for name in names}  # [b, q] or packed [1, T]
     chunk = layer.chunk_size_feed_forward
     if chunk and hidden_states.shape[1] > chunk:
-        return torch.cat([layer.output(layer.intermediate(p), p) for p in hidden_states.split(chunk, dim=1)], dim=1)
-    return layer.output(layer.intermediate(hidden_states), hidden_states)
+        parts = [
+            layer.output(
+                layer.intermediate(p),
+                p,
+                **{name: value[:, start : start + chunk] for name, value in extra.items()},
+            )
+            for start, p in zip(range(0, hidden_states.shape[1], chunk), hidden_states.split(chunk, dim=1), strict=True)
+        ]
+        return torch.cat(parts, dim=1)
+    return layer.output(layer.intermediate(hidden_states), hidden_states, **extra)
 
 
 @dataclass(frozen=True)
@@ -149,6 +160,8 @@ class LayerContext:
     encoder_mask: torch.Tensor | None = None  # additive [b, 1, 1|q, s]
     layer_index: int = 0
     packing: Packing | None = None  # hidden states are the packed real tokens [1, T, H]
+    #: the per-token inputs layers' outputs declare (``FeedForwardOutput.extra_inputs``): ``[b, q]``, packed ``[1, T]``
+    token_inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
 
 _NO_DECODER = LayerContext()
@@ -341,6 +354,13 @@ class EncoderModel(nn.Module):
         # what a layer's attention declares it cannot do, worked out once (declarations do not change), so that
         # a decoding loop pays a dictionary look-up per step, not a walk over the layers
         self._refusals = {what: self._refusal(what) for what in ("attention_weights", "cache")}
+        # the layer outputs that read per-token inputs (a tuple, so that nn.Module does not register them twice)
+        self._input_readers: tuple[FeedForwardOutput, ...] = tuple(
+            output
+            for i in range(encoder.num_layers)
+            if isinstance(output := getattr(encoder.layer_at(i), "output", None), FeedForwardOutput)
+            and output.extra_inputs
+        )
 
     @property
     def auto_packing(self) -> bool:
@@ -410,7 +430,9 @@ class EncoderModel(nn.Module):
             self._check_attention_capability("cache")
         past_length = cache.get_seq_length() if cache is not None else 0
         batch, length = self._check_inputs(input_ids, inputs_embeds, token_type_ids, position_ids, past_length)
-        extra = self._check_extra_inputs(extra_inputs, batch, length)
+        extra, token_inputs = self._check_extra_inputs(
+            extra_inputs, batch, length, (input_ids if input_ids is not None else inputs_embeds).device
+        )
         if cache is not None:
             # A full check walks every layer; a cache this model already checked (the usual decoding loop)
             # only needs its batch size confirmed.
@@ -462,8 +484,12 @@ class EncoderModel(nn.Module):
         packing = self._packing_for(attention_mask, mask)
         if packing is not None:
             hidden = packing.pack(hidden)[None]  # [1, T, H]: dense layers see real tokens only
-            context = LayerContext(packing=packing)
+            # per-token inputs travel with their tokens
+            token_inputs = {name: packing.pack(value)[None] for name, value in token_inputs.items()}  # [1, T]
+            context = LayerContext(packing=packing, token_inputs=token_inputs)
             positions = positions.packed(packing)  # each sequence's positions, from 0, for its packed tokens
+        elif token_inputs:
+            context = LayerContext(token_inputs=token_inputs)
         if cfg.is_decoder:
             encoder_mask = None
             if encoder_hidden_states is not None and encoder_attention_mask is not None:
@@ -476,6 +502,7 @@ class EncoderModel(nn.Module):
                 is_causal=mask is None,  # else causality is already in the mask
                 encoder_hidden_states=encoder_hidden_states,
                 encoder_mask=encoder_mask,
+                token_inputs=token_inputs,
             )
 
         encoded = self.encoder(
@@ -628,21 +655,28 @@ class EncoderModel(nn.Module):
         return batch, length
 
     def _check_extra_inputs(
-        self, given: dict[str, torch.Tensor | None], batch: int, length: int
-    ) -> dict[str, torch.Tensor]:
-        """The given extra inputs (``None`` ones dropped), each one the embedding declares and has checked: the one
-        door every extra input goes through on its way to the embedding."""
-        declared = self.embeddings.extra_inputs
-        unknown = sorted(name for name in given if name not in declared)
+        self, given: dict[str, torch.Tensor | None], batch: int, length: int, device: torch.device
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The one door every input beyond BERT's goes through: ``(the embedding's, checked by it; the layers'
+        per-token ``[b, q]`` ones, prepared by the first layer output that declares them)``; ``None`` values are not
+        given. A name neither declares is refused."""
+        embedded = self.embeddings.extra_inputs
+        layered = self._input_readers[0].extra_inputs if self._input_readers else ()
+        unknown = sorted(name for name in given if name not in embedded and name not in layered)
         if unknown:
-            takes = f"; its embedding takes {', '.join(declared)} beyond BERT's inputs" if declared else ""
+            declared = (*embedded, *layered)
+            takes = f"; this model takes {', '.join(declared)} beyond BERT's inputs" if declared else ""
             raise InputTypeError(
                 f"{type(self).__name__}.forward() got unexpected keyword argument(s) {', '.join(unknown)}{takes}"
             )
-        extra = {name: value for name, value in given.items() if value is not None}
+        extra = {name: value for name, value in given.items() if value is not None and name in embedded}
         if extra:
             self.embeddings.check_extra_inputs(extra, batch, length)
-        return extra
+        token_inputs: dict[str, torch.Tensor] = {}
+        if layered:
+            chosen = {name: value for name, value in given.items() if value is not None and name in layered}
+            token_inputs = self._input_readers[0].prepare_extra_inputs(chosen, batch, length, device)
+        return extra, token_inputs
 
     def _expand_head_mask(self, head_mask: HeadMask | None, dtype: torch.dtype) -> HeadMask | None:
         """``[h]`` or ``[layers, h]`` → ``[layers, h]`` in the model's dtype (HF's ``get_head_mask``); or a

@@ -498,8 +498,22 @@ class FeedForwardOutput(nn.Module, ABC):
     and normalises itself), it returns ``dropout(dense(intermediate))`` and ignores ``residual``.
     """
 
+    #: per-token inputs the output reads beyond the hidden states (X-MOD's ``lang_ids``, choosing each token's
+    #: language adapter): the backbone takes them as keywords, has :meth:`prepare_extra_inputs` of the first layer
+    #: that declares them turn them into ``[b, q]`` tensors (packed with the tokens when the batch is packed), and the
+    #: layer passes them to :meth:`forward` as keywords (``[b, q]``, or ``[1, T]`` packed)
+    extra_inputs: tuple[str, ...] = ()
+
     @abstractmethod
     def forward(self, intermediate: torch.Tensor, residual: torch.Tensor) -> torch.Tensor: ...
+
+    def prepare_extra_inputs(
+        self, inputs: Mapping[str, torch.Tensor], batch: int, length: int, device: torch.device
+    ) -> dict[str, torch.Tensor]:
+        """The given :attr:`extra_inputs` (those not given absent) checked and made per token: one ``[batch, length]``
+        tensor for every name of :attr:`extra_inputs` (a default for one not given, or raise
+        :class:`~bertblocks.errors.InputError` naming it). Data-dependent checks are skipped under ``torch.compile``."""
+        return dict(inputs)
 
 
 @dataclass

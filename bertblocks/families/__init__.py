@@ -24,6 +24,7 @@ from . import (
     nomic_bert,
     roberta,
     roformer,
+    xmod,
 )
 
 FAMILY_PLUGINS = (
@@ -45,6 +46,7 @@ FAMILY_PLUGINS = (
     eurobert,
     neobert,
     layoutlm,
+    xmod,
     hybrid,
 )
 

@@ -4,6 +4,7 @@ implements (``bertblocks_register_components``, ``bertblocks_register_presets``)
 from __future__ import annotations
 
 from . import (
+    adapters,
     attention,
     backends,
     conv_layers,
@@ -25,6 +26,7 @@ BUILTIN_PLUGINS = (
     attention,
     backends,
     feedforward,
+    adapters,
     norms,
     layers,
     conv_layers,

@@ -111,7 +111,7 @@ class PreLNLayer(_ResidualLayer):
             )
             hidden_states = hidden_states + crossed
         # the feed-forward sub-layer has no norm here: it returns dropout(dense2(...)), the layer adds the residual
-        hidden_states = hidden_states + run_feedforward(self, self.feedforward_norm(hidden_states))
+        hidden_states = hidden_states + run_feedforward(self, self.feedforward_norm(hidden_states), ctx)
         return hidden_states, weights, cross_weights
 
 
@@ -151,7 +151,7 @@ class ParallelLayer(_ResidualLayer):
         attended, weights = self_attend(
             self.attention, attention_in, mask, positions, head_mask, output_attentions, ctx
         )
-        return hidden_states + attended + run_feedforward(self, feedforward_in), weights, None
+        return hidden_states + attended + run_feedforward(self, feedforward_in, ctx), weights, None
 
 
 # --------------------------------------------------------------------------------------------- factories

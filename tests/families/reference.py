@@ -303,6 +303,36 @@ def esm_processor(tok: Tokenizer) -> processors.TemplateProcessing:
     )
 
 
+#: X-MOD at test size: three languages, a narrow bottleneck, the default language not the first
+XMOD: dict[str, Any] = {
+    **COMMON,
+    "type_vocab_size": 1,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "languages": ["en_XX", "de_DE", "fr_XX"],
+    "default_language": "de_DE",
+    "adapter_reduction_factor": 4,
+}
+XMOD_FIELDS = (
+    "languages",
+    "default_language",
+    "adapter_reduction_factor",
+    "adapter_layer_norm",
+    "adapter_reuse_layer_norm",
+    "ln_before_adapter",
+    "pre_norm",
+)
+
+
+def xmod_languages(shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """X-MOD's ``lang_ids`` for ids of ``shape``: one language per sequence, the rows' differing (fr, en, de, …);
+    for multiple choice ``[b, c, L]`` one for all, the form transformers' ``XmodForMultipleChoice`` repeats."""
+    if len(shape) == 3:
+        return {"lang_ids": torch.tensor([2])}
+    return {"lang_ids": torch.tensor([(2 + row) % 3 for row in range(shape[0])])}
+
+
 #: LayoutLM's 2-D grid at test size (max_2d_position_embeddings): boxes span all of it
 LAYOUTLM_GRID = 64
 
@@ -768,6 +798,35 @@ FAMILIES: dict[str, Family] = {
         ),
         presets=("layoutlm-base-uncased",),
         extra_inputs=layoutlm_boxes,
+    ),
+    # X-MOD: RoBERTa with per-language adapters; every batch carries lang_ids (xmod_languages) choosing other
+    # adapters per row than the default language, so that an adapter read wrongly, or lang_ids lost on a path,
+    # changes the numbers
+    "xmod": Family(
+        "XmodConfig",
+        XMOD,
+        pad=1,
+        classes=_classes("Xmod", *_ROBERTA_HEADS),
+        config_fields=XMOD_FIELDS,
+        # XLM-R's tokenizer (XmodTokenizer does not exist); the tokenizer paths omit lang_ids: the default language
+        tokenizer=Tokenizing(toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"),
+        hidden_states="XmodForMaskedLM",
+        refusals=(
+            ({"pre_norm": True}, "pre_norm=True"),
+            ({"default_language": "xx_XX"}, "default_language: 'xx_XX' is not one of languages"),
+            ({"languages": ["de_DE", "de_DE"]}, "name a language twice"),
+            ({"bertblocks": {"encoder": {"feedforward": {"name": "bert"}}}}, "encoder.feedforward.name"),
+        ),
+        extra_inputs=xmod_languages,
+    ),
+    # the adapters' own LayerNorm, their residual before it
+    "xmod-own-norm": Family(
+        "XmodConfig",
+        {**XMOD, "adapter_layer_norm": True, "ln_before_adapter": False},
+        pad=1,
+        classes=("XmodModel", "XmodForMaskedLM", "XmodForSequenceClassification"),
+        config_fields=XMOD_FIELDS,
+        extra_inputs=xmod_languages,
     ),
 }
 FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flipped from the defaults; round trip only

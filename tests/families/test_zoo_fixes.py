@@ -53,6 +53,7 @@ TINY_PRESETS = {
     "eurobert": "tiny-eurobert",
     "neobert": "tiny-neobert",
     "layoutlm": "tiny-layoutlm",
+    "xmod": "tiny-xmod",
 }
 #: families whose config.json names remote-code classes under another family's model_type: transformers reads it
 #: as that family's plain model (wrong for the weights; see tests/families/test_jina_v2.py)
