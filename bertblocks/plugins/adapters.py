@@ -9,8 +9,9 @@ Data flow of one post-LN feed-forward sub-layer (transformers' ``XmodOutput`` an
     LayerNorm(out)
 
 ``lang`` is each token's language index into ``languages`` (the ``lang_ids`` input, one per sequence ``[b]``
-expanded to its tokens, or ``[b, q]``; the ``default_language`` when omitted). A packed batch carries each token's
-language with it (:class:`~bertblocks.core.encoder.LayerContext`).
+expanded to its tokens, or ``[b, q]``; the ``default_language`` when omitted, or the only language of a model that
+has one: transformers refuses a call without ``lang_ids`` there, bertblocks has nothing to choose between). A
+packed batch carries each token's language with it (:class:`~bertblocks.core.encoder.LayerContext`).
 """
 
 from __future__ import annotations
@@ -103,14 +104,15 @@ class AdapterOutput(BertOutput):
     def forward(  # type: ignore[override]
         self, intermediate: torch.Tensor, residual: torch.Tensor, lang_ids: torch.Tensor | None = None
     ) -> torch.Tensor:
-        if lang_ids is None:
-            raise InputError("the language adapters need lang_ids (the backbone prepares them)")
         hidden = self.dropout(self.dense(intermediate)) + residual  # [b, q, H]
         normed = hidden
         if self.adapter_norm == "own":
             normed = self.adapter_layer_norm(hidden)
         elif self.adapter_norm == "reuse":
             normed = self.LayerNorm(hidden)
+        if lang_ids is None:  # called on its own (not by a backbone, which always prepares them): every token alike
+            adapted = self.adapter_modules[self._default_or_refuse()](normed)
+            return self.LayerNorm(self.dropout(adapted) + (normed if self.ln_before_adapter else hidden))
         adapted = torch.zeros_like(normed)
         compiling = torch.compiler.is_compiling()
         for index, language in enumerate(self.languages):
@@ -122,6 +124,17 @@ class AdapterOutput(BertOutput):
                 adapted[rows] = adapter(normed[rows])
         out = self.dropout(adapted) + (normed if self.ln_before_adapter else hidden)
         return self.LayerNorm(out)
+
+    def _default_or_refuse(self) -> str:
+        """The language of inputs without ``lang_ids``: the ``default_language``, or the only language there is."""
+        if self.default_language is not None:
+            return self.default_language
+        if len(self.languages) == 1:
+            return self.languages[0]
+        raise InputError(
+            "this model has per-language adapters and no default language: pass lang_ids (indices into "
+            f"languages {list(self.languages)}), or call model.set_default_language(...)"
+        )
 
     def set_default_language(self, language: str) -> None:
         """The language of inputs without ``lang_ids`` (what the model's ``set_default_language`` sets in each layer).
@@ -141,12 +154,7 @@ class AdapterOutput(BertOutput):
         ``default_language`` (an error naming both ways out when there is none)."""
         ids = inputs.get(LANGUAGE_INPUT)
         if ids is None:
-            if self.default_language is None:
-                raise InputError(
-                    "this model has per-language adapters and no default language: pass lang_ids (indices into "
-                    f"languages {list(self.languages)}), or call model.set_default_language(...)"
-                )
-            index = self.languages.index(self.default_language)
+            index = self.languages.index(self._default_or_refuse())
             return {LANGUAGE_INPUT: torch.full((batch, length), index, dtype=torch.long, device=device)}
         if not isinstance(ids, torch.Tensor):
             raise InputTypeError(f"lang_ids must be a tensor of language indices; got {type(ids).__name__}")

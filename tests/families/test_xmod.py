@@ -124,3 +124,13 @@ def test_adapters_outside_a_post_ln_layer_or_without_a_bottleneck_are_refused():
         bertblocks.create_model("tiny-xmod", {"encoder.layer.name": "pre_ln"})
     with pytest.raises(ConfigError, match="reduction_factor: 64 leaves the adapters no bottleneck"):
         bertblocks.create_model("tiny-xmod", {"encoder.feedforward.reduction_factor": 64})
+
+
+def test_a_model_of_one_language_needs_no_lang_ids(tmp_path):
+    """transformers refuses such a call without default_language; with one adapter there is nothing to choose."""
+    reference, ours = _loaded(tmp_path, "XmodModel", languages=["sw_KE"], default_language=None)
+    inputs, mask = batch(FAMILY, "XmodModel")
+    without = {k: v for k, v in call_inputs("XmodModel", inputs).items() if k != "lang_ids"}
+    with torch.no_grad():
+        want = reference(**without, lang_ids=torch.zeros(2, dtype=torch.long)).last_hidden_state
+        _real(ours(**without).last_hidden_state, want, mask)
