@@ -255,6 +255,8 @@ def _batches(family: Family, vocab: int, tiny: bool) -> dict[str, dict[str, torc
         inputs = {"input_ids": ids, "attention_mask": m}
         if family.token_types:
             inputs["token_type_ids"] = torch.zeros_like(m)
+        if family.extra_inputs is not None:  # inputs beyond BERT's (LayoutLM's boxes, X-MOD's languages)
+            inputs.update(family.extra_inputs(tuple(m.shape)))
         out[title] = inputs
     return out
 

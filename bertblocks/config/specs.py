@@ -156,3 +156,9 @@ class PoolerSpec(ComponentSpec):
     """Pooler (``bertblocks components pooler`` lists them)."""
 
     name: str = DEFAULT_COMPONENTS["pooler"]
+    always: Flag = Field(
+        False,
+        description="a task model keeps the pooler whatever its head reads (transformers' LayoutLMFor… classes "
+        "build their backbone with it, so every checkpoint holds it); false: only for heads that read the pooled "
+        "output, as transformers' BERT",
+    )

@@ -24,6 +24,7 @@ from .capabilities import CapabilityError, attention_capabilities, padding_reade
 from .interfaces import (
     Attention,
     Embedding,
+    FeedForwardOutput,
     Layer,
     LayerContext,
     Pooler,
@@ -226,9 +227,19 @@ class EncoderModel(nn.Module):
         # what a layer's attention declares it cannot do, worked out once (declarations do not change), so that
         # a decoding loop pays a dictionary look-up per step, not a walk over the layers
         self._refusals = {what: self._refusal(what) for what in ("attention_weights", "cache")}
-        #: forward inputs beyond BERT's that some attention module reads (``Attention.reads_inputs``)
-        self.extra_inputs: tuple[str, ...] = tuple(
-            sorted({name for module in self.modules() if isinstance(module, Attention) for name in module.reads_inputs})
+        # the inputs beyond BERT's that some module reads, by who reads them (declarations do not change):
+        # attention modules (``Attention.extra_inputs``: Longformer's global_attention_mask, as given) and layer
+        # outputs (``FeedForwardOutput.extra_inputs``: X-MOD's lang_ids, per token, packed with the tokens); the
+        # embedding's are ``self.embeddings.extra_inputs`` (LayoutLM's bbox)
+        self._attention_inputs: tuple[str, ...] = tuple(
+            sorted({name for module in self.modules() if isinstance(module, Attention) for name in module.extra_inputs})
+        )
+        # the layer outputs that read per-token inputs (a tuple, so that nn.Module does not register them twice)
+        self._input_readers: tuple[FeedForwardOutput, ...] = tuple(
+            output
+            for i in range(encoder.num_layers)
+            if isinstance(output := getattr(encoder.layer_at(i), "output", None), FeedForwardOutput)
+            and output.extra_inputs
         )
 
     @property
@@ -263,7 +274,7 @@ class EncoderModel(nn.Module):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-        **inputs: torch.Tensor | None,
+        **extra_inputs: torch.Tensor | None,
     ) -> ModelOutputWithPooling | tuple[torch.Tensor, ...]:
         """Encode (or, in decoder mode, decode) a batch. Arguments and outputs are transformers' BERT backbone's.
 
@@ -283,20 +294,15 @@ class EncoderModel(nn.Module):
             output_attentions: also return every layer's attention probabilities.
             output_hidden_states: also return the embeddings and every layer's output.
             return_dict: ``False`` returns a tuple of the non-``None`` fields instead.
-            inputs: the inputs an attention module of this model declares it reads (:attr:`extra_inputs`:
-                Longformer's ``global_attention_mask``), in the padded layout.
+            extra_inputs: the inputs beyond BERT's that a module of this model declares (``extra_inputs`` of its
+                embedding: LayoutLM's ``bbox [b, q, 4]``; of an attention: Longformer's ``global_attention_mask``;
+                of a layer's output: X-MOD's ``lang_ids``); ``None`` means not given.
 
         Raises:
             ValueError: for inputs of the wrong shape, dtype or range, each with what was expected.
-            TypeError: a keyword argument that neither BERT nor an attention module of this model takes.
+            TypeError: a keyword argument this model does not take.
         """
         cfg = self.config
-        unknown = sorted(name for name in inputs if name not in self.extra_inputs)
-        if unknown:
-            takes = f" (its attention modules also read {', '.join(self.extra_inputs)})" if self.extra_inputs else ""
-            raise InputTypeError(
-                f"{type(self).__name__}.forward() got an unexpected keyword argument {unknown[0]!r}{takes}"
-            )
         if output_attentions:
             self._check_attention_capability("attention_weights")
         cache = self._prepare_cache(past_key_values, use_cache)
@@ -304,6 +310,9 @@ class EncoderModel(nn.Module):
             self._check_attention_capability("cache")
         past_length = cache.get_seq_length() if cache is not None else 0
         batch, length = self._check_inputs(input_ids, inputs_embeds, token_type_ids, position_ids, past_length)
+        extra, token_inputs, attention_inputs = self._check_extra_inputs(
+            extra_inputs, batch, length, (input_ids if input_ids is not None else inputs_embeds).device
+        )
         if cache is not None:
             # A full check walks every layer; a cache this model already checked (the usual decoding loop)
             # only needs its batch size confirmed.
@@ -318,10 +327,16 @@ class EncoderModel(nn.Module):
             )
         if self.embeddings.reads_attention_mask:
             hidden = self.embeddings(
-                input_ids, token_type_ids, position_ids, inputs_embeds, past_length, attention_mask=attention_mask
+                input_ids,
+                token_type_ids,
+                position_ids,
+                inputs_embeds,
+                past_length,
+                attention_mask=attention_mask,
+                **extra,
             )
         else:
-            hidden = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length)
+            hidden = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length, **extra)
         dtype, device = hidden.dtype, hidden.device
 
         mask = None
@@ -349,8 +364,12 @@ class EncoderModel(nn.Module):
         packing = self._packing_for(attention_mask, mask)
         if packing is not None:
             hidden = packing.pack(hidden)[None]  # [1, T, H]: dense layers see real tokens only
-            context = LayerContext(packing=packing)
+            # per-token inputs travel with their tokens
+            token_inputs = {name: packing.pack(value)[None] for name, value in token_inputs.items()}  # [1, T]
+            context = LayerContext(packing=packing, token_inputs=token_inputs)
             positions = positions.packed(packing)  # each sequence's positions, from 0, for its packed tokens
+        elif token_inputs:
+            context = LayerContext(token_inputs=token_inputs)
         if cfg.is_decoder:
             encoder_mask = None
             if encoder_hidden_states is not None and encoder_attention_mask is not None:
@@ -363,11 +382,11 @@ class EncoderModel(nn.Module):
                 is_causal=mask is None,  # else causality is already in the mask
                 encoder_hidden_states=encoder_hidden_states,
                 encoder_mask=encoder_mask,
+                token_inputs=token_inputs,
             )
 
-        given = {name: value for name, value in inputs.items() if value is not None}
-        if given:
-            context = replace(context or LayerContext(), inputs=given)
+        if attention_inputs:
+            context = replace(context or LayerContext(), inputs=attention_inputs)
         encoded = self.encoder(
             hidden,
             mask,
@@ -516,6 +535,36 @@ class EncoderModel(nn.Module):
                     f"position_ids must lie in [0, {cfg.max_position_embeddings}) (max_position_embeddings)"
                 )
         return batch, length
+
+    def _check_extra_inputs(
+        self, given: dict[str, torch.Tensor | None], batch: int, length: int, device: torch.device
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The one door every input beyond BERT's goes through: ``(the embedding's, checked by it; the layers'
+        per-token ``[b, q]`` ones, prepared by the first layer output that declares them; the attention modules',
+        as given)``; ``None`` values are not given. A name no module declares is refused."""
+        embedded = self.embeddings.extra_inputs
+        layered = self._input_readers[0].extra_inputs if self._input_readers else ()
+        attended = self._attention_inputs
+        declared = (*embedded, *layered, *attended)
+        unknown = sorted(name for name in given if name not in declared)
+        if unknown:
+            takes = f"; this model takes {', '.join(declared)} beyond BERT's inputs" if declared else ""
+            names = ", ".join(repr(name) for name in unknown)
+            what = (
+                f"an unexpected keyword argument {names}"
+                if len(unknown) == 1
+                else f"unexpected keyword arguments {names}"
+            )
+            raise InputTypeError(f"{type(self).__name__}.forward() got {what}{takes}")
+        extra = {name: value for name, value in given.items() if value is not None and name in embedded}
+        if extra:
+            self.embeddings.check_extra_inputs(extra, batch, length)
+        token_inputs: dict[str, torch.Tensor] = {}
+        if layered:
+            chosen = {name: value for name, value in given.items() if value is not None and name in layered}
+            token_inputs = self._input_readers[0].prepare_extra_inputs(chosen, batch, length, device)
+        attention = {name: value for name, value in given.items() if value is not None and name in attended}
+        return extra, token_inputs, attention
 
     def _expand_head_mask(self, head_mask: HeadMask | None, dtype: torch.dtype) -> HeadMask | None:
         """``[h]`` or ``[layers, h]`` → ``[layers, h]`` in the model's dtype (HF's ``get_head_mask``); or a

@@ -125,6 +125,12 @@ class Embedding(nn.Module, ABC):
     #: the backbone passes the caller's ``attention_mask`` (``[b, k]``, ``[b, q, k]`` or ``None``, unchecked) as the
     #: keyword ``attention_mask`` (ESM zeroes padded embeddings and rescales by the share of masked tokens)
     reads_attention_mask: ClassVar[bool] = False
+    #: keyword inputs beyond BERT's that this embedding reads (LayoutLM's ``bbox`` ``[b, q, 4]``): the backbone
+    #: takes them as keywords (a task model passes them on), checks each through :meth:`check_extra_inputs` and
+    #: hands the given ones to :meth:`forward` as keywords; one this tuple does not name is refused. Per token, so
+    #: that they enter before packing and a packed batch carries them with its tokens. An instance may set its own
+    #: (an option that adds a table adds its input).
+    extra_inputs: tuple[str, ...] = ()
 
     @abstractmethod
     def forward(
@@ -135,7 +141,14 @@ class Embedding(nn.Module, ABC):
         inputs_embeds: torch.Tensor | None,
         past_length: int = 0,
     ) -> torch.Tensor:
-        """Return ``[b, q, H]`` embeddings. Exactly one of ``input_ids`` / ``inputs_embeds`` is given."""
+        """Return ``[b, q, H]`` embeddings. Exactly one of ``input_ids`` / ``inputs_embeds`` is given; each name of
+        :attr:`extra_inputs` the caller gave arrives as a keyword, checked."""
+
+    def check_extra_inputs(self, inputs: Mapping[str, torch.Tensor], batch: int, length: int) -> None:
+        """Check the given :attr:`extra_inputs` (``None`` values left out) against the batch ``[batch, length]``
+        before any is used; raise :class:`~bertblocks.errors.InputError` (or ``InputTypeError``) naming the input
+        and what was expected. Data-dependent checks (ranges) are skipped under ``torch.compile``, as the
+        backbone's own are. The default accepts what :attr:`extra_inputs` names."""
 
     @abstractmethod
     def input_embeddings(self) -> nn.Embedding:
@@ -496,16 +509,17 @@ class Attention(nn.Module, ABC):
             cache), declared on the class or per instance (see
             :class:`~bertblocks.core.capabilities.AttentionCapabilities`); the builder, the model and the
             conformance suite act on it. Default: everything.
-        reads_inputs: forward inputs of the model beyond transformers' BERT ones that this attention reads
+        extra_inputs: forward inputs of the model beyond transformers' BERT ones that this attention reads
             (Longformer's ``global_attention_mask``): the backbone then accepts each as a keyword argument (and
-            refuses any name no attention declares), and every layer calls the module with it as a keyword of the
-            same name (``None`` when the caller gave none). Declared on the class.
+            refuses any name no module declares: the embedding's and layer outputs' ``extra_inputs`` are the same
+            door), and every layer calls the module with it as a keyword of the same name (``None`` when the caller
+            gave none). Declared on the class.
     """
 
     num_heads: int
     head_dim: int
     capabilities: AttentionCapabilities = AttentionCapabilities()
-    reads_inputs: ClassVar[tuple[str, ...]] = ()
+    extra_inputs: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def forward(
@@ -559,8 +573,22 @@ class FeedForwardOutput(nn.Module, ABC):
     and normalises itself), it returns ``dropout(dense(intermediate))`` and ignores ``residual``.
     """
 
+    #: per-token inputs the output reads beyond the hidden states (X-MOD's ``lang_ids``, choosing each token's
+    #: language adapter): the backbone takes them as keywords, has :meth:`prepare_extra_inputs` of the first layer
+    #: that declares them turn them into ``[b, q]`` tensors (packed with the tokens when the batch is packed), and the
+    #: layer passes them to :meth:`forward` as keywords (``[b, q]``, or ``[1, T]`` packed)
+    extra_inputs: tuple[str, ...] = ()
+
     @abstractmethod
     def forward(self, intermediate: torch.Tensor, residual: torch.Tensor) -> torch.Tensor: ...
+
+    def prepare_extra_inputs(
+        self, inputs: Mapping[str, torch.Tensor], batch: int, length: int, device: torch.device
+    ) -> dict[str, torch.Tensor]:
+        """The given :attr:`extra_inputs` (those not given absent) checked and made per token: one ``[batch, length]``
+        tensor for every name of :attr:`extra_inputs` (a default for one not given, or raise
+        :class:`~bertblocks.errors.InputError` naming it). Data-dependent checks are skipped under ``torch.compile``."""
+        return dict(inputs)
 
 
 @dataclass
@@ -588,8 +616,10 @@ class LayerContext:
     encoder_mask: torch.Tensor | None = None  # additive [b, 1, 1|q, s]
     layer_index: int = 0
     packing: Packing | None = None  # hidden states are the packed real tokens [1, T, H]
-    #: the caller's inputs that attention modules declare they read (:attr:`Attention.reads_inputs`), by name
+    #: the caller's inputs that attention modules declare they read (:attr:`Attention.extra_inputs`), by name
     inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    #: the per-token inputs layers' outputs declare (``FeedForwardOutput.extra_inputs``): ``[b, q]``, packed ``[1, T]``
+    token_inputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
 
 class Layer(nn.Module, ABC):

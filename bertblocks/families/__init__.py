@@ -20,6 +20,7 @@ from . import (
     hybrid,
     jina_bert,
     jina_embeddings_v3,
+    layoutlm,
     longformer,
     megatron_bert,
     modernbert,
@@ -32,6 +33,7 @@ from . import (
     roformer,
     squeezebert,
     xlm_roberta_xl,
+    xmod,
 )
 
 FAMILY_PLUGINS = (
@@ -61,6 +63,8 @@ FAMILY_PLUGINS = (
     data2vec_text,
     deberta,
     longformer,
+    layoutlm,
+    xmod,
     hybrid,
 )
 

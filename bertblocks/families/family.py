@@ -123,9 +123,6 @@ class Family:
             ``model_type`` (Jina-embeddings-v2 says ``bert``, v3 ``xlm-roberta``). What ``config_to_hf`` returns
             as ``model_type`` is written (Jina-embeddings-v2 writes its published format back); without one, the
             family's own.
-        pooler_in_task_models: transformers' task classes of the family all keep the backbone's pooler, those whose
-            head does not read it included (SqueezeBERT's): bertblocks' task models then build it too, so that the
-            checkpoints match (it is computed and unused, as in transformers).
         prepare_checkpoint: what a key map cannot express, computed on the checkpoint's tensors (its own keys)
             before the key map renames them, given the model's config: Jina-embeddings-v3's published LoRA
             adapters merged into the weights for the task the config names. Raise ``KeyMapError`` for a
@@ -146,7 +143,6 @@ class Family:
     remote_code: tuple[RemoteCode, ...] = ()
     remote_model_types: tuple[str, ...] = ()
     prepare_checkpoint: Callable[[Mapping[str, Any], Any], dict[str, Any]] | None = None
-    pooler_in_task_models: bool = False
 
     def reads_remote(self, hf: Mapping[str, Any]) -> bool:
         """Whether the config.json ``hf`` has an ``auto_map`` that names classes, and only classes one

@@ -3,7 +3,7 @@
 The attention and feed-forward are the built-in ``grouped_conv`` components (:mod:`bertblocks.plugins.grouped_conv`:
 ``q_groups``, ``k_groups``, ``v_groups``, ``post_attention_groups``, ``intermediate_groups``, ``output_groups``);
 the embeddings, post-LN layer, pooler and heads are BERT's. Every transformers task class keeps the backbone's
-pooler (``pooler_in_task_models``). transformers' ``output_attentions`` returns the pre-softmax *scores*, bertblocks
+pooler (``pooler.always``). transformers' ``output_attentions`` returns the pre-softmax *scores*, bertblocks
 the probabilities, as every other family.
 """
 
@@ -49,6 +49,7 @@ FIXED: dict[str, Any] = {
     "position.name": "absolute",
     "encoder.attention.name": "grouped_conv",
     "encoder.feedforward.name": "grouped_conv",
+    "pooler.always": True,  # transformers' task classes all keep the pooler
 }
 
 
@@ -117,7 +118,6 @@ SQUEEZEBERT = Family(
     },
     base_architecture="SqueezeBertModel",
     fixed=FIXED,
-    pooler_in_task_models=True,
     description="SqueezeBERT: BERT with grouped pointwise-convolution projections (grouped_conv attention and FFN)",
     tokenizer=replace(BERT_TOKENIZER, tokenizer_classes=("SqueezeBertTokenizer", "SqueezeBertTokenizerFast")),
 )

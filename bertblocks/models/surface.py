@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..core.encoder import Encoder
-from ..errors import InputError, InputTypeError, MissingAttributeError
+from ..errors import InputError, InputTypeError, MissingAttributeError, UnsupportedError
 from ..readers import parse_yaml
 
 #: keyword arguments of transformers' ``from_pretrained`` that bertblocks reads (the rest name config fields)
@@ -282,6 +282,29 @@ class PretrainedSurface:
         if self._input_grad_hook is not None:
             self._input_grad_hook.remove()
             self._input_grad_hook = None
+
+    # ------------------------------------------------------------------------------------ language adapters
+    def set_default_language(self, language: str) -> None:
+        """The language of inputs given without ``lang_ids`` (transformers' ``XmodPreTrainedModel``): every layer's
+        adapters and the config (``encoder.feedforward.default_language``, written to config.json) take it.
+
+        Raises:
+            UnsupportedError: the model has no language adapters (feed-forward ``adapters``).
+            InputError: ``language`` is not one of the adapters' languages.
+        """
+        # the modules that hold languages (the adapters feed-forward's outputs) say so with this very method
+        outputs = [
+            m
+            for m in self._module().modules()
+            if not isinstance(m, PretrainedSurface) and callable(getattr(m, "set_default_language", None))
+        ]
+        if not outputs:
+            raise UnsupportedError("this model has no language adapters (encoder.feedforward: adapters, X-MOD's)")
+        for output in outputs:
+            output.set_default_language(language)
+        spec = self.config.encoder.feedforward  # type: ignore[attr-defined]
+        if spec.name == "adapters" and spec.__pydantic_extra__ is not None:
+            spec.__pydantic_extra__["default_language"] = language
 
     # ------------------------------------------------------------------------------------------ embeddings
     get_input_embeddings: Any  # provided by the model class (the token embedding table)

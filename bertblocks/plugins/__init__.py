@@ -4,6 +4,7 @@ implements (``bertblocks_register_components``, ``bertblocks_register_presets``)
 from __future__ import annotations
 
 from . import (
+    adapters,
     attention,
     backends,
     conv_layers,
@@ -31,6 +32,7 @@ BUILTIN_PLUGINS = (
     backends,
     feedforward,
     grouped_conv,
+    adapters,
     norms,
     layers,
     conv_layers,

@@ -12,11 +12,15 @@ The variations are options of the one ``bert`` embedding (so a hybrid can pick a
   ``task_type_embeddings``); their ids default to 0, as ERNIE's do;
 * ``norm_bias: false`` — the LayerNorm scales only (ModernBERT's ``norm_bias: false``);
 * ``norm: false`` — no LayerNorm at all (Llama-style encoders, EuroBERT and NeoBERT, whose pre-LN layers
-  normalise their input themselves).
+  normalise their input themselves);
+* ``box_positions`` — LayoutLM's 2-D position tables for word boxes: the model then takes a ``bbox`` input
+  ``[b, q, 4]`` (``x0, y0, x1, y1`` on a 0…``box_positions - 1`` grid, zeros when omitted) and adds
+  ``x(x0) + y(y0) + x(x1) + y(y1) + h(y1 - y0) + w(x1 - x0)``, as transformers' ``LayoutLMEmbeddings``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
@@ -26,7 +30,10 @@ from torch import nn
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Embedding, PositionScheme
 
-from ..errors import InputError
+from ..errors import InputError, InputTypeError
+
+#: the input the 2-D position tables read (transformers' name)
+BOX_INPUT = "bbox"
 
 
 class BertEmbeddingOptions(BaseModel):
@@ -51,6 +58,11 @@ class BertEmbeddingOptions(BaseModel):
     norm_bias: bool = Field(True, description="a bias in the LayerNorm; false: scale only (ModernBERT)")
     norm: bool = Field(
         True, description="a LayerNorm after the tables; false: none, the first pre-LN layer normalises (EuroBERT)"
+    )
+    box_positions: PositiveInt | None = Field(
+        None,
+        description="size of LayoutLM's 2-D position tables (x, y, h, w; its max_2d_position_embeddings): the "
+        "model takes a bbox input [batch, seq, 4] of box corners x0, y0, x1, y1 in [0, box_positions); null: none",
     )
 
 
@@ -94,6 +106,14 @@ class BertEmbeddings(Embedding):
         self.extra_type_names = tuple(opts.extra_type_tables)
         for name, size in opts.extra_type_tables.items():
             self.add_module(name, nn.Embedding(size, width))  # the family's key: `embeddings.<name>.weight`
+        self.box_positions = opts.box_positions
+        if opts.box_positions is not None:
+            # transformers' names (checkpoint keys `embeddings.x_position_embeddings.weight`, …)
+            self.x_position_embeddings = nn.Embedding(opts.box_positions, width)
+            self.y_position_embeddings = nn.Embedding(opts.box_positions, width)
+            self.h_position_embeddings = nn.Embedding(opts.box_positions, width)
+            self.w_position_embeddings = nn.Embedding(opts.box_positions, width)
+            self.extra_inputs = (BOX_INPUT,)
         # CamelCase: HF checkpoint key; an identity holds no parameters, so a norm-free model stores none
         self.LayerNorm: nn.Module = (
             nn.LayerNorm(width, eps=layer_norm_eps, bias=opts.norm_bias) if opts.norm else nn.Identity()
@@ -119,6 +139,7 @@ class BertEmbeddings(Embedding):
         position_ids: torch.Tensor | None,
         inputs_embeds: torch.Tensor | None,
         past_length: int = 0,
+        bbox: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if inputs_embeds is None:
             assert input_ids is not None
@@ -142,11 +163,61 @@ class BertEmbeddings(Embedding):
             if position_ids is None:
                 position_ids = self._default_positions(input_ids, inputs_embeds, past_length)
             embeddings = embeddings + self.position_embeddings(position_ids)
+        if self.box_positions is not None:
+            embeddings = embeddings + self._box_embeddings(bbox, b, q, inputs_embeds.device)
         for name in self.extra_type_names:
             table = getattr(self, name)
             embeddings = embeddings + table(self.token_type_ids[:, :q].expand(b, q))  # ids 0, as ERNIE's default
         embeddings = self.dropout(self.LayerNorm(embeddings))
         return self.projection(embeddings) if self.has_projection else embeddings  # [b, q, H]
+
+    def check_extra_inputs(self, inputs: Mapping[str, torch.Tensor], batch: int, length: int) -> None:
+        """``bbox`` must be integer ``[batch, length, 4]`` boxes ``x0, y0, x1, y1`` on the tables' grid, with
+        ``x0 <= x1`` and ``y0 <= y1`` (the height and width tables are read at ``y1 - y0`` and ``x1 - x0``)."""
+        bbox = inputs.get(BOX_INPUT)
+        if bbox is None:
+            return
+        if not isinstance(bbox, torch.Tensor):
+            raise InputTypeError(f"bbox must be a tensor [batch, seq, 4]; got {type(bbox).__name__}")
+        if bbox.is_floating_point() or bbox.is_complex() or bbox.dtype == torch.bool:
+            raise InputTypeError(f"bbox must be an integer tensor (torch.long); got {bbox.dtype}")
+        if tuple(bbox.shape) != (batch, length, 4):
+            raise InputError(
+                f"bbox must be [batch, seq, 4] = {(batch, length, 4)} (x0, y0, x1, y1 per token); "
+                f"got shape {tuple(bbox.shape)}"
+            )
+        size = self.x_position_embeddings.num_embeddings  # extra_inputs names bbox only when the tables exist
+        if torch.compiler.is_compiling() or not bbox.numel():
+            return  # data-dependent checks would break the graph
+        if bbox.min() < 0 or bbox.max() >= size:
+            bad = bbox[(bbox < 0) | (bbox >= size)][0].item()
+            raise InputError(
+                f"bbox holds {bad}, outside the 2-D position tables [0, {size}) of this model "
+                f"(max_2d_position_embeddings): scale box coordinates to 0…{size - 1} (LayoutLM's 0-1000 grid)"
+            )
+        flipped = (bbox[..., 2] < bbox[..., 0]) | (bbox[..., 3] < bbox[..., 1])  # [b, q]
+        if flipped.any():
+            row, token = (int(i) for i in flipped.nonzero()[0])
+            raise InputError(
+                f"bbox[{row}, {token}] = {bbox[row, token].tolist()} is not x0, y0, x1, y1 with x0 <= x1 and "
+                "y0 <= y1 (its width or height would be negative)"
+            )
+
+    def _box_embeddings(self, bbox: torch.Tensor | None, b: int, q: int, device: torch.device) -> torch.Tensor:
+        """LayoutLM's 2-D position terms ``[b, q, E]``: corners on the x and y tables, height and width on theirs
+        (all-zero boxes when ``bbox`` is omitted, as transformers' ``LayoutLMModel``)."""
+        if bbox is None:
+            bbox = torch.zeros(b, q, 4, dtype=torch.long, device=device)
+        x, y = self.x_position_embeddings, self.y_position_embeddings
+        # transformers' order of the sum (left, upper, right, lower, height, width)
+        return (
+            x(bbox[..., 0])
+            + y(bbox[..., 1])
+            + x(bbox[..., 2])
+            + y(bbox[..., 3])
+            + self.h_position_embeddings(bbox[..., 3] - bbox[..., 1])
+            + self.w_position_embeddings(bbox[..., 2] - bbox[..., 0])
+        )
 
     def _check_embeds(self, inputs_embeds: torch.Tensor) -> None:
         """``inputs_embeds`` must be floating point in the tables' dtype (autocast decides dtypes itself)."""

@@ -85,7 +85,7 @@ class TransformerLayer(Layer):
             attended, cross_weights = cross_attend(
                 self.crossattention, attended, positions, head_mask, output_attentions, ctx
             )
-        return run_feedforward(self, attended), weights, cross_weights
+        return run_feedforward(self, attended, ctx), weights, cross_weights
 
 
 def self_attend(
@@ -99,7 +99,7 @@ def self_attend(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A layer's self-attention call with what the forward pass's context says (cache, causality, packing, the
     extra inputs the attention declares it reads): written once for every layer kind."""
-    extra = {name: ctx.inputs.get(name) for name in attention.reads_inputs}
+    extra = {name: ctx.inputs.get(name) for name in attention.extra_inputs}
     return attention(
         hidden_states,
         mask=mask,
@@ -137,15 +137,25 @@ def cross_attend(
     )
 
 
-def run_feedforward(layer: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+def run_feedforward(layer: nn.Module, hidden_states: torch.Tensor, ctx: LayerContext | None = None) -> torch.Tensor:
     """``layer.output(layer.intermediate(x), x)`` (the sub-layer's own residual and norm, if it has them), over
     chunks of ``layer.chunk_size_feed_forward`` positions when set: HF's apply_chunking_to_forward (the block is
     position-wise, so splitting along the sequence is exact and bounds the [b, chunk, intermediate]
-    activation)."""
+    activation). An output that declares ``extra_inputs`` gets them from ``ctx.token_inputs``, chunked alike."""
+    names = getattr(layer.output, "extra_inputs", ())
+    extra = {name: (ctx or _PLAIN_PASS).token_inputs[name] for name in names}  # [b, q] or packed [1, T]
     chunk = layer.chunk_size_feed_forward
     if chunk and hidden_states.shape[1] > chunk:
-        return torch.cat([layer.output(layer.intermediate(p), p) for p in hidden_states.split(chunk, dim=1)], dim=1)
-    return layer.output(layer.intermediate(hidden_states), hidden_states)
+        parts = [
+            layer.output(
+                layer.intermediate(p),
+                p,
+                **{name: value[:, start : start + chunk] for name, value in extra.items()},
+            )
+            for start, p in zip(range(0, hidden_states.shape[1], chunk), hidden_states.split(chunk, dim=1), strict=True)
+        ]
+        return torch.cat(parts, dim=1)
+    return layer.output(layer.intermediate(hidden_states), hidden_states, **extra)
 
 
 class PreLNOptions(BaseModel):
@@ -225,7 +235,7 @@ class PreLNLayer(_ResidualLayer):
             )
             hidden_states = hidden_states + crossed
         # the feed-forward sub-layer has no norm here: it returns dropout(dense2(...)), the layer adds the residual
-        hidden_states = hidden_states + run_feedforward(self, self.feedforward_norm(hidden_states))
+        hidden_states = hidden_states + run_feedforward(self, self.feedforward_norm(hidden_states), ctx)
         return hidden_states, weights, cross_weights
 
 
@@ -265,7 +275,7 @@ class ParallelLayer(_ResidualLayer):
         attended, weights = self_attend(
             self.attention, attention_in, mask, positions, head_mask, output_attentions, ctx
         )
-        return hidden_states + attended + run_feedforward(self, feedforward_in), weights, None
+        return hidden_states + attended + run_feedforward(self, feedforward_in, ctx), weights, None
 
 
 # --------------------------------------------------------------------------------------------- factories

@@ -116,7 +116,7 @@ class LongformerAttention(Attention):
         context [b, L, h·d] → output dense → dropout → + residual → norm
     """
 
-    reads_inputs: ClassVar[tuple[str, ...]] = (GLOBAL_ATTENTION_MASK,)
+    extra_inputs: ClassVar[tuple[str, ...]] = (GLOBAL_ATTENTION_MASK,)
     capabilities = AttentionCapabilities(
         pruning=False,
         cache=False,

@@ -306,7 +306,12 @@ def measure_allocation(config: BertConfig, registry: Registry | None = None) -> 
                 head = build_head(config, reg)
                 head.tie_weights(parts.embeddings.input_embeddings())  # a tied decoder is the embeddings' table
                 modules.append(head)
-                if not head.needs_pooler and parts.pooler is not None:
+                if (
+                    not head.needs_pooler
+                    and config.pooler is not None
+                    and parts.pooler is not None
+                    and not config.pooler.always
+                ):
                     modules.remove(parts.pooler)  # a task model builds its backbone without one (as transformers)
     except (BuildError, NotImplementedError, RuntimeError) as e:
         if not _needs_data(e):

@@ -303,6 +303,52 @@ def esm_processor(tok: Tokenizer) -> processors.TemplateProcessing:
     )
 
 
+#: X-MOD at test size: three languages, a narrow bottleneck, the default language not the first
+XMOD: dict[str, Any] = {
+    **COMMON,
+    "type_vocab_size": 1,
+    "pad_token_id": 1,
+    "bos_token_id": 0,
+    "eos_token_id": 2,
+    "languages": ["en_XX", "de_DE", "fr_XX"],
+    "default_language": "de_DE",
+    "adapter_reduction_factor": 4,
+}
+XMOD_FIELDS = (
+    "languages",
+    "default_language",
+    "adapter_reduction_factor",
+    "adapter_layer_norm",
+    "adapter_reuse_layer_norm",
+    "ln_before_adapter",
+    "pre_norm",
+)
+
+
+def xmod_languages(shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """X-MOD's ``lang_ids`` for ids of ``shape``: one language per sequence, the rows' differing (fr, en, de, …);
+    for multiple choice ``[b, c, L]`` one for all, the form transformers' ``XmodForMultipleChoice`` repeats."""
+    if len(shape) == 3:
+        return {"lang_ids": torch.tensor([2])}
+    return {"lang_ids": torch.tensor([(2 + row) % 3 for row in range(shape[0])])}
+
+
+#: LayoutLM's 2-D grid at test size (max_2d_position_embeddings): boxes span all of it
+LAYOUTLM_GRID = 64
+
+
+def layoutlm_boxes(shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """LayoutLM's ``bbox`` for ids of ``shape``: a box ``x0, y0, x1, y1`` per token on the test grid, corners and
+    sizes varied (zero-width and full-page boxes among them), as a document's words give."""
+    g = torch.Generator().manual_seed(2)
+    corner = torch.randint(0, LAYOUTLM_GRID, (*shape, 2), generator=g)
+    size = torch.randint(0, LAYOUTLM_GRID, (*shape, 2), generator=g)
+    far = torch.minimum(corner + size, torch.tensor(LAYOUTLM_GRID - 1))
+    boxes = torch.cat([corner, far], dim=-1)
+    boxes[..., 0, :] = torch.tensor([0, 0, LAYOUTLM_GRID - 1, LAYOUTLM_GRID - 1])  # [CLS]: the whole page
+    return {"bbox": boxes}
+
+
 #: (change to config.json, the error message's pattern): one refusal of a family (see :attr:`Family.refusals`)
 Refusal = tuple[dict[str, Any], str]
 
@@ -342,6 +388,10 @@ class Family:
         presets: presets of the family (tests/families/test_presets.py builds each against transformers).
         mask_token: put at positions 2 of the first row and 1 and 3 of the padded one by :func:`batch`, so that
             a family that rescales by the share of mask tokens (ESM's token dropout) does so in every row.
+        extra_inputs: the inputs beyond BERT's that the family's classes take (LayoutLM's ``bbox``), made for the
+            shape of ``input_ids``: :func:`batch` adds them (so every shared test that takes its batch feeds them,
+            to the backbone too), and ``test_family_paths.py`` adds them to the padded batch of its packing and
+            compile tests (its sentence embeddings and CLI run on token ids alone, the tokenizer's output).
     """
 
     config: str
@@ -362,6 +412,7 @@ class Family:
     refusals: tuple[Refusal, ...] = ()
     presets: tuple[str, ...] = ()
     mask_token: int | None = None
+    extra_inputs: Callable[[tuple[int, ...]], dict[str, torch.Tensor]] | None = None
 
     @property
     def model_type(self) -> str:
@@ -835,6 +886,62 @@ FAMILIES: dict[str, Family] = {
         ),
         presets=("longformer-base-4096",),
     ),
+    # LayoutLM: BERT plus 2-D box tables; every batch carries boxes (layoutlm_boxes), so that a table read wrongly, or
+    # a bbox lost on a path (packing, the backbone inside a task model), changes the numbers
+    "layoutlm": Family(
+        "LayoutLMConfig",
+        {**COMMON, "max_2d_position_embeddings": LAYOUTLM_GRID},
+        pad=0,
+        classes=_classes(
+            "LayoutLM",
+            "Model",
+            "ForMaskedLM",
+            "ForSequenceClassification",
+            "ForTokenClassification",
+            "ForQuestionAnswering",
+        ),
+        second_segment=3,
+        config_fields=("max_2d_position_embeddings",),
+        tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "LayoutLMTokenizer"),
+        tokenizer_convention=True,
+        hidden_states="LayoutLMForTokenClassification",
+        refusals=(
+            ({"position_embedding_type": "relative_key"}, "position.name"),
+            ({"max_2d_position_embeddings": 0}, "max_2d_position_embeddings"),
+            ({"bertblocks": {"pooler": {"always": False}}}, "pooler.always"),
+        ),
+        presets=("layoutlm-base-uncased",),
+        extra_inputs=layoutlm_boxes,
+    ),
+    # X-MOD: RoBERTa with per-language adapters; every batch carries lang_ids (xmod_languages) choosing other
+    # adapters per row than the default language, so that an adapter read wrongly, or lang_ids lost on a path,
+    # changes the numbers
+    "xmod": Family(
+        "XmodConfig",
+        XMOD,
+        pad=1,
+        classes=_classes("Xmod", *_ROBERTA_HEADS),
+        config_fields=XMOD_FIELDS,
+        # XLM-R's tokenizer (XmodTokenizer does not exist); the tokenizer paths omit lang_ids: the default language
+        tokenizer=Tokenizing(toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"),
+        hidden_states="XmodForMaskedLM",
+        refusals=(
+            ({"pre_norm": True}, "pre_norm=True"),
+            ({"default_language": "xx_XX"}, "default_language: 'xx_XX' is not one of languages"),
+            ({"languages": ["de_DE", "de_DE"]}, "name a language twice"),
+            ({"bertblocks": {"encoder": {"feedforward": {"name": "bert"}}}}, "encoder.feedforward.name"),
+        ),
+        extra_inputs=xmod_languages,
+    ),
+    # the adapters' own LayerNorm, their residual before it
+    "xmod-own-norm": Family(
+        "XmodConfig",
+        {**XMOD, "adapter_layer_norm": True, "ln_before_adapter": False},
+        pad=1,
+        classes=("XmodModel", "XmodForMaskedLM", "XmodForSequenceClassification"),
+        config_fields=XMOD_FIELDS,
+        extra_inputs=xmod_languages,
+    ),
 }
 FAMILIES["modernbert-biased"] = Family(  # every bias and the other choices flipped from the defaults; round trip only
     "ModernBertConfig",
@@ -1067,6 +1174,8 @@ def batch(family: Family, cls: str, left: bool = False) -> tuple[dict[str, torch
         inputs["token_type_ids"] = torch.zeros(shape, dtype=torch.long)
         if family.second_segment is not None:
             inputs["token_type_ids"][..., family.second_segment :] = 1
+    if family.extra_inputs is not None:
+        inputs.update(family.extra_inputs(shape))
     if cls.endswith(("MaskedLM", "CausalLM")):
         inputs["labels"] = torch.randint(0, 99, shape, generator=g).masked_fill(mask == 0, -100)
         inputs["labels"][0, ::2] = -100  # some real tokens unlabelled too (ModernBERT's sparse prediction skips them)
@@ -1092,10 +1201,14 @@ def batch(family: Family, cls: str, left: bool = False) -> tuple[dict[str, torch
     return inputs, mask
 
 
+#: what :func:`batch` gives a head and a backbone does not take
+LABELS = ("labels", "next_sentence_label", "sentence_order_label", "start_positions", "end_positions")
+
+
 def call_inputs(cls: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """What ``cls`` is called with: a backbone takes no labels."""
+    """What ``cls`` is called with: a backbone takes no labels (and every other input of :func:`batch`)."""
     if cls.endswith("Model"):
-        return {k: v for k, v in inputs.items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+        return {k: v for k, v in inputs.items() if k not in LABELS}
     return inputs
 
 

@@ -89,6 +89,7 @@ class Checkpoint:
     batch: dict[str, torch.Tensor]  # transformers' tokenizer of the family on its texts, padded
     token_types: bool  # whether the family's tokenizer gives a pair token types
     texts: list[str]  # the family's kind of text (TEXTS, or its own: ESM's protein sequences)
+    extra: dict[str, torch.Tensor]  # the row's extra_inputs for the batch (LayoutLM's bbox); {}: none
 
 
 @pytest.fixture(scope="module")
@@ -126,17 +127,20 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checkpoin
                 assert "token_type_ids" not in tokenizer(texts)
                 batch.pop("token_type_ids", None)
             assert tokenizer.pad_token_id == pad  # padding positions are the family's padding index
-            made[name] = Checkpoint(directory, reference, tokenizer, batch, token_types, texts)
+            make_extra = FAMILIES[name].extra_inputs if remote is None else None
+            extra = make_extra(tuple(batch["input_ids"].shape)) if make_extra is not None else {}
+            made[name] = Checkpoint(directory, reference, tokenizer, batch, token_types, texts, extra)
         return made[name]
 
     return get  # type: ignore[return-value]
 
 
 def _padded_batch(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:
-    """The family's tokenizer on texts of very different lengths: a third of the batch is padding or more."""
+    """The family's tokenizer on texts of very different lengths: a third of the batch is padding or more; with the
+    row's extra inputs (a packed batch carries them with its tokens)."""
     mask = checkpoint.batch["attention_mask"]
     assert (mask == 0).float().mean() > 0.3  # above packing_threshold: `auto` packs
-    return checkpoint.batch
+    return {**checkpoint.batch, **checkpoint.extra}
 
 
 def _reference(checkpoint: Checkpoint, batch: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -28,7 +28,7 @@ def test_a_pointwise_convolution_is_each_group_through_its_own_rows():
 
 def test_every_task_model_keeps_the_pooler_as_transformers(tmp_path):
     """SqueezeBertForMaskedLM keeps ``transformer.pooler`` (BERT's would not): the family's
-    ``pooler_in_task_models``, so the checkpoints match both ways (the round trip of the shared table)."""
+    ``pooler.always``, so the checkpoints match both ways (the round trip of the shared table)."""
     save_hf(SQUEEZEBERT, "SqueezeBertForMaskedLM", tmp_path)
     model = bertblocks.from_pretrained(tmp_path, head="auto")
     assert model.bert.pooler is not None

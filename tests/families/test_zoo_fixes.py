@@ -58,6 +58,8 @@ TINY_PRESETS = {
     "data2vec-text": "tiny-data2vec-text",
     "deberta": "tiny-deberta",
     "longformer": "tiny-longformer",
+    "layoutlm": "tiny-layoutlm",
+    "xmod": "tiny-xmod",
 }
 #: families whose config.json names remote-code classes under another family's model_type: transformers reads it
 #: as that family's plain model (wrong for the weights; see tests/families/test_jina_v2.py)
