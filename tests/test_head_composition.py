@@ -72,7 +72,7 @@ def _labels(name: str, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     tokens = torch.where(mask.bool(), ids, -100)
     per_example = torch.arange(b) % 2
-    if name.endswith("_lm") or name in ("masked_lm_gelu", "causal_lm_gelu"):
+    if name.endswith("_lm") or name in ("masked_lm_gelu", "causal_lm_gelu", "causal_lm_linear"):
         return {"labels": tokens}
     if name == "pretraining":
         return {"labels": tokens, "next_sentence_label": per_example}
@@ -92,7 +92,7 @@ def _tensors(out) -> dict[str, torch.Tensor]:
 
 
 def test_every_builtin_head_is_a_composition():
-    assert len(BUILTIN_HEADS) == 25
+    assert len(BUILTIN_HEADS) == 26
     for name in (n for n in BUILTIN_HEADS if n not in NOT_COMPOSED):
         model = bertblocks.create_model(_config({"name": name}))
         assert isinstance(model.head, ComposedHead), name

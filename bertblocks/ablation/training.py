@@ -42,7 +42,9 @@ class Batch:
 def task_model(task: str, config: BertConfig) -> nn.Module:
     """A randomly initialised model with the task's head (uses the current torch seed): the head the config's
     family gives that task (ELECTRA's masked LM projects to its embedding size, RoBERTa classifies with
-    ``dense → tanh → out_proj``), so a study on a family trains the family's own model."""
+    ``dense → tanh → out_proj``), so a study on a family trains the family's own model. A family whose transformers
+    classes have no masked LM (BertGeneration's are a backbone and a causal LM) trains BERT's ``masked_lm`` head on
+    its backbone for the ``mlm`` task."""
     from bertblocks.hf.config_json import config_from_hf, config_to_hf
     from bertblocks.hf.families import get_family
     from bertblocks.zoo import create_model
@@ -51,6 +53,8 @@ def task_model(task: str, config: BertConfig) -> nn.Module:
     suffixes = {"mlm": ("ForMaskedLM", "LMHead"), "classification": ("ForSequenceClassification",)}[task]
     family = get_family(config.family, source=None)
     architecture = next((a for a in family.architectures if a.endswith(suffixes)), None)
+    if architecture is None and task == "mlm":
+        return create_model(config, head={"name": "masked_lm"})
     if architecture is None:
         raise UnsupportedError(
             f"the {config.family} family has no {suffixes[0][3:]} head, which the {task} task trains"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import (
     albert,
     bert,
+    bert_generation,
     convbert,
     data2vec_text,
     deberta,
@@ -65,6 +66,7 @@ FAMILY_PLUGINS = (
     longformer,
     layoutlm,
     xmod,
+    bert_generation,
     hybrid,
 )
 

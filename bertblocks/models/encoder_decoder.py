@@ -104,14 +104,14 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
 
 
 def causal_lm_head(family: str, registry: Registry | None = None) -> dict[str, Any]:
-    """The head spec of ``family``'s causal-LM class (``RobertaForCausalLM`` → ``causal_lm_gelu``); BERT's
+    """The head spec of ``family``'s causal-LM class, the class whose head is a causal LM (``causal_lm…``):
+    ``RobertaForCausalLM`` → ``causal_lm_gelu``, ``BertGenerationDecoder`` → ``causal_lm_linear``; BERT's
     ``causal_lm`` for a family that has none."""
     known = get_family(family, registry, source=None)
     for architecture in known.architectures:
-        if architecture.endswith(("ForCausalLM", "LMHeadModel")):
-            spec = known.head_for(architecture)
-            if spec is not None:
-                return spec
+        spec = known.head_for(architecture)
+        if spec is not None and str(spec["name"]).startswith("causal_lm"):
+            return spec
     return {"name": "causal_lm"}
 
 

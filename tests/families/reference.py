@@ -1122,6 +1122,62 @@ FAMILIES["deberta"] = Family(
 )
 
 
+#: BertGeneration at test size: BertGenerationConfig's special ids (padding 0, end 1, start 2)
+BERT_GENERATION: dict[str, Any] = {
+    **{k: v for k, v in COMMON.items() if k != "num_labels"},  # no task class with labels
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "bos_token_id": 2,
+    "layer_norm_eps": 1e-6,
+}
+
+
+def bert_generation_unigram() -> Tokenizer:
+    """BertGeneration's kind: a SentencePiece-style Unigram with its specials at the published ids (<pad> 0, </s> 1,
+    <s> 2, <unk> 3) and its tokenizer's separator <::::>."""
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    specials = ["<pad>", "</s>", "<s>", "<unk>", "<::::>"]
+    tok.train_from_iterator(
+        toks.CORPUS, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials, unk_token="<unk>")
+    )
+    return tok
+
+
+def bert_generation_processor(tok: Tokenizer) -> processors.TemplateProcessing:
+    """transformers' BertGenerationTokenizer adds no special tokens (its ``special_tokens_pattern`` is none)."""
+    return processors.TemplateProcessing(single="$A", pair="$A $B", special_tokens=[])
+
+
+FAMILIES["bert-generation"] = Family(
+    "BertGenerationConfig",
+    BERT_GENERATION,
+    pad=0,
+    token_types=False,
+    # the backbone (BertGenerationEncoder) and the causal LM (BertGenerationDecoder); the decoder with is_decoder,
+    # cross-attention, its cache and the encoder-decoder round trip: tests/families/test_bert_generation.py
+    classes=("BertGenerationEncoder", "BertGenerationDecoder"),
+    config_fields=("layer_norm_eps", "tie_word_embeddings", "is_decoder"),
+    # transformers' BertGenerationTokenizer reads a SentencePiece spiece.model only: the tokenizer.json is read by
+    # the generic class, with BertGeneration's specials
+    tokenizer=Tokenizing(
+        bert_generation_unigram,
+        bert_generation_processor,
+        "PreTrainedTokenizerFast",
+        {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>", "sep_token": "<::::>"},
+    ),
+    hidden_states="BertGenerationDecoder",
+    refusals=(
+        ({"bertblocks": {"embedding": {"token_types": True}}}, "embedding.token_types"),
+        ({"bertblocks": {"pooler": {"name": "first_token"}}}, "pooler"),
+        ({"bertblocks": {"position": {"name": "relative_key"}}}, "position.name"),
+        ({"bertblocks": {"encoder": {"layer": {"name": "pre_ln"}}}}, "encoder.layer.name"),
+    ),
+    presets=("bert-for-seq-generation-l24",),
+)
+
+
 def rows(joins: Callable[[Family], object]) -> list[str]:
     """The names of the rows that take part in a shared test (``joins(row)`` truthy), in the table's order."""
     return [name for name, family in FAMILIES.items() if joins(family)]

@@ -52,6 +52,11 @@ FAMILY_HEADS = {
     "transform_question_answering": (transform_heads, TransformOptions, "transform → start/end span logits"),
     "transform_multiple_choice": (transform_heads, TransformPoolingOptions, "each choice pooled → transform → a score"),
     "linear_masked_lm": (linear_heads, LinearLMOptions, "one linear map onto the vocabulary (EuroBERT, NeoBERT)"),
+    "causal_lm_linear": (
+        linear_heads,
+        LinearLMOptions,
+        "causal LM, one linear map onto the vocabulary (BertGeneration)",
+    ),
     "dense_pooled_classification": (linear_heads, DensePooledOptions, "pool → dense → act → classifier, or late"),
     "splade": (retrieval, SpladeOptions, "SPLADE: max over tokens of log(1 + relu(MLM logits)), [b, vocab]"),
     "colbert": (retrieval, ColBERTOptions, "ColBERT: normalised per-token vectors and their mask"),

@@ -3,6 +3,8 @@ transform before the vocabulary, and a classifier that may pool before or after 
 
 * ``linear_masked_lm`` — one linear map onto the vocabulary (``decoder``, tied to the token embeddings when
   ``tie_word_embeddings``; its bias optional): EuroBERT's ``lm_head``, NeoBERT's ``decoder``.
+* ``causal_lm_linear`` — the same map with the causal-LM loss (labels shifted left by one): BertGeneration's
+  ``lm_head`` (``BertGenerationDecoder``).
 * ``dense_pooled_classification`` — pool (first token or masked mean) → dropout → dense → activation → dropout
   → classifier; or, ``pooling: late``, the same on every token and the logits averaged over the real tokens
   (EuroBERT's ``classifier_pooling: late``). Losses as ``sequence_classification`` (``problem_type``).
@@ -17,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from torch import nn
 
-from bertblocks.core.outputs import MaskedLMOutput, SequenceClassifierOutput
+from bertblocks.core.outputs import CausalLMOutputWithCrossAttentions, MaskedLMOutput, SequenceClassifierOutput
 from bertblocks.plugins.feedforward import ACTIVATIONS
 
 from ...errors import InputError
@@ -27,7 +29,7 @@ from .projections import TiedLinear
 
 
 class LinearLMOptions(BaseModel):
-    """Options of ``linear_masked_lm``."""
+    """Options of ``linear_masked_lm`` and ``causal_lm_linear``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -64,6 +66,20 @@ def linear_masked_lm(name: str, a: HeadArguments) -> ComposedHead:
         branches=(Branch(("logits",), "none", ("decoder",)),),
         loss=CrossEntropy(upcast=True),
         output=MaskedLMOutput,
+    )
+
+
+def causal_lm_linear(name: str, a: HeadArguments) -> ComposedHead:
+    """``decoder(h)``; cross-entropy in float32 of token ``i + 1`` at position ``i``, ignoring -100
+    (transformers' ``ForCausalLMLoss``)."""
+    options: LinearLMOptions = a.options
+    decoder = TiedLinear(a.hidden_size, a.vocab_size, tie=a.tie_word_embeddings, bias=options.decoder_bias)
+    return ComposedHead(
+        name,
+        modules={"decoder": decoder},
+        branches=(Branch(("logits",), "none", ("decoder",)),),
+        loss=CrossEntropy(shift=True, upcast=True),
+        output=CausalLMOutputWithCrossAttentions,
     )
 
 
