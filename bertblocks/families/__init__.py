@@ -24,6 +24,7 @@ from . import (
     mpnet,
     neobert,
     nomic_bert,
+    nystromformer,
     roberta,
     roberta_prelayernorm,
     roformer,
@@ -54,6 +55,7 @@ FAMILY_PLUGINS = (
     xlm_roberta_xl,
     data2vec_text,
     deberta,
+    nystromformer,
 )
 
 __all__ = ["FAMILY_PLUGINS"]
