@@ -193,7 +193,8 @@ class NystromAttention(Attention):
             reason="Nyströmformer's attention is an encoder's (no KV cache); its landmark path has no [q, k] "
             "probabilities, and its heads (with their convolution) are not pruned",
         )
-        self.backend = backend
+        # the landmark path computes its kernels itself: it holds no backend (none would be called)
+        self.backend = None if self.landmarks else backend
         self.self = NystromProjections(hidden_size, num_heads, options.conv_kernel_size)  # `self`: HF's child name
         self.output = SelfOutput(hidden_size, hidden_dropout, norm)
 
@@ -215,7 +216,7 @@ class NystromAttention(Attention):
             raise CapabilityError(self.capabilities.refusal("the nystrom attention is an encoder's"))
         if positions.score_bias is not None:
             raise CapabilityError("the nystrom attention takes no position score bias (its positions are embedded)")
-        if output_attentions and (self.landmarks or not self.backend.capabilities.attention_weights):
+        if output_attentions and (self.backend is None or not self.backend.capabilities.attention_weights):
             raise CapabilityError(
                 self.capabilities.refusal("output_attentions=True: the nystrom attention cannot return them here")
             )
@@ -253,7 +254,7 @@ class NystromAttention(Attention):
         key = self._heads(proj.key(hidden)) / root
         value = self._heads(proj.value(hidden))
         weights = None
-        if self.landmarks:
+        if self.backend is None:
             context = self._landmark(query, key, value, mask)
         else:
             context, weights = self.backend(
