@@ -174,7 +174,7 @@ SUITES = {
         for label, options in SUITES.items()
         for case in ConformanceSuite(
             Registry(load_entry_points=False), options={("attention", "nystrom"): options}, compile_backend="aot_eager"
-        ).params(kinds=["attention"], names=["nystrom"], exclude=["compile"])
+        ).params(kinds=["attention"], names=["nystrom"])
     ],
 )
 def test_option_sets_conform(case):
