@@ -28,6 +28,7 @@ from . import (
     mpnet,
     neobert,
     nomic_bert,
+    nystromformer,
     rembert,
     roberta,
     roberta_prelayernorm,
@@ -67,6 +68,7 @@ FAMILY_PLUGINS = (
     layoutlm,
     xmod,
     bert_generation,
+    nystromformer,
     hybrid,
 )
 

@@ -6,6 +6,7 @@ The variations are options of the one ``bert`` embedding (so a hybrid can pick a
 * ``token_types: false`` — no token-type table at all (DistilBERT);
 * ``position_offset: padding`` — positions count real tokens only and start past the padding index, and
   padding tokens sit at the padding position (RoBERTa's ``create_position_ids_from_input_ids``);
+* ``position_start`` — default positions start at this id (Nyströmformer's ``arange(L) + 2``);
 * ``embedding_size`` — tables and LayerNorm at a smaller width, then a linear projection to the hidden size
   (ELECTRA's ``embeddings_project``, ALBERT's ``embedding_hidden_mapping_in``);
 * ``extra_type_tables`` — further per-token type tables, added like token types (ERNIE's
@@ -46,6 +47,11 @@ class BertEmbeddingOptions(BaseModel):
         "none",
         description="padding: position ids start after pad_token_id and skip padding tokens (RoBERTa); "
         "none: 0, 1, 2, … (BERT)",
+    )
+    position_start: NonNegativeInt = Field(
+        0,
+        description="the first default position id (position_offset none): 2 for Nystromformer, whose ids are "
+        "arange(L) + 2; ids a caller passes are used as given",
     )
     embedding_size: PositiveInt | None = Field(
         None, description="width of the tables and LayerNorm, then a projection to hidden_size (ELECTRA, ALBERT)"
@@ -92,6 +98,7 @@ class BertEmbeddings(Embedding):
             raise InputError("embedding.position_offset 'padding' needs a pad_token_id to offset positions past")
         width = opts.embedding_size or hidden_size
         self.position_offset = opts.position_offset
+        self.position_start = opts.position_start
         self.padding_idx = pad_token_id
         self.word_embeddings = nn.Embedding(vocab_size, width, padding_idx=pad_token_id)
         position_table = position.embedding(width)
@@ -237,7 +244,14 @@ class BertEmbeddings(Embedding):
     ) -> torch.Tensor:
         q = inputs_embeds.shape[1]
         if self.position_offset == "none":
-            return self.position_ids[:, past_length : past_length + q]
+            start = self.position_start + past_length
+            if start + q > self.position_ids.shape[1]:
+                raise InputError(
+                    f"sequence length {q} needs positions up to {start + q - 1}, past the {self.position_ids.shape[1]} "
+                    f"positions of this model, whose positions start at {self.position_start}: it takes at most "
+                    f"{self.position_ids.shape[1] - self.position_start - past_length} tokens; truncate the input"
+                )
+            return self.position_ids[:, start : start + q]
         pad = self.padding_idx
         assert pad is not None
         if input_ids is None:

@@ -1178,6 +1178,37 @@ FAMILIES["bert-generation"] = Family(
 )
 
 
+#: Nyströmformer at test size: full attention (num_landmarks == segment_means_seq_len, as the published model has it;
+#: transformers' landmark path fails on a padded batch, so tests/families/test_nystromformer.py covers it) with a
+#: 3-wide value convolution, so that the convolution (which reads padded values) changes the numbers
+NYSTROMFORMER: dict[str, Any] = {
+    **COMMON,
+    "pad_token_id": 0,  # the WordPiece vocabulary's [PAD]
+    "num_landmarks": 16,
+    "segment_means_seq_len": 16,
+    "conv_kernel_size": 3,
+}
+FAMILIES["nystromformer"] = Family(
+    "NystromformerConfig",
+    NYSTROMFORMER,
+    pad=0,
+    classes=_classes("Nystromformer", "Model", "ForMaskedLM", *_TASKS),
+    second_segment=3,
+    config_fields=("num_landmarks", "segment_means_seq_len", "conv_kernel_size", "max_position_embeddings"),
+    # transformers maps nystromformer to the generic tokenizer class, which takes its specials from
+    # tokenizer_config.json
+    tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "BertTokenizer", _BERT_SPECIALS),
+    hidden_states="NystromformerForMaskedLM",
+    refusals=(
+        ({"inv_coeff_init_option": True}, "inv_coeff_init_option=True"),
+        ({"conv_kernel_size": 4}, "conv_kernel_size"),
+        ({"bertblocks": {"embedding": {"position_start": 0}}}, "embedding.position_start"),
+        ({"bertblocks": {"encoder": {"attention": {"name": "bert"}}}}, "encoder.attention.name"),
+    ),
+    presets=("nystromformer-512", "tiny-nystromformer"),
+)
+
+
 def rows(joins: Callable[[Family], object]) -> list[str]:
     """The names of the rows that take part in a shared test (``joins(row)`` truthy), in the table's order."""
     return [name for name, family in FAMILIES.items() if joins(family)]
