@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import (
     albert,
     bert,
+    big_bird,
     data2vec_text,
     deberta,
     deberta_v2,
@@ -54,6 +55,7 @@ FAMILY_PLUGINS = (
     xlm_roberta_xl,
     data2vec_text,
     deberta,
+    big_bird,
 )
 
 __all__ = ["FAMILY_PLUGINS"]

@@ -127,6 +127,9 @@ class Family:
             before the key map renames them, given the model's config: Jina-embeddings-v3's published LoRA
             adapters merged into the weights for the task the config names. Raise ``KeyMapError`` for a
             checkpoint it cannot prepare.
+        task_poolers: every task model of the family keeps the backbone's pooler, read by its head or not
+            (BigBird's ``BigBirdForMaskedLM`` and the other task classes build ``BigBirdModel`` with one, so their
+            checkpoints hold ``bert.pooler.*``); false: only a head that reads the pooled output keeps it (BERT's).
     """
 
     model_type: str
@@ -143,6 +146,7 @@ class Family:
     remote_code: tuple[RemoteCode, ...] = ()
     remote_model_types: tuple[str, ...] = ()
     prepare_checkpoint: Callable[[Mapping[str, Any], Any], dict[str, Any]] | None = None
+    task_poolers: bool = False
 
     def reads_remote(self, hf: Mapping[str, Any]) -> bool:
         """Whether the config.json ``hf`` has an ``auto_map`` that names classes, and only classes one

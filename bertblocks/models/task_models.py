@@ -31,7 +31,7 @@ from ..core.outputs import ModelOutput
 from ..errors import InputError
 from ..families.bert import BERT_ARCHITECTURES
 from ..hf.config_json import config_to_hf
-from ..hf.families import FamilyKeyMap
+from ..hf.families import FamilyKeyMap, get_family
 from ..registry import BuildError, Registry, build_head, get_registry, validate_config
 from ..torch_internals import run_frame_uncompiled
 from .backbone import BertModel
@@ -126,7 +126,11 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         head_module = build_head(cfg, reg)
         if head_module.needs_pooler and cfg.pooler is None:
             raise BuildError(f"the {name!r} head reads the pooled output, but the config has pooler: null")
-        backbone = BertModel._from_config(cfg, registry=reg, add_pooling_layer=head_module.needs_pooler)
+        # a family whose task classes all keep the pooler (BigBird's) says so; otherwise only a head that reads it
+        pooled = head_module.needs_pooler or (
+            cfg.pooler is not None and get_family(cfg.family, reg, source=None).task_poolers
+        )
+        backbone = BertModel._from_config(cfg, registry=reg, add_pooling_layer=pooled)
         # One config object for the model and its backbone, as in transformers; the backbone's structure was
         # fixed when it was built (it ignores `head`, and `pooler` only chose whether it has one).
         backbone.config = cfg

@@ -6,6 +6,7 @@ from __future__ import annotations
 from . import (
     attention,
     backends,
+    block_sparse,
     conv_layers,
     disentangled,
     embeddings,
@@ -23,6 +24,7 @@ BUILTIN_PLUGINS = (
     positions,
     disentangled,
     attention,
+    block_sparse,
     backends,
     feedforward,
     norms,
