@@ -71,9 +71,7 @@ def _rand_attn_plan(length: int, block_size: int, r: int) -> tuple[list[int], li
     return [length], [r]
 
 
-def _row_random_blocks(
-    rng: np.random.RandomState, block_id: int, to_start: int, to_end: int, r: int
-) -> np.ndarray:
+def _row_random_blocks(rng: np.random.RandomState, block_id: int, to_start: int, to_end: int, r: int) -> np.ndarray:
     perm = rng.permutation(np.arange(to_start, to_end, dtype=np.int32))
     illegal = [*range(block_id - 1, block_id + 2), 0, to_end - 1]
     if block_id == 1:
@@ -189,8 +187,15 @@ def key_blocks(nb: int, rand: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def block_sparse_attention(
-    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_mask: torch.Tensor, blocks: torch.Tensor,
-    valid: torch.Tensor, block_size: int, scale: float,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_mask: torch.Tensor,
+    blocks: torch.Tensor,
+    valid: torch.Tensor,
+    block_size: int,
+    scale: float,
+    backend: AttentionBackend | None = None,
 ) -> torch.Tensor:
     """The gathered kernel.
 
@@ -198,6 +203,9 @@ def block_sparse_attention(
 
         query, key, value [b, h, L, d] (L = nb·bs); key_mask [b, L] additive; blocks [h, nb-2, 5+r];
         valid [nb-2, 5+r] → context [b, h, L, d]
+
+    ``backend`` computes the two global query blocks over every key (a call of the mask contract:
+    ``[b, 1, 1, L]``); ``None``: SDPA. The other blocks always run through SDPA on the gathered keys.
     """
     b, h, length, d = query.shape
     bs, nb = block_size, length // block_size
@@ -206,7 +214,11 @@ def block_sparse_attention(
     qb = query.view(b, h, nb, bs, d)
     # global query blocks: every key
     ends = torch.cat([qb[:, :, 0], qb[:, :, -1]], 2)  # [b, h, 2·bs, d]
-    ends = F.scaled_dot_product_attention(ends, key, value, attn_mask=key_mask[:, None, None, :], scale=scale)
+    if backend is None:
+        ends = F.scaled_dot_product_attention(ends, key, value, attn_mask=key_mask[:, None, None, :], scale=scale)
+    else:
+        mask = key_mask[:, None, None, :]
+        ends = backend(ends, key, value, mask=mask, scale=scale, dropout_p=0.0, is_causal=False, need_weights=False)[0]
     # the others: their 5 + r key blocks, gathered
     heads = torch.arange(h, device=query.device)[:, None]  # [h, 1]
     flat = blocks.to(query.device).reshape(h, -1)  # [h, (nb-2)·(5+r)]
@@ -229,7 +241,7 @@ def dense_block_mask(
     b, length = key_mask.shape
     h = blocks.shape[0]
     nb = length // block_size
-    counts = torch.zeros(h, nb, nb, device=key_mask.device)
+    counts = torch.zeros(h, nb, nb, device=key_mask.device, dtype=key_mask.dtype)
     counts[:, 0] = counts[:, -1] = 1
     ones = valid.to(counts.dtype).to(key_mask.device).expand(h, *valid.shape)
     counts[:, 1:-1].scatter_add_(2, blocks.to(key_mask.device), ones)
@@ -398,8 +410,9 @@ class BlockSparseAttention(Attention):
         head_mask: torch.Tensor | None,
         output_attentions: bool,
         is_causal: bool,
+        kernel: AttentionBackend | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        context, weights = self.backend(
+        context, weights = (kernel or self.backend)(
             query,
             key,
             value,
@@ -428,7 +441,9 @@ class BlockSparseAttention(Attention):
         mask: torch.Tensor | None,
         head_mask: torch.Tensor | None,
         output_attentions: bool,
+        kernel: AttentionBackend | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        kernel = kernel or self.backend
         b, h, q, d = query.shape
         bs = self.block_size
         pad = (bs - q % bs) % bs
@@ -442,13 +457,13 @@ class BlockSparseAttention(Attention):
         blocks, valid = key_blocks(length // bs, self._random_blocks(length))
         if output_attentions or head_mask is not None:
             dense = dense_block_mask(key_mask, blocks, valid, bs)
-            context, weights = self.backend(
+            context, weights = kernel(
                 query, key, value, mask=dense, scale=self.scale, dropout_p=0.0, is_causal=False, need_weights=True
             )
             context, weights = self._head_mask(context, weights, head_mask)
             weights = weights[:, :, :q, :q] if weights is not None and output_attentions else None
         else:
-            context = block_sparse_attention(query, key, value, key_mask, blocks, valid, bs, self.scale)
+            context = block_sparse_attention(query, key, value, key_mask, blocks, valid, bs, self.scale, kernel)
             weights = None
         # transformers zeroes the context of padded queries
         context = context * (key_mask > low / 2).to(context.dtype)[:, None, :, None]
@@ -498,10 +513,11 @@ class BlockSparseAttention(Attention):
             weights = query.new_zeros(packing.batch, self.num_heads, packing.length, packing.length)
         for i, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
             q, k, v = (x[:, :, start:end] for x in (query, key, value))
+            # one sequence alone is no call of the (padded or varlen) mask contract: plain softmax attention
             if end - start > self.limit:
-                context, w = self._sparse(q, k, v, None, head_mask, output_attentions)
+                context, w = self._sparse(q, k, v, None, head_mask, output_attentions, _plain_attention)
             else:
-                context, w = self._full(q, k, v, None, head_mask, output_attentions, False)
+                context, w = self._full(q, k, v, None, head_mask, output_attentions, False, _plain_attention)
             contexts.append(context)
             if weights is not None and w is not None:
                 weights[i, :, : end - start, : end - start] = w[0]
@@ -522,6 +538,30 @@ class BlockSparseAttention(Attention):
         self.output.dense = _select(self.output.dense, index, 1)
         self.kept_heads = [self.kept_heads[i] for i in keep_now]
         self.num_heads = len(self.kept_heads)
+
+
+def _plain_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    *,
+    mask: torch.Tensor | None,
+    scale: float,
+    dropout_p: float,
+    is_causal: bool,
+    need_weights: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Softmax attention called as a backend is: SDPA, or an explicit softmax when the weights are asked for."""
+    if not need_weights:
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        )
+        return out, None
+    scores = query @ key.transpose(-1, -2) * scale
+    if mask is not None:
+        scores = scores + mask
+    weights = F.dropout(scores.softmax(-1), dropout_p)
+    return weights @ value, weights
 
 
 def _select(layer: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:

@@ -1113,4 +1113,3 @@ class WrittenOutReference(torch.nn.Module):
         weights = {key.replace(":", "."): value for key, value in self.weights.items()}
         hidden = self.hidden_states(weights, input_ids, attention_mask, token_type_ids)
         return SimpleNamespace(last_hidden_state=hidden.float())
-
