@@ -22,6 +22,7 @@ mask), it computes the same numbers from the equivalent dense ``[b, h, L, L]`` m
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -147,9 +148,7 @@ def _rand_mask_paper(rng: np.random.RandomState, max_length: int, bs: int, r: in
             rand_attn[i - 1, :] = rng.permutation(middle[2:last])[:r]
         elif i == 2:
             rand_attn[i - 1, :] = rng.permutation(middle[3:last])[:r]
-        elif i in (nb - 3, nb - 2):
-            rand_attn[i - 1, :] = rng.permutation(middle[:last])[:r]
-        elif start > last:
+        elif i in (nb - 3, nb - 2) or start > last:
             rand_attn[i - 1, :] = rng.permutation(middle[:last])[:r]
         elif (end + 1) == last:
             rand_attn[i - 1, :] = rng.permutation(middle[:start])[:r]
@@ -238,7 +237,7 @@ def dense_block_mask(
 ) -> torch.Tensor:
     """The same attention as a dense additive mask ``[b, h, L, L]``: ``log m`` where a key block is seen ``m``
     times by a query block, ``finfo.min`` where it is not seen or the key is padding."""
-    b, length = key_mask.shape
+    length = key_mask.shape[1]
     h = blocks.shape[0]
     nb = length // block_size
     counts = torch.zeros(h, nb, nb, device=key_mask.device, dtype=key_mask.dtype)
@@ -444,7 +443,7 @@ class BlockSparseAttention(Attention):
         kernel: AttentionBackend | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         kernel = kernel or self.backend
-        b, h, q, d = query.shape
+        b, _, q, _ = query.shape
         bs = self.block_size
         pad = (bs - q % bs) % bs
         low = torch.finfo(query.dtype).min
@@ -511,7 +510,7 @@ class BlockSparseAttention(Attention):
         contexts, weights = [], None
         if output_attentions:
             weights = query.new_zeros(packing.batch, self.num_heads, packing.length, packing.length)
-        for i, (start, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        for i, (start, end) in enumerate(itertools.pairwise(bounds)):
             q, k, v = (x[:, :, start:end] for x in (query, key, value))
             # one sequence alone is no call of the (padded or varlen) mask contract: plain softmax attention
             if end - start > self.limit:
@@ -592,8 +591,8 @@ def build_block_sparse(
     terms = position.layer_terms(layer_index, num_heads, hidden_size // num_heads)
     if terms.bias is not None:
         raise BlockSparseError(
-            f"attention block_sparse takes no position score bias (position {getattr(position, 'name', type(position).__name__)!r} adds one): the "
-            "sparse kernel sees blocks, not distances; use an absolute or rotary position scheme"
+            f"attention block_sparse takes no position score bias (position {type(position).__name__} adds one): "
+            "the sparse kernel sees blocks, not distances; use an absolute or rotary position scheme"
         )
     return BlockSparseAttention(
         hidden_size=hidden_size,
