@@ -56,6 +56,10 @@ class BlockSparseOptions(BaseModel):
     bias: bool = Field(True, description="biases on the query, key and value projections (use_bias)")
 
 
+#: queries per gathered chunk of the sparse kernel: bounds the (5 + r)-fold copies of keys and values
+CHUNK_TOKENS = 1024
+
+
 def full_attention_limit(block_size: int, num_random_blocks: int) -> int:
     """The longest sequence that runs full attention: transformers' ``(5 + 2·r)·block_size`` (two global
     blocks, a window of three, the random blocks and as many again of buffer)."""
@@ -218,17 +222,26 @@ def block_sparse_attention(
     else:
         mask = key_mask[:, None, None, :]
         ends = backend(ends, key, value, mask=mask, scale=scale, dropout_p=0.0, is_causal=False, need_weights=False)[0]
-    # the others: their 5 + r key blocks, gathered
+    # the others: their 5 + r key blocks, gathered, CHUNK_TOKENS queries at a time, so that the gathered copies
+    # ((5 + r)× the keys and values) stay bounded however long the sequence
     heads = torch.arange(h, device=query.device)[:, None]  # [h, 1]
-    flat = blocks.to(query.device).reshape(h, -1)  # [h, (nb-2)·(5+r)]
-    kb = key.view(b, h, nb, bs, d)[:, heads, flat].view(b, h * (nb - 2), slots * bs, d)
-    vb = value.view(b, h, nb, bs, d)[:, heads, flat].view(b, h * (nb - 2), slots * bs, d)
-    mask = key_mask.view(b, nb, bs)[:, flat]  # [b, h, (nb-2)·(5+r), bs]
-    mask = mask.view(b, h, nb - 2, slots, bs).masked_fill(~valid.to(query.device)[:, :, None], low)
-    mask = mask.view(b, h * (nb - 2), 1, slots * bs)
-    middle = qb[:, :, 1:-1].reshape(b, h * (nb - 2), bs, d)
-    middle = F.scaled_dot_product_attention(middle, kb, vb, attn_mask=mask, scale=scale)  # [b, h·(nb-2), bs, d]
-    out = torch.cat([ends[:, :, :bs], middle.view(b, h, (nb - 2) * bs, d), ends[:, :, bs:]], 2)
+    blocks, valid = blocks.to(query.device), valid.to(query.device)
+    kb_all, vb_all = key.view(b, h, nb, bs, d), value.view(b, h, nb, bs, d)
+    blocked_mask = key_mask.view(b, nb, bs)
+    step = max(1, CHUNK_TOKENS // bs)
+    parts = [ends[:, :, :bs]]
+    for first in range(0, nb - 2, step):
+        rows = min(step, nb - 2 - first)
+        flat = blocks[:, first : first + rows].reshape(h, -1)  # [h, rows·(5+r)]
+        kb = kb_all[:, heads, flat].view(b, h * rows, slots * bs, d)
+        vb = vb_all[:, heads, flat].view(b, h * rows, slots * bs, d)
+        mask = blocked_mask[:, flat].view(b, h, rows, slots, bs)  # additive, per key
+        mask = mask.masked_fill(~valid[first : first + rows, :, None], low).view(b, h * rows, 1, slots * bs)
+        middle = qb[:, :, 1 + first : 1 + first + rows].reshape(b, h * rows, bs, d)
+        middle = F.scaled_dot_product_attention(middle, kb, vb, attn_mask=mask, scale=scale)  # [b, h·rows, bs, d]
+        parts.append(middle.view(b, h, rows * bs, d))
+    parts.append(ends[:, :, bs:])
+    out = torch.cat(parts, 2)
     return out  # [b, h, L, d]
 
 
