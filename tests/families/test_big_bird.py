@@ -191,3 +191,16 @@ def test_chunked_gather_equals_one_chunk(monkeypatch):
     whole = block_sparse_attention(q, k, v, key_mask, blocks, valid, 4, 8**-0.5)
     monkeypatch.setattr(block_sparse, "CHUNK_TOKENS", 12)  # 3 query blocks a chunk: 6 chunks, the last short
     assert torch.equal(block_sparse_attention(q, k, v, key_mask, blocks, valid, 4, 8**-0.5), whole)
+
+
+def test_original_full_equals_transformers_at_any_length(tmp_path):
+    """attention_type: original_full is full attention past the block-sparse limit too, as transformers'."""
+    theirs, ours = _pair(tmp_path, attention_type="original_full")
+    theirs.eval()
+    ours.eval()
+    assert ours.config.encoder.attention.options()["attention_type"] == "original_full"
+    ids, mask = _batch(40, 31)
+    with torch.no_grad():
+        want, got = theirs(input_ids=ids, attention_mask=mask), ours(input_ids=ids, attention_mask=mask)
+    assert (want.last_hidden_state - got.last_hidden_state)[mask.bool()].abs().max() <= TOL
+    assert not any(getattr(m, "reads_padded_positions", False) for m in ours.modules())  # packs as BERT does
