@@ -34,7 +34,7 @@ import torch
 import bertblocks
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import machine_line  # noqa: E402 (benchmarks/ is no package)
+from machine import machine_line
 
 CONTENDERS: dict[str, list[str]] = {
     "block_sparse": [],
@@ -85,6 +85,14 @@ def _status_kib(field: str) -> int:
     raise LookupError(f"/proc/self/status has no {field}")
 
 
+def _forward(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> Callable[[], object]:
+    def run() -> object:
+        with torch.inference_mode():
+            return model(**inputs)
+
+    return run
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
@@ -100,14 +108,7 @@ def main() -> None:
     for length in args.lengths:
         inputs = _inputs(length, args.device)
 
-        def run(name: str) -> Callable[[], object]:
-            def forward() -> object:
-                with torch.inference_mode():
-                    return models[name](**inputs)
-
-            return forward
-
-        fns = {name: run(name) for name in CONTENDERS}
+        fns = {name: _forward(models[name], inputs) for name in CONTENDERS}
         for fn in fns.values():
             fn()  # warm-up
         times: dict[str, list[float]] = {name: [] for name in fns}
