@@ -128,7 +128,21 @@ BIG_BIRD = Family(
     fixed=FIXED,
     description="BigBird: post-LN with block-sparse attention (global, window and random blocks)",
     task_poolers=True,  # every BigBirdFor… class builds BigBirdModel with its pooler
-    tokenizer=replace(BERT_TOKENIZER, tokenizer_classes=("BigBirdTokenizer", "BigBirdTokenizerFast")),
+    # transformers' BigBirdTokenizer: SentencePiece specials, [CLS] A [SEP] (B [SEP]) framing, no token types returned
+    tokenizer=replace(
+        BERT_TOKENIZER,
+        special_tokens={
+            "unk_token": "<unk>",
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "pad_token": "<pad>",
+            "sep_token": "[SEP]",
+            "cls_token": "[CLS]",
+            "mask_token": "[MASK]",
+        },
+        model_input_names=("input_ids", "attention_mask"),
+        tokenizer_classes=("BigBirdTokenizer", "BigBirdTokenizerFast"),
+    ),
 )
 
 
