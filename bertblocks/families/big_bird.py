@@ -88,10 +88,15 @@ def _from_hf(hf: Any) -> dict[str, Any]:
 
 def _to_hf(config: BertConfig) -> dict[str, Any]:
     out = bert_fields_to_hf(config, dropped=("position_embedding_type",))
-    attention = config.encoder.attention.options()
+    spec = config.encoder.attention
+    attention = spec.options()
+    if spec.name != "block_sparse":
+        # another attention (BERT's) is full attention: the nearest this format says; what differs (the
+        # attention's name) the translator writes under `bertblocks`
+        attention = {"attention_type": "original_full", "bias": attention.get("qkv_bias", True)}
     out["attention_type"] = attention["attention_type"]
-    out["block_size"] = attention["block_size"]
-    out["num_random_blocks"] = attention["num_random_blocks"]
+    out["block_size"] = attention.get("block_size", DEFAULTS["block_size"])
+    out["num_random_blocks"] = attention.get("num_random_blocks", DEFAULTS["num_random_blocks"])
     out["use_bias"] = attention["bias"]
     out["rescale_embeddings"] = bool(config.embedding.options().get("scale_embeddings", False))
     return out
