@@ -204,3 +204,19 @@ def test_original_full_equals_transformers_at_any_length(tmp_path):
         want, got = theirs(input_ids=ids, attention_mask=mask), ours(input_ids=ids, attention_mask=mask)
     assert (want.last_hidden_state - got.last_hidden_state)[mask.bool()].abs().max() <= TOL
     assert not any(getattr(m, "reads_padded_positions", False) for m in ours.modules())  # packs as BERT does
+
+
+def test_packing_runs_each_sequence_alone_and_auto_does_not_pack(tmp_path):
+    """The block layout counts the padded length, so the attention declares reads_padded_positions: `auto`
+    leaves BigBird padded (transformers' numbers, tested above) and says why; `always` gives each sequence the
+    numbers it has alone (its own layout)."""
+    _, ours = _pair(tmp_path)
+    assert "BlockSparseAttention" in (ours.packing_off_reason or "")
+    packed = bertblocks.from_pretrained(tmp_path, head="auto", overrides=["encoder.packing=always"]).eval()
+    ids, mask = _batch(40, 23)  # the second row alone: 23 tokens, 12 blocks; padded: 20 blocks
+    with torch.no_grad():
+        got = packed(input_ids=ids, attention_mask=mask).last_hidden_state
+        alone = packed(input_ids=ids[1:, :23]).last_hidden_state
+        padded = ours.eval()(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert (got[1, :23] - alone[0]).abs().max() <= TOL
+    assert (padded[1, :23] - alone[0]).abs().max() > 1e-3  # the batch's padding changed the real tokens' numbers
