@@ -8,6 +8,7 @@ from . import (
     albert,
     bert,
     bert_generation,
+    big_bird,
     convbert,
     data2vec_text,
     deberta,
@@ -69,6 +70,7 @@ FAMILY_PLUGINS = (
     xmod,
     bert_generation,
     nystromformer,
+    big_bird,
     hybrid,
 )
 

@@ -62,6 +62,12 @@ class BertEmbeddingOptions(BaseModel):
         "task_type_embeddings)",
     )
     norm_bias: bool = Field(True, description="a bias in the LayerNorm; false: scale only (ModernBERT)")
+    scale_embeddings: bool = Field(
+        False, description="multiply the token embeddings (looked up or given) by √width (BigBird's rescale_embeddings)"
+    )
+    dropout_before_norm: bool = Field(
+        False, description="dropout on the sum, then the LayerNorm (BigBird's order); false: LayerNorm, then dropout"
+    )
     norm: bool = Field(
         True, description="a LayerNorm after the tables; false: none, the first pre-LN layer normalises (EuroBERT)"
     )
@@ -126,6 +132,8 @@ class BertEmbeddings(Embedding):
             nn.LayerNorm(width, eps=layer_norm_eps, bias=opts.norm_bias) if opts.norm else nn.Identity()
         )
         self.dropout = nn.Dropout(dropout)
+        self.scale = float(width) ** 0.5 if opts.scale_embeddings else None
+        self.dropout_before_norm = opts.dropout_before_norm
         # a factorized embedding is projected even at equal widths (ALBERT always has the projection)
         self.has_projection = opts.embedding_size is not None
         if self.has_projection:
@@ -154,7 +162,7 @@ class BertEmbeddings(Embedding):
         else:
             self._check_embeds(inputs_embeds)
         b, q = inputs_embeds.shape[:2]
-        embeddings = inputs_embeds
+        embeddings = inputs_embeds if self.scale is None else inputs_embeds * self.scale
         if self.has_token_types:
             if token_type_ids is None:
                 # the buffer is max_position_embeddings long; a scheme without a length limit (ALiBi) reads longer
@@ -175,7 +183,10 @@ class BertEmbeddings(Embedding):
         for name in self.extra_type_names:
             table = getattr(self, name)
             embeddings = embeddings + table(self.token_type_ids[:, :q].expand(b, q))  # ids 0, as ERNIE's default
-        embeddings = self.dropout(self.LayerNorm(embeddings))
+        if self.dropout_before_norm:
+            embeddings = self.LayerNorm(self.dropout(embeddings))
+        else:
+            embeddings = self.dropout(self.LayerNorm(embeddings))
         return self.projection(embeddings) if self.has_projection else embeddings  # [b, q, H]
 
     def check_extra_inputs(self, inputs: Mapping[str, torch.Tensor], batch: int, length: int) -> None:

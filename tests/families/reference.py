@@ -1209,6 +1209,35 @@ FAMILIES["nystromformer"] = Family(
 )
 
 
+# BigBird: block-sparse attention (blocks of 2, one random block: sequences past (5 + 2·1)·2 = 14 tokens run
+# block-sparse, so the batch of 24 has 12 blocks), rescaled embeddings; BigBirdForCausalLM and
+# BigBirdForQuestionAnswering are tested in test_big_bird.py (a decoder attends causally; QA is refused)
+FAMILIES["big_bird"] = Family(
+    "BigBirdConfig",
+    {**COMMON, "block_size": 2, "num_random_blocks": 1, "rescale_embeddings": True, "layer_norm_eps": 1e-5},
+    pad=0,
+    classes=_classes(
+        "BigBird",
+        "Model",
+        "ForMaskedLM",
+        "ForPreTraining",
+        "ForSequenceClassification",
+        "ForTokenClassification",
+        "ForMultipleChoice",
+    ),
+    length=24,
+    real=15,
+    second_segment=3,
+    config_fields=("attention_type", "block_size", "num_random_blocks", "use_bias", "rescale_embeddings"),
+    refusals=(
+        ({"architectures": ["BigBirdForQuestionAnswering"]}, "BigBirdForQuestionAnswering is not implemented"),
+        ({"bertblocks": {"embedding": {"dropout_before_norm": False}}}, "embedding.dropout_before_norm"),
+        ({"bertblocks": {"encoder": {"attention": {"name": "bert"}}}}, "encoder.attention.name"),
+    ),
+    presets=("bigbird-roberta-base",),
+)
+
+
 def rows(joins: Callable[[Family], object]) -> list[str]:
     """The names of the rows that take part in a shared test (``joins(row)`` truthy), in the table's order."""
     return [name for name, family in FAMILIES.items() if joins(family)]
