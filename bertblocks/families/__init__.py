@@ -20,6 +20,7 @@ from . import (
     jina_bert,
     jina_embeddings_v3,
     megatron_bert,
+    mobilebert,
     modernbert,
     mpnet,
     neobert,
@@ -54,6 +55,7 @@ FAMILY_PLUGINS = (
     xlm_roberta_xl,
     data2vec_text,
     deberta,
+    mobilebert,
 )
 
 __all__ = ["FAMILY_PLUGINS"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from . import (
     attention,
     backends,
+    bottleneck,
     conv_layers,
     disentangled,
     embeddings,
@@ -28,6 +29,7 @@ BUILTIN_PLUGINS = (
     norms,
     layers,
     conv_layers,
+    bottleneck,
     poolers,
     *HEAD_PLUGINS,
     presets,

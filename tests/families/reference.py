@@ -1084,3 +1084,77 @@ class WrittenOutReference(torch.nn.Module):
         weights = {key.replace(":", "."): value for key, value in self.weights.items()}
         hidden = self.hidden_states(weights, input_ids, attention_mask, token_type_ids)
         return SimpleNamespace(last_hidden_state=hidden.float())
+
+
+#: MobileBERT at test size: a narrow table (16) and bottleneck (16) under a 32-wide residual stream, three stacked
+#: feed-forward blocks, NoNorm (the published choice), an epsilon far from the default (the layer norms that read it)
+MOBILEBERT: dict[str, Any] = {
+    **COMMON,
+    "embedding_size": 16,
+    "intra_bottleneck_size": 16,
+    "num_feedforward_networks": 3,
+    "layer_norm_eps": 1e-3,
+}
+FAMILIES["mobilebert"] = Family(
+    "MobileBertConfig",
+    MOBILEBERT,
+    pad=0,
+    classes=_classes(
+        "MobileBert",
+        "Model",
+        "ForMaskedLM",
+        "ForPreTraining",
+        "ForNextSentencePrediction",
+        *_TASKS,
+    ),
+    second_segment=3,
+    config_fields=(
+        "embedding_size",
+        "trigram_input",
+        "use_bottleneck",
+        "intra_bottleneck_size",
+        "use_bottleneck_attention",
+        "key_query_shared_bottleneck",
+        "num_feedforward_networks",
+        "normalization_type",
+        "true_hidden_size",
+    ),
+    tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "MobileBertTokenizer"),
+    tokenizer_convention=True,
+    hidden_states="MobileBertForMaskedLM",
+    refusals=(
+        ({"classifier_activation": False}, "classifier_activation=False"),
+        ({"use_bottleneck_attention": False, "key_query_shared_bottleneck": False}, "key_query_shared_bottleneck"),
+        ({"true_hidden_size": 8}, "true_hidden_size=8"),
+        ({"bertblocks": {"encoder": {"layer": {"name": "post_ln"}}}}, "encoder.layer.name"),
+        ({"bertblocks": {"embedding": {"norm_eps": 1e-12}}}, "embedding.norm_eps"),
+    ),
+    presets=("mobilebert-uncased",),
+)
+# the other choices: LayerNorm everywhere (torch's epsilon where transformers builds it without layer_norm_eps),
+# queries, keys and values from the one bottleneck, no trigram, one feed-forward block
+FAMILIES["mobilebert-layernorm"] = Family(
+    "MobileBertConfig",
+    {
+        **MOBILEBERT,
+        "normalization_type": "layer_norm",
+        "use_bottleneck_attention": True,
+        "trigram_input": False,
+        "num_feedforward_networks": 1,
+    },
+    pad=0,
+    classes=_classes("MobileBert", "Model", "ForMaskedLM", "ForSequenceClassification"),
+    second_segment=3,
+    config_fields=("normalization_type", "use_bottleneck_attention", "trigram_input", "num_feedforward_networks"),
+    hidden_states="MobileBertForMaskedLM",
+)
+# no bottleneck: every sub-layer at the hidden width, with the dropout-free stacked feed-forward blocks
+FAMILIES["mobilebert-plain"] = Family(
+    "MobileBertConfig",
+    {**MOBILEBERT, "use_bottleneck": False, "embedding_size": 32},
+    pad=0,
+    classes=_classes("MobileBert", "Model", "ForMaskedLM", "ForTokenClassification"),
+    second_segment=3,
+    config_fields=("use_bottleneck", "embedding_size"),
+    hidden_states="MobileBertForMaskedLM",
+)
