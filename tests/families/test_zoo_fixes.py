@@ -57,6 +57,7 @@ TINY_PRESETS = {
     "xlm-roberta-xl": "tiny-xlm-roberta-xl",
     "data2vec-text": "tiny-data2vec-text",
     "deberta": "tiny-deberta",
+    "mobilebert": "tiny-mobilebert",
 }
 #: families whose config.json names remote-code classes under another family's model_type: transformers reads it
 #: as that family's plain model (wrong for the weights; see tests/families/test_jina_v2.py)
