@@ -23,6 +23,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
+from bertblocks.config import BertConfig, ComponentSpec
 from bertblocks.core.cache import KVCache
 from bertblocks.core.capabilities import AttentionCapabilities, CapabilityError
 from bertblocks.core.component import Component
@@ -528,6 +529,25 @@ def build_bert_attention(
     )
 
 
+#: layer kinds that hand the attention its query/key input and a wider value input concatenated
+#: (``value_input_size``); any other layer hands it one input
+VALUE_INPUT_LAYERS = frozenset({"bottleneck"})
+
+
+def check_bert_attention(config: BertConfig, spec: ComponentSpec, loc: str) -> list[str]:
+    if spec.options().get("value_input_size") is None:
+        return []
+    enc = config.encoder
+    layers = {enc.layer_spec(i, "layer").name for i in range(enc.num_layers)}
+    others = sorted(layers - VALUE_INPUT_LAYERS)
+    if others:
+        return [
+            f"value_input_size needs a layer that hands the attention a separate value input "
+            f"({', '.join(sorted(VALUE_INPUT_LAYERS))}); layer {', '.join(others)} hands it one input"
+        ]
+    return []
+
+
 def bertblocks_register_components() -> list[Component]:
     return [
         Component(
@@ -536,5 +556,6 @@ def bertblocks_register_components() -> list[Component]:
             build_bert_attention,
             AttentionOptions,
             description="multi-head attention: optional projection biases, fused QKV, position bias or rotary",
+            validate=check_bert_attention,
         )
     ]

@@ -27,6 +27,7 @@ is the narrow token table widened by a dense block (``bottleneck_masked_lm``, ``
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any, Literal
 
@@ -404,6 +405,22 @@ def bottleneck_pretraining(name: str, a: HeadArguments) -> ComposedHead:
     )
 
 
+def check_lm_width(config: BertConfig, spec: ComponentSpec, loc: str) -> list[str]:
+    """The decoder is tied to the token table: its width is the trigram embedding's."""
+    size = BottleneckLMOptions.model_validate(spec.options()).embedding_size
+    if size > config.hidden_size:
+        return [f"embedding_size {size} must not exceed hidden_size {config.hidden_size}"]
+    if config.embedding.name == "trigram":
+        table = TrigramEmbeddingOptions.model_validate(config.embedding.options()).embedding_size
+        if table != size:
+            return [f"embedding_size {size} must be the token table's (embedding.embedding_size {table})"]
+    return []
+
+
+def _validated(component: Component) -> Component:
+    return replace(component, validate=check_lm_width)
+
+
 def bertblocks_register_components() -> list[Component]:
     return [
         Component(
@@ -422,16 +439,20 @@ def bertblocks_register_components() -> list[Component]:
             description="MobileBERT: bottleneck in, attention and stacked feed-forwards narrow, bottleneck out",
             validate=check_bottleneck,
         ),
-        head_component(
-            "bottleneck_masked_lm",
-            bottleneck_masked_lm,
-            "masked LM whose decoder is the tied narrow table plus a dense block (MobileBertForMaskedLM)",
-            BottleneckLMOptions,
+        _validated(
+            head_component(
+                "bottleneck_masked_lm",
+                bottleneck_masked_lm,
+                "masked LM whose decoder is the tied narrow table plus a dense block (MobileBertForMaskedLM)",
+                BottleneckLMOptions,
+            )
         ),
-        head_component(
-            "bottleneck_pretraining",
-            bottleneck_pretraining,
-            "masked LM (tied narrow table plus a dense block) + NSP (MobileBertForPreTraining)",
-            BottleneckLMOptions,
+        _validated(
+            head_component(
+                "bottleneck_pretraining",
+                bottleneck_pretraining,
+                "masked LM (tied narrow table plus a dense block) + NSP (MobileBertForPreTraining)",
+                BottleneckLMOptions,
+            )
         ),
     ]
