@@ -60,7 +60,10 @@ DEFAULTS: dict[str, Any] = {
 TORCH_EPS = 1e-5
 _NORMS = {"no_norm": "no_norm", "layer_norm": "layernorm"}
 #: transformers' language-model classes → bertblocks' head (the head's embedding_size is the config's)
-_LANGUAGE_MODELS = {"MobileBertForMaskedLM": "bottleneck_masked_lm", "MobileBertForPreTraining": "bottleneck_pretraining"}
+_LANGUAGE_MODELS = {
+    "MobileBertForMaskedLM": "bottleneck_masked_lm",
+    "MobileBertForPreTraining": "bottleneck_pretraining",
+}
 
 KEY_MAP = KeyMap(prefix=MODEL_TYPE, head_prefixes=("cls.", "classifier.", "qa_outputs."))
 

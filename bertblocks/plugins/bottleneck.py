@@ -360,7 +360,7 @@ class BottleneckLMPrediction(LMPrediction):
     """transformers' ``MobileBertLMPredictionHead``: ``transform``, then ``t · [decoder.weightᵀ; dense.weight] +
     bias`` (``decoder`` ``[V, E]`` tied to the token table, ``dense`` ``[H - E, V]`` without bias)."""
 
-    def __init__(self, transform: nn.Module, hidden_size: int, embedding_size: int, vocab_size: int, tie: bool):
+    def __init__(self, transform: nn.Module, hidden_size: int, embedding_size: int, vocab_size: int, tie: bool) -> None:
         super().__init__(transform, embedding_size, vocab_size, tie=tie)
         # transformers' nn.Linear(vocab_size, hidden - embedding): its weight [H - E, V] is used as is
         self.dense = nn.Linear(vocab_size, hidden_size - embedding_size, bias=False)

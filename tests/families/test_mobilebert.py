@@ -82,7 +82,8 @@ def test_value_input_size_reads_the_value_from_its_own_input():
     from bertblocks.plugins.attention import SelfAttentionProjections
 
     proj = SelfAttentionProjections(8, 8, None, value_input_size=12)
-    assert proj.value.in_features == 12 and proj.query.in_features == 8
+    assert proj.value.in_features == 12
+    assert proj.query.in_features == 8
     qk, v = torch.randn(1, 2, 8), torch.randn(1, 2, 12)
     q, k, val = proj.project(torch.cat([qk, v], dim=-1))
     assert_close(q, proj.query(qk))
