@@ -144,6 +144,7 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
             f"embedding {config.embedding.name!r} and layer {config.encoder.layer.name!r}"
         )
     out = bert_fields_to_hf(config, dropped=("position_embedding_type", "is_decoder", "add_cross_attention"))
+    # the options as given (the trigram embedding's and the bottleneck layer's defaults where absent)
     emb, layer = config.embedding.options(), config.encoder.layer.options()
     intra = layer.get("intra_bottleneck_size", 128)
     norm = config.encoder.norm.name
@@ -154,11 +155,11 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
         )
     out.update(
         embedding_size=emb.get("embedding_size", 128),
-        trigram_input=emb.get("trigram", True),
+        trigram_input=emb.get("trigram", False),
         use_bottleneck=intra is not None,
         intra_bottleneck_size=intra if intra is not None else DEFAULTS["intra_bottleneck_size"],
-        use_bottleneck_attention=layer.get("use_bottleneck_attention", False),
-        key_query_shared_bottleneck=layer.get("key_query_shared_bottleneck", True),
+        use_bottleneck_attention=layer.get("use_bottleneck_attention", True),
+        key_query_shared_bottleneck=layer.get("key_query_shared_bottleneck", False),
         num_feedforward_networks=layer.get("num_feedforward_networks", 1),
         normalization_type="no_norm" if norm == "no_norm" else "layer_norm",
         classifier_activation=True,

@@ -59,7 +59,10 @@ class TrigramEmbeddingOptions(BaseModel):
 
     embedding_size: PositiveInt = Field(128, description="width of the token table (embedding_size)")
     trigram: bool = Field(
-        True, description="concatenate each token's embedding with its right and left neighbours' (trigram_input)"
+        False,
+        description="concatenate each token's embedding with its right and left neighbours' (trigram_input; "
+        "MobileBERT's true). The last real token then reads the padding token's embedding, as transformers' does: "
+        "a padded batch differs from each text alone there",
     )
     norm: Literal["layernorm", "no_norm"] = Field(
         "layernorm", description="the norm after the sum: layernorm or no_norm (normalization_type)"
@@ -161,12 +164,15 @@ class BottleneckLayerOptions(BaseModel):
         "bottleneck, the layer works at hidden_size (use_bottleneck: false)",
     )
     key_query_shared_bottleneck: bool = Field(
-        True,
+        False,
         description="queries and keys read a bottleneck of their own (bottleneck.attention), values the layer's "
         "full input (encoder.attention.value_input_size: hidden_size) (key_query_shared_bottleneck)",
     )
     use_bottleneck_attention: bool = Field(
-        False, description="queries, keys and values all read the layer's bottlenecked input (use_bottleneck_attention)"
+        True,
+        description="queries, keys and values all read the layer's bottlenecked input, whatever "
+        "key_query_shared_bottleneck says (use_bottleneck_attention; the published MobileBERT: false, with "
+        "key_query_shared_bottleneck true)",
     )
     num_feedforward_networks: PositiveInt = Field(
         1, description="feed-forward blocks per layer: the extra ones at ffn.0, ffn.1, … (num_feedforward_networks)"
@@ -351,8 +357,10 @@ class BottleneckLMOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    embedding_size: PositiveInt = Field(
-        128, description="width of the token table the decoder is tied to; dense supplies hidden_size minus it"
+    embedding_size: PositiveInt | None = Field(
+        None,
+        description="width of the token table the decoder is tied to (MobileBERT's embedding_size); dense supplies "
+        "hidden_size minus it. null: hidden_size (dense has no rows)",
     )
 
 
@@ -372,7 +380,7 @@ class BottleneckLMPrediction(LMPrediction):
 
 
 def _prediction(a: HeadArguments) -> BottleneckLMPrediction:
-    size = a.options.embedding_size
+    size = a.options.embedding_size or a.hidden_size
     if size > a.hidden_size:
         raise InputError(f"head.embedding_size {size} must not exceed hidden_size {a.hidden_size}")
     transform = dense_act_norm(a.hidden_size, a.activation(), a.layer_norm_eps, BERT_TRANSFORM)
@@ -407,7 +415,7 @@ def bottleneck_pretraining(name: str, a: HeadArguments) -> ComposedHead:
 
 def check_lm_width(config: BertConfig, spec: ComponentSpec, loc: str) -> list[str]:
     """The decoder is tied to the token table: its width is the trigram embedding's."""
-    size = BottleneckLMOptions.model_validate(spec.options()).embedding_size
+    size = BottleneckLMOptions.model_validate(spec.options()).embedding_size or config.hidden_size
     if size > config.hidden_size:
         return [f"embedding_size {size} must not exceed hidden_size {config.hidden_size}"]
     if config.embedding.name == "trigram":

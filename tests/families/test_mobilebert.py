@@ -14,6 +14,7 @@ import transformers
 import bertblocks
 from bertblocks import load_config
 from bertblocks.plugins.norms import NoNorm
+from bertblocks.testing import ConformanceSuite
 from tests.conftest import TINY
 from tests.tolerances import assert_close
 
@@ -131,3 +132,37 @@ def test_tiny_preset_masked_lm_ties_the_decoder_to_the_narrow_table():
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([[2, 5, 7, 3]])).logits
     assert logits.shape == (1, 4, 1024)
+
+
+#: the bottleneck layer as MobileBERT publishes it (the conformance suite's defaults use one bottleneck for all three)
+PUBLISHED_LAYER = {
+    "intra_bottleneck_size": 16,
+    "key_query_shared_bottleneck": True,
+    "use_bottleneck_attention": False,
+    "num_feedforward_networks": 3,
+}
+SUITE = ConformanceSuite(
+    options={("layer", "bottleneck"): PUBLISHED_LAYER},
+    configs={("layer", "bottleneck"): {"encoder": {"attention": {"value_input_size": 32}, "norm": "no_norm"}}},
+    compile_backend="aot_eager",
+)
+
+
+@pytest.mark.parametrize("case", SUITE.params(kinds=["layer"], names=["bottleneck"], exclude=["compile"]))
+def test_published_bottleneck_layer_conforms(case):
+    case.run()
+
+
+def test_trigram_reads_the_padding_tokens_embedding_as_transformers():
+    """The last real token's right neighbour is the padding token: a padded batch gives it other numbers than the
+    text alone (as transformers'), so the trigram embedding is off in the conformance suite's defaults and checked
+    here."""
+    config = _mobile()
+    model = bertblocks.create_model(config).eval()
+    embeddings = model.embeddings
+    with torch.no_grad():
+        embeddings.word_embeddings.weight[0].normal_()  # a trained [PAD] row is not zero
+        alone = embeddings(torch.tensor([[2, 5, 7]]), None, None, None)
+        padded = embeddings(torch.tensor([[2, 5, 7, 0]]), None, None, None)
+    assert_close(padded[0, :2], alone[0, :2])  # the first tokens do not see the padding
+    assert (padded[0, 2] - alone[0, 2]).abs().max() > 1e-3  # the last real one does
