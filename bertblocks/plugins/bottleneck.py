@@ -121,7 +121,8 @@ class TrigramEmbeddings(Embedding):
         past_length: int = 0,
     ) -> torch.Tensor:
         if inputs_embeds is None:
-            assert input_ids is not None
+            if input_ids is None:
+                raise InputError("pass input_ids or inputs_embeds")
             inputs_embeds = self.word_embeddings(input_ids)  # [b, q, E]
         b, q = inputs_embeds.shape[:2]
         if self.trigram:
