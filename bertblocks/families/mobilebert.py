@@ -11,14 +11,16 @@ Composition (the components live in :mod:`bertblocks.plugins.bottleneck` and :mo
   ``use_bottleneck_attention``, ``num_feedforward_networks``) with ``encoder.norm`` ``no_norm`` or ``layernorm``
   (``normalization_type``); with the query/key bottleneck the values read the full input
   (``encoder.attention.value_input_size: hidden_size``);
-* BERT's pooler (``classifier_activation: true``), BERT's classification, token, QA, multiple-choice and
-  next-sentence heads; the masked LM and pre-training heads are ``bottleneck_masked_lm`` / ``bottleneck_pretraining``
-  (the decoder tied to the narrow table, ``cls.predictions.dense`` supplying the rest of the hidden width).
+* BERT's pooler (``classifier_activation: true``) or the first token as it is (``false``); BERT's classification,
+  token, QA, multiple-choice and next-sentence heads; the masked LM and pre-training heads are
+  ``bottleneck_masked_lm`` / ``bottleneck_pretraining`` (the decoder tied to the narrow table,
+  ``cls.predictions.dense`` supplying the rest of the hidden width).
 
 Checkpoint keys are transformers' under the prefix ``mobilebert.`` (bertblocks' own are ``bert.``); nothing else is
 renamed. ``true_hidden_size`` (written by transformers, derived from the others) is checked, not stored.
-Refused: ``classifier_activation: false`` (a pooler returning the first token as is), and a bottleneck without the
-query/key bottleneck or bottleneck attention (transformers cannot build it either).
+``classifier_activation`` picks the pooler: BERT's ``first_token`` (dense and tanh) or ``first_token_plain`` (the first
+token as it is: google/mobilebert-uncased's choice). Refused: a bottleneck without the query/key bottleneck or
+bottleneck attention (transformers cannot build it either).
 """
 
 from __future__ import annotations
@@ -108,9 +110,10 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
             False,
             "a bottleneck needs it or use_bottleneck_attention (transformers' queries would read the full width)",
         )
-    if not src.pop("classifier_activation"):
-        raise _refuse("classifier_activation", False, "the pooler is BERT's (dense and tanh)")
+    activation = src.pop("classifier_activation")
     data = bert_fields_from_hf(src)
+    # google/mobilebert-uncased publishes false: its pooler returns the first token as it is (no pooler weights)
+    data["pooler"] = {"name": "first_token" if activation else "first_token_plain"}
     data["position"] = {"name": "absolute"}
     data["embedding"] = {
         "name": "trigram",
@@ -162,7 +165,7 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
         key_query_shared_bottleneck=layer.get("key_query_shared_bottleneck", False),
         num_feedforward_networks=layer.get("num_feedforward_networks", 1),
         normalization_type="no_norm" if norm == "no_norm" else "layer_norm",
-        classifier_activation=True,
+        classifier_activation=config.pooler is None or config.pooler.name != "first_token_plain",
         true_hidden_size=intra if intra is not None else config.hidden_size,
     )
     return out
@@ -179,7 +182,7 @@ FIELDS = {
     "key_query_shared_bottleneck": HFField(bool),
     "num_feedforward_networks": HFField(int, ge=1),
     "normalization_type": HFField(str, choices=tuple(_NORMS)),
-    "classifier_activation": HFField(bool, doc="false is refused (a pooler without dense and tanh)"),
+    "classifier_activation": HFField(bool, doc="false: the pooler returns the first token as it is"),
     "true_hidden_size": HFField(int, ge=1, doc="derived: intra_bottleneck_size with a bottleneck, else hidden_size"),
 }
 

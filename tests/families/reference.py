@@ -1123,7 +1123,6 @@ FAMILIES["mobilebert"] = Family(
     tokenizer_convention=True,
     hidden_states="MobileBertForMaskedLM",
     refusals=(
-        ({"classifier_activation": False}, "classifier_activation=False"),
         ({"use_bottleneck_attention": False, "key_query_shared_bottleneck": False}, "key_query_shared_bottleneck"),
         ({"true_hidden_size": 8}, "true_hidden_size=8"),
         ({"bertblocks": {"encoder": {"layer": {"name": "post_ln"}}}}, "encoder.layer.name"),
@@ -1132,7 +1131,7 @@ FAMILIES["mobilebert"] = Family(
     presets=("mobilebert-uncased",),
 )
 # the other choices: LayerNorm everywhere (torch's epsilon where transformers builds it without layer_norm_eps),
-# queries, keys and values from the one bottleneck, no trigram, one feed-forward block
+# queries, keys and values from the one bottleneck, no trigram, one feed-forward block, the pooler without dense
 FAMILIES["mobilebert-layernorm"] = Family(
     "MobileBertConfig",
     {
@@ -1141,11 +1140,18 @@ FAMILIES["mobilebert-layernorm"] = Family(
         "use_bottleneck_attention": True,
         "trigram_input": False,
         "num_feedforward_networks": 1,
+        "classifier_activation": False,  # google/mobilebert-uncased's: the first token as it is, no pooler weights
     },
     pad=0,
     classes=_classes("MobileBert", "Model", "ForMaskedLM", "ForSequenceClassification"),
     second_segment=3,
-    config_fields=("normalization_type", "use_bottleneck_attention", "trigram_input", "num_feedforward_networks"),
+    config_fields=(
+        "normalization_type",
+        "use_bottleneck_attention",
+        "trigram_input",
+        "num_feedforward_networks",
+        "classifier_activation",
+    ),
     hidden_states="MobileBertForMaskedLM",
 )
 # no bottleneck: every sub-layer at the hidden width, with the dropout-free stacked feed-forward blocks
