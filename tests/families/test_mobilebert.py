@@ -166,3 +166,47 @@ def test_trigram_reads_the_padding_tokens_embedding_as_transformers():
         padded = embeddings(torch.tensor([[2, 5, 7, 0]]), None, None, None)
     assert_close(padded[0, :2], alone[0, :2])  # the first tokens do not see the padding
     assert (padded[0, 2] - alone[0, 2]).abs().max() > 1e-3  # the last real one does
+
+
+#: google/mobilebert-uncased's config.json fields, as PaddleNLP's MobileBERT records them (its
+#: MOBILEBERT_PRETRAINED_INIT_CONFIGURATION, with the published transformers_version); no byte-exact copy of the hub
+#: file was found for tests/fixtures/published_configs
+PUBLISHED = {
+    "attention_probs_dropout_prob": 0.1,
+    "classifier_activation": False,
+    "embedding_size": 128,
+    "hidden_act": "relu",
+    "hidden_dropout_prob": 0.0,
+    "hidden_size": 512,
+    "initializer_range": 0.02,
+    "intermediate_size": 512,
+    "intra_bottleneck_size": 128,
+    "key_query_shared_bottleneck": True,
+    "layer_norm_eps": 1e-12,
+    "max_position_embeddings": 512,
+    "model_type": "mobilebert",
+    "normalization_type": "no_norm",
+    "num_attention_heads": 4,
+    "num_feedforward_networks": 4,
+    "num_hidden_layers": 24,
+    "pad_token_id": 0,
+    "transformers_version": "4.6.0.dev0",
+    "trigram_input": True,
+    "true_hidden_size": 128,
+    "type_vocab_size": 2,
+    "use_bottleneck": True,
+    "use_bottleneck_attention": False,
+    "vocab_size": 30522,
+}
+
+
+def test_published_fields_translate_to_the_preset():
+    from bertblocks.hf.config_json import config_from_hf
+
+    published = load_config(config_from_hf(PUBLISHED))
+    preset = load_config("mobilebert-uncased")
+    assert published.model_dump(exclude={"hf", "id2label", "label2id"}) == preset.model_dump(
+        exclude={"hf", "id2label", "label2id"}
+    )
+    assert published.pooler is not None
+    assert published.pooler.name == "first_token_plain"
