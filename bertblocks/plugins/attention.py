@@ -538,7 +538,10 @@ def check_bert_attention(config: BertConfig, spec: ComponentSpec, loc: str) -> l
     if spec.options().get("value_input_size") is None:
         return []
     enc = config.encoder
-    layers = {enc.layer_spec(i, "layer").name for i in range(enc.num_layers)}
+    # the encoder-wide layer kind and those of the layers an override changes (not every layer: num_layers is
+    # bounded only at build)
+    changed = {i for o in enc.overrides if o.changes("layer") for i in o.layers if 0 <= i < enc.num_layers}
+    layers = {enc.layer.name, *(enc.layer_spec(i, "layer").name for i in changed)}
     others = sorted(layers - VALUE_INPUT_LAYERS)
     if others:
         return [
