@@ -1130,37 +1130,3 @@ FAMILIES["mobilebert"] = Family(
     ),
     presets=("mobilebert-uncased",),
 )
-# the other choices: LayerNorm everywhere (torch's epsilon where transformers builds it without layer_norm_eps),
-# queries, keys and values from the one bottleneck, no trigram, one feed-forward block, the pooler without dense
-FAMILIES["mobilebert-layernorm"] = Family(
-    "MobileBertConfig",
-    {
-        **MOBILEBERT,
-        "normalization_type": "layer_norm",
-        "use_bottleneck_attention": True,
-        "trigram_input": False,
-        "num_feedforward_networks": 1,
-        "classifier_activation": False,  # google/mobilebert-uncased's: the first token as it is, no pooler weights
-    },
-    pad=0,
-    classes=_classes("MobileBert", "Model", "ForMaskedLM", "ForSequenceClassification"),
-    second_segment=3,
-    config_fields=(
-        "normalization_type",
-        "use_bottleneck_attention",
-        "trigram_input",
-        "num_feedforward_networks",
-        "classifier_activation",
-    ),
-    hidden_states="MobileBertForMaskedLM",
-)
-# no bottleneck: every sub-layer at the hidden width, with the dropout-free stacked feed-forward blocks
-FAMILIES["mobilebert-plain"] = Family(
-    "MobileBertConfig",
-    {**MOBILEBERT, "use_bottleneck": False, "embedding_size": 32},
-    pad=0,
-    classes=_classes("MobileBert", "Model", "ForMaskedLM", "ForTokenClassification"),
-    second_segment=3,
-    config_fields=("use_bottleneck", "embedding_size"),
-    hidden_states="MobileBertForMaskedLM",
-)

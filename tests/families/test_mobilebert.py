@@ -21,10 +21,21 @@ from tests.tolerances import assert_close
 from .reference import FAMILIES, MOBILEBERT, batch, call_inputs
 
 CLASSES = ("MobileBertForPreTraining", "MobileBertForMaskedLM", "MobileBertForSequenceClassification")
+#: the published choices (the reference row's), and the others: LayerNorm everywhere (torch's epsilon where
+#: transformers builds it without layer_norm_eps), one bottleneck for queries, keys and values (the query/key one
+#: still built, unused), no trigram, one feed-forward block, the pooler without dense (google/mobilebert-uncased's);
+#: no bottleneck at all; a table as wide as the hidden size without trigram (the projection held, not applied)
 VARIANTS = {
     "no_norm": {},
-    "layer_norm-bottleneck_attention": {"normalization_type": "layer_norm", "use_bottleneck_attention": True},
+    "layer_norm-bottleneck_attention": {
+        "normalization_type": "layer_norm",
+        "use_bottleneck_attention": True,
+        "trigram_input": False,
+        "num_feedforward_networks": 1,
+        "classifier_activation": False,
+    },
     "plain": {"use_bottleneck": False, "trigram_input": False},
+    "plain-equal-width": {"use_bottleneck": False, "trigram_input": False, "embedding_size": 32},
 }
 
 
