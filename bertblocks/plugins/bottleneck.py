@@ -20,8 +20,8 @@ is the narrow token table widened by a dense block (``bottleneck_masked_lm``, ``
   width ``W`` (``attention(None, hidden_size=W)``); their keys are transformers' (``attention.self.query``,
   ``ffn.0.output.LayerNorm``, ``output.bottleneck.dense``, ``bottleneck.input.LayerNorm``).
 * heads ``bottleneck_masked_lm`` / ``bottleneck_pretraining``: BERT's transform, then logits
-  ``t · [decoderᵀ; dense]`` + bias, where ``decoder`` (``[vocab, E]``) is tied to the token table and ``dense``
-  (``[H - E, vocab]``, no bias) supplies the rest of the hidden width.
+  ``t · [decoderᵀ; dense] + bias``, computed as ``decoder(t[:E]) + t[E:] · dense``, where ``decoder`` (``[vocab, E]``)
+  is tied to the token table and ``dense`` (``[H - E, vocab]``, no bias) supplies the rest of the hidden width.
 """
 
 from __future__ import annotations
@@ -365,19 +365,35 @@ class BottleneckLMOptions(BaseModel):
     )
 
 
+class ExtraDecoderRows(nn.Module):
+    """``cls.predictions.dense``: the ``[H - E, V]`` rows of the decoder matrix beyond the tied table, used as a
+    matrix, never called as a layer (so not an ``nn.Linear``: quantization leaves it whole, as the tied table)."""
+
+    def __init__(self, rows: int, vocab_size: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(rows, vocab_size))
+        nn.init.normal_(self.weight, std=0.02)
+
+    @torch.no_grad()
+    def reset_parameters_like_hf(self, std: float) -> None:
+        self.weight.normal_(0.0, std)  # transformers initialises its nn.Linear(vocab, H - E) as any linear
+
+
 class BottleneckLMPrediction(LMPrediction):
     """transformers' ``MobileBertLMPredictionHead``: ``transform``, then ``t · [decoder.weightᵀ; dense.weight] +
     bias`` (``decoder`` ``[V, E]`` tied to the token table, ``dense`` ``[H - E, V]`` without bias)."""
 
     def __init__(self, transform: nn.Module, hidden_size: int, embedding_size: int, vocab_size: int, tie: bool) -> None:
         super().__init__(transform, embedding_size, vocab_size, tie=tie)
-        # transformers' nn.Linear(vocab_size, hidden - embedding): its weight [H - E, V] is used as is
-        self.dense = nn.Linear(vocab_size, hidden_size - embedding_size, bias=False)
+        # transformers' nn.Linear(vocab_size, hidden - embedding, bias=False): its weight [H - E, V] is used as is
+        self.dense = ExtraDecoderRows(hidden_size - embedding_size, vocab_size)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         hidden_states = self.transform(hidden_states)  # [b, q, H]
-        weight = torch.cat([self.decoder.weight.t(), self.dense.weight], dim=0)  # [H, V]
-        return hidden_states.matmul(weight) + self.decoder.bias  # [b, q, V]
+        # transformers multiplies by the concatenation [decoder.weightᵀ; dense.weight] ([H, V]) and adds the bias;
+        # split the same sum in two, so that the decoder stays a layer called as one (quantization replaces it)
+        narrow, rest = hidden_states.split([self.decoder.in_features, self.dense.weight.shape[0]], dim=-1)
+        return self.decoder(narrow) + rest.matmul(self.dense.weight)  # [b, q, V]
 
 
 def _prediction(a: HeadArguments) -> BottleneckLMPrediction:
