@@ -141,30 +141,23 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _to_hf(config: BertConfig) -> dict[str, Any]:
-    if config.embedding.name != "trigram" or config.encoder.layer.name != "bottleneck":
-        raise MobileBertConfigError(
-            f"a mobilebert config.json has the trigram embedding and bottleneck layers; this config has "
-            f"embedding {config.embedding.name!r} and layer {config.encoder.layer.name!r}"
-        )
     out = bert_fields_to_hf(config, dropped=("position_embedding_type", "is_decoder", "add_cross_attention"))
-    # the options as given (the trigram embedding's and the bottleneck layer's defaults where absent)
-    emb, layer = config.embedding.options(), config.encoder.layer.options()
+    # the options as given (the trigram embedding's and the bottleneck layer's defaults where absent); another
+    # embedding or layer kind (BERT's) is MobileBERT without trigram, bottleneck or stacked blocks
+    trigram = config.embedding.name == "trigram"
+    emb = config.embedding.options() if trigram else {}
+    bottleneck = config.encoder.layer.name == "bottleneck"
+    layer = config.encoder.layer.options() if bottleneck else {"intra_bottleneck_size": None}
     intra = layer.get("intra_bottleneck_size", 128)
-    norm = config.encoder.norm.name
-    if norm not in ("no_norm", "layernorm") or emb.get("norm", "layernorm") != norm:
-        raise MobileBertConfigError(
-            f"normalization_type: encoder.norm {norm!r} and embedding.norm {emb.get('norm', 'layernorm')!r} must be "
-            "the same, no_norm or layernorm"
-        )
     out.update(
-        embedding_size=emb.get("embedding_size", 128),
+        embedding_size=emb.get("embedding_size", 128) if trigram else config.hidden_size,
         trigram_input=emb.get("trigram", False),
         use_bottleneck=intra is not None,
         intra_bottleneck_size=intra if intra is not None else DEFAULTS["intra_bottleneck_size"],
         use_bottleneck_attention=layer.get("use_bottleneck_attention", True),
         key_query_shared_bottleneck=layer.get("key_query_shared_bottleneck", False),
         num_feedforward_networks=layer.get("num_feedforward_networks", 1),
-        normalization_type="no_norm" if norm == "no_norm" else "layer_norm",
+        normalization_type="no_norm" if config.encoder.norm.name == "no_norm" else "layer_norm",
         classifier_activation=config.pooler is None or config.pooler.name != "first_token_plain",
         true_hidden_size=intra if intra is not None else config.hidden_size,
     )
