@@ -150,7 +150,8 @@ def estimate_size(config: BertConfig) -> SizeEstimate:
 
     Per-layer overrides of ``intermediate_size`` are counted for the layers they name; a factorized embedding
     (``embedding.embedding_size``: tables at that width, then a projection), further type tables and a head
-    (its classifier, and a masked LM narrowed to its own ``embedding_size``) are counted too.
+    (its classifier, and a masked LM narrowed to its own ``embedding_size``) are counted too, and so are a layer
+    kind's stacked feed-forward blocks (``num_feedforward_networks``, at the hidden width: an upper bound).
     """
     hidden, enc = config.hidden_size, config.encoder
     embedding = config.embedding.options()
@@ -167,7 +168,9 @@ def estimate_size(config: BertConfig) -> SizeEstimate:
     def feedforward(intermediate: int) -> int:
         return 2 * hidden * intermediate + intermediate + hidden + 2 * hidden  # two projections; norm
 
-    per_layer = attention + feedforward(enc.feedforward.intermediate_size)
+    # a layer kind may stack feed-forward blocks (MobileBERT's bottleneck layer: num_feedforward_networks)
+    blocks = _int_option(enc.layer.options(), "num_feedforward_networks") or 1
+    per_layer = attention + blocks * feedforward(enc.feedforward.intermediate_size)
     if config.add_cross_attention:
         per_layer += attention
     total = embeddings + enc.num_layers * per_layer

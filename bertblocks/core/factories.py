@@ -120,7 +120,11 @@ class NormFactory(Protocol):
 
 class LayerFactory(Protocol):
     """Kind ``layer``: composes sub-layers it makes with ``attention(norm)``, ``crossattention(norm)`` (or
-    ``None``: no cross-attention) and ``feedforward(norm)``, passing ``norm`` (post-LN) or ``None``."""
+    ``None``: no cross-attention) and ``feedforward(norm)``, passing ``norm`` (post-LN) or ``None``.
+
+    A layer whose sub-layers work at another width than the residual stream (MobileBERT's bottleneck) passes it:
+    ``attention(norm, hidden_size=128)``, ``feedforward(norm, hidden_size=128)``, ``norm(hidden_size=128)`` (and
+    ``norm(eps=...)`` for a norm with its own epsilon)."""
 
     def __call__(
         self,

@@ -25,6 +25,7 @@ from . import (
     layoutlm,
     longformer,
     megatron_bert,
+    mobilebert,
     modernbert,
     mpnet,
     neobert,
@@ -71,6 +72,7 @@ FAMILY_PLUGINS = (
     bert_generation,
     nystromformer,
     big_bird,
+    mobilebert,
     hybrid,
 )
 

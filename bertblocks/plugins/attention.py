@@ -9,7 +9,9 @@ head its query, key and value rows, as NeoBERT's ``qkv``), and grouped-query att
 (``num_kv_heads``: fewer key/value heads, each shared by ``h / num_kv_heads`` consecutive query heads, as
 transformers' ``repeat_kv``; the cache holds the ``num_kv_heads`` heads). ``qv_bias`` gives the query and the value
 biases of their own (``self.q_bias``, ``self.v_bias``) and the key none, as DeBERTa v1 stores them beside its
-bias-free fused ``in_proj``.
+bias-free fused ``in_proj``. ``value_input_size`` lets the value projection read a wider input than the query
+and key (MobileBERT's bottleneck layers: queries and keys from the bottlenecked states, values from the layer's full
+input): the attention's input is then both, concatenated ``[..., H + value_input_size]``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
+from bertblocks.config import BertConfig, ComponentSpec
 from bertblocks.core.cache import KVCache
 from bertblocks.core.capabilities import AttentionCapabilities, CapabilityError
 from bertblocks.core.component import Component
@@ -62,6 +65,12 @@ class AttentionOptions(BaseModel):
         description="query and value biases of their own (self.q_bias, self.v_bias), none on the key (DeBERTa v1); "
         "with qkv_bias false",
     )
+    value_input_size: PositiveInt | None = Field(
+        None,
+        description="width of the value projection's input when it differs from the query and key's (MobileBERT's "
+        "bottleneck: values from the layer's full input); the attention's input is then the query/key input and "
+        "the value input concatenated. null: all three read the same input",
+    )
 
 
 class SelfAttentionProjections(nn.Module):
@@ -80,9 +89,14 @@ class SelfAttentionProjections(nn.Module):
         kv_size: int | None = None,
         per_head: int | None = None,
         qv_bias: bool = False,
+        value_input_size: int | None = None,
     ) -> None:
         super().__init__()
+        if value_input_size is not None and fused:
+            raise InputError("encoder.attention.value_input_size needs fused_qkv: false (the value reads other inputs)")
         self.fused = fused
+        #: the split of a concatenated [query/key input | value input] (None: one input for all three)
+        self.input_split = (hidden_size, value_input_size) if value_input_size is not None else None
         # fused rows grouped per head ([q_h; k_h; v_h] for each of `per_head` heads) rather than in three blocks
         self.per_head = per_head
         if fused:
@@ -90,7 +104,7 @@ class SelfAttentionProjections(nn.Module):
         else:
             self.query = nn.Linear(hidden_size, all_head_size, bias=qkv_bias)
             self.key = nn.Linear(hidden_size, kv_size or all_head_size, bias=qkv_bias)
-            self.value = nn.Linear(hidden_size, kv_size or all_head_size, bias=qkv_bias)
+            self.value = nn.Linear(value_input_size or hidden_size, kv_size or all_head_size, bias=qkv_bias)
         # DeBERTa v1's biases beside the projections: the query's and the value's, none on the key (a key bias
         # adds the same q·b to every score of a query row, which the softmax ignores)
         self.q_bias = nn.Parameter(torch.zeros(all_head_size)) if qv_bias else None
@@ -119,6 +133,9 @@ class SelfAttentionProjections(nn.Module):
             return q.reshape(*lead, -1), k.reshape(*lead, -1), v.reshape(*lead, -1)
         if self.fused:
             return self.Wqkv(hidden_states).chunk(3, dim=-1)
+        if self.input_split is not None:
+            query_key_input, value_input = hidden_states.split(self.input_split, dim=-1)
+            return self.query(query_key_input), self.key(query_key_input), self.value(value_input)
         return self.query(hidden_states), self.key(hidden_states), self.value(hidden_states)
 
     def project_query(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -173,7 +190,8 @@ class BertAttention(Attention):
         norm: the norm after the residual (``output.LayerNorm``, post-LN); ``None`` for a layer that normalises
             itself (pre-LN, parallel): the sub-layer then returns ``dropout(dense(context))`` alone.
         rotary: rotation of queries and keys for this layer, or ``None``.
-        qkv_bias, output_bias, fused_qkv, qkv_layout, num_kv_heads, qv_bias: see :class:`AttentionOptions`.
+        qkv_bias, output_bias, fused_qkv, qkv_layout, num_kv_heads, qv_bias, value_input_size: see
+            :class:`AttentionOptions`.
     """
 
     def __init__(
@@ -194,6 +212,7 @@ class BertAttention(Attention):
         num_kv_heads: int | None = None,
         qkv_layout: str = "blocks",
         qv_bias: bool = False,
+        value_input_size: int | None = None,
     ) -> None:
         super().__init__()
         if hidden_size % num_heads:
@@ -238,6 +257,7 @@ class BertAttention(Attention):
             kv_size=self.num_kv_heads * self.head_dim,
             per_head=num_heads if fused_qkv and qkv_layout == "heads" else None,
             qv_bias=qv_bias,
+            value_input_size=value_input_size,
         )
         self.output = AttentionOutput(
             num_heads * self.head_dim, hidden_size, layer_norm_eps, hidden_dropout, norm, bias=output_bias
@@ -586,7 +606,30 @@ def build_bert_attention(
         num_kv_heads=options.num_kv_heads,
         qkv_layout=options.qkv_layout,
         qv_bias=options.qv_bias,
+        value_input_size=options.value_input_size,
     )
+
+
+#: layer kinds that hand the attention its query/key input and a wider value input concatenated
+#: (``value_input_size``); any other layer hands it one input
+VALUE_INPUT_LAYERS = frozenset({"bottleneck"})
+
+
+def check_bert_attention(config: BertConfig, spec: ComponentSpec, loc: str) -> list[str]:
+    if spec.options().get("value_input_size") is None:
+        return []
+    enc = config.encoder
+    # the encoder-wide layer kind and those of the layers an override changes (not every layer: num_layers is
+    # bounded only at build)
+    changed = {i for o in enc.overrides if o.changes("layer") for i in o.layers if 0 <= i < enc.num_layers}
+    layers = {enc.layer.name, *(enc.layer_spec(i, "layer").name for i in changed)}
+    others = sorted(layers - VALUE_INPUT_LAYERS)
+    if others:
+        return [
+            f"value_input_size needs a layer that hands the attention a separate value input "
+            f"({', '.join(sorted(VALUE_INPUT_LAYERS))}); layer {', '.join(others)} hands it one input"
+        ]
+    return []
 
 
 def bertblocks_register_components() -> list[Component]:
@@ -597,5 +640,6 @@ def bertblocks_register_components() -> list[Component]:
             build_bert_attention,
             AttentionOptions,
             description="multi-head attention: optional projection biases, fused QKV, position bias or rotary",
+            validate=check_bert_attention,
         )
     ]

@@ -1,5 +1,5 @@
 """Pooling: the masked mean every part of bertblocks uses, and the pooler components (BERT's first-token
-``tanh(dense(h[:, 0]))`` and a padding-aware mean).
+``tanh(dense(h[:, 0]))``, the first token as it is, and a padding-aware mean).
 
 :func:`masked_mean` is the one masked mean: the ``mean`` pooler, the heads' mean pooling
 (:mod:`bertblocks.plugins.heads.pooling`) and sentence embeddings (:mod:`bertblocks.sentence`) all call it.
@@ -60,6 +60,14 @@ class FirstTokenPooler(Pooler):
         return self.activation(self.dense(hidden_states[:, 0]))
 
 
+class PlainFirstTokenPooler(Pooler):
+    """The first token's hidden state as it is, no parameters (MobileBERT's pooler with
+    ``classifier_activation: false``, as google/mobilebert-uncased publishes it)."""
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return hidden_states[:, 0]
+
+
 class MeanPooler(Pooler):
     """Mean over non-padding positions (sentence-transformers' pooling); no parameters."""
 
@@ -75,6 +83,12 @@ def bertblocks_register_components() -> list[Component]:
             "first_token",
             lambda *, hidden_size, options: FirstTokenPooler(hidden_size),
             description="tanh(dense(h[:, 0])) (BERT)",
+        ),
+        Component(
+            "pooler",
+            "first_token_plain",
+            lambda *, hidden_size, options: PlainFirstTokenPooler(),
+            description="h[:, 0] as it is (MobileBERT's classifier_activation: false)",
         ),
         Component("pooler", "mean", lambda *, hidden_size, options: MeanPooler(), description="masked mean"),
     ]

@@ -155,14 +155,14 @@ def _build_layer(
     norm = _norm_factory(reg, config, norm_spec, f"{where} norm", _layer_loc(config, index, "norm"))
 
     def make_attention(what: str, scheme: PositionScheme) -> Callable[[Callable[[], nn.Module] | None], Attention]:
-        def make(sublayer_norm: Callable[[], nn.Module] | None) -> Attention:
+        def make(sublayer_norm: Callable[[], nn.Module] | None, hidden_size: int | None = None) -> Attention:
             return _make(  # type: ignore[no-any-return]
                 reg,
                 "attention",
                 attention_spec,
                 f"{where} {what}",
                 attention_loc,
-                hidden_size=config.hidden_size,
+                hidden_size=hidden_size or config.hidden_size,
                 num_heads=attention_spec.num_heads,
                 dropout=attention_spec.dropout,
                 hidden_dropout=config.hidden_dropout_prob,
@@ -178,14 +178,14 @@ def _build_layer(
     feedforward_loc = _layer_loc(config, index, "feedforward")
     activation = _activation_factory(reg, ff_spec.activation, f"{where} activation", f"{feedforward_loc}.activation")
 
-    def make_feedforward(sublayer_norm: Callable[[], nn.Module] | None) -> FeedForward:
+    def make_feedforward(sublayer_norm: Callable[[], nn.Module] | None, hidden_size: int | None = None) -> FeedForward:
         return _make(  # type: ignore[no-any-return]
             reg,
             "feedforward",
             ff_spec,
             f"{where} feedforward",
             feedforward_loc,
-            hidden_size=config.hidden_size,
+            hidden_size=hidden_size or config.hidden_size,
             intermediate_size=ff_spec.intermediate_size,
             activation=activation,
             dropout=config.hidden_dropout_prob,

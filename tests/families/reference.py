@@ -1238,6 +1238,52 @@ FAMILIES["big_bird"] = Family(
 )
 
 
+#: MobileBERT at test size: a narrow table (16) and bottleneck (16) under a 32-wide residual stream, three stacked
+#: feed-forward blocks, NoNorm (the published choice), an epsilon far from the default (the layer norms that read it)
+MOBILEBERT: dict[str, Any] = {
+    **COMMON,
+    "embedding_size": 16,
+    "intra_bottleneck_size": 16,
+    "num_feedforward_networks": 3,
+    "layer_norm_eps": 1e-3,
+}
+FAMILIES["mobilebert"] = Family(
+    "MobileBertConfig",
+    MOBILEBERT,
+    pad=0,
+    classes=_classes(
+        "MobileBert",
+        "Model",
+        "ForMaskedLM",
+        "ForPreTraining",
+        "ForNextSentencePrediction",
+        *_TASKS,
+    ),
+    second_segment=3,
+    config_fields=(
+        "embedding_size",
+        "trigram_input",
+        "use_bottleneck",
+        "intra_bottleneck_size",
+        "use_bottleneck_attention",
+        "key_query_shared_bottleneck",
+        "num_feedforward_networks",
+        "normalization_type",
+        "true_hidden_size",
+    ),
+    tokenizer=Tokenizing(toks.wordpiece, toks.bert_processor, "MobileBertTokenizer"),
+    tokenizer_convention=True,
+    hidden_states="MobileBertForMaskedLM",
+    refusals=(
+        ({"use_bottleneck_attention": False, "key_query_shared_bottleneck": False}, "key_query_shared_bottleneck"),
+        ({"true_hidden_size": 8}, "true_hidden_size=8"),
+        ({"bertblocks": {"encoder": {"layer": {"name": "post_ln"}}}}, "encoder.layer.name"),
+        ({"bertblocks": {"embedding": {"norm_eps": 1e-12}}}, "embedding.norm_eps"),
+    ),
+    presets=("mobilebert-uncased",),
+)
+
+
 def rows(joins: Callable[[Family], object]) -> list[str]:
     """The names of the rows that take part in a shared test (``joins(row)`` truthy), in the table's order."""
     return [name for name, family in FAMILIES.items() if joins(family)]

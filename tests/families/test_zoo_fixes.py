@@ -61,6 +61,7 @@ TINY_PRESETS = {
     "layoutlm": "tiny-layoutlm",
     "xmod": "tiny-xmod",
     "bert-generation": "tiny-bert-generation",
+    "mobilebert": "tiny-mobilebert",
 }
 #: families whose config.json names remote-code classes under another family's model_type: transformers reads it
 #: as that family's plain model (wrong for the weights; see tests/families/test_jina_v2.py)
