@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, Strict, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    Strict,
+    model_serializer,
+    model_validator,
+)
 
 # Strict scalars: a config means one thing. `true` is no layer count and "0.1" no rate, in YAML and in a
 # config.json alike (pydantic's lax mode would read them as 1 and 0.1); a float field still takes an int.
@@ -162,3 +171,12 @@ class PoolerSpec(ComponentSpec):
         "build their backbone with it, so every checkpoint holds it); false: only for heads that read the pooled "
         "output, as transformers' BERT",
     )
+
+    @model_serializer(mode="wrap")
+    def _flag_only_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # false is what an absent flag means: left out, so that a pooler saved in a config.json's bertblocks block
+        # (a family without one) or a YAML dump reads {name: first_token}, not a default spelled out
+        data = handler(self)
+        if not self.always:
+            data.pop("always", None)
+        return data

@@ -349,6 +349,15 @@ def layoutlm_boxes(shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
     return {"bbox": boxes}
 
 
+def longformer_globals(shape: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """Longformer's ``global_attention_mask`` for ids of ``shape``: the first token global, as transformers' sequence
+    classifier makes it when none is given, and one more position per row, so that the global projections count."""
+    mask = torch.zeros(shape, dtype=torch.long)
+    mask[..., 0] = 1
+    mask[..., shape[-1] // 3] = 1
+    return {"global_attention_mask": mask}
+
+
 #: (change to config.json, the error message's pattern): one refusal of a family (see :attr:`Family.refusals`)
 Refusal = tuple[dict[str, Any], str]
 
@@ -885,6 +894,7 @@ FAMILIES: dict[str, Family] = {
             ({"bertblocks": {"encoder": {"attention": {"name": "bert"}}}}, "encoder.attention.name"),
         ),
         presets=("longformer-base-4096",),
+        extra_inputs=longformer_globals,
     ),
     # LayoutLM: BERT plus 2-D box tables; every batch carries boxes (layoutlm_boxes), so that a table read wrongly, or
     # a bbox lost on a path (packing, the backbone inside a task model), changes the numbers
