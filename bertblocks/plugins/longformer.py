@@ -352,9 +352,13 @@ class _GlobalTokens:
     @classmethod
     def of(cls, is_global: torch.Tensor) -> _GlobalTokens | None:
         counts = is_global.sum(1)
-        most = int(counts.max())  # a size: one sync per layer, only for batches that have global tokens
-        if most == 0:
-            return None
+        if torch.compiler.is_compiling():
+            # no size read from the data inside a graph: every position is a slot, those past a row's count masked
+            most = is_global.shape[1]
+        else:
+            most = int(counts.max())  # a size: one sync per layer, only for batches that have global tokens
+            if most == 0:
+                return None
         order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :most]  # global positions first
         valid = torch.arange(most, device=is_global.device)[None, :] < counts[:, None]
         return cls(order.masked_fill(~valid, 0), valid)
