@@ -1,4 +1,5 @@
-"""Which varlen kernel attends a packed batch: per-sequence SDPA calls vs ``flex_attention`` with a document mask.
+"""Which varlen kernel attends a packed batch: per-sequence SDPA calls, ``flex_attention`` with a document mask, and
+(CUDA, ``--dtype bfloat16``/``float16``) FlashAttention's varlen kernel.
 
 What ``sdpa``'s ``varlen_kernel: auto`` picks per device type comes from this measurement
 (``bertblocks/plugins/varlen_flex.py``). Contenders, interleaved repeat by repeat so that machine noise hits all
@@ -23,7 +24,7 @@ c2p/p2c terms, relative_key, MPNet's buckets), whose contenders are:
    the re-padded masked SDPA call.
 
 Usage:
-    python benchmarks/bench_varlen.py              # CPU (or --device cuda)
+    python benchmarks/bench_varlen.py              # CPU (or --device cuda --dtype bfloat16)
     python benchmarks/bench_varlen.py --compiled   # also flex's compiled kernel
     OMP_NUM_THREADS=1 python benchmarks/bench_varlen.py --score-bias --layers 4
 """
@@ -47,6 +48,7 @@ import bertblocks
 from bertblocks.core.interfaces import Positions
 from bertblocks.plugins.attention import BertAttention
 from bertblocks.plugins.positions import AlibiBias, alibi_slopes
+from bertblocks.plugins.varlen_flash import flash_available, flash_varlen_attention
 from bertblocks.plugins.varlen_flex import PackedIndex
 from bertblocks.plugins.varlen_sdpa import equal_length_runs, sdpa_per_sequence
 
@@ -213,6 +215,9 @@ def score_bias(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="FlashAttention needs 16 bits"
+    )
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--compiled", action="store_true", help="also flex's compiled kernel (compiles first)")
     parser.add_argument("--score-bias", action="store_true", help="score-bias schemes: per sequence vs re-padded")
@@ -223,21 +228,24 @@ def main() -> None:
     if args.score_bias:
         score_bias(args)
         return
-    device = args.device
-    print(_machine(device))
+    device, dtype = args.device, getattr(torch, args.dtype)
+    print(_machine(device), args.dtype)
+    # FlashAttention's varlen kernel (auto's choice on CUDA) runs CUDA float16/bfloat16 only
+    flash = device == "cuda" and dtype != torch.float32 and flash_available()
 
     ids, mask = torch.randint(1000, 30000, (len(LENGTHS), max(LENGTHS))), torch.zeros(len(LENGTHS), max(LENGTHS))
     for row, length in enumerate(LENGTHS):
         mask[row, :length] = 1
     ids, mask = ids.to(device), mask.long().to(device)
     models = {}
-    for kernel in ("per_sequence", "flex"):
+    for kernel in ("per_sequence", "flex", *(("flash",) if flash else ())):
         torch.manual_seed(0)
         config = bertblocks.load_config("bert-base-uncased")
         config.encoder.attention.backend = config.encoder.attention.backend.model_validate(
             {"name": "sdpa", "varlen_kernel": kernel}
         )
-        models[kernel] = bertblocks.create_model(config, ["encoder.packing=always"]).to(device).eval()
+        model = bertblocks.create_model(config, ["encoder.packing=always"])
+        models[kernel] = model.to(device=device, dtype=dtype).eval()
 
     def forward(kernel: str) -> Callable[[], object]:
         def run() -> object:
@@ -254,7 +262,7 @@ def main() -> None:
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     tokens, heads, dim = sum(LENGTHS), 12, 64
-    q, k, v = (torch.randn(tokens, heads, dim, device=device) for _ in range(3))
+    q, k, v = (torch.randn(tokens, heads, dim, device=device, dtype=dtype) for _ in range(3))
     cu = torch.tensor([0, *torch.tensor(LENGTHS).cumsum(0).tolist()], dtype=torch.int32, device=device)
     document = PackedIndex.from_cu_seqlens(cu, tokens).document
 
@@ -268,6 +276,8 @@ def main() -> None:
         "flex (uncompiled)": lambda: flex_attention(Q, K, V, block_mask=block_mask, scale=dim**-0.5),
         "block mask build": lambda: create_block_mask(same_sequence, None, None, tokens, tokens, device=device),
     }
+    if flash:
+        kernels["flash"] = lambda: flash_varlen_attention(q, k, v, cu, dim**-0.5, 0.0, max(LENGTHS))
     if args.compiled:
         compiled = torch.compile(flex_attention, dynamic=False)
         start = time.perf_counter()

@@ -12,10 +12,11 @@ import torch
 import bertblocks
 from bertblocks.config import ConfigError
 from bertblocks.plugins import backends, varlen_flex
+from bertblocks.plugins.varlen_flash import flash_serves, flash_varlen_attention
 from bertblocks.plugins.varlen_flex import PackedIndex, flex_varlen_attention, varlen_kernels
 from bertblocks.plugins.varlen_sdpa import sdpa_per_sequence
 from tests.conftest import TINY, to_device
-from tests.tolerances import assert_close
+from tests.tolerances import assert_close, assert_low_precision_close
 
 LENGTHS = [5, 1, 7, 7, 3, 12]  # a single token, a run of equal lengths, the longest last
 
@@ -137,12 +138,49 @@ def test_flex_hands_cpu_gradients_and_narrow_gpu_heads_to_the_per_sequence_kerne
 def test_the_kernel_is_chosen_per_device_when_built(monkeypatch):
     assert varlen_kernels("auto") == {
         "cpu": "per_sequence",
-        "cuda": "flex",
+        "cuda": "flash",
     }  # measured: docs/explanation/performance.md
     assert varlen_kernels("per_sequence") == {"cpu": "per_sequence", "cuda": "per_sequence"}
     assert _tiny("auto").encoder.layer[0].attention.backend.varlen_kernels["cpu"] == "per_sequence"
-    monkeypatch.setattr(varlen_flex, "flex_available", lambda: False)
-    assert varlen_kernels("auto") == {"cpu": "per_sequence", "cuda": "per_sequence"}  # a torch without flex
+    monkeypatch.setattr(varlen_flex, "flash_available", lambda: False)
+    assert varlen_kernels("auto") == {"cpu": "per_sequence", "cuda": "per_sequence"}  # a torch without varlen_attn
     monkeypatch.setattr(backends, "flex_available", lambda: False)
     with pytest.raises(ConfigError, match=r"encoder\.attention\.backend.*varlen_kernel.*flex needs"):
         _tiny("flex")
+
+
+def test_flash_serves_half_precision_cuda_calls_only():
+    """FlashAttention's varlen kernel takes CUDA float16/bfloat16 without dropout, heads up to 256 in steps of 8;
+    everything else goes to the per-sequence calls (float32 on a GPU, every CPU call, dropout, a compiled graph)."""
+    cpu = torch.empty(3, 2, 16, dtype=torch.bfloat16)
+    assert not flash_serves(cpu, cpu, cpu, 0.0)  # a CPU
+    if not torch.cuda.is_available():
+        return
+    half, full = (torch.empty(3, 2, 16, dtype=dt, device="cuda") for dt in (torch.bfloat16, torch.float32))
+    assert flash_serves(half, half, half, 0.0)
+    assert not flash_serves(full, full, full, 0.0)
+    assert not flash_serves(half, half, half, 0.1)
+    odd = torch.empty(3, 2, 12, dtype=torch.bfloat16, device="cuda")
+    assert not flash_serves(odd, odd, odd, 0.0)
+
+
+def test_flash_equals_the_per_sequence_reference_forward_and_backward(device):
+    """One FlashAttention launch gives each sequence what its own SDPA call gives, and the same gradients: in
+    bfloat16 on a GPU (within its bound), and on a CPU, where the per-sequence calls run it (exactly those)."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    q, k, v, cu = (x.to(dtype) if x.is_floating_point() else x for x in _packed(device))
+    scale = 16**-0.5
+    got_in = [x.clone().requires_grad_() for x in (q, k, v)]
+    ref_in = [x.clone().requires_grad_() for x in (q, k, v)]
+    got = flash_varlen_attention(*got_in, cu, scale, 0.0, max(LENGTHS))
+    expected = sdpa_per_sequence(*ref_in, cu, scale)
+    grad = torch.randn_like(got)
+    got.backward(grad)
+    expected.backward(grad)
+    grads = [(a.grad, b.grad, f"d{n}") for a, b, n in zip(got_in, ref_in, "qkv", strict=True)]
+    pairs = [(got, expected, "output"), *grads]
+    for actual, reference, what in pairs:
+        if device == "cpu":
+            torch.testing.assert_close(actual, reference, rtol=0, atol=0, msg=what)  # the same kernel: exact
+        else:
+            assert_low_precision_close(actual.float(), reference.float(), dtype=dtype, layers=1, what=what)

@@ -54,8 +54,9 @@ class SdpaOptions(BaseModel):
     varlen_kernel: VarlenKernelName = Field(
         "auto",
         description="what attends a packed batch: per_sequence (one unmasked SDPA call per run of equal lengths), "
-        "flex (flex_attention with a document mask, one call), or auto (flex on CUDA, per_sequence on CPU: "
-        "measured faster there)",
+        "flex (flex_attention with a document mask, one call), flash (FlashAttention's varlen kernel, one call: "
+        "CUDA, float16/bfloat16, no dropout; per_sequence where it cannot serve), or auto (flash on CUDA, "
+        "per_sequence on CPU: measured fastest on each)",
     )
 
     @field_validator("varlen_kernel")
@@ -131,7 +132,7 @@ class SdpaBackend(AttentionBackend):
         dropout_p: float,
     ) -> torch.Tensor:
         kernel = KERNELS[self.varlen_kernels.get(query.device.type, "per_sequence")]
-        return kernel(query, key, value, cu_seqlens, scale, dropout_p)
+        return kernel(query, key, value, cu_seqlens, scale, dropout_p, max_seqlen)
 
     def accepts_varlen(self, *, dropout_p: float) -> bool:
         if type(self).__call__ is not SdpaBackend.__call__ and type(self).varlen is SdpaBackend.varlen:

@@ -239,7 +239,8 @@ def block_sparse_attention(
         mask = mask.masked_fill(~valid[first : first + rows, :, None], low).view(b, h * rows, 1, slots * bs)
         middle = qb[:, :, 1 + first : 1 + first + rows].reshape(b, h * rows, bs, d)
         middle = F.scaled_dot_product_attention(middle, kb, vb, attn_mask=mask, scale=scale)  # [b, h·rows, bs, d]
-        parts.append(middle.view(b, h, rows * bs, d))
+        # reshape: a CUDA kernel may return the output strided (heads and rows not adjacent), seen on an H100
+        parts.append(middle.reshape(b, h, rows * bs, d))
     parts.append(ends[:, :, bs:])
     out = torch.cat(parts, 2)
     return out  # [b, h, L, d]

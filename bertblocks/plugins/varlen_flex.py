@@ -5,10 +5,13 @@ of its own sequence (its *document*). A fused flex kernel skips the hidden block
 (rounded up to the kernel's blocks), in one launch however many sequences there are: what a GPU wants, where one
 launch per sequence (:mod:`bertblocks.plugins.varlen_sdpa`, the reference) leaves most of the device idle.
 
-Which kernel runs is decided once, when the backend is built (:func:`varlen_kernels`), per device type:
+Which kernel runs is decided once, when the backend is built (:func:`varlen_kernels`, the table of every varlen
+kernel), per device type:
 
-* ``cuda``: flex (its kernel compiled by ``torch.compile`` on first use, one graph for every ``T``), when this torch
-  has ``flex_attention``;
+* ``cuda``: FlashAttention's varlen kernel (:mod:`bertblocks.plugins.varlen_flash`), the per-sequence calls where
+  it cannot serve. Measured on an H100 (docs/explanation/performance.md, "GPU"): flex's compiled kernel alone was
+  about as fast as the per-sequence calls (1.05x), but building its block mask per batch left a packed bert-base
+  encoder 1.57x slower than them;
 * ``cpu``: the per-sequence SDPA calls. Measured on CPU (``benchmarks/bench_varlen.py``, figures in
   docs/explanation/performance.md): flex's compiled CPU kernel is slower than per-sequence SDPA at BERT lengths,
   and building its block mask adds a cost per batch; uncompiled, flex materialises the whole ``[T, T]`` score
@@ -37,12 +40,13 @@ from typing import Any, Literal
 import torch
 
 from bertblocks.errors import InputError
+from bertblocks.plugins.varlen_flash import flash_available, flash_varlen_attention
 from bertblocks.plugins.varlen_sdpa import varlen_attention
 
-#: a varlen kernel: ``(query, key, value [T, h, d], cu_seqlens [n + 1], scale, dropout_p) → [T, h, d]``
-VarlenKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float, float], torch.Tensor]
+#: a varlen kernel: ``(query, key, value [T, h, d], cu_seqlens [n + 1], scale, dropout_p, max_seqlen) → [T, h, d]``
+VarlenKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float, float, int], torch.Tensor]
 #: what ``varlen_kernel`` may name
-VarlenKernelName = Literal["auto", "per_sequence", "flex"]
+VarlenKernelName = Literal["auto", "per_sequence", "flex", "flash"]
 #: flex's score modification: ``(score, batch, head, q_idx, kv_idx) → score`` (0-dim tensors)
 ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -163,6 +167,7 @@ def _flex_or_per_sequence(
     cu_seqlens: torch.Tensor,
     scale: float,
     dropout_p: float,
+    max_seqlen: int,
 ) -> torch.Tensor:
     """Flex, except where it cannot serve the call (:func:`flex_serves`): the per-sequence kernel then."""
     if not flex_serves(query, key, value, dropout_p):
@@ -185,13 +190,31 @@ def flex_serves(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dro
     return min(query.shape[-1], value.shape[-1]) >= MIN_GPU_HEAD_DIM
 
 
+def _per_sequence(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    scale: float,
+    dropout_p: float,
+    max_seqlen: int,
+) -> torch.Tensor:
+    return varlen_attention(query, key, value, cu_seqlens, scale, dropout_p)
+
+
 #: the kernels by name
-KERNELS: dict[str, VarlenKernel] = {"per_sequence": varlen_attention, "flex": _flex_or_per_sequence}
+KERNELS: dict[str, VarlenKernel] = {
+    "per_sequence": _per_sequence,
+    "flex": _flex_or_per_sequence,
+    "flash": flash_varlen_attention,
+}
 
 
 def varlen_kernels(choice: VarlenKernelName) -> dict[str, str]:
-    """The varlen kernel per device type, decided at build time: ``auto`` is flex on CUDA when available and the
-    per-sequence SDPA calls elsewhere (measured faster on CPU, see the module); a name is that kernel everywhere.
+    """The varlen kernel per device type, decided at build time: ``auto`` is FlashAttention's varlen kernel on
+    CUDA (one launch per layer; float32 and dropout fall back to the per-sequence calls inside it) and the
+    per-sequence SDPA calls on CPU; a name is that kernel everywhere. Flex lost to both in every measurement
+    (CPU: the module; an H100: docs/explanation/performance.md, "GPU"), so it is only chosen by name.
 
     Raises:
         InputError: ``flex`` asked for on a torch without ``flex_attention``.
@@ -201,5 +224,5 @@ def varlen_kernels(choice: VarlenKernelName) -> dict[str, str]:
             f"varlen_kernel: flex needs torch.nn.attention.flex_attention (torch 2.5+; this is {torch.__version__})"
         )
     if choice == "auto":
-        return {"cpu": "per_sequence", "cuda": "flex" if flex_available() else "per_sequence"}
+        return {"cpu": "per_sequence", "cuda": "flash" if flash_available() else "per_sequence"}
     return {"cpu": choice, "cuda": choice}
