@@ -243,6 +243,8 @@ def run(args: argparse.Namespace) -> None:
         classifier = _save("BertForSequenceClassification", shape, Path(tmp), num_labels=2)
         masked_lm = _save("BertForMaskedLM", shape, Path(tmp))
 
+        sections = {part.strip() for part in args.sections.split(",")}
+
         # 1. inference
         def ours(*overrides: str) -> Any:
             return bertblocks.BertModel.from_pretrained(backbone, list(overrides)).to(device, dtype).eval()
@@ -251,12 +253,14 @@ def run(args: argparse.Namespace) -> None:
             hf = transformers.BertModel.from_pretrained(backbone, attn_implementation="sdpa")
             return hf.to(device, dtype).eval()
 
-        models: dict[str, Any] = {"bertblocks eager": ours(), "bertblocks compiled": compile_(ours())}
-        if args.compile_backend == "inductor":  # the fast path is Inductor's (frozen weights, fused epilogues)
-            models["bertblocks fast path"] = bertblocks.optimize_for_inference(ours())
-        models["transformers sdpa"] = theirs()
-        models["transformers compiled"] = compile_(theirs())
-        for kind, batch in data.items():
+        models: dict[str, Any] = {}
+        if "inference" in sections:
+            models = {"bertblocks eager": ours(), "bertblocks compiled": compile_(ours())}
+            if args.compile_backend == "inductor":  # the fast path is Inductor's (frozen weights, fused epilogues)
+                models["bertblocks fast path"] = bertblocks.optimize_for_inference(ours())
+            models["transformers sdpa"] = theirs()
+            models["transformers compiled"] = compile_(theirs())
+        for kind, batch in data.items() if models else ():
 
             def infer(model: Any, batch: dict[str, torch.Tensor] = batch) -> Callable[[], object]:
                 def call() -> object:
@@ -269,6 +273,8 @@ def run(args: argparse.Namespace) -> None:
             real = int(batch["attention_mask"].sum())
             report(f"inference, {kind} ({real} real tokens of {size * length})", results, "transformers sdpa", real)
         del models
+        if "training" not in sections:
+            return
 
         # 2. one fine-tuning step (fp32 weights, autocast)
         batch = {**data["padded"], "labels": torch.randint(0, 2, (size,)).to(device)}
@@ -324,6 +330,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument(
+        "--sections",
+        default="inference,training",
+        help="which tables: inference (1), training (2 and 3), comma-separated; default both",
+    )
     parser.add_argument(
         "--compile-backend", default="inductor", help="torch.compile backend (eager: trace only; skips the fast path)"
     )

@@ -12,7 +12,7 @@ import torch
 import bertblocks
 from bertblocks.config import ConfigError
 from bertblocks.plugins import backends, varlen_flex
-from bertblocks.plugins.varlen_flash import flash_serves, flash_varlen_attention
+from bertblocks.plugins.varlen_flash import flash_serves, flash_varlen_attention, repadded_varlen_attention
 from bertblocks.plugins.varlen_flex import PackedIndex, flex_varlen_attention, varlen_kernels
 from bertblocks.plugins.varlen_sdpa import sdpa_per_sequence
 from tests.conftest import TINY, to_device
@@ -184,3 +184,27 @@ def test_flash_equals_the_per_sequence_reference_forward_and_backward(device):
             torch.testing.assert_close(actual, reference, rtol=0, atol=0, msg=what)  # the same kernel: exact
         else:
             assert_low_precision_close(actual.float(), reference.float(), dtype=dtype, layers=1, what=what)
+
+
+def test_the_repadded_fallback_equals_the_per_sequence_reference_and_takes_dropout(device):
+    """Where FlashAttention cannot serve a GPU call (float32, dropout), the kernel re-pads it to one masked SDPA
+    launch: the same outputs and gradients as the per-sequence calls (float32, the tolerance policy), and dropout
+    applies (a different kernel: within the policy, not exact)."""
+    q, k, v, cu = _packed(device)
+    scale = 16**-0.5
+    got_in = [x.clone().requires_grad_() for x in (q, k, v)]
+    ref_in = [x.clone().requires_grad_() for x in (q, k, v)]
+    got = repadded_varlen_attention(*got_in, cu, scale, 0.0, max(LENGTHS))
+    expected = sdpa_per_sequence(*ref_in, cu, scale)
+    assert_close(got, expected, what="output")
+    grad = torch.randn_like(got)
+    got.backward(grad)
+    expected.backward(grad)
+    for a, b, name in zip(got_in, ref_in, "qkv", strict=True):
+        assert_close(a.grad, b.grad, what=f"d{name}")
+    torch.manual_seed(0)
+    dropped = repadded_varlen_attention(q, k, v, cu, scale, 0.5, max(LENGTHS))
+    assert (dropped - expected.detach()).abs().max() > 1e-2  # dropout reached the probabilities
+    # an empty sequence in the batch adds no token and no NaN
+    cu_empty = torch.tensor([0, 5, 5, *cu[2:].tolist()], dtype=torch.int32, device=device)
+    assert torch.isfinite(repadded_varlen_attention(q, k, v, cu_empty, scale, 0.0)).all()

@@ -7,10 +7,11 @@ docs/explanation/performance.md): the per-sequence SDPA calls launch a kernel pe
 layer, and flex_attention builds a block mask per batch; both left a padded bert-base batch slower packed than
 transformers' padded SDPA call.
 
-FlashAttention computes in float16 / bfloat16 only and has no dropout, so where it cannot serve a call
-(:func:`flash_serves`) the per-sequence SDPA calls run it: float32, attention dropout, a CPU, heads wider than
-256, inside a compiled graph (the custom op ``bertblocks::sdpa_varlen`` is the traced path there), or a torch
-without ``varlen_attn``.
+FlashAttention computes in float16 / bfloat16 only and has no dropout. Where it cannot serve a call
+(:func:`flash_serves`: float32, attention dropout, heads wider than 256, a torch without ``varlen_attn``) on a GPU,
+the call is re-padded inside the kernel and attends in one masked SDPA launch (:func:`repadded_varlen_attention`,
+which takes dropout); on a CPU and inside a compiled graph the per-sequence SDPA calls run it (the custom op
+``bertblocks::sdpa_varlen`` is the traced path there).
 """
 
 from __future__ import annotations
@@ -70,6 +71,10 @@ def flash_varlen_attention(
     """
     varlen_attn = _varlen_attn()
     if varlen_attn is None or not flash_serves(query, key, value, dropout_p):
+        if query.device.type == "cuda" and not torch.compiler.is_compiling():
+            # one masked launch, not one per run of equal lengths: a packed bert-base fine-tuning step with
+            # attention dropout ran 4x slower than transformers' padded one on the per-sequence calls (an H100)
+            return repadded_varlen_attention(query, key, value, cu_seqlens, scale, dropout_p, max_seqlen)
         return varlen_attention(query, key, value, cu_seqlens, scale, dropout_p)
     if max_seqlen is None:
         max_seqlen = int((cu_seqlens[1:] - cu_seqlens[:-1]).max()) if cu_seqlens.numel() > 1 else 0
@@ -77,3 +82,44 @@ def flash_varlen_attention(
         return torch.zeros_like(query)
     cu = cu_seqlens.to(device=query.device, dtype=torch.int32)
     return varlen_attn(query, key, value, cu, cu, max_seqlen, max_seqlen, scale=scale)
+
+
+def repadded_varlen_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    scale: float,
+    dropout_p: float,
+    max_seqlen: int | None = None,
+) -> torch.Tensor:
+    """``[T, h, d]`` each → ``[T, h, d]``: the packed sequences re-padded to ``[n, h, L, d]`` and attended in one
+    masked SDPA call (dropout included), their tokens gathered back. Every token lies in a span.
+
+    The GPU's fallback where FlashAttention cannot serve: one launch per layer, where the per-sequence calls launch
+    one per run of equal lengths. (On a CPU the per-sequence calls are faster: a masked call costs ``n·L²``.)
+    """
+    tokens = query.shape[0]
+    n = cu_seqlens.numel() - 1
+    cu = cu_seqlens.to(device=query.device, dtype=torch.long)
+    if max_seqlen is None:
+        max_seqlen = int((cu[1:] - cu[:-1]).max()) if n > 0 else 0
+    if tokens == 0 or max_seqlen == 0:
+        return torch.zeros_like(query)
+    index = torch.arange(tokens, device=query.device)
+    sequence = torch.searchsorted(cu[1:], index, right=True)  # [T]
+    position = index - cu[sequence]
+
+    def padded(x: torch.Tensor) -> torch.Tensor:
+        out = x.new_zeros(n, max_seqlen, x.shape[1], x.shape[2])
+        out[sequence, position] = x
+        return out.transpose(1, 2)  # [n, h, L, d]
+
+    # keys past a sequence's end are hidden; an empty sequence keeps its first key visible (its queries are never
+    # read) so that no row of the softmax is all masked
+    lengths = (cu[1:] - cu[:-1]).clamp(min=1)
+    visible = torch.arange(max_seqlen, device=query.device)[None, :] < lengths[:, None]  # [n, L]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        padded(query), padded(key), padded(value), attn_mask=visible[:, None, None, :], dropout_p=dropout_p, scale=scale
+    )
+    return out.transpose(1, 2)[sequence, position]  # [T, h, d]
