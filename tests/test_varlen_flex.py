@@ -11,9 +11,9 @@ import torch
 
 import bertblocks
 from bertblocks.config import ConfigError
-from bertblocks.plugins import backends, varlen_flex
+from bertblocks.plugins import backends, varlen_flex, varlen_kernels
 from bertblocks.plugins.varlen_flash import flash_serves, flash_varlen_attention, repadded_varlen_attention
-from bertblocks.plugins.varlen_flex import PackedIndex, flex_varlen_attention, varlen_kernels
+from bertblocks.plugins.varlen_flex import PackedIndex, flex_varlen_attention
 from bertblocks.plugins.varlen_sdpa import sdpa_per_sequence
 from tests.conftest import TINY, to_device
 from tests.tolerances import assert_close, assert_low_precision_close
@@ -136,14 +136,15 @@ def test_flex_hands_cpu_gradients_and_narrow_gpu_heads_to_the_per_sequence_kerne
 
 
 def test_the_kernel_is_chosen_per_device_when_built(monkeypatch):
-    assert varlen_kernels("auto") == {
+    assert varlen_kernels.varlen_kernels("auto") == {
         "cpu": "per_sequence",
         "cuda": "flash",
     }  # measured: docs/explanation/performance.md
-    assert varlen_kernels("per_sequence") == {"cpu": "per_sequence", "cuda": "per_sequence"}
+    assert varlen_kernels.varlen_kernels("per_sequence") == {"cpu": "per_sequence", "cuda": "per_sequence"}
     assert _tiny("auto").encoder.layer[0].attention.backend.varlen_kernels["cpu"] == "per_sequence"
-    monkeypatch.setattr(varlen_flex, "flash_available", lambda: False)
-    assert varlen_kernels("auto") == {"cpu": "per_sequence", "cuda": "per_sequence"}  # a torch without varlen_attn
+    monkeypatch.setattr(varlen_kernels, "flash_available", lambda: False)
+    # a torch without varlen_attn
+    assert varlen_kernels.varlen_kernels("auto") == {"cpu": "per_sequence", "cuda": "per_sequence"}
     monkeypatch.setattr(backends, "flex_available", lambda: False)
     with pytest.raises(ConfigError, match=r"encoder\.attention\.backend.*varlen_kernel.*flex needs"):
         _tiny("flex")

@@ -14,7 +14,8 @@ from bertblocks.core.component import Component
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities
 from bertblocks.core.masks import causal_additive
 from bertblocks.errors import InputError
-from bertblocks.plugins.varlen_flex import KERNELS, VarlenKernelName, flex_available, varlen_kernels
+from bertblocks.plugins.varlen_flex import flex_available
+from bertblocks.plugins.varlen_kernels import KERNELS, VarlenKernelName, varlen_kernels
 
 
 class EagerBackend(AttentionBackend):
@@ -74,7 +75,9 @@ class SdpaBackend(AttentionBackend):
     kernels never form them), so ``output_attentions=True`` works on every built-in backend. Packed batches
     get a varlen kernel instead of a re-padded, masked call: one unmasked call per sequence
     (:mod:`bertblocks.plugins.varlen_sdpa`) or one flex call with a document mask
-    (:mod:`bertblocks.plugins.varlen_flex`), chosen per device type when the backend is built."""
+    (:mod:`bertblocks.plugins.varlen_flex`) or FlashAttention's varlen kernel on a GPU
+    (:mod:`bertblocks.plugins.varlen_flash`), chosen per device type when the backend is built
+    (:mod:`bertblocks.plugins.varlen_kernels`)."""
 
     name = "sdpa"
     capabilities = BackendCapabilities(

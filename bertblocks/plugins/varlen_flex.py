@@ -5,18 +5,9 @@ of its own sequence (its *document*). A fused flex kernel skips the hidden block
 (rounded up to the kernel's blocks), in one launch however many sequences there are: what a GPU wants, where one
 launch per sequence (:mod:`bertblocks.plugins.varlen_sdpa`, the reference) leaves most of the device idle.
 
-Which kernel runs is decided once, when the backend is built (:func:`varlen_kernels`, the table of every varlen
-kernel), per device type:
-
-* ``cuda``: FlashAttention's varlen kernel (:mod:`bertblocks.plugins.varlen_flash`), the per-sequence calls where
-  it cannot serve. Measured on an H100 (docs/explanation/performance.md, "GPU"): flex's compiled kernel alone was
-  about as fast as the per-sequence calls (1.05x), but building its block mask per batch left a packed bert-base
-  encoder 1.57x slower than them;
-* ``cpu``: the per-sequence SDPA calls. Measured on CPU (``benchmarks/bench_varlen.py``, figures in
-  docs/explanation/performance.md): flex's compiled CPU kernel is slower than per-sequence SDPA at BERT lengths,
-  and building its block mask adds a cost per batch; uncompiled, flex materialises the whole ``[T, T]`` score
-  matrix (tens of times slower). ``varlen_kernel: flex`` still runs it on CPU (uncompiled): the same interface, so
-  the CPU tests check its numbers against the per-sequence path.
+Which varlen kernel runs where is decided in :mod:`bertblocks.plugins.varlen_kernels` (measured there: flex is
+chosen only by name). On CPU ``varlen_kernel: flex`` runs uncompiled, materialising the whole ``[T, T]`` score
+matrix: the same interface, so the CPU tests check its numbers against the per-sequence path.
 
 Score modifications: :func:`flex_varlen_attention` takes a ``score_mod`` factory, called with the packed batch's
 :class:`PackedIndex` (each token's sequence and its position within it, from 0), that returns a flex ``score_mod``
@@ -35,18 +26,12 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from bertblocks.errors import InputError
-from bertblocks.plugins.varlen_flash import flash_available, flash_varlen_attention
 from bertblocks.plugins.varlen_sdpa import varlen_attention
 
-#: a varlen kernel: ``(query, key, value [T, h, d], cu_seqlens [n + 1], scale, dropout_p, max_seqlen) → [T, h, d]``
-VarlenKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float, float, int], torch.Tensor]
-#: what ``varlen_kernel`` may name
-VarlenKernelName = Literal["auto", "per_sequence", "flex", "flash"]
 #: flex's score modification: ``(score, batch, head, q_idx, kv_idx) → score`` (0-dim tensors)
 ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -160,7 +145,7 @@ def flex_varlen_attention(
     return out[0].transpose(0, 1)  # [T, h, d]
 
 
-def _flex_or_per_sequence(
+def flex_or_per_sequence(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
@@ -188,41 +173,3 @@ def flex_serves(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dro
     if query.device.type == "cpu":
         return not (torch.is_grad_enabled() and any(x.requires_grad for x in (query, key, value)))
     return min(query.shape[-1], value.shape[-1]) >= MIN_GPU_HEAD_DIM
-
-
-def _per_sequence(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    scale: float,
-    dropout_p: float,
-    max_seqlen: int,
-) -> torch.Tensor:
-    return varlen_attention(query, key, value, cu_seqlens, scale, dropout_p)
-
-
-#: the kernels by name
-KERNELS: dict[str, VarlenKernel] = {
-    "per_sequence": _per_sequence,
-    "flex": _flex_or_per_sequence,
-    "flash": flash_varlen_attention,
-}
-
-
-def varlen_kernels(choice: VarlenKernelName) -> dict[str, str]:
-    """The varlen kernel per device type, decided at build time: ``auto`` is FlashAttention's varlen kernel on
-    CUDA (one launch per layer; float32 and dropout fall back to the per-sequence calls inside it) and the
-    per-sequence SDPA calls on CPU; a name is that kernel everywhere. Flex lost to both in every measurement
-    (CPU: the module; an H100: docs/explanation/performance.md, "GPU"), so it is only chosen by name.
-
-    Raises:
-        InputError: ``flex`` asked for on a torch without ``flex_attention``.
-    """
-    if choice == "flex" and not flex_available():
-        raise InputError(
-            f"varlen_kernel: flex needs torch.nn.attention.flex_attention (torch 2.5+; this is {torch.__version__})"
-        )
-    if choice == "auto":
-        return {"cpu": "per_sequence", "cuda": "flash" if flash_available() else "per_sequence"}
-    return {"cpu": choice, "cuda": choice}
