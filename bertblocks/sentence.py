@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import importlib.util
+import string
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -147,7 +148,8 @@ def colbert_inputs(
         ``input_ids`` and ``attention_mask`` ``[n, L]`` as ColBERT gives them to its encoder (an augmented query's
         mask tokens are 0 unless ``attend_to_expansion_tokens``), ``token_type_ids`` where the tokenizer returns
         them, and ``token_mask`` ``[n, L]``: the tokens whose vectors count (every token of an augmented query, the
-        real tokens otherwise). ``L`` is ``query_length`` for augmented queries, else the longest text.
+        real tokens otherwise, a document's punctuation left out with ``mask_punctuation``). ``L`` is
+        ``query_length`` for augmented queries, else the longest text.
 
     Raises:
         InputError: a marker the vocabulary lacks (naming the option), or a length with no room for the text.
@@ -185,12 +187,21 @@ def colbert_inputs(
         if types is not None:
             token_type_ids[row, : len(tokens)] = torch.tensor(types[row])
     token_mask = torch.ones_like(attention_mask) if augment else attention_mask.clone()
+    if not is_query and opts.mask_punctuation:  # read by the encoder, but no vector (ColBERT's skiplist)
+        token_mask[torch.isin(input_ids, torch.tensor(sorted(punctuation_ids(tokenizer))))] = 0
     if augment and opts.attend_to_expansion_tokens:
         attention_mask = torch.ones_like(attention_mask)
     batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_mask": token_mask}
     if types is not None:
         batch["token_type_ids"] = token_type_ids
     return batch
+
+
+def punctuation_ids(tokenizer: BertTokenizer) -> set[int]:
+    """The ids ColBERT leaves out of a document's vectors (its ``skiplist``): the first token of each character of
+    ``string.punctuation`` tokenized alone."""
+    ids = (tokenizer(c, add_special_tokens=False, return_tensors=None)["input_ids"] for c in string.punctuation)
+    return {row[0] for row in ids if row}
 
 
 @torch.no_grad()
@@ -358,6 +369,7 @@ __all__ = [
     "encode_colbert",
     "maxsim_score",
     "minilm_path",
+    "punctuation_ids",
     "similarity",
     "sparse_score",
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+import string
 
 import pytest
 import torch
@@ -362,7 +363,7 @@ def colbert_tokenizers() -> tuple[BertTokenizer, transformers.PreTrainedTokenize
     return BertTokenizer.from_pretrained(minilm_path()), transformers.AutoTokenizer.from_pretrained(minilm_path())
 
 
-COLBERT_TEXTS = ["what is late interaction?", "a much longer question " * 12, "hi"]
+COLBERT_TEXTS = ["what is late interaction?", "a much longer question, " * 12, "hi!"]
 
 
 def _colbert_reference_inputs(
@@ -382,6 +383,15 @@ def _colbert_reference_inputs(
     return ids, mask
 
 
+def _colbert_reference_keep(
+    hf: transformers.PreTrainedTokenizerBase, ids: torch.Tensor, is_query: bool
+) -> torch.Tensor:
+    """ColBERT's ``mask(input_ids, skiplist)``: not [PAD], and for documents (mask_punctuation) not the first token of
+    any ``string.punctuation`` character."""
+    skip = {hf.encode(c, add_special_tokens=False)[0] for c in string.punctuation} if not is_query else set()
+    return torch.tensor([[int(t != hf.pad_token_id and t not in skip) for t in row] for row in ids.tolist()])
+
+
 @pytest.mark.parametrize(("is_query", "attend"), [(True, False), (True, True), (False, False)])
 def test_colbert_inputs_are_colberts_tokenization(colbert_tokenizers, is_query, attend):
     ours_tok, hf = colbert_tokenizers
@@ -392,13 +402,14 @@ def test_colbert_inputs_are_colberts_tokenization(colbert_tokenizers, is_query, 
     )
     assert torch.equal(got["input_ids"], ids)
     assert torch.equal(got["attention_mask"], mask)
-    # ColBERT keeps a vector for every token that is not [PAD]: all of an augmented query's, a document's real ones
-    assert torch.equal(got["token_mask"], (ids != hf.pad_token_id).long())
+    # ColBERT keeps a vector for every token that is not [PAD] (all of an augmented query's), nor, in a document,
+    # punctuation
+    assert torch.equal(got["token_mask"], _colbert_reference_keep(hf, ids, is_query))
 
 
 def test_colbert_inputs_without_markers_or_augmentation_are_plain_tokenization(colbert_tokenizers):
     ours_tok, _ = colbert_tokenizers
-    options = ColBERTOptions(query_marker=None, query_augmentation=False, query_length=8)
+    options = ColBERTOptions(query_marker=None, query_augmentation=False, query_length=8, mask_punctuation=True)
     got = colbert_inputs(ours_tok, COLBERT_TEXTS, is_query=True, options=options)
     plain = ours_tok(COLBERT_TEXTS, padding=True, truncation=True, max_length=8)
     assert torch.equal(got["input_ids"], plain["input_ids"])
@@ -430,7 +441,7 @@ def test_encode_colbert_equals_a_written_out_colbert(colbert_tokenizers, packing
         ids, mask = _colbert_reference_inputs(hf, COLBERT_TEXTS, is_query=is_query, length=length, attend=False)
         with torch.no_grad():
             hidden = bert(input_ids=ids, attention_mask=mask).last_hidden_state
-        keep = (ids != hf.pad_token_id).float()[..., None]
+        keep = _colbert_reference_keep(hf, ids, is_query).float()[..., None]
         expected = torch.nn.functional.normalize((hidden @ model.linear.weight.detach().T) * keep, p=2, dim=-1)
         vectors, token_mask = encode_colbert(model, ours_tok, COLBERT_TEXTS, is_query=is_query, batch_size=2)
         assert torch.equal(token_mask, keep[..., 0].long())

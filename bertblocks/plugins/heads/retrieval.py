@@ -91,7 +91,8 @@ class ColBERTOptions(BaseModel):
     special token, ``[Q]`` for a query and ``[D]`` for a document (BERT's ``[unused0]``/``[unused1]``; PyLate adds
     ``[Q] ``/``[D] `` to the vocabulary), truncate each to its length (marker and special tokens included) and pad a
     query to ``query_length`` with the mask token (*query augmentation*): those expansion tokens get vectors too and
-    take part in the score, but the other tokens do not attend to them unless ``attend_to_expansion_tokens``.
+    take part in the score, but the other tokens do not attend to them unless ``attend_to_expansion_tokens``. A
+    document's punctuation tokens are read by the encoder but get no vector (``mask_punctuation``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -119,6 +120,11 @@ class ColBERTOptions(BaseModel):
     attend_to_expansion_tokens: bool = Field(
         False,
         description="the query's tokens attend to its mask-token padding too (ColBERT's attend_to_mask_tokens)",
+    )
+    mask_punctuation: bool = Field(
+        True,
+        description="a document's punctuation tokens (each character of string.punctuation, tokenized alone) get no "
+        "vector (ColBERT's mask_punctuation, PyLate's skiplist_words)",
     )
 
 
