@@ -199,9 +199,10 @@ def colbert_inputs(
 
 def punctuation_ids(tokenizer: BertTokenizer) -> set[int]:
     """The ids ColBERT leaves out of a document's vectors (its ``skiplist``): the first token of each character of
-    ``string.punctuation`` tokenized alone."""
+    ``string.punctuation`` tokenized alone (never the unknown token, which a vocabulary without that character
+    gives, and which stands for other text too)."""
     ids = (tokenizer(c, add_special_tokens=False, return_tensors=None)["input_ids"] for c in string.punctuation)
-    return {row[0] for row in ids if row}
+    return {row[0] for row in ids if row and row[0] != tokenizer.unk_token_id}
 
 
 @torch.no_grad()
