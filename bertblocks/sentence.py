@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import importlib.util
+import string
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import torch.nn.functional as F
 
 from .errors import InputError, MissingFileError
 from .hf.tokenizer import BertTokenizer
+from .plugins.heads.retrieval import ColBERTOptions
 from .plugins.poolers import masked_mean
 
 #: the package that ships all-MiniLM-L6-v2, and the folder in it holding config.json and the weights
@@ -129,6 +131,144 @@ def _pad(ids: list[list[int]], types: list[list[int]] | None, tokenizer: BertTok
     return batch
 
 
+# ------------------------------------------------------------------------------------------------ ColBERT
+def colbert_inputs(
+    tokenizer: BertTokenizer, texts: str | Sequence[str], *, is_query: bool, options: ColBERTOptions | None = None
+) -> dict[str, torch.Tensor]:
+    """The batch ColBERT embeds for ``texts``: its marker after the first special token, truncated to the query or
+    document length, a query padded to ``query_length`` with the mask token (query augmentation).
+
+    Args:
+        tokenizer: the model's tokenizer (the marker tokens must be in its vocabulary).
+        texts: one text or a list of texts.
+        is_query: queries (``query_marker``, ``query_length``, augmentation) or documents.
+        options: the ``colbert`` head's options (ColBERT's defaults when omitted).
+
+    Returns:
+        ``input_ids`` and ``attention_mask`` ``[n, L]`` as ColBERT gives them to its encoder (an augmented query's
+        mask tokens are 0 unless ``attend_to_expansion_tokens``), ``token_type_ids`` where the tokenizer returns
+        them, and ``token_mask`` ``[n, L]``: the tokens whose vectors count (every token of an augmented query, the
+        real tokens otherwise, a document's punctuation left out with ``mask_punctuation``). ``L`` is
+        ``query_length`` for augmented queries, else the longest text.
+
+    Raises:
+        InputError: a marker the vocabulary lacks (naming the option), or a length with no room for the text.
+    """
+    opts = options or ColBERTOptions()
+    kind = "query" if is_query else "document"
+    length = opts.query_length if is_query else opts.document_length
+    marker = opts.query_marker if is_query else opts.document_marker
+    marker_id = None
+    if marker is not None:
+        marker_id = tokenizer.backend.token_to_id(marker)
+        if marker_id is None:
+            raise InputError(
+                f"head option {kind}_marker: {marker!r} is not in the tokenizer's vocabulary; name a token it has "
+                "(BERT's [unused0]/[unused1], a PyLate tokenizer's '[Q] '/'[D] ') or null for none"
+            )
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    budget = length - (marker_id is not None)  # the marker counts in the length, as ColBERT's '. ' placeholder
+    if budget < 2:
+        raise InputError(f"head option {kind}_length: {length} leaves no room for the special tokens and a marker")
+    encoded = tokenizer(texts, padding=False, truncation=True, max_length=budget, return_tensors=None)
+    ids: list[list[int]] = encoded["input_ids"]
+    types: list[list[int]] | None = encoded.get("token_type_ids")
+    if marker_id is not None:  # after the first special token ([CLS], <s>), where ColBERT writes [Q] / [D]
+        ids = [[*row[:1], marker_id, *row[1:]] for row in ids]
+        types = None if types is None else [[*row[:1], 0, *row[1:]] for row in types]
+    augment = is_query and opts.query_augmentation
+    width = length if augment else max((len(row) for row in ids), default=0)
+    input_ids = torch.full((len(ids), width), tokenizer.mask_token_id if augment else tokenizer.pad_token_id)
+    attention_mask = torch.zeros(len(ids), width, dtype=torch.long)
+    token_type_ids = torch.zeros(len(ids), width, dtype=torch.long)
+    for row, tokens in enumerate(ids):
+        input_ids[row, : len(tokens)] = torch.tensor(tokens)
+        attention_mask[row, : len(tokens)] = 1
+        if types is not None:
+            token_type_ids[row, : len(tokens)] = torch.tensor(types[row])
+    token_mask = torch.ones_like(attention_mask) if augment else attention_mask.clone()
+    if not is_query and opts.mask_punctuation:  # read by the encoder, but no vector (ColBERT's skiplist)
+        token_mask[torch.isin(input_ids, torch.tensor(sorted(punctuation_ids(tokenizer))))] = 0
+    if augment and opts.attend_to_expansion_tokens:
+        attention_mask = torch.ones_like(attention_mask)
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "token_mask": token_mask}
+    if types is not None:
+        batch["token_type_ids"] = token_type_ids
+    return batch
+
+
+def punctuation_ids(tokenizer: BertTokenizer) -> set[int]:
+    """The ids ColBERT leaves out of a document's vectors (its ``skiplist``): the first token of each character of
+    ``string.punctuation`` tokenized alone (never the unknown token, which a vocabulary without that character
+    gives, and which stands for other text too)."""
+    ids = (tokenizer(c, add_special_tokens=False, return_tensors=None)["input_ids"] for c in string.punctuation)
+    return {row[0] for row in ids if row and row[0] != tokenizer.unk_token_id}
+
+
+@torch.no_grad()
+def encode_colbert(
+    model: torch.nn.Module,
+    tokenizer: BertTokenizer,
+    texts: str | Sequence[str],
+    *,
+    is_query: bool,
+    batch_size: int = 32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ColBERT's multi-vector embeddings of queries or documents, with the ``colbert`` head's input convention
+    (:func:`colbert_inputs`: markers, lengths, query augmentation); score them with :func:`maxsim_score`.
+
+    An augmented query's mask tokens are computed as ColBERT's encoder computes them: each attends to the real
+    tokens (and, with ``attend_to_expansion_tokens``, to the other mask tokens), and keeps its vector.
+
+    Args:
+        model: a bertblocks model with the ``colbert`` head; run without gradients, in its current mode.
+        tokenizer: the model's tokenizer.
+        texts: one text or a list of texts.
+        is_query: embed queries (``[Q]``, augmented) or documents (``[D]``).
+        batch_size: texts per forward pass.
+
+    Returns:
+        ``(vectors [n, L, dim], mask [n, L])``: the token vectors (zeros where ``mask`` is 0) and which count, in
+        the order given; ``L`` is the longest text's token count.
+
+    Raises:
+        InputError: the model has no ``colbert`` head, ``batch_size`` below 1, or what :func:`colbert_inputs`
+            refuses.
+    """
+    head = getattr(getattr(model, "config", None), "head", None)
+    if head is None or head.name != "colbert":
+        raise InputError(
+            "encode_colbert needs a model with the colbert head (create_model(..., head='colbert') or "
+            "from_pretrained(path, head='colbert'))"
+        )
+    if batch_size < 1:
+        raise InputError(f"batch_size must be at least 1, got {batch_size}")
+    options = ColBERTOptions(**head.options())
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    device = next(model.parameters()).device
+    vectors: list[torch.Tensor] = []
+    masks: list[torch.Tensor] = []
+    for start in range(0, len(texts), batch_size):
+        batch = colbert_inputs(tokenizer, texts[start : start + batch_size], is_query=is_query, options=options)
+        keep = batch.pop("token_mask")
+        attention = batch["attention_mask"]
+        if bool((keep > attention).any()):
+            # vectors of tokens no token attends to (an augmented query's mask tokens): each row attends to the
+            # real tokens, as transformers' BERT computes padded positions from ColBERT's 2-D mask; a [b, q, k]
+            # mask keeps them computed (a padded position of a 2-D mask may be packed away)
+            batch["attention_mask"] = attention[:, None, :].expand(-1, attention.shape[1], -1)
+        out = model(**{k: v.to(device) for k, v in batch.items()})
+        keep = keep.to(device)
+        vectors.append(out.token_embeddings * keep[..., None].to(out.token_embeddings.dtype))
+        masks.append(keep)
+    if not vectors:
+        return torch.empty(0, 0, options.dim), torch.empty(0, 0, dtype=torch.long)
+    width = max(v.shape[1] for v in vectors)
+    padded = torch.cat([F.pad(v, (0, 0, 0, width - v.shape[1])) for v in vectors])
+    mask = torch.cat([F.pad(m, (0, width - m.shape[1])) for m in masks])
+    return padded, mask
+
+
 def similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Cosine similarities ``[n, m]`` between rows of ``a`` ``[n, d]`` and ``b`` ``[m, d]`` (1-D inputs: one row).
 
@@ -223,11 +363,14 @@ def _mask(mask: torch.Tensor | None, vectors: torch.Tensor, name: str) -> torch.
 
 
 __all__ = [
+    "colbert_inputs",
     "cosine_score",
     "dot_score",
     "encode",
+    "encode_colbert",
     "maxsim_score",
     "minilm_path",
+    "punctuation_ids",
     "similarity",
     "sparse_score",
 ]

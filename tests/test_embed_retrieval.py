@@ -16,6 +16,8 @@ from safetensors.torch import save_file
 
 import bertblocks
 from bertblocks import BertTokenizer, cli
+from bertblocks.cli.embed import embed_retrieval
+from bertblocks.sentence import encode_colbert
 from tests.conftest import TINY
 from tests.tolerances import assert_close
 
@@ -118,4 +120,35 @@ def test_a_head_without_weights_and_a_wrong_suffix_are_refused(folders, tmp_path
     done = _embed(folders["splade"], "splade", tmp_path / "out.npy")
     assert done.returncode == cli.EXIT_INVALID
     assert "--head splade writes .jsonl or .safetensors" in done.stderr
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_colbert_queries_and_documents_follow_colberts_convention(folders, tmp_path):
+    """``--colbert query`` (the command, with the head's option set by ``--set``) and ``colbert="document"`` (the
+    function it calls): what ``encode_colbert`` gives for each text alone (the marker, an augmented query of
+    ``head.query_length`` vectors)."""
+    output = tmp_path / "out.safetensors"
+    done = _embed(folders["colbert"], "colbert", output, "--colbert", "query", "--set", "head.query_length=12")
+    assert done.returncode == 0, done.stderr
+    with safe_open(str(output), "pt") as f:
+        queries = [f.get_tensor("multivector")[i][f.get_tensor("multivector_mask")[i].bool()] for i in range(4)]
+    model = bertblocks.from_pretrained(folders["colbert"], ["head.query_length=12"], head="colbert").eval()
+    tokenizer = BertTokenizer.from_pretrained(folders["colbert"])
+    documents = embed_retrieval(model, tokenizer, TEXTS, "colbert", batch_size=3, colbert="document").multivector
+    assert documents is not None
+    for role, got in (("query", queries), ("document", documents)):
+        for i, text in enumerate(TEXTS):
+            want, keep = encode_colbert(model, tokenizer, [text], is_query=role == "query")
+            n = 12 if role == "query" else len(tokenizer(text)["input_ids"][0]) + 1  # + the [D] marker
+            assert int(keep.sum()) == got[i].shape[0] == n
+            assert_close(got[i], want[0][keep[0].bool()], what=f"{role} {i}")
+
+
+def test_colbert_role_needs_the_colbert_head_and_its_own_lengths(folders, tmp_path, capsys):
+    """Refused before anything is loaded (in process: no subprocess needed for an argument check)."""
+    base = ["embed", "--model", str(folders["colbert"]), "-o", str(tmp_path / "out.jsonl"), *TEXTS]
+    assert cli.main([*base, "--head", "splade", "--colbert", "query"]) == cli.EXIT_INVALID
+    assert "--colbert query needs --head colbert (got --head splade)" in capsys.readouterr().err
+    assert cli.main([*base, "--head", "colbert", "--colbert", "document", "--max-length", "8"]) == cli.EXIT_INVALID
+    assert "--colbert takes its lengths from the head's options" in capsys.readouterr().err
     assert not (tmp_path / "out.jsonl").exists()

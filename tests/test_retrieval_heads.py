@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+import string
 
 import pytest
 import torch
@@ -14,9 +15,19 @@ import transformers
 from safetensors.torch import save_file
 
 import bertblocks
-from bertblocks.errors import InputTypeError
+from bertblocks import BertTokenizer
+from bertblocks.errors import InputError, InputTypeError
 from bertblocks.hf.weight_files import WeightFileError
-from bertblocks.sentence import cosine_score, dot_score, maxsim_score, sparse_score
+from bertblocks.plugins.heads.retrieval import ColBERTOptions
+from bertblocks.sentence import (
+    colbert_inputs,
+    cosine_score,
+    dot_score,
+    encode_colbert,
+    maxsim_score,
+    minilm_path,
+    sparse_score,
+)
 from tests.conftest import TINY
 from tests.tolerances import assert_close
 
@@ -343,3 +354,108 @@ def test_a_heads_options_come_as_overrides_and_a_mapping_head_is_refused(tmp_pat
     assert model.linear.out_features == 16
     with pytest.raises(InputTypeError, match=r"head must be a head name.*\['head.dim=16'\], head='colbert'"):
         bertblocks.from_pretrained(tmp_path, head={"name": "colbert", "dim": 16})
+
+
+# ------------------------------------------------------------------------------- ColBERT's input convention
+@pytest.fixture(scope="module")
+def colbert_tokenizers() -> tuple[BertTokenizer, transformers.PreTrainedTokenizerBase]:
+    """all-MiniLM-L6-v2's tokenizer (BERT's vocabulary: [unused0], [unused1], [MASK]), bertblocks' and transformers'."""
+    return BertTokenizer.from_pretrained(minilm_path()), transformers.AutoTokenizer.from_pretrained(minilm_path())
+
+
+COLBERT_TEXTS = ["what is late interaction?", "a much longer question, " * 12, "hi!"]
+
+
+def _colbert_reference_inputs(
+    hf: transformers.PreTrainedTokenizerBase, texts: list[str], *, is_query: bool, length: int, attend: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """stanford-futuredata/ColBERT's QueryTokenizer/DocTokenizer.tensorize, written out: a '. ' placeholder for the
+    marker, truncated to the length, then the marker ([unused0] / [unused1]) over the placeholder; a query padded to
+    the length with [PAD] turned into [MASK] (attended to only with attend_to_mask_tokens)."""
+    padding = "max_length" if is_query else "longest"
+    obj = hf([". " + t for t in texts], padding=padding, truncation=True, return_tensors="pt", max_length=length)
+    ids, mask = obj["input_ids"], obj["attention_mask"]
+    ids[:, 1] = hf.convert_tokens_to_ids("[unused0]" if is_query else "[unused1]")
+    if is_query:
+        ids[ids == hf.pad_token_id] = hf.mask_token_id
+        if attend:
+            mask[ids == hf.mask_token_id] = 1
+    return ids, mask
+
+
+def _colbert_reference_keep(
+    hf: transformers.PreTrainedTokenizerBase, ids: torch.Tensor, is_query: bool
+) -> torch.Tensor:
+    """ColBERT's ``mask(input_ids, skiplist)``: not [PAD], and for documents (mask_punctuation) not the first token of
+    any ``string.punctuation`` character."""
+    skip = {hf.encode(c, add_special_tokens=False)[0] for c in string.punctuation} if not is_query else set()
+    return torch.tensor([[int(t != hf.pad_token_id and t not in skip) for t in row] for row in ids.tolist()])
+
+
+@pytest.mark.parametrize(("is_query", "attend"), [(True, False), (True, True), (False, False)])
+def test_colbert_inputs_are_colberts_tokenization(colbert_tokenizers, is_query, attend):
+    ours_tok, hf = colbert_tokenizers
+    options = ColBERTOptions(query_length=12, document_length=10, attend_to_expansion_tokens=attend)
+    got = colbert_inputs(ours_tok, COLBERT_TEXTS, is_query=is_query, options=options)
+    ids, mask = _colbert_reference_inputs(
+        hf, COLBERT_TEXTS, is_query=is_query, length=12 if is_query else 10, attend=attend
+    )
+    assert torch.equal(got["input_ids"], ids)
+    assert torch.equal(got["attention_mask"], mask)
+    # ColBERT keeps a vector for every token that is not [PAD] (all of an augmented query's), nor, in a document,
+    # punctuation
+    assert torch.equal(got["token_mask"], _colbert_reference_keep(hf, ids, is_query))
+
+
+def test_colbert_inputs_without_markers_or_augmentation_are_plain_tokenization(colbert_tokenizers):
+    ours_tok, _ = colbert_tokenizers
+    options = ColBERTOptions(query_marker=None, query_augmentation=False, query_length=8, mask_punctuation=True)
+    got = colbert_inputs(ours_tok, COLBERT_TEXTS, is_query=True, options=options)
+    plain = ours_tok(COLBERT_TEXTS, padding=True, truncation=True, max_length=8)
+    assert torch.equal(got["input_ids"], plain["input_ids"])
+    assert torch.equal(got["attention_mask"], plain["attention_mask"])
+    assert torch.equal(got["token_mask"], plain["attention_mask"])
+
+
+def test_colbert_inputs_refuse_a_marker_the_vocabulary_lacks(colbert_tokenizers):
+    with pytest.raises(InputError, match=r"head option document_marker: '\[D\] ' is not in the tokenizer's vocabulary"):
+        colbert_inputs(colbert_tokenizers[0], ["x"], is_query=False, options=ColBERTOptions(document_marker="[D] "))
+    with pytest.raises(InputError, match="head option query_length: 2 leaves no room"):
+        colbert_inputs(colbert_tokenizers[0], ["x"], is_query=True, options=ColBERTOptions(query_length=2))
+
+
+@pytest.mark.parametrize("packing", PATHS)
+def test_encode_colbert_equals_a_written_out_colbert(colbert_tokenizers, packing):
+    """ColBERT's ``query``/``doc`` on transformers' BERT with the same weights: ``normalize(linear(bert(ids,
+    mask)) · (ids != [PAD]))``; the augmented query's [MASK] tokens attend to the real tokens and keep their
+    vectors, packed or not; the late-interaction scores equal too."""
+    ours_tok, hf = colbert_tokenizers
+    overrides = ["head.dim=16", "head.query_length=12", "head.document_length=10", f"encoder.packing={packing}"]
+    model = bertblocks.from_pretrained(minilm_path(), overrides, head="colbert").eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model.linear.weight.normal_()
+    bert = transformers.BertModel.from_pretrained(minilm_path()).eval()
+    encoded = {}
+    for is_query, length in ((True, 12), (False, 10)):
+        ids, mask = _colbert_reference_inputs(hf, COLBERT_TEXTS, is_query=is_query, length=length, attend=False)
+        with torch.no_grad():
+            hidden = bert(input_ids=ids, attention_mask=mask).last_hidden_state
+        keep = _colbert_reference_keep(hf, ids, is_query).float()[..., None]
+        expected = torch.nn.functional.normalize((hidden @ model.linear.weight.detach().T) * keep, p=2, dim=-1)
+        vectors, token_mask = encode_colbert(model, ours_tok, COLBERT_TEXTS, is_query=is_query, batch_size=2)
+        assert torch.equal(token_mask, keep[..., 0].long())
+        assert_close(vectors, expected, what="query vectors" if is_query else "document vectors")
+        encoded[is_query] = (vectors, token_mask, expected)
+    (q, qm, q_ref), (d, dm, d_ref) = encoded[True], encoded[False]
+    # ColBERT's colbert_score: each query vector's best real document token (padding never wins), summed
+    best = [
+        [(qi @ dj[dmj.bool()].T).max(dim=-1).values.sum() for dj, dmj in zip(d_ref, dm, strict=True)] for qi in q_ref
+    ]
+    reference = torch.tensor(best)
+    assert_close(maxsim_score(q, d, qm, dm), reference, what="maxsim")
+
+
+def test_encode_colbert_needs_the_colbert_head(colbert_tokenizers):
+    with pytest.raises(InputError, match="encode_colbert needs a model with the colbert head"):
+        encode_colbert(bertblocks.create_model(TINY), colbert_tokenizers[0], ["x"], is_query=True)

@@ -10,6 +10,7 @@ Example::
     bertblocks embed --input corpus.txt --output corpus.npy --batch-size 64
     cat corpus.jsonl | bertblocks embed --input - --input-format jsonl --output corpus.jsonl
     bertblocks embed --model naver/splade-v3 --head splade --input corpus.txt --output corpus.safetensors
+    bertblocks embed --model my-colbert/ --head colbert --colbert document -i docs.txt -o docs.safetensors
 
 The retrieval formats (``docs/how-to/task-heads.md``, "Retrieval heads", shows how to read them back):
 
@@ -187,8 +188,13 @@ def embed_retrieval(
     batch_size: int = 32,
     max_length: int | None = None,
     progress: bool = False,
+    colbert: str | None = None,
 ) -> RetrievalEmbeddings:
     """A retrieval head's outputs (:data:`RETRIEVAL_FIELDS`) for ``texts``, batched longest first, in input order.
+
+    ``colbert`` (``"query"`` or ``"document"``, head ``colbert`` only): embed the texts with ColBERT's input
+    convention (:func:`bertblocks.sentence.encode_colbert`: markers, the head's lengths, query augmentation,
+    punctuation); ``None``: each text's tokens as the tokenizer gives them.
 
     Raises:
         ValueError: ``batch_size`` below 1.
@@ -206,8 +212,15 @@ def embed_retrieval(
     bar = _progress(len(texts), progress)
     for start in range(0, len(order), batch_size):
         index = order[start : start + batch_size]
-        batch = tokenizer([texts[i] for i in index], padding=True, truncation=True, max_length=max_length)
-        out = model(**{k: v.to(device) for k, v in batch.items()})
+        chunk = [texts[i] for i in index]
+        if colbert is not None:
+            from ..sentence import encode_colbert
+
+            vectors, keep = encode_colbert(model, tokenizer, chunk, is_query=colbert == "query", batch_size=len(chunk))
+            out = {"token_embeddings": vectors, "token_mask": keep}
+        else:
+            batch = tokenizer(chunk, padding=True, truncation=True, max_length=max_length)
+            out = model(**{k: v.to(device) for k, v in batch.items()})
         for row, i in enumerate(index):
             if dense_field:
                 dense[i] = out[dense_field][row].float().cpu()
@@ -344,6 +357,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "vector per token; bge_m3: dense, sparse and per-token (its colbert_linear/sparse_linear files are loaded "
         "from the checkpoint folder)",
     )
+    parser.add_argument(
+        "--colbert",
+        choices=("query", "document"),
+        help="with --head colbert: embed the texts as ColBERT queries or documents (the [Q]/[D] marker, the head's "
+        "query_length/document_length, queries padded with [MASK], no vectors for a document's punctuation; set "
+        "them with --set head.OPTION=VALUE); default: each text's tokens as the tokenizer gives them",
+    )
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="texts per forward pass (32)")
     parser.add_argument("--max-length", type=int, metavar="N", help="truncate texts to N tokens")
     add_set_argument(parser)
@@ -384,6 +404,13 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--output {output}: --head {args.head} writes {' or '.join(HEAD_FORMATS[args.head])}")
     if output is not None:
         check_output(output, args.input)
+    if args.colbert is not None and args.head != "colbert":
+        raise CLIError(f"--colbert {args.colbert} needs --head colbert (got --head {args.head})")
+    if args.colbert is not None and args.max_length is not None:
+        raise CLIError(
+            "--colbert takes its lengths from the head's options: use --set head.query_length=N or "
+            "head.document_length=N, not --max-length"
+        )
     texts = _texts(args)
     source = args.model or str(minilm_path())
     if args.head != "mean":
@@ -426,6 +453,7 @@ def _run_retrieval(args: argparse.Namespace, source: str, texts: list[str], outp
         args.batch_size,
         args.max_length,
         progress=sys.stderr.isatty() and len(texts) > 1,
+        colbert=args.colbert,
     )
     parts = [t for t in (result.dense, *(result.multivector or [])) if t is not None]
     parts += [values for _, values in result.sparse or []]

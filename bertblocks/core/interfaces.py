@@ -578,6 +578,11 @@ class FeedForwardOutput(nn.Module, ABC):
     #: that declares them turn them into ``[b, q]`` tensors (packed with the tokens when the batch is packed), and the
     #: layer passes them to :meth:`forward` as keywords (``[b, q]``, or ``[1, T]`` packed)
     extra_inputs: tuple[str, ...] = ()
+    #: whether the output, built without a norm (a pre-LN layer), still adds the residual itself and so returns the
+    #: whole sub-layer: the layer then passes it the *un-normalised* input as ``residual`` and its feed-forward norm
+    #: as the keyword ``norm``, and adds nothing after it (X-MOD's pre-norm adapters, whose own residual and reuse of
+    #: that norm come after the block's residual)
+    closes_residual: ClassVar[bool] = False
 
     @abstractmethod
     def forward(self, intermediate: torch.Tensor, residual: torch.Tensor) -> torch.Tensor: ...

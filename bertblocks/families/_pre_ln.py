@@ -1,10 +1,11 @@
 """What the pre-LN variants of BERT and RoBERTa in transformers share: ``pre_ln`` layers and where their norms sit.
 
-RoBERTa-PreLayerNorm, XLM-RoBERTa-XL and MegatronBERT compute the same layer, ``x + attn(LN(x))`` (``+
-crossattn(LN(x), encoder)``) then ``x + ff(LN(x))``, with a LayerNorm after the stack: bertblocks' ``pre_ln`` layer
-kind with its final norm. They differ only in the names of the three norms in the checkpoint, and in whether the
-embeddings end with a LayerNorm (RoBERTa-PreLayerNorm's do; Megatron's and XLM-R-XL's do not). A
-:class:`PreLNLayout` states those names once and gives the key-map rules and the fixed facts of the family.
+RoBERTa-PreLayerNorm, XLM-RoBERTa-XL and MegatronBERT (and X-MOD with ``pre_norm: true``, adapters aside) compute
+the same layer, ``x + attn(LN(x))`` (``+ crossattn(LN(x), encoder)``) then ``x + ff(LN(x))``, with a LayerNorm
+after the stack: bertblocks' ``pre_ln`` layer kind with its final norm. They differ only in the names of the three
+norms in the checkpoint, and in whether the embeddings end with a LayerNorm (RoBERTa-PreLayerNorm's do; Megatron's
+and XLM-R-XL's do not). A :class:`PreLNLayout` states those names once and gives the key-map rules and the fixed
+facts of the family.
 """
 
 from __future__ import annotations
@@ -42,14 +43,19 @@ class PreLNLayout:
     final_norm: str
     embedding_norm: bool
 
-    def rules(self, prefix: str) -> tuple[Rename, ...]:
-        """The key-map rules of the norms of a checkpoint whose backbone is under ``prefix``."""
+    def rules(self, prefix: str, *, if_model_has: bool = False) -> tuple[Rename, ...]:
+        """The key-map rules of the norms of a checkpoint whose backbone is under ``prefix``; ``if_model_has``: on
+        load only where the model is pre-LN (X-MOD, whose post-LN layout keeps the same checkpoint keys inside
+        the sub-layers: :attr:`~bertblocks.families.keymap.Rename.if_model_has`)."""
         layer, ours = f"{prefix}.encoder.layer.{{i}}", f"{BACKBONE_PREFIX}.encoder.layer.{{i}}"
-        return (
-            Rename(f"{layer}.attention.{self.attention_norm}", f"{ours}.attention_norm"),
-            Rename(f"{layer}.crossattention.{self.attention_norm}", f"{ours}.crossattention_norm"),
-            Rename(f"{layer}.{self.feedforward_norm}", f"{ours}.feedforward_norm"),
-            Rename(f"{prefix}.{self.final_norm}", f"{BACKBONE_PREFIX}.encoder.final_norm"),
+        return tuple(
+            Rename(checkpoint, model, if_model_has=if_model_has)
+            for checkpoint, model in (
+                (f"{layer}.attention.{self.attention_norm}", f"{ours}.attention_norm"),
+                (f"{layer}.crossattention.{self.attention_norm}", f"{ours}.crossattention_norm"),
+                (f"{layer}.{self.feedforward_norm}", f"{ours}.feedforward_norm"),
+                (f"{prefix}.{self.final_norm}", f"{BACKBONE_PREFIX}.encoder.final_norm"),
+            )
         )
 
     @property

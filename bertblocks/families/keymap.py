@@ -13,7 +13,8 @@ numbers and are substituted on the other side.
 
 Rules (the first rule whose pattern matches a key applies; keys no rule matches keep their name):
 
-* :class:`Rename` — one tensor, another name (``lm_head.dense`` ↔ ``cls.predictions.transform.dense``).
+* :class:`Rename` — one tensor, another name (``lm_head.dense`` ↔ ``cls.predictions.transform.dense``); with
+  ``if_model_has``, on load only where the model has the renamed key (one family, two layouts).
 * :class:`Split` — one fused checkpoint tensor ↔ several model tensors concatenated along a dimension
   (``Wqkv`` ↔ ``query``/``key``/``value``; ``Wi`` ↔ input/gate).
 * :class:`Join` — the converse: several checkpoint tensors ↔ one fused model tensor (``q_proj``/``k_proj``/
@@ -65,11 +66,17 @@ class Rename:
         checkpoint: pattern of the checkpoint's key (``distilbert.transformer.layer.{i}.attention.q_lin``).
         model: pattern of bertblocks' key (``bert.encoder.layer.{i}.attention.self.query``).
         heads: only for these heads (empty: always).
+        if_model_has: on load, only where the model being loaded has the renamed key (its shapes say so);
+            elsewhere the next rule decides. For one checkpoint key that names different tensors in two layouts of
+            one family: X-MOD's ``attention.output.LayerNorm`` ends a post-LN attention sub-layer (bertblocks'
+            key is the same) or begins a pre-norm one (bertblocks' ``attention_norm``). On save the model's key
+            itself says which layout it is.
     """
 
     checkpoint: str
     model: str
     heads: tuple[str, ...] = ()
+    if_model_has: bool = False
 
 
 @dataclass(frozen=True)
@@ -336,7 +343,10 @@ def to_model(
             if isinstance(rule, Drop):
                 break
             if isinstance(rule, Rename):
-                out[models[0].fill(values, rest)] = tensor
+                target = models[0].fill(values, rest)
+                if rule.if_model_has and (shapes is None or target not in shapes):
+                    continue  # another layout of the family: the next rule decides
+                out[target] = tensor
             elif isinstance(rule, Split):
                 out.update(_split(key, tensor, rule, [m.fill(values, rest) for m in models], shapes))
             elif isinstance(rule, Shared):

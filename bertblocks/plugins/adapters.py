@@ -1,12 +1,21 @@
-"""Per-language adapters after the feed-forward block (X-MOD): BERT's feed-forward, then, before the sub-layer's
-norm, a bottleneck adapter chosen per token by its language.
+"""Per-language adapters after the feed-forward block (X-MOD): BERT's feed-forward, then a bottleneck adapter chosen
+per token by its language.
 
-Data flow of one post-LN feed-forward sub-layer (transformers' ``XmodOutput`` and ``XmodLayer``)::
+Data flow of one post-LN feed-forward sub-layer (transformers' ``XmodOutput`` and ``XmodLayer``, ``pre_norm:
+false``)::
 
-    h = dropout(dense(intermediate)) + residual                                  [b, q, H]
+    h = dropout(dense(intermediate(x))) + x                                      [b, q, H]
     a = adapter_norm(h)              (own LayerNorm, or the sub-layer's LayerNorm reused, or h itself)
     out = dropout(adapter_lang(a)) + (a if ln_before_adapter else h)             adapter: dense2(act(dense1(·)))
     LayerNorm(out)
+
+In a ``pre_ln`` layer (X-MOD's ``pre_norm: true``) the sub-layer's LayerNorm moves before the block and nothing
+follows the adapters; the layer hands the output its feed-forward norm (``closes_residual``), which ``reuse`` applies
+a second time::
+
+    h = dropout(dense(intermediate(LayerNorm(x)))) + x
+    a = adapter_norm(h)              (own LayerNorm, or that same LayerNorm again, or h itself)
+    out = dropout(adapter_lang(a)) + (a if ln_before_adapter else h)
 
 ``lang`` is each token's language index into ``languages`` (the ``lang_ids`` input, one per sequence ``[b]``
 expanded to its tokens, or ``[b, q]``; the ``default_language`` when omitted, or the only language of a model that
@@ -29,7 +38,7 @@ from bertblocks.core.component import Component
 from bertblocks.core.interfaces import FeedForward
 
 from ..errors import InputError, InputTypeError
-from .feedforward import BertIntermediate, BertOutput
+from .feedforward import BertIntermediate, BertOutput, _norm
 
 #: the input choosing each sequence's (or token's) adapter (transformers' name)
 LANGUAGE_INPUT = "lang_ids"
@@ -75,9 +84,11 @@ class LanguageAdapter(nn.Module):
 
 
 class AdapterOutput(BertOutput):
-    """BERT's feed-forward output with X-MOD's language adapters before its LayerNorm (see the module)."""
+    """BERT's feed-forward output with X-MOD's language adapters after its residual (see the module): before its
+    LayerNorm (post-LN), or ending the sub-layer (pre-LN, ``post_norm`` false)."""
 
     extra_inputs = (LANGUAGE_INPUT,)
+    closes_residual = True
 
     def __init__(
         self,
@@ -87,8 +98,9 @@ class AdapterOutput(BertOutput):
         dropout: float,
         options: AdapterOptions,
         activation: Callable[[], nn.Module],
+        norm: nn.Module | str | None,
     ) -> None:
-        super().__init__(intermediate_size, hidden_size, layer_norm_eps, dropout)
+        super().__init__(intermediate_size, hidden_size, layer_norm_eps, dropout, norm)
         self.languages = tuple(options.languages)
         self.default_language = options.default_language
         self.adapter_norm = options.adapter_norm
@@ -102,28 +114,36 @@ class AdapterOutput(BertOutput):
         )
 
     def forward(  # type: ignore[override]
-        self, intermediate: torch.Tensor, residual: torch.Tensor, lang_ids: torch.Tensor | None = None
+        self,
+        intermediate: torch.Tensor,
+        residual: torch.Tensor,
+        lang_ids: torch.Tensor | None = None,
+        norm: nn.Module | None = None,
     ) -> torch.Tensor:
+        """``norm``: the pre-LN layer's feed-forward norm (what ``reuse`` applies there); post-LN, the output's own."""
         hidden = self.dropout(self.dense(intermediate)) + residual  # [b, q, H]
         normed = hidden
         if self.adapter_norm == "own":
             normed = self.adapter_layer_norm(hidden)
         elif self.adapter_norm == "reuse":
-            normed = self.LayerNorm(hidden)
+            reused = self.LayerNorm if self.post_norm else norm
+            if reused is None:  # an internal invariant: a pre-LN layer always hands its norm (closes_residual)
+                raise InputError("the adapters reuse the feed-forward's norm: a pre-LN layer passes it as norm")
+            normed = reused(hidden)
         if lang_ids is None:  # called on its own (not by a backbone, which always prepares them): every token alike
             adapted = self.adapter_modules[self._default_or_refuse()](normed)
-            return self.LayerNorm(self.dropout(adapted) + (normed if self.ln_before_adapter else hidden))
-        adapted = torch.zeros_like(normed)
-        compiling = torch.compiler.is_compiling()
-        for index, language in enumerate(self.languages):
-            rows = lang_ids == index  # [b, q]
-            adapter = self.adapter_modules[language]
-            if compiling:  # no data-dependent shapes in a graph: every token through every adapter, then chosen
-                adapted = torch.where(rows[..., None], adapter(normed), adapted)
-            else:  # only this language's tokens (what transformers computes)
-                adapted[rows] = adapter(normed[rows])
+        else:
+            adapted = torch.zeros_like(normed)
+            compiling = torch.compiler.is_compiling()
+            for index, language in enumerate(self.languages):
+                rows = lang_ids == index  # [b, q]
+                adapter = self.adapter_modules[language]
+                if compiling:  # no data-dependent shapes in a graph: every token through every adapter, then chosen
+                    adapted = torch.where(rows[..., None], adapter(normed), adapted)
+                else:  # only this language's tokens (what transformers computes)
+                    adapted[rows] = adapter(normed[rows])
         out = self.dropout(adapted) + (normed if self.ln_before_adapter else hidden)
-        return self.LayerNorm(out)
+        return self.LayerNorm(out) if self.post_norm else out
 
     def _default_or_refuse(self) -> str:
         """The language of inputs without ``lang_ids``: the ``default_language``, or the only language there is."""
@@ -186,24 +206,31 @@ def build_adapter_feedforward(
     options: AdapterOptions,
     norm: Callable[[], nn.Module] | str | None = "layernorm",
 ) -> FeedForward:
-    if norm is None:
-        raise InputError("the adapters feed-forward ends a post-LN sub-layer (its LayerNorm after the adapters)")
-    return FeedForward(
-        intermediate=BertIntermediate(hidden_size, intermediate_size, activation()),
-        output=AdapterOutput(intermediate_size, hidden_size, layer_norm_eps, dropout, options, activation),
+    """The feed-forward with adapters; ``norm``: the post-LN sub-layer's norm (a factory, or ``"layernorm"``), or
+    ``None`` in a pre-LN layer (which normalises the block's input and hands the output that norm)."""
+    output = AdapterOutput(
+        intermediate_size,
+        hidden_size,
+        layer_norm_eps,
+        dropout,
+        options,
+        activation,
+        _norm(norm, hidden_size, layer_norm_eps),
     )
+    return FeedForward(intermediate=BertIntermediate(hidden_size, intermediate_size, activation()), output=output)
 
 
 def check_adapters(config: BertConfig, spec: ComponentSpec, loc: str) -> list[ConfigIssue]:
-    """The adapters sit before the sub-layer's LayerNorm: a post-LN layer's (X-MOD's ``pre_norm: false``); their
-    bottleneck has at least one unit; each language once, the default one of them."""
+    """The adapters follow the sub-layer's residual in a post-LN layer (X-MOD's ``pre_norm: false``) or a pre-LN one
+    (``pre_norm: true``), with LayerNorms; their bottleneck has at least one unit; each language once, the default
+    one of them."""
     issues = []
-    if config.encoder.layer.name != "post_ln" or config.encoder.norm.name != "layernorm":
+    if config.encoder.layer.name not in ("post_ln", "pre_ln") or config.encoder.norm.name != "layernorm":
         issues.append(
             ConfigIssue(
                 f"{loc}.name",
-                "the adapters feed-forward needs layer post_ln with norm layernorm (X-MOD's pre_norm: false); got "
-                f"layer {config.encoder.layer.name}, norm {config.encoder.norm.name}",
+                "the adapters feed-forward needs layer post_ln (X-MOD's pre_norm: false) or pre_ln (pre_norm: true) "
+                f"with norm layernorm; got layer {config.encoder.layer.name}, norm {config.encoder.norm.name}",
             )
         )
     languages = list(getattr(spec, "languages", ["en_XX"]))

@@ -4,7 +4,8 @@
   at HF's keys (``attention.output.LayerNorm``, ``output.LayerNorm``). Bit for bit what BERT computes.
 - ``pre_ln``: ``x = x + attn(norm(x))``, ``x = x + ff(norm(x))``, with a final norm after the stack
   (``encoder.final_norm``); ``first_attention_norm: false`` leaves layer 0's attention input unnormalised, as
-  ModernBERT does (its embeddings already end with a norm).
+  ModernBERT does (its embeddings already end with a norm). A feed-forward output that ``closes_residual`` (X-MOD's
+  adapters) gets ``x`` and the norm and returns the whole sub-layer: ``x = ff(norm(x), x, norm)``.
 - ``parallel`` (GPT-J, PaLM): ``x = x + attn(norm(x)) + ff(norm(x))``, one norm shared by both branches (or one
   each, ``shared_norm: false``, as GPT-NeoX).
 
@@ -137,25 +138,40 @@ def cross_attend(
     )
 
 
-def run_feedforward(layer: nn.Module, hidden_states: torch.Tensor, ctx: LayerContext | None = None) -> torch.Tensor:
+def run_feedforward(
+    layer: nn.Module,
+    hidden_states: torch.Tensor,
+    ctx: LayerContext | None = None,
+    residual: torch.Tensor | None = None,
+    **fixed: Any,
+) -> torch.Tensor:
     """``layer.output(layer.intermediate(x), x)`` (the sub-layer's own residual and norm, if it has them), over
     chunks of ``layer.chunk_size_feed_forward`` positions when set: HF's apply_chunking_to_forward (the block is
     position-wise, so splitting along the sequence is exact and bounds the [b, chunk, intermediate]
-    activation). An output that declares ``extra_inputs`` gets them from ``ctx.token_inputs``, chunked alike."""
+    activation). An output that declares ``extra_inputs`` gets them from ``ctx.token_inputs``, chunked alike.
+    ``residual`` (default ``x``) is what the output adds, chunked alike; ``fixed`` are further keywords of the
+    output (a pre-LN layer hands an output that ``closes_residual`` its ``norm``)."""
     names = getattr(layer.output, "extra_inputs", ())
     extra = {name: (ctx or _PLAIN_PASS).token_inputs[name] for name in names}  # [b, q] or packed [1, T]
+    residual = hidden_states if residual is None else residual
     chunk = layer.chunk_size_feed_forward
     if chunk and hidden_states.shape[1] > chunk:
         parts = [
             layer.output(
                 layer.intermediate(p),
-                p,
+                r,
+                **fixed,
                 **{name: value[:, start : start + chunk] for name, value in extra.items()},
             )
-            for start, p in zip(range(0, hidden_states.shape[1], chunk), hidden_states.split(chunk, dim=1), strict=True)
+            for start, p, r in zip(
+                range(0, hidden_states.shape[1], chunk),
+                hidden_states.split(chunk, dim=1),
+                residual.split(chunk, dim=1),
+                strict=True,
+            )
         ]
         return torch.cat(parts, dim=1)
-    return layer.output(layer.intermediate(hidden_states), hidden_states, **extra)
+    return layer.output(layer.intermediate(hidden_states), residual, **fixed, **extra)
 
 
 class PreLNOptions(BaseModel):
@@ -208,6 +224,7 @@ class PreLNLayer(_ResidualLayer):
             self.crossattention = crossattention
             self.crossattention_norm = crossattention_norm
         self.feedforward_norm = feedforward_norm
+        self.output_closes_residual = getattr(self.output, "closes_residual", False)
 
     def forward(
         self,
@@ -234,8 +251,11 @@ class PreLNLayer(_ResidualLayer):
                 ctx,
             )
             hidden_states = hidden_states + crossed
+        normed = self.feedforward_norm(hidden_states)
+        if self.output_closes_residual:  # the output adds the residual itself (X-MOD's pre-norm adapters after it)
+            return run_feedforward(self, normed, ctx, hidden_states, norm=self.feedforward_norm), weights, cross_weights
         # the feed-forward sub-layer has no norm here: it returns dropout(dense2(...)), the layer adds the residual
-        hidden_states = hidden_states + run_feedforward(self, self.feedforward_norm(hidden_states), ctx)
+        hidden_states = hidden_states + run_feedforward(self, normed, ctx)
         return hidden_states, weights, cross_weights
 
 

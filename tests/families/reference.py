@@ -936,11 +936,21 @@ FAMILIES: dict[str, Family] = {
         tokenizer=Tokenizing(toks.unigram, toks.xlmr_processor, "XLMRobertaTokenizer"),
         hidden_states="XmodForMaskedLM",
         refusals=(
-            ({"pre_norm": True}, "pre_norm=True"),
             ({"default_language": "xx_XX"}, "default_language: 'xx_XX' is not one of languages"),
             ({"languages": ["de_DE", "de_DE"]}, "name a language twice"),
             ({"bertblocks": {"encoder": {"feedforward": {"name": "bert"}}}}, "encoder.feedforward.name"),
         ),
+        extra_inputs=xmod_languages,
+    ),
+    # pre_norm: each LayerNorm before its sub-layer, the adapters reusing the feed-forward's, a final LayerNorm (the
+    # other norm placements: tests/families/test_xmod.py)
+    "xmod-pre-norm": Family(
+        "XmodConfig",
+        {**XMOD, "pre_norm": True},
+        pad=1,
+        classes=("XmodModel", "XmodForCausalLM", "XmodForSequenceClassification"),
+        config_fields=XMOD_FIELDS,
+        hidden_states="XmodModel",
         extra_inputs=xmod_languages,
     ),
     # the adapters' own LayerNorm, their residual before it

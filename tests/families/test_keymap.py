@@ -62,6 +62,18 @@ def test_first_matching_rule_wins_and_head_scoped_rules_apply_to_their_heads_onl
     assert set(to_checkpoint(model, key_map, head="dense_classification")) == set(state)
 
 
+def test_a_rename_if_model_has_applies_on_load_only_where_the_model_has_the_key():
+    """One checkpoint key, two layouts (X-MOD's post-LN and pre-norm): the model's keys decide."""
+    key_map = KeyMap(prefix="r", rules=(Rename("r.layer.{i}.out.LayerNorm", "bert.layer.{i}.norm", if_model_has=True),))
+    state = {"r.layer.0.out.LayerNorm.weight": t(2)}
+    pre = to_model(state, key_map, shapes={"bert.layer.0.norm.weight": (2,)})
+    assert set(pre) == {"bert.layer.0.norm.weight"}
+    post = to_model(state, key_map, shapes={"bert.layer.0.out.LayerNorm.weight": (2,)})
+    assert set(post) == {"bert.layer.0.out.LayerNorm.weight"}  # the next rule (the prefix) decided
+    assert set(to_model(state, key_map)) == set(post)  # no shapes: no model to ask, the rule stands aside
+    assert set(to_checkpoint(pre, key_map)) == set(to_checkpoint(post, key_map)) == set(state)
+
+
 def test_split_fused_tensor_by_model_shapes_and_join_on_save():
     key_map = KeyMap(
         prefix="model",

@@ -1,7 +1,8 @@
 """What only X-MOD does, beyond its rows of tests/families/reference.py (which feed per-sequence ``lang_ids`` on every
-shared path): per-token ``lang_ids``, the default language and ``set_default_language``, a packed task model, a
-chunked feed-forward, the checks of ``lang_ids`` (each a ``BertBlocksError`` naming it) and the configurations the
-adapters refuse."""
+shared path): every placement of the norms transformers supports (``pre_norm`` × the adapters' norm flags), a
+pre-norm decoder's cross-attention, per-token ``lang_ids``, the default language and ``set_default_language``, a
+packed task model, a chunked feed-forward, the checks of ``lang_ids`` (each a ``BertBlocksError`` naming it) and the
+configurations the adapters refuse."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import transformers
 import bertblocks
 from bertblocks.config import ConfigError
 from bertblocks.errors import BertBlocksError, InputError, InputTypeError, UnsupportedError
-from tests.families.reference import FAMILIES, XMOD, batch, call_inputs, save_hf
+from tests.families.reference import FAMILIES, XMOD, batch, call_inputs, round_trip, save_hf
 from tests.tolerances import assert_close
 
 FAMILY = FAMILIES["xmod"]
@@ -33,6 +34,50 @@ def _real(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor) -> None:
 def _per_token_languages(shape: tuple[int, ...]) -> torch.Tensor:
     """Languages changing inside each sequence (transformers indexes the hidden states with [b, q] ids alike)."""
     return torch.arange(shape[0] * shape[1]).reshape(shape) % len(XMOD["languages"])
+
+
+#: every combination of XmodConfig's norm flags (beside an own adapter norm the reuse flag changes nothing, and is
+#: still read back as written)
+NORMS = [
+    {"pre_norm": pre, "adapter_layer_norm": own, "adapter_reuse_layer_norm": reuse, "ln_before_adapter": before}
+    for pre in (False, True)
+    for own in (False, True)
+    for reuse in (False, True)
+    for before in (False, True)
+]
+
+
+@pytest.mark.parametrize("norms", NORMS, ids=lambda n: "-".join(f"{k}={int(v)}" for k, v in n.items()))
+def test_every_placement_of_the_norms_equals_transformers_both_ways(tmp_path, norms):
+    round_trip(tmp_path, FAMILY, "XmodForMaskedLM", **norms)
+
+
+def test_a_pre_norm_decoder_cross_attends_as_transformers(tmp_path):
+    """The cross-attention's LayerNorm moves before it too (``crossattention.output.LayerNorm``)."""
+    reference, ours = _loaded(tmp_path, "XmodModel", pre_norm=True, is_decoder=True, add_cross_attention=True)
+    assert "encoder.layer.0.crossattention_norm.weight" in ours.state_dict()
+    inputs, mask = batch(FAMILY, "XmodModel")
+    inputs = call_inputs("XmodModel", inputs)
+    encoder = torch.randn(2, 3, XMOD["hidden_size"], generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = reference(**inputs, encoder_hidden_states=encoder).last_hidden_state
+        _real(ours(**inputs, encoder_hidden_states=encoder).last_hidden_state, want, mask)
+    ours.save_pretrained(tmp_path / "ours")
+    again = transformers.XmodModel.from_pretrained(tmp_path / "ours").eval()
+    with torch.no_grad():
+        _real(again(**inputs, encoder_hidden_states=encoder).last_hidden_state, want, mask)
+
+
+def test_a_pre_norm_model_states_its_layers_and_refuses_what_x_mod_cannot_say(tmp_path):
+    """pre_norm: true is layer pre_ln with its defaults; a pre-LN stack X-MOD has no field for is not saved."""
+    _, ours = _loaded(tmp_path, "XmodModel", pre_norm=True)
+    assert ours.config.encoder.layer.name == "pre_ln"
+    assert ours.encoder.final_norm is not None
+    for override in ("encoder.layer.first_attention_norm", "encoder.layer.final_norm"):
+        changed = bertblocks.create_model(ours.config, {override: False})
+        with pytest.raises(BertBlocksError, match="pre_norm=True normalises every layer's attention input"):
+            changed.save_pretrained(tmp_path / "refused")
+        assert not (tmp_path / "refused").exists()
 
 
 def test_languages_change_the_numbers_and_omitted_ones_are_the_default_as_in_transformers(tmp_path):
@@ -59,9 +104,10 @@ def test_per_token_languages_equal_transformers(tmp_path):
     assert_close(got.loss, want.loss)
 
 
+@pytest.mark.parametrize("pre_norm", [False, True])
 @pytest.mark.parametrize("packing", ["never", "always"])
-def test_a_task_model_carries_languages_into_the_packed_backbone(tmp_path, packing):
-    reference, ours = _loaded(tmp_path, "XmodForTokenClassification", f"encoder.packing={packing}")
+def test_a_task_model_carries_languages_into_the_packed_backbone(tmp_path, packing, pre_norm):
+    reference, ours = _loaded(tmp_path, "XmodForTokenClassification", f"encoder.packing={packing}", pre_norm=pre_norm)
     inputs, mask = batch(FAMILY, "XmodForTokenClassification")
     inputs["lang_ids"] = _per_token_languages(tuple(inputs["input_ids"].shape))
     with torch.no_grad():
@@ -71,8 +117,10 @@ def test_a_task_model_carries_languages_into_the_packed_backbone(tmp_path, packi
         assert got.hidden_states[-1][mask == 0].abs().max() == 0
 
 
-def test_a_chunked_feed_forward_chunks_the_languages_with_the_tokens(tmp_path):
-    reference, ours = _loaded(tmp_path, "XmodModel", chunk_size_feed_forward=3)
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_a_chunked_feed_forward_chunks_the_languages_with_the_tokens(tmp_path, pre_norm):
+    """Pre-norm, the un-normalised residual the adapters' output adds is chunked with the normalised input."""
+    reference, ours = _loaded(tmp_path, "XmodModel", chunk_size_feed_forward=3, pre_norm=pre_norm)
     assert ours.config.chunk_size_feed_forward == 3
     inputs, mask = batch(FAMILY, "XmodModel")
     inputs = call_inputs("XmodModel", inputs)
@@ -119,9 +167,11 @@ def test_bad_lang_ids_are_refused_naming_them(make, error, message):
     assert isinstance(caught.value, BertBlocksError)
 
 
-def test_adapters_outside_a_post_ln_layer_or_without_a_bottleneck_are_refused():
-    with pytest.raises(ConfigError, match="adapters feed-forward needs layer post_ln"):
-        bertblocks.create_model("tiny-xmod", {"encoder.layer.name": "pre_ln"})
+def test_adapters_outside_a_post_ln_or_pre_ln_layer_or_without_a_bottleneck_are_refused():
+    with pytest.raises(ConfigError, match=r"adapters feed-forward needs layer post_ln .* or pre_ln"):
+        bertblocks.create_model("tiny-xmod", {"encoder.layer.name": "parallel"})
+    with pytest.raises(ConfigError, match=r"adapters feed-forward needs .* norm layernorm"):
+        bertblocks.create_model("tiny-xmod", {"encoder.norm.name": "rmsnorm"})
     with pytest.raises(ConfigError, match="reduction_factor: 64 leaves the adapters no bottleneck"):
         bertblocks.create_model("tiny-xmod", {"encoder.feedforward.reduction_factor": 64})
 

@@ -84,11 +84,48 @@ class SpladeOptions(BaseModel):
 
 
 class ColBERTOptions(BaseModel):
-    """Options of ``colbert``."""
+    """Options of ``colbert``: the projection's width, and ColBERT's input convention, which
+    :func:`bertblocks.sentence.encode_colbert` applies (the head itself embeds whatever ids it is given).
+
+    ColBERT (Khattab & Zaharia 2020; stanford-futuredata/ColBERT) and PyLate put a marker token after the first
+    special token, ``[Q]`` for a query and ``[D]`` for a document (BERT's ``[unused0]``/``[unused1]``; PyLate adds
+    ``[Q] ``/``[D] `` to the vocabulary), truncate each to its length (marker and special tokens included) and pad a
+    query to ``query_length`` with the mask token (*query augmentation*): those expansion tokens get vectors too and
+    take part in the score, but the other tokens do not attend to them unless ``attend_to_expansion_tokens``. A
+    document's punctuation tokens are read by the encoder but get no vector (``mask_punctuation``).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     dim: PositiveInt = Field(128, description="the width of each token's vector (ColBERT's dim)")
+    query_marker: str | None = Field(
+        "[unused0]",
+        description="the token after a query's first special token (ColBERT's [Q], stored as BERT's [unused0]; "
+        "PyLate's '[Q] '); null: none",
+    )
+    document_marker: str | None = Field(
+        "[unused1]",
+        description="the token after a document's first special token (ColBERT's [D], BERT's [unused1]; PyLate's "
+        "'[D] '); null: none",
+    )
+    query_length: PositiveInt = Field(
+        32, description="tokens per query, special tokens and marker included (ColBERT's query_maxlen)"
+    )
+    document_length: PositiveInt = Field(
+        180, description="the most tokens per document, special tokens and marker included (ColBERT's doc_maxlen)"
+    )
+    query_augmentation: bool = Field(
+        True, description="pad each query to query_length with the mask token (PyLate's do_query_expansion)"
+    )
+    attend_to_expansion_tokens: bool = Field(
+        False,
+        description="the query's tokens attend to its mask-token padding too (ColBERT's attend_to_mask_tokens)",
+    )
+    mask_punctuation: bool = Field(
+        True,
+        description="a document's punctuation tokens (each character of string.punctuation, tokenized alone) get no "
+        "vector (ColBERT's mask_punctuation, PyLate's skiplist_words)",
+    )
 
 
 class BGEM3Options(BaseModel):
