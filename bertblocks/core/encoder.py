@@ -7,6 +7,7 @@ the additive mask, positions, head-mask expansion) so layers never redo it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import replace
@@ -275,6 +276,12 @@ class EncoderModel(nn.Module):
             for name in declared:
                 specs.setdefault(name, described[name])
         return tuple(specs[name] for name in self.extra_input_names)
+
+    @property
+    def sequence_multiple(self) -> int:
+        """The sequence lengths an exported graph of this model takes are multiples of this: the least common
+        multiple of its attention modules' :attr:`~bertblocks.core.interfaces.Attention.sequence_multiple` (1: any)."""
+        return math.lcm(1, *(m.sequence_multiple for m in self.modules() if isinstance(m, Attention)))
 
     @property
     def auto_packing(self) -> bool:

@@ -561,12 +561,16 @@ class Attention(nn.Module, ABC):
             refuses any name no module declares: the embedding's and layer outputs' ``extra_inputs`` are the same
             door), and every layer calls the module with it as a keyword of the same name (``None`` when the caller
             gave none). Declared on the class.
+        sequence_multiple: an exported graph (``torch.export``, ONNX) of a model with this module takes sequence
+            lengths that are multiples of it (Longformer's one-sided window: its blocked layout has sizes a symbolic
+            length cannot be proved to fit otherwise); the caller pads to it. Default 1: any length.
     """
 
     num_heads: int
     head_dim: int
     capabilities: AttentionCapabilities = AttentionCapabilities()
     extra_inputs: ClassVar[tuple[str, ...]] = ()
+    sequence_multiple: int = 1
 
     def extra_input_specs(self) -> tuple[ExtraInput, ...]:
         """How each of :attr:`extra_inputs` looks (shape, dtype, an example): what an export makes graph inputs

@@ -62,18 +62,23 @@ class ExportView(nn.Module):
 
 
 def example_inputs(
-    model: nn.Module, batch: int = 2, length: int = 8, input_names: Sequence[str] | None = None
+    model: nn.Module, batch: int = 2, length: int | None = None, input_names: Sequence[str] | None = None
 ) -> dict[str, torch.Tensor]:
     """A padded example batch for tracing: random token ids, the second row's last half padded; the family's own
     inputs as the components that declare them make examples (:class:`~bertblocks.core.interfaces.ExtraInput`).
 
-    ``input_names`` defaults to the inputs the model takes (:func:`model_inputs`).
+    ``length`` defaults to 8, rounded up to the backbone's
+    :attr:`~bertblocks.core.encoder.EncoderModel.sequence_multiple`; ``input_names`` to the inputs the model takes
+    (:func:`model_inputs`).
 
     Raises:
         InputError: a name the model does not take.
     """
     if input_names is None:
         input_names = model_inputs(model)
+    if length is None:
+        multiple = backbone_of(model).sequence_multiple
+        length = -(-8 // multiple) * multiple
     config = model.config
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(1, config.vocab_size, (batch, length), generator=generator)
@@ -150,12 +155,15 @@ def _quiet_exporter() -> Iterator[None]:
 
 def _dynamic_shapes(model: nn.Module, input_names: Sequence[str]) -> dict[str, dict[int, Any]]:
     """Every input's dynamic dimensions: BERT's are ``[batch, sequence]``; a family's own input's axes are its
-    :class:`~bertblocks.core.interfaces.ExtraInput`'s (``bbox [batch, sequence, 4]``, ``lang_ids [batch]``)."""
+    :class:`~bertblocks.core.interfaces.ExtraInput`'s (``bbox [batch, sequence, 4]``, ``lang_ids [batch]``). The
+    sequence is a multiple of the backbone's :attr:`~bertblocks.core.encoder.EncoderModel.sequence_multiple`
+    (Longformer's one-sided window; 1 for most)."""
     max_length = int(getattr(model.config, "max_position_embeddings", 512))
-    dims = {
-        "batch": torch.export.Dim("batch", min=1, max=2**20),
-        "sequence": torch.export.Dim("sequence", min=1, max=max_length),
-    }
+    multiple = backbone_of(model).sequence_multiple
+    sequence: Any = torch.export.Dim("sequence", min=1, max=max_length)
+    if multiple > 1:
+        sequence = multiple * torch.export.Dim("blocks", min=1, max=max(max_length // multiple, 1))
+    dims = {"batch": torch.export.Dim("batch", min=1, max=2**20), "sequence": sequence}
     specs = extra_input_specs(model)
     shapes: dict[str, dict[int, Any]] = {}
     for name in input_names:

@@ -137,6 +137,7 @@ class LongformerAttention(Attention):
             raise InputError(f"num_heads {num_heads} must divide hidden_size {hidden_size}")
         self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
         self.one_sided = attention_window // 2
+        self.sequence_multiple = self.one_sided  # an exported graph takes whole blocks of w queries
         self.dropout_p = dropout
         self.self = GlobalProjections(hidden_size, hidden_size)  # `self`: HF's child name
         self.output = SelfOutput(hidden_size, hidden_dropout, norm)

@@ -148,6 +148,7 @@ def _family_batch(model: torch.nn.Module, b: int, length: int) -> dict[str, torc
     [
         ("tiny-layoutlm", "bbox", ["batch", "sequence", 4]),
         ("tiny-xmod", "lang_ids", ["batch"]),
+        ("tiny-longformer", "global_attention_mask", ["batch", "4*blocks"]),  # whole blocks of its window (w = 4)
     ],
 )
 def test_onnx_graph_takes_the_family_inputs(tmp_path, preset, extra, axes):
@@ -162,7 +163,8 @@ def test_onnx_graph_takes_the_family_inputs(tmp_path, preset, extra, axes):
     assert list(graph) == list(model_inputs(model))
     assert graph[extra].shape == axes
     assert graph[extra].type == "tensor(int64)"
-    inputs = _family_batch(model, 3, 11)
+    multiple = model.sequence_multiple  # Longformer's graph takes whole blocks of its one-sided window
+    inputs = _family_batch(model, 3, -(-11 // multiple) * multiple)
     (hidden, pooled) = session.run(None, {k: v.numpy() for k, v in inputs.items()})
     with torch.no_grad():
         want = model(**inputs)
