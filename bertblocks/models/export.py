@@ -164,12 +164,21 @@ def _dynamic_shapes(model: nn.Module, input_names: Sequence[str]) -> dict[str, d
     if multiple > 1:
         sequence = multiple * torch.export.Dim("blocks", min=1, max=max(max_length // multiple, 1))
     dims = {"batch": torch.export.Dim("batch", min=1, max=2**20), "sequence": sequence}
+    named = _axis_names(model, input_names)
+    return {name: {i: dims[axis] for i, axis in axes.items()} for name, axes in zip(input_names, named, strict=True)}
+
+
+def _axis_names(model: nn.Module, input_names: Sequence[str]) -> list[dict[int, str]]:
+    """Every input's dynamic dimensions by name (``{0: "batch", 1: "sequence"}``), as :func:`_dynamic_shapes`."""
     specs = extra_input_specs(model)
-    shapes: dict[str, dict[int, Any]] = {}
-    for name in input_names:
-        axes = specs[name].axes if name in specs else ("batch", "sequence")
-        shapes[name] = {i: dims[axis] for i, axis in enumerate(axes) if isinstance(axis, str)}
-    return shapes
+    return [
+        {
+            i: axis
+            for i, axis in enumerate(specs[name].axes if name in specs else ("batch", "sequence"))
+            if isinstance(axis, str)
+        }
+        for name in input_names
+    ]
 
 
 def _check_exportable(model: nn.Module) -> None:
@@ -268,14 +277,20 @@ def export_onnx(
     names = list(example)
     outputs = output_names_of(model, example)
     view = ExportView(model, names, outputs).eval()
+    shapes = {"inputs": tuple(_dynamic_shapes(model, names).values())}
     with torch.no_grad():
+        # torch.export first, as export_program does: a dynamic axis the model cannot keep is torch's error there
+        # ("Constraints violated"), where the ONNX exporter on its own falls back to a graph fixed to the example's
+        # sizes, which fails (or is wrong) on other lengths
+        exported = torch.export.export(view, tuple(example.values()), dynamic_shapes=shapes, strict=False)
         program = torch.onnx.export(
-            view,
+            exported,
             tuple(example.values()),
             dynamo=True,
             input_names=names,
             output_names=outputs,
-            dynamic_shapes={"inputs": tuple(_dynamic_shapes(model, names).values())},
+            # the axes' names ("batch", "sequence"): the program holds torch's symbols, the exporter renames them
+            dynamic_shapes={"inputs": tuple(_axis_names(model, names))},
             opset_version=opset_version,
             external_data=False,
             verbose=False,
