@@ -29,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAMES",
         help="comma-separated graph inputs (default: the model's: input_ids,attention_mask and, where the model "
-        "has token types, token_type_ids)",
+        "has token types, token_type_ids, then its family's own, such as LayoutLM's bbox or X-MOD's lang_ids)",
     )
     parser.add_argument("--opset", type=int, metavar="N", help="ONNX opset version (default: the exporter's)")
     add_set_argument(parser)

@@ -7,6 +7,7 @@ the additive mask, positions, head-mask expansion) so layers never redo it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import replace
@@ -24,6 +25,7 @@ from .capabilities import CapabilityError, attention_capabilities, padding_reade
 from .interfaces import (
     Attention,
     Embedding,
+    ExtraInput,
     FeedForwardOutput,
     Layer,
     LayerContext,
@@ -241,6 +243,45 @@ class EncoderModel(nn.Module):
             if isinstance(output := getattr(encoder.layer_at(i), "output", None), FeedForwardOutput)
             and output.extra_inputs
         )
+
+    @property
+    def extra_input_names(self) -> tuple[str, ...]:
+        """The inputs beyond BERT's this model takes, in order: its embedding's (LayoutLM's ``bbox``), its layer
+        outputs' (X-MOD's ``lang_ids``), its attention modules' (Longformer's ``global_attention_mask``).
+
+        The one list: :meth:`forward` accepts these keywords and refuses any other, an export makes graph inputs of
+        them (:meth:`extra_input_specs`), and the HF-facing models list them in their ``forward`` signature (what
+        transformers' Trainer reads to choose the dataset columns it keeps)."""
+        layered = self._input_readers[0].extra_inputs if self._input_readers else ()
+        return tuple(dict.fromkeys((*self.embeddings.extra_inputs, *layered, *self._attention_inputs)))
+
+    def extra_input_specs(self) -> tuple[ExtraInput, ...]:
+        """How each of :attr:`extra_input_names` looks (axes, dtype, an example), in that order, as the module that
+        declares it describes it (``extra_input_specs()`` of the embedding, layer output or attention).
+
+        Raises:
+            InputError: a module describes other inputs than those it declares.
+        """
+        sources: list[nn.Module] = [self.embeddings, *self._input_readers[:1]]
+        sources += [m for m in self.modules() if isinstance(m, Attention) and m.extra_inputs]
+        specs: dict[str, ExtraInput] = {}
+        for module in sources:
+            declared: tuple[str, ...] = module.extra_inputs  # type: ignore[assignment]
+            described = {spec.name: spec for spec in module.extra_input_specs()}  # type: ignore[operator]
+            if set(described) != set(declared):
+                raise InputError(
+                    f"{type(module).__name__}.extra_input_specs() describes {sorted(described)} but the module "
+                    f"declares extra_inputs {sorted(declared)}: describe each declared input once"
+                )
+            for name in declared:
+                specs.setdefault(name, described[name])
+        return tuple(specs[name] for name in self.extra_input_names)
+
+    @property
+    def sequence_multiple(self) -> int:
+        """The sequence lengths an exported graph of this model takes are multiples of this: the least common
+        multiple of its attention modules' :attr:`~bertblocks.core.interfaces.Attention.sequence_multiple` (1: any)."""
+        return math.lcm(1, *(m.sequence_multiple for m in self.modules() if isinstance(m, Attention)))
 
     @property
     def auto_packing(self) -> bool:
@@ -548,7 +589,7 @@ class EncoderModel(nn.Module):
         embedded = self.embeddings.extra_inputs
         layered = self._input_readers[0].extra_inputs if self._input_readers else ()
         attended = self._attention_inputs
-        declared = (*embedded, *layered, *attended)
+        declared = self.extra_input_names
         unknown = sorted(name for name in given if name not in declared)
         if unknown:
             takes = f"; this model takes {', '.join(declared)} beyond BERT's inputs" if declared else ""

@@ -118,6 +118,48 @@ class Positions:
         return replace(self, packed_ids=packing.pack(ids)[None], memo={})
 
 
+# ------------------------------------------------------------------------------------------- extra inputs
+@dataclass(frozen=True)
+class ExtraInput:
+    """What a model input beyond BERT's looks like, for whoever must describe it without running the model (an
+    exported graph's inputs and their dynamic axes, the dataset columns transformers' Trainer keeps).
+
+    A component that declares ``extra_inputs`` (:attr:`Embedding.extra_inputs`, :attr:`Attention.extra_inputs`,
+    ``FeedForwardOutput.extra_inputs``) describes each in its ``extra_input_specs()``; the default there is a per-token
+    integer ``[batch, sequence]`` input with zeros as its example.
+
+    Attributes:
+        name: the keyword argument (``bbox``, ``lang_ids``, ``global_attention_mask``).
+        axes: one entry per dimension: ``"batch"`` or ``"sequence"`` (dynamic in an export, shared with
+            ``input_ids``), or a fixed size (``4``: a box's corners).
+        dtype: the dtype an exported graph takes it in.
+        example: ``(batch, length) -> tensor`` a valid value for a batch of that shape (what an export traces
+            with); ``None``: zeros.
+    """
+
+    name: str
+    axes: tuple[str | int, ...] = ("batch", "sequence")
+    dtype: torch.dtype = torch.long
+    example: Callable[[int, int], torch.Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        for axis in self.axes:
+            if isinstance(axis, str) and axis not in ("batch", "sequence"):
+                raise InputError(f"extra input {self.name!r}: axis {axis!r} is not 'batch', 'sequence' or a size")
+
+    def example_value(self, batch: int, length: int) -> torch.Tensor:
+        """A valid ``[batch, length, …]``-shaped value (the component's :attr:`example`, else zeros)."""
+        if self.example is not None:
+            return self.example(batch, length).to(self.dtype)
+        sizes = {"batch": batch, "sequence": length}
+        return torch.zeros([sizes[a] if isinstance(a, str) else a for a in self.axes], dtype=self.dtype)
+
+
+def default_extra_input_specs(names: tuple[str, ...]) -> tuple[ExtraInput, ...]:
+    """The specs of components that describe none of their ``extra_inputs``: per-token integer ``[batch, sequence]``."""
+    return tuple(ExtraInput(name) for name in names)
+
+
 # --------------------------------------------------------------------------------------------- embeddings
 class Embedding(nn.Module, ABC):
     """Token (+ token type, + position where the scheme is additive) embeddings → LayerNorm → dropout."""
@@ -131,6 +173,11 @@ class Embedding(nn.Module, ABC):
     #: that they enter before packing and a packed batch carries them with its tokens. An instance may set its own
     #: (an option that adds a table adds its input).
     extra_inputs: tuple[str, ...] = ()
+
+    def extra_input_specs(self) -> tuple[ExtraInput, ...]:
+        """How each of :attr:`extra_inputs` looks (shape, dtype, an example): what an export makes graph inputs
+        of. Default: per-token integer ``[batch, sequence]``; override for any other."""
+        return default_extra_input_specs(self.extra_inputs)
 
     @abstractmethod
     def forward(
@@ -514,12 +561,21 @@ class Attention(nn.Module, ABC):
             refuses any name no module declares: the embedding's and layer outputs' ``extra_inputs`` are the same
             door), and every layer calls the module with it as a keyword of the same name (``None`` when the caller
             gave none). Declared on the class.
+        sequence_multiple: an exported graph (``torch.export``, ONNX) of a model with this module takes sequence
+            lengths that are multiples of it (Longformer's one-sided window: its blocked layout has sizes a symbolic
+            length cannot be proved to fit otherwise); the caller pads to it. Default 1: any length.
     """
 
     num_heads: int
     head_dim: int
     capabilities: AttentionCapabilities = AttentionCapabilities()
     extra_inputs: ClassVar[tuple[str, ...]] = ()
+    sequence_multiple: int = 1
+
+    def extra_input_specs(self) -> tuple[ExtraInput, ...]:
+        """How each of :attr:`extra_inputs` looks (shape, dtype, an example): what an export makes graph inputs
+        of. Default: per-token integer ``[batch, sequence]``; override for any other."""
+        return default_extra_input_specs(self.extra_inputs)
 
     @abstractmethod
     def forward(
@@ -586,6 +642,12 @@ class FeedForwardOutput(nn.Module, ABC):
 
     @abstractmethod
     def forward(self, intermediate: torch.Tensor, residual: torch.Tensor) -> torch.Tensor: ...
+
+    def extra_input_specs(self) -> tuple[ExtraInput, ...]:
+        """How each of :attr:`extra_inputs` looks *as the caller gives it* (before :meth:`prepare_extra_inputs`;
+        shape, dtype, an example): what an export makes graph inputs of. Default: per-token integer
+        ``[batch, sequence]``; override for any other."""
+        return default_extra_input_specs(self.extra_inputs)
 
     def prepare_extra_inputs(
         self, inputs: Mapping[str, torch.Tensor], batch: int, length: int, device: torch.device

@@ -30,6 +30,10 @@ class BertModel(PretrainedSurface, EncoderModel, PretrainedModel):
     #: the registry the model was built from (``None``: the process-wide one); its family is looked up there
     registry: Registry | None = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._list_extra_inputs(self)  # forward's signature names the family's inputs (the Trainer keeps them)
+
     # loading and saving: PretrainedModel.from_pretrained / load_checkpoint / save_pretrained (one path for all)
 
     @classmethod

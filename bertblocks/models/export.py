@@ -2,8 +2,11 @@
 
 Output types are pytree nodes (see :mod:`bertblocks.core.outputs`), so ``torch.export.export(model, …)``
 works on a model as it is. For ONNX, :class:`ExportView` gives the graph named inputs and outputs
-(``input_ids``, ``attention_mask``, ``token_type_ids`` → ``last_hidden_state``, ``pooler_output`` /
-``logits`` / …). The attention mask is always an input of the graph and always applied: while tracing,
+(``input_ids``, ``attention_mask``, ``token_type_ids`` and the family's own inputs → ``last_hidden_state``,
+``pooler_output`` / ``logits`` / …). The family's own inputs (LayoutLM's ``bbox``, X-MOD's ``lang_ids``, Longformer's
+``global_attention_mask``, a plugin's) come from the backbone's one list of them,
+:meth:`~bertblocks.core.encoder.EncoderModel.extra_input_specs`, with their dtypes and dynamic axes: the exporter
+names none of them. The attention mask is always an input of the graph and always applied: while tracing,
 the model keeps the mask even when the example hides nothing (no branch on data under compilation), so an
 export made from an unpadded example is still right on padded batches.
 
@@ -18,6 +21,7 @@ Both files are written atomically (:mod:`bertblocks.atomic`): an earlier file is
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -28,6 +32,8 @@ import torch
 from torch import nn
 
 from ..atomic import write_bytes, write_file
+from ..core.encoder import EncoderModel
+from ..core.interfaces import ExtraInput
 from ..errors import InputError
 from .quantize import is_quantized, onnx_translations
 
@@ -56,35 +62,70 @@ class ExportView(nn.Module):
 
 
 def example_inputs(
-    model: nn.Module, batch: int = 2, length: int = 8, input_names: Sequence[str] | None = None
+    model: nn.Module, batch: int = 2, length: int | None = None, input_names: Sequence[str] | None = None
 ) -> dict[str, torch.Tensor]:
-    """A padded example batch for tracing: random token ids, the second row's last half padded.
+    """A padded example batch for tracing: random token ids, the second row's last half padded; the family's own
+    inputs as the components that declare them make examples (:class:`~bertblocks.core.interfaces.ExtraInput`).
 
-    ``input_names`` defaults to the inputs the model takes (:func:`model_inputs`).
+    ``length`` defaults to 8, rounded up to the backbone's
+    :attr:`~bertblocks.core.encoder.EncoderModel.sequence_multiple`; ``input_names`` to the inputs the model takes
+    (:func:`model_inputs`).
+
+    Raises:
+        InputError: a name the model does not take.
     """
     if input_names is None:
         input_names = model_inputs(model)
+    if length is None:
+        multiple = backbone_of(model).sequence_multiple
+        length = -(-8 // multiple) * multiple
     config = model.config
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(1, config.vocab_size, (batch, length), generator=generator)
     mask = torch.ones(batch, length, dtype=torch.long)
     mask[1:, length // 2 :] = 0
     available = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
-    unknown = [name for name in input_names if name not in available]
+    specs = extra_input_specs(model)
+    unknown = [name for name in input_names if name not in available and name not in specs]
     if unknown:
-        raise InputError(f"cannot make example inputs {unknown}; exportable inputs are {list(available)}")
+        raise InputError(f"cannot make example inputs {unknown}; exportable inputs are {[*available, *specs]}")
     device = next(model.parameters()).device
-    return {name: available[name].to(device) for name in input_names}
+    return {
+        name: (available[name] if name in available else specs[name].example_value(batch, length)).to(device)
+        for name in input_names
+    }
+
+
+def backbone_of(model: nn.Module) -> EncoderModel:
+    """The backbone of a backbone or task model (the model itself, or its ``bert``).
+
+    Raises:
+        InputError: ``model`` holds no bertblocks backbone.
+    """
+    if isinstance(model, EncoderModel):
+        return model
+    backbone = getattr(model, "bert", None)
+    if not isinstance(backbone, EncoderModel):
+        raise InputError(f"{type(model).__name__} is not a bertblocks backbone or task model (no backbone)")
+    return backbone
+
+
+def extra_input_specs(model: nn.Module) -> dict[str, ExtraInput]:
+    """The inputs beyond BERT's that ``model`` takes, by name, as its backbone describes them
+    (:meth:`~bertblocks.core.encoder.EncoderModel.extra_input_specs`: the list its ``forward`` checks against)."""
+    return {spec.name: spec for spec in backbone_of(model).extra_input_specs()}
 
 
 def model_inputs(model: nn.Module) -> tuple[str, ...]:
     """The inputs ``model`` takes: :data:`DEFAULT_INPUTS` without ``token_type_ids`` when the embedding has no
-    token-type table (ModernBERT, DistilBERT, MPNet: ``embedding.token_types: false``)."""
+    token-type table (ModernBERT, DistilBERT, MPNet: ``embedding.token_types: false``), then the family's own
+    (:func:`extra_input_specs`: LayoutLM's ``bbox``, X-MOD's ``lang_ids``, Longformer's ``global_attention_mask``)."""
     embedding = getattr(model.config, "embedding", None)
     options = embedding.options() if embedding is not None and hasattr(embedding, "options") else {}
-    if options.get("token_types", True):
-        return DEFAULT_INPUTS
-    return tuple(name for name in DEFAULT_INPUTS if name != "token_type_ids")
+    names = DEFAULT_INPUTS
+    if not options.get("token_types", True):
+        names = tuple(name for name in DEFAULT_INPUTS if name != "token_type_ids")
+    return (*names, *extra_input_specs(model))
 
 
 #: third-party messages an export prints that say nothing about the model: (logger, level) and warning filters
@@ -113,10 +154,31 @@ def _quiet_exporter() -> Iterator[None]:
 
 
 def _dynamic_shapes(model: nn.Module, input_names: Sequence[str]) -> dict[str, dict[int, Any]]:
+    """Every input's dynamic dimensions: BERT's are ``[batch, sequence]``; a family's own input's axes are its
+    :class:`~bertblocks.core.interfaces.ExtraInput`'s (``bbox [batch, sequence, 4]``, ``lang_ids [batch]``). The
+    sequence is a multiple of the backbone's :attr:`~bertblocks.core.encoder.EncoderModel.sequence_multiple`
+    (Longformer's one-sided window; 1 for most)."""
     max_length = int(getattr(model.config, "max_position_embeddings", 512))
-    batch = torch.export.Dim("batch", min=1, max=2**20)
-    sequence = torch.export.Dim("sequence", min=1, max=max_length)
-    return {name: {0: batch, 1: sequence} for name in input_names}
+    multiple = backbone_of(model).sequence_multiple
+    sequence: Any = torch.export.Dim("sequence", min=1, max=max_length)
+    if multiple > 1:
+        sequence = multiple * torch.export.Dim("blocks", min=1, max=max(max_length // multiple, 1))
+    dims = {"batch": torch.export.Dim("batch", min=1, max=2**20), "sequence": sequence}
+    named = _axis_names(model, input_names)
+    return {name: {i: dims[axis] for i, axis in axes.items()} for name, axes in zip(input_names, named, strict=True)}
+
+
+def _axis_names(model: nn.Module, input_names: Sequence[str]) -> list[dict[int, str]]:
+    """Every input's dynamic dimensions by name (``{0: "batch", 1: "sequence"}``), as :func:`_dynamic_shapes`."""
+    specs = extra_input_specs(model)
+    return [
+        {
+            i: axis
+            for i, axis in enumerate(specs[name].axes if name in specs else ("batch", "sequence"))
+            if isinstance(axis, str)
+        }
+        for name in input_names
+    ]
 
 
 def _check_exportable(model: nn.Module) -> None:
@@ -147,10 +209,23 @@ def export_program(
     _check_exportable(model)
     model.eval()
     example = dict(example) if example is not None else example_inputs(model, input_names=input_names)
+    shapes = _keyword_shapes(model, example)
     with torch.no_grad():
-        return torch.export.export(
-            model, args=(), kwargs=example, dynamic_shapes=_dynamic_shapes(model, list(example)), strict=False
-        )
+        return torch.export.export(model, args=(), kwargs=example, dynamic_shapes=shapes, strict=False)
+
+
+def _keyword_shapes(model: nn.Module, example: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """The dynamic shapes of ``example`` laid out as ``torch.export`` binds keyword arguments to ``model.forward``: an
+    input its signature does not name (a family's own, taken by ``**extra_inputs``) sits under that ``**`` name."""
+    shapes = _dynamic_shapes(model, list(example))
+    parameters = inspect.signature(model.forward).parameters
+    bound = inspect.signature(model.forward).bind(**example).arguments
+    return {
+        name: {key: shapes[key] for key in value}
+        if parameters[name].kind is inspect.Parameter.VAR_KEYWORD
+        else shapes[name]
+        for name, value in bound.items()
+    }
 
 
 def save_program(program: torch.export.ExportedProgram, path: str | Path) -> Path:
@@ -202,14 +277,20 @@ def export_onnx(
     names = list(example)
     outputs = output_names_of(model, example)
     view = ExportView(model, names, outputs).eval()
+    shapes = {"inputs": tuple(_dynamic_shapes(model, names).values())}
     with torch.no_grad():
+        # torch.export first, as export_program does: a dynamic axis the model cannot keep is torch's error there
+        # ("Constraints violated"), where the ONNX exporter on its own falls back to a graph fixed to the example's
+        # sizes, which fails (or is wrong) on other lengths
+        exported = torch.export.export(view, tuple(example.values()), dynamic_shapes=shapes, strict=False)
         program = torch.onnx.export(
-            view,
+            exported,
             tuple(example.values()),
             dynamo=True,
             input_names=names,
             output_names=outputs,
-            dynamic_shapes={"inputs": tuple(_dynamic_shapes(model, names).values())},
+            # the axes' names ("batch", "sequence"): the program holds torch's symbols, the exporter renames them
+            dynamic_shapes={"inputs": tuple(_axis_names(model, names))},
             opset_version=opset_version,
             external_data=False,
             verbose=False,
@@ -225,9 +306,11 @@ def export_onnx(
 __all__ = [
     "DEFAULT_INPUTS",
     "ExportView",
+    "backbone_of",
     "example_inputs",
     "export_onnx",
     "export_program",
+    "extra_input_specs",
     "model_inputs",
     "output_names_of",
     "save_program",

@@ -16,6 +16,8 @@ saving stay there, written once, and take transformers' arguments (``dtype=``, `
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,7 +27,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..core.encoder import Encoder
+from ..core.encoder import Encoder, EncoderModel
 from ..errors import InputError, InputTypeError, MissingAttributeError, UnsupportedError
 from ..readers import parse_yaml
 
@@ -159,6 +161,43 @@ def apply_load_options(
             model.to(torch.device(device_map) if isinstance(device_map, str | int) else device_map)
 
 
+class ForwardWithExtraInputs(functools.partial):  # type: ignore[type-arg]
+    """``model.forward`` of a model whose family takes inputs beyond BERT's: the class's ``forward`` bound to the model
+    (a :func:`functools.partial`, which ``torch.export`` and ``torch.compile`` read as they read any patched
+    ``forward``), with a signature that lists those inputs as keyword-only parameters.
+
+    Why: transformers' Trainer keeps only the dataset columns named in ``inspect.signature(model.forward)`` (a PEFT
+    model's base model's), unless ``remove_unused_columns=False``; the class's ``forward`` takes the family's inputs
+    (LayoutLM's ``bbox``, X-MOD's ``lang_ids``, Longformer's ``global_attention_mask``, a plugin's) through
+    ``**kwargs``, which the Trainer does not read, and would drop those columns silently. The names come from the
+    backbone's one list (:attr:`~bertblocks.core.encoder.EncoderModel.extra_input_names`, what ``forward`` checks
+    against), so a new family or component is listed without touching this.
+
+    Installed by :meth:`PretrainedSurface._list_extra_inputs` as the instance's ``forward``, only for a model that
+    has such inputs (every other keeps the class's).
+    """
+
+    __signature__: inspect.Signature
+
+    def __new__(cls, model: nn.Module, names: Sequence[str]) -> ForwardWithExtraInputs:
+        self = super().__new__(cls, type(model).forward, model)
+        base = inspect.signature(type(model).forward)
+        parameters = list(base.parameters.values())[1:]  # without self
+        taken = {p.name for p in parameters}
+        extra = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation="torch.Tensor | None")
+            for name in names
+            if name not in taken
+        ]
+        kept = [p for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        rest = [p for p in parameters if p.kind is inspect.Parameter.VAR_KEYWORD]
+        self.__signature__ = base.replace(parameters=[*kept, *extra, *rest])
+        return self
+
+    def __repr__(self) -> str:
+        return f"<forward of {type(self.args[0]).__name__}{self.__signature__}>"
+
+
 class PretrainedSurface:
     """Mixin: transformers' ``PreTrainedModel`` surface for a bertblocks model (see the module docstring)."""
 
@@ -213,6 +252,14 @@ class PretrainedSurface:
     def _module(self) -> nn.Module:
         assert isinstance(self, nn.Module)
         return self
+
+    def _list_extra_inputs(self, backbone: EncoderModel) -> None:
+        """Make ``self.forward``'s signature list ``backbone``'s inputs beyond BERT's (see
+        :class:`ForwardWithExtraInputs`); a model without any keeps the class's ``forward``. Called once built."""
+        names = backbone.extra_input_names
+        if names:
+            model = self._module()
+            model.forward = ForwardWithExtraInputs(model, names)  # type: ignore[method-assign]
 
     # ------------------------------------------------------------------------------ gradient checkpointing
     def activation_checkpointing_enable(

@@ -81,6 +81,7 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         # packing leaves zeros at padded positions: fine for heads that ignore them, not for one that reads them
         # (the backbone's own components declared theirs when it was built)
         backbone.padding_readers = (*backbone.padding_readers, *padding_readers(head, name="head"))
+        self._list_extra_inputs(backbone)  # forward's signature names the family's inputs (the Trainer keeps them)
 
     head: Head
 

@@ -35,7 +35,7 @@ from torch import nn
 from bertblocks.config import BertConfig, ConfigIssue
 from bertblocks.config.specs import ComponentSpec
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import FeedForward
+from bertblocks.core.interfaces import ExtraInput, FeedForward
 
 from ..errors import InputError, InputTypeError
 from .feedforward import BertIntermediate, BertOutput, _norm
@@ -165,6 +165,12 @@ class AdapterOutput(BertOutput):
         if language not in self.languages:
             raise InputError(f"this model has no adapter for {language!r}; its languages are {list(self.languages)}")
         self.default_language = language
+
+    def extra_input_specs(self) -> tuple[ExtraInput, ...]:
+        """``lang_ids`` as transformers takes it: one language index per sequence, ``[batch]`` (the example cycles
+        through the languages)."""
+        languages = len(self.languages)
+        return (ExtraInput(LANGUAGE_INPUT, ("batch",), torch.long, lambda batch, _: torch.arange(batch) % languages),)
 
     def prepare_extra_inputs(
         self, inputs: Mapping[str, torch.Tensor], batch: int, length: int, device: torch.device

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 from torch import nn
 
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import Embedding, PositionScheme
+from bertblocks.core.interfaces import Embedding, ExtraInput, PositionScheme
 
 from ..errors import InputError, InputTypeError
 
@@ -188,6 +188,22 @@ class BertEmbeddings(Embedding):
         else:
             embeddings = self.dropout(self.LayerNorm(embeddings))
         return self.projection(embeddings) if self.has_projection else embeddings  # [b, q, H]
+
+    def extra_input_specs(self) -> tuple[ExtraInput, ...]:
+        """``bbox``: integer ``[batch, sequence, 4]`` boxes; the example holds boxes of every row on the tables' grid.
+        Any other name (a subclass's) keeps the default description."""
+        specs = super().extra_input_specs()
+        if self.box_positions is None:
+            return specs
+        size = self.box_positions
+
+        def boxes(batch: int, length: int) -> torch.Tensor:
+            corner = torch.randint(0, max(size // 2, 1), (batch, length, 2), generator=torch.Generator().manual_seed(0))
+            extent = torch.randint(0, max(size // 2, 1), (batch, length, 2), generator=torch.Generator().manual_seed(1))
+            return torch.cat([corner, (corner + extent).clamp(max=size - 1)], -1)  # x0, y0, x1, y1
+
+        box = ExtraInput(BOX_INPUT, ("batch", "sequence", 4), torch.long, boxes)
+        return tuple(box if spec.name == BOX_INPUT else spec for spec in specs)
 
     def check_extra_inputs(self, inputs: Mapping[str, torch.Tensor], batch: int, length: int) -> None:
         """``bbox`` must be integer ``[batch, length, 4]`` boxes ``x0, y0, x1, y1`` on the tables' grid, with

@@ -40,7 +40,7 @@ from torch import nn
 from bertblocks.config import BertConfig
 from bertblocks.core.capabilities import AttentionCapabilities
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import Attention, Positions, PositionScheme
+from bertblocks.core.interfaces import Attention, ExtraInput, Positions, PositionScheme
 from bertblocks.core.packing import Packing
 from bertblocks.errors import BertBlocksError, InputError, UnsupportedError
 
@@ -137,9 +137,21 @@ class LongformerAttention(Attention):
             raise InputError(f"num_heads {num_heads} must divide hidden_size {hidden_size}")
         self.num_heads, self.head_dim = num_heads, hidden_size // num_heads
         self.one_sided = attention_window // 2
+        self.sequence_multiple = self.one_sided  # an exported graph takes whole blocks of w queries
         self.dropout_p = dropout
         self.self = GlobalProjections(hidden_size, hidden_size)  # `self`: HF's child name
         self.output = SelfOutput(hidden_size, hidden_dropout, norm)
+
+    def extra_input_specs(self) -> tuple[ExtraInput, ...]:
+        """``global_attention_mask``: ``[batch, sequence]``, 1 at global tokens (the example: each row's first, as
+        transformers' classifier chooses)."""
+
+        def first_global(batch: int, length: int) -> torch.Tensor:
+            mask = torch.zeros(batch, length, dtype=torch.long)
+            mask[:, 0] = 1
+            return mask
+
+        return (ExtraInput(GLOBAL_ATTENTION_MASK, ("batch", "sequence"), torch.long, first_global),)
 
     def forward(
         self,
@@ -359,7 +371,11 @@ class _GlobalTokens:
             most = int(counts.max())  # a size: one sync per layer, only for batches that have global tokens
             if most == 0:
                 return None
-        order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :most]  # global positions first
+        # global positions first, each group in order: keys unique per row, so any sort gives this one order (no
+        # stable sort, which ONNX has no operator for)
+        length = is_global.shape[1]
+        key = torch.arange(length, device=is_global.device)[None, :] + length * (~is_global).long()  # [b, L]
+        order = torch.argsort(key, dim=1)[:, :most]
         valid = torch.arange(most, device=is_global.device)[None, :] < counts[:, None]
         return cls(order.masked_fill(~valid, 0), valid)
 

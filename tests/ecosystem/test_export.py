@@ -3,7 +3,9 @@ attention mask in the graph even when traced on an unpadded example; the ``bertb
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import types
 import warnings
 
 import numpy as np
@@ -14,8 +16,12 @@ import torch
 import torch.utils._pytree as pytree
 
 from bertblocks import BertForSequenceClassification, BertModel, cli, create_model
+from bertblocks.core.interfaces import Attention, ExtraInput
 from bertblocks.core.outputs import ModelOutputWithPooling, SequenceClassifierOutput
-from bertblocks.models.export import export_onnx, export_program
+from bertblocks.errors import InputError
+from bertblocks.models.export import example_inputs, export_onnx, export_program, model_inputs
+from bertblocks.plugins.embeddings import BertEmbeddings
+from bertblocks.registry import Registry
 from tests.conftest import TINY, batch
 from tests.tolerances import assert_close
 
@@ -117,3 +123,121 @@ def test_export_command_writes_onnx_and_pt2(tmp_path, capsys):
 
     assert cli.main(["export", str(tmp_path / "ckpt"), str(tmp_path / "model.txt")]) == cli.EXIT_INVALID
     assert "the suffix must be one of .onnx, .pt2" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------ a family's own inputs (one door)
+def _family_batch(model: torch.nn.Module, b: int, length: int) -> dict[str, torch.Tensor]:
+    """A padded batch with every input the model takes; the family's own made unlike the tracing example (boxes of
+    other sizes, other languages per row, another global token), so that a graph that ignored them would differ."""
+    padded = batch(seed=b, b=b, length=length)  # its token types are 0 and 1: the example's zeros suit every family
+    inputs = example_inputs(model, b, length)
+    inputs["input_ids"], inputs["attention_mask"] = padded["input_ids"], padded["attention_mask"]
+    g = torch.Generator().manual_seed(b)
+    if "bbox" in inputs:
+        corner = torch.randint(0, 60, (b, length, 2), generator=g)
+        inputs["bbox"] = torch.cat([corner, corner + torch.randint(0, 60, (b, length, 2), generator=g)], -1)
+    if "lang_ids" in inputs:
+        inputs["lang_ids"] = torch.arange(b).flip(0) % 2
+    if "global_attention_mask" in inputs:
+        inputs["global_attention_mask"][0, 2] = 1
+    return inputs
+
+
+@pytest.mark.parametrize(
+    ("preset", "extra", "axes"),
+    [
+        ("tiny-layoutlm", "bbox", ["batch", "sequence", 4]),
+        ("tiny-xmod", "lang_ids", ["batch"]),
+        ("tiny-longformer", "global_attention_mask", ["batch", "sequence"]),
+    ],
+)
+def test_onnx_graph_takes_the_family_inputs(tmp_path, preset, extra, axes):
+    """The exporter derives the graph's inputs from the backbone's one list of its inputs beyond BERT's, with their
+    dtypes and dynamic axes; ONNX Runtime then equals PyTorch with those inputs given (and they matter)."""
+    torch.manual_seed(0)
+    model = create_model(preset).eval()
+    assert model_inputs(model) == ("input_ids", "attention_mask", "token_type_ids", extra)
+    path = export_onnx(model, tmp_path / "model.onnx")
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    graph = {i.name: i for i in session.get_inputs()}
+    assert list(graph) == list(model_inputs(model))
+    assert graph[extra].shape == axes
+    assert graph[extra].type == "tensor(int64)"
+    multiple = model.sequence_multiple  # Longformer's graph takes whole blocks of its one-sided window
+    inputs = _family_batch(model, 3, -(-11 // multiple) * multiple)
+    (hidden, pooled) = session.run(None, {k: v.numpy() for k, v in inputs.items()})
+    with torch.no_grad():
+        want = model(**inputs)
+        without = model(**{k: v for k, v in inputs.items() if k != extra})
+    mask = inputs["attention_mask"]
+    assert_close(_real(hidden, mask), _real(want.last_hidden_state, mask), what="last_hidden_state")
+    assert_close(torch.as_tensor(pooled), want.pooler_output, what="pooler_output")
+    assert not torch.allclose(want.pooler_output, without.pooler_output)  # the input changes the result
+
+
+class _PagedEmbeddings(BertEmbeddings):
+    """A third party's embedding with an input of its own, ``page_ids`` (per token, described by the default spec)."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.page_embeddings = torch.nn.Embedding(4, self.word_embeddings.embedding_dim)
+        self.extra_inputs = ("page_ids",)
+
+    def forward(self, *args: object, page_ids: torch.Tensor | None = None, **kwargs: object) -> torch.Tensor:
+        out = super().forward(*args, **kwargs)  # type: ignore[arg-type]
+        return out if page_ids is None else out + self.page_embeddings(page_ids)
+
+
+def _paged_registry(describe: bool = False) -> Registry:
+    builtin = Registry(load_entry_points=False).get("embedding", "bert")
+
+    def build(**kwargs: object) -> _PagedEmbeddings:
+        module = _PagedEmbeddings(**kwargs)
+        if describe:  # a wrong description: another name than the one declared
+            module.extra_input_specs = lambda: (ExtraInput("pages"),)  # type: ignore[method-assign]
+        return module
+
+    paged = dataclasses.replace(builtin, name="paged", provider="", factory=build, aliases=())
+    registry = Registry(load_entry_points=False)
+    registry.register(types.SimpleNamespace(bertblocks_register_components=lambda: [paged]), name="paged-plugin")
+    return registry
+
+
+def test_a_plugin_input_is_exported_without_touching_the_exporter(tmp_path):
+    """A component the exporter has never heard of declares an input: the graph takes it (the default spec, per
+    token), and ONNX Runtime equals PyTorch on values other than the tracing example's."""
+    torch.manual_seed(0)
+    model = create_model({**TINY, "embedding": {"name": "paged"}}, registry=_paged_registry()).eval()
+    assert model_inputs(model)[-1] == "page_ids"
+    session = onnxruntime.InferenceSession(
+        str(export_onnx(model, tmp_path / "model.onnx")), providers=["CPUExecutionProvider"]
+    )
+    assert [(i.name, i.shape) for i in session.get_inputs()][-1] == ("page_ids", ["batch", "sequence"])
+    inputs = batch(seed=4, b=4, length=10)
+    inputs["page_ids"] = torch.randint(0, 4, (4, 10), generator=torch.Generator().manual_seed(4))
+    (_, pooled) = session.run(None, {k: v.numpy() for k, v in inputs.items()})
+    with torch.no_grad():
+        want = model(**inputs).pooler_output
+    assert_close(torch.as_tensor(pooled), want)
+    program = export_program(model)  # torch.export: the input travels through the model's **extra_inputs
+    with torch.no_grad():
+        assert_close(program.module()(**inputs).pooler_output, want)
+
+
+def test_a_component_describing_other_inputs_than_it_declares_is_refused():
+    model = create_model({**TINY, "embedding": {"name": "paged"}}, registry=_paged_registry(describe=True))
+    with pytest.raises(InputError, match=r"describes \['pages'\] but the module declares extra_inputs \['page_ids'\]"):
+        model_inputs(model)
+
+
+def test_an_axis_the_model_cannot_keep_dynamic_is_an_error_not_a_fixed_graph(tmp_path):
+    """The ONNX exporter alone falls back to a graph fixed to the example's length when a dimension cannot stay
+    dynamic; export_onnx runs torch.export first, so that is an error (here: a Longformer whose attention no longer
+    declares that its graph takes whole blocks of its window)."""
+    model = create_model("tiny-longformer").eval()
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.sequence_multiple = 1
+    with pytest.raises(RuntimeError, match=r"Constraints violated \(sequence\)"):
+        export_onnx(model, tmp_path / "model.onnx")
+    assert not (tmp_path / "model.onnx").exists()

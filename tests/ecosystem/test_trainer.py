@@ -3,6 +3,7 @@ gradient checkpointing through its flag, bf16, and save_model that bertblocks an
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 
@@ -143,3 +144,38 @@ def test_gradient_checkpointing_flag_and_bf16(tmp_path):
     assert torch.bfloat16 in seen  # CPU autocast: the matmuls ran in bf16
     losses = _losses(trainer)
     assert all(np.isfinite(losses))
+
+
+@pytest.mark.parametrize(
+    ("preset", "column", "wrap"),
+    [("tiny-xmod", "lang_ids", "none"), ("tiny-layoutlm", "bbox", "none"), ("tiny-xmod", "lang_ids", "lora")],
+)
+def test_default_trainer_keeps_the_family_input_columns(tmp_path, preset, column, wrap):
+    """transformers' Trainer drops the dataset columns its model's ``forward`` signature does not name (unless
+    ``remove_unused_columns=False``): a family's own inputs, which the class's forward takes through ``**kwargs``,
+    are listed in the model's ``forward`` signature from the backbone's one list, so the default Trainer keeps
+    them, for a PEFT-wrapped model too (it reads the base model's signature); every step gets them."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    model = create_model(preset, ["num_labels=3"], head="sequence_classification")
+    assert column not in inspect.signature(type(model).forward).parameters  # the class alone would drop it
+    rows = [{k: v.tolist() for k, v in row.items()} for row in _rows(16)]
+    for i, row in enumerate(rows):
+        row[column] = i % 2 if column == "lang_ids" else [[i, i, i + 3, i + 5]] * len(row["input_ids"])
+    dataset = datasets.Dataset.from_list(rows)
+    seen: list[torch.Tensor | None] = []
+    model.register_forward_pre_hook(lambda _, args, kwargs: seen.append(kwargs.get(column)), with_kwargs=True)
+    if wrap == "lora":
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["query", "value"]))
+    trainer = transformers.Trainer(model=model, args=_args(tmp_path, num_train_epochs=1), train_dataset=dataset)
+    assert trainer.args.remove_unused_columns  # the default
+    trainer.train()
+    assert len(seen) == 2  # 16 rows, batches of 8
+    assert all(value is not None for value in seen)
+    got, want = torch.cat([value.cpu() for value in seen]), torch.tensor([row[column] for row in rows])
+    if column == "bbox":  # rows in the sampler's order: put back by their first x0 (the row number)
+        got = got[got[:, 0, 0].argsort()]
+    else:
+        got, want = got.sort().values, want.sort().values
+    assert torch.equal(got, want)  # every row's value, as the dataset holds it
