@@ -22,11 +22,10 @@ def _ieee_float32_on_gpus() -> None:
     convolutions then moved ~1e-3 from the same model's float32 numbers (seen on an H100), a rounding of the
     reference, not a bug; matrix products are IEEE by default already. No effect on a CPU.
     """
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    if conv is not None and hasattr(conv, "fp32_precision"):
-        conv.fp32_precision = "ieee"
-    else:  # a torch before the fp32_precision switches
-        torch.backends.cudnn.allow_tf32 = False
+    # the one switch for convolutions and RNNs alike: setting only the newer per-operator one
+    # (cudnn.conv.fp32_precision) leaves the two apart, and torch then refuses to answer allow_tf32 (as the ONNX
+    # exporter asks)
+    torch.backends.cudnn.allow_tf32 = False
 
 
 _ieee_float32_on_gpus()
