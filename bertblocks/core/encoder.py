@@ -243,6 +243,13 @@ class EncoderModel(nn.Module):
         )
 
     @property
+    def extra_input_names(self) -> tuple[str, ...]:
+        """The inputs beyond BERT's that this model's modules declare (its embedding's, its layer outputs', its
+        attention modules'): what :meth:`forward` takes as keyword arguments beyond BERT's."""
+        layered = self._input_readers[0].extra_inputs if self._input_readers else ()
+        return (*self.embeddings.extra_inputs, *layered, *self._attention_inputs)
+
+    @property
     def auto_packing(self) -> bool:
         """Whether ``encoder.packing: auto`` may pack this model: no component declares that it reads padded
         positions (:attr:`padding_readers`)."""
@@ -545,7 +552,7 @@ class EncoderModel(nn.Module):
         embedded = self.embeddings.extra_inputs
         layered = self._input_readers[0].extra_inputs if self._input_readers else ()
         attended = self._attention_inputs
-        declared = (*embedded, *layered, *attended)
+        declared = self.extra_input_names
         unknown = sorted(name for name in given if name not in declared)
         if unknown:
             takes = f"; this model takes {', '.join(declared)} beyond BERT's inputs" if declared else ""
