@@ -877,8 +877,10 @@ FAMILIES: dict[str, Family] = {
         presets=("squeezebert-uncased",),
     ),
     # windows of 4 and 8 keys (2 and 4 per side) over 14 tokens: several windows per row, one per layer so that a
-    # window read from the wrong layer changes the numbers; the task heads that put global tokens on their own
-    # (classification, QA, multiple choice) are compared in test_longformer.py with explicit global tokens
+    # window read from the wrong layer changes the numbers; the backbone, masked LM and token classifier get global
+    # tokens (longformer_globals), the classes that choose them on their own (classification: the first token; QA:
+    # the question; multiple choice: each choice's answer) get none, in rows framed as question and context (sep 2,
+    # LongformerConfig's sep_token_id); test_longformer.py compares every class with explicit global tokens
     "longformer": Family(
         "LongformerConfig",
         {
@@ -890,9 +892,11 @@ FAMILIES: dict[str, Family] = {
             "attention_window": [4, 8],
         },
         pad=1,
-        classes=_classes("Longformer", "Model", "ForMaskedLM", "ForTokenClassification"),
+        classes=_classes("Longformer", "Model", "ForMaskedLM", *_TASKS),
         length=14,
         real=9,
+        sep_token=2,
+        chooses_inputs=("ForSequenceClassification", "ForQuestionAnswering", "ForMultipleChoice"),
         config_fields=("attention_window",),
         tokenizer=Tokenizing(toks.bpe, toks.roberta_processor, "LongformerTokenizer"),
         hidden_states="LongformerForMaskedLM",
