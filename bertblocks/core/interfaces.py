@@ -717,7 +717,7 @@ class Head(nn.Module, ABC):
             (an extra input of its own, or one the backbone takes); applied in this order, so a later default
             reads an earlier one. A family's defaults for this head (``Family.input_defaults``) come first.
         omits_pooler: transformers builds this head's backbone without a pooler even where the family keeps one
-            for every other head (``pooler.always``: BigBird's, whose ``BigBirdForQuestionAnswering`` passes
+            for every other head (``pooler.always``: BigBird's, whose question-answering class passes
             ``add_pooling_layer=False``).
         companion_files: module name (as the head's modules sit on the task model) → the stem of a weight file of
             that module's own beside a checkpoint's weights, read when the weight files hold none of the module's
