@@ -1379,7 +1379,7 @@ def batch(family: Family, cls: str, left: bool = False) -> tuple[dict[str, torch
         inputs["token_type_ids"] = torch.zeros(shape, dtype=torch.long)
         if family.second_segment is not None:
             inputs["token_type_ids"][..., family.second_segment :] = 1
-    if family.extra_inputs is not None and not cls.endswith(family.chooses_inputs or ("\0",)):
+    if family.extra_inputs is not None and not cls.endswith(family.chooses_inputs):
         inputs.update(family.extra_inputs(shape))
     if cls.endswith(("MaskedLM", "CausalLM")):
         inputs["labels"] = torch.randint(0, 99, shape, generator=g).masked_fill(mask == 0, -100)
