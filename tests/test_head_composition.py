@@ -92,7 +92,7 @@ def _tensors(out) -> dict[str, torch.Tensor]:
 
 
 def test_every_builtin_head_is_a_composition():
-    assert len(BUILTIN_HEADS) == 26
+    assert len(BUILTIN_HEADS) == 27
     for name in (n for n in BUILTIN_HEADS if n not in NOT_COMPOSED):
         model = bertblocks.create_model(_config({"name": name}))
         assert isinstance(model.head, ComposedHead), name
@@ -225,6 +225,64 @@ def test_a_plugin_head_receives_the_attention_mask():
         model(input_ids=inputs["input_ids"])
     assert torch.equal(model.head.seen[0], inputs["attention_mask"])
     assert model.head.seen[1] is None
+
+
+class _DefaultingHead(_MaskRecordingHead):
+    """A plugin head with an input of its own (``weights``) and defaults: its ``weights`` from the ids, then the
+    token types from its ``weights`` (a later default reads an earlier one); the global tokens of an attention this
+    model lacks, which must never be made."""
+
+    extra_inputs = ("weights",)
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__(hidden_size)
+        self.made: list[str] = []
+        self.input_defaults = {
+            "weights": self._weights,
+            "token_type_ids": self._types,
+            "global_attention_mask": self._never,
+        }
+
+    def _weights(self, inputs, config):
+        self.made.append("weights")
+        return None if inputs["input_ids"] is None else (inputs["input_ids"] % 2).float()
+
+    def _types(self, inputs, config):
+        self.made.append("token_type_ids")
+        return None if inputs["weights"] is None else inputs["weights"].long()
+
+    def _never(self, inputs, config):
+        raise AssertionError("a default for an input the model does not take")
+
+    def forward(self, output, labels, batch_shape, *, attention_mask, weights=None):
+        self.seen.append(weights)
+        return SequenceClassifierOutput(logits=self.score(output.last_hidden_state[:, 0]))
+
+
+class _DefaultingPlugin:
+    @staticmethod
+    def bertblocks_register_components():
+        return [Component("head", "defaulting", lambda *, hidden_size, **_: _DefaultingHead(hidden_size))]
+
+
+def test_a_plugin_head_makes_inputs_a_call_leaves_out_and_reads_its_own():
+    """The input-default hook (``Head.input_defaults``): applied in order to the inputs the call leaves out, never to
+    one given, never for an input the model does not take; the head's own input reaches its forward."""
+    registry = Registry(load_entry_points=False)
+    registry.register(_DefaultingPlugin(), name="defaulting-head")
+    set_registry(registry)
+    model = bertblocks.create_model({**TINY, "head": "defaulting"}).eval()
+    ids = _batch(3, 3, 9, choices=False)["input_ids"]
+    types = (ids % 2).long()
+    with torch.no_grad():
+        defaulted = model(input_ids=ids).logits
+        assert torch.equal(model.head.seen[-1], (ids % 2).float())
+        assert model.head.made == ["weights", "token_type_ids"]
+        assert torch.equal(defaulted, model(input_ids=ids, token_type_ids=types).logits)  # the default was used
+        given = torch.ones_like(ids, dtype=torch.float)
+        model(input_ids=ids, weights=given, token_type_ids=torch.zeros_like(ids))
+        assert model.head.seen[-1] is given
+        assert model.head.made == ["weights", "token_type_ids", "weights"]  # nothing made for what was given
 
 
 # ----------------------------------------------------------------------------- the how-to's plugin heads

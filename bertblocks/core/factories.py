@@ -159,6 +159,8 @@ class HeadFactory(Protocol):
         layer_norm_eps: float,
         activation: Callable[[], nn.Module],
         classifier_dropout: float,
+        hidden_dropout_prob: float,
+        intermediate_size: int,
         tie_word_embeddings: bool,
         is_decoder: bool,
         options: BaseModel,
@@ -238,8 +240,8 @@ CONTRACTS: Mapping[str, KindContract] = MappingProxyType(
             "head",
             HeadFactory,
             Head,
-            "hidden_size vocab_size num_labels layer_norm_eps activation classifier_dropout tie_word_embeddings "
-            "is_decoder",
+            "hidden_size vocab_size num_labels layer_norm_eps activation classifier_dropout hidden_dropout_prob "
+            "intermediate_size tie_word_embeddings is_decoder",
             {"activation": "activation"},
         ),
     }

@@ -25,6 +25,7 @@ from .capabilities import AttentionCapabilities
 from .outputs import ModelOutput, ModelOutputWithPooling
 
 if TYPE_CHECKING:
+    from ..config import BertConfig
     from .cache import KVCache
     from .packing import Packing
 
@@ -727,6 +728,16 @@ class Pooler(nn.Module, ABC):
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor: ...
 
 
+#: the default of one model input a call leaves out (``None``): ``(inputs, config) → tensor``, or ``None`` for none
+#: (the input stays unset). ``inputs`` holds every input of the call by name in the caller's shapes (``[b, c, q]``
+#: for multiple choice): BERT's, the model's extra inputs and the head's, ``None`` where not given, defaults made
+#: before this one included. transformers' task classes that choose an input themselves (Longformer's global tokens,
+#: BigBird's question mask) are such defaults; a head (:attr:`Head.input_defaults`) or a family
+#: (``Family.input_defaults``) declares them, and the task model applies them, before the head's
+#: :meth:`Head.prepare_inputs`, to the inputs its backbone or head takes.
+InputDefault = Callable[[Mapping[str, "torch.Tensor | None"], "BertConfig"], "torch.Tensor | None"]
+
+
 class Head(nn.Module, ABC):
     """A task head on top of the backbone (masked LM, classification, …): logits, and the loss from labels.
 
@@ -765,6 +776,16 @@ class Head(nn.Module, ABC):
         reads_input_ids: :meth:`forward` is also called with the keyword ``input_ids`` (the ids the backbone
             was given, after :meth:`prepare_inputs`, or ``None`` when the caller gave ``inputs_embeds``): BGE-M3's
             lexical weights are indexed by token id.
+        extra_inputs: inputs of the task model's ``forward`` beyond BERT's that the head itself reads
+            (BigBird's ``question_lengths``): the task model takes each as a keyword argument and calls
+            :meth:`forward` with it as a keyword of the same name (``None`` when the call gives none and no
+            default makes one).
+        input_defaults: input name → :data:`InputDefault`: inputs the head fills in when the call leaves them out
+            (an extra input of its own, or one the backbone takes); applied in this order, so a later default
+            reads an earlier one. A family's defaults for this head (``Family.input_defaults``) come first.
+        omits_pooler: transformers builds this head's backbone without a pooler even where the family keeps one
+            for every other head (``pooler.always``: BigBird's, whose question-answering class passes
+            ``add_pooling_layer=False``).
         companion_files: module name (as the head's modules sit on the task model) → the stem of a weight file of
             that module's own beside a checkpoint's weights, read when the weight files hold none of the module's
             tensors: BGE-M3 publishes its heads as ``colbert_linear.pt`` and ``sparse_linear.pt``
@@ -777,6 +798,9 @@ class Head(nn.Module, ABC):
     reads_padded_positions: bool = False
     pools_padded_positions: bool = False
     reads_input_ids: bool = False
+    extra_inputs: tuple[str, ...] = ()
+    input_defaults: Mapping[str, InputDefault] = MappingProxyType({})
+    omits_pooler: bool = False
     companion_files: Mapping[str, str] = MappingProxyType({})
     reshapes_inputs: bool = False
     label_names: tuple[str, ...] = ("labels",)

@@ -26,7 +26,15 @@ from bertblocks.config.flat_view import FLAT_ALIASES, FLAT_FIELDS
 
 from .fields import HFField
 
-__all__ = ["BERT_FIELDS", "BERT_FIELD_NAMES", "POSITION_FIELD", "bert_fields_from_hf", "bert_fields_to_hf", "default"]
+__all__ = [
+    "BERT_FIELDS",
+    "BERT_FIELD_NAMES",
+    "POSITION_FIELD",
+    "bert_fields_from_hf",
+    "bert_fields_to_hf",
+    "default",
+    "token_id",
+]
 
 #: BERT's name for the position scheme (its values ``absolute``, ``relative_key``, ``relative_key_query`` are
 #: bertblocks' position scheme names)
@@ -146,3 +154,12 @@ def bert_fields_to_hf(config: BertConfig, dropped: tuple[str, ...] = ()) -> dict
     if POSITION_FIELD not in dropped:
         out[POSITION_FIELD] = config.position.name
     return out
+
+
+def token_id(config: BertConfig, name: str, default: int) -> int:
+    """A special token's id (``sep_token_id``, …) as the model's ``config.json`` gives it (kept in ``config.hf``,
+    where every field the translation does not model goes), else ``default``: transformers' config class's default
+    for the family, what transformers reads from a file without the field. For a family's input defaults that find
+    a token in ``input_ids`` (Longformer's question, BigBird's question mask)."""
+    value = (config.hf or {}).get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else default

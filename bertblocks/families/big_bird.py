@@ -9,8 +9,12 @@ everywhere; ``use_bias`` is the projections' ``bias`` option); the embeddings dr
 
 Heads: BERT's masked LM, pre-training, causal LM, token classification and multiple choice; the sequence
 classifier is ``dropout → dense → hidden_act → dropout → out_proj`` on the first token (``dense_classification`` with
-``activation: hidden_act``). transformers' ``BigBirdForQuestionAnswering`` (a feed-forward ``qa_classifier`` and a
-question mask found through ``sep_token_id``) is not implemented: such a checkpoint is refused by name.
+``activation: hidden_act``); question answering is ``feedforward_question_answering`` (transformers'
+``BigBirdForQuestionAnsweringHead``: a feed-forward block under ``qa_classifier`` before ``qa_outputs``), on a
+backbone without a pooler (``add_pooling_layer=False``, unlike every other BigBird class). As
+``BigBirdForQuestionAnswering`` does, a call without ``question_lengths`` takes the question to end at the first
+``sep_token_id`` of ``input_ids`` (:data:`QA_DEFAULTS`), removes those tokens from the span's competition and, without
+``token_type_ids``, gives the question type 0 and the rest type 1.
 
 Differences kept on purpose: transformers switches a model to full attention *for good* the first time it sees a
 short sequence (``set_attention_type("original_full")``), bertblocks decides per call; as a decoder (causal or
@@ -20,16 +24,18 @@ causality.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import torch
+
 from bertblocks.config import BertConfig
 from bertblocks.core.component import Component
-from bertblocks.errors import BertBlocksError
 from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
-from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
+from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf, token_id
 from .fields import HFField
 
 #: BigBirdConfig's defaults where they differ from BERT's (a config.json without the field means these)
@@ -43,16 +49,14 @@ DEFAULTS: dict[str, Any] = {
     "use_bias": True,
     "rescale_embeddings": False,
 }
-
-
-class BigBirdConfigError(BertBlocksError, ValueError):
-    """A big_bird config.json bertblocks cannot represent."""
+#: BigBirdConfig's default ``sep_token_id`` (a config.json without the field means it)
+SEP_TOKEN_ID = 66
 
 
 KEY_MAP = KeyMap(
     prefix="bert",
     rules=(Rename("bert.pooler", "bert.pooler.dense"),),
-    head_prefixes=("cls.", "classifier."),
+    head_prefixes=("cls.", "classifier.", "qa_classifier."),
 )
 
 FIXED: dict[str, Any] = {
@@ -77,12 +81,6 @@ def _from_hf(hf: Any) -> dict[str, Any]:
     data = bert_fields_from_hf(src)
     data["encoder"]["attention"].update(attention)
     data["embedding"].update({"scale_embeddings": rescale})
-    architectures = hf.get("architectures") or []
-    if "BigBirdForQuestionAnswering" in architectures:
-        raise BigBirdConfigError(
-            "architectures: BigBirdForQuestionAnswering is not implemented (its qa_classifier feed-forward and "
-            "the question mask found through sep_token_id): load the backbone (BigBirdModel) instead"
-        )
     return data
 
 
@@ -100,6 +98,33 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
     out["use_bias"] = attention["bias"]
     out["rescale_embeddings"] = bool(config.embedding.options().get("scale_embeddings", False))
     return out
+
+
+def _question_lengths(inputs: Mapping[str, torch.Tensor | None], config: BertConfig) -> torch.Tensor | None:
+    """``BigBirdForQuestionAnswering``'s ``question_lengths [b, 1]`` when none is given: up to and including the first
+    ``sep_token_id`` of each row (``<cls> question <sep> context <sep>``); a row without one gets 1. Nothing without
+    ``input_ids``."""
+    ids = inputs.get("input_ids")
+    if ids is None:
+        return None
+    sep = token_id(config, "sep_token_id", SEP_TOKEN_ID)
+    return (ids.eq(sep).int().argmax(dim=-1) + 1).unsqueeze(1)  # [b, 1]
+
+
+def _question_token_types(inputs: Mapping[str, torch.Tensor | None], config: BertConfig) -> torch.Tensor | None:
+    """``BigBirdForQuestionAnswering``'s token types when none are given: 0 for the question (its first
+    ``question_lengths`` tokens), 1 for the rest, padding included."""
+    lengths, ids, embeds = inputs.get("question_lengths"), inputs.get("input_ids"), inputs.get("inputs_embeds")
+    shape = tuple(ids.shape) if ids is not None else tuple(embeds.shape[:-1]) if embeds is not None else None
+    if lengths is None or shape is None or lengths.numel() != shape[0]:
+        return None  # lengths of another shape: the head refuses them, naming question_lengths
+    positions = torch.arange(shape[-1], device=lengths.device)  # [q]
+    return (positions >= lengths.reshape(-1, 1)).long()  # [b, q]
+
+
+#: what ``BigBirdForQuestionAnswering`` makes itself when a call leaves it out: the question's length, then the
+#: token types (read from it, given or made)
+QA_DEFAULTS = {"question_lengths": _question_lengths, "token_type_ids": _question_token_types}
 
 
 #: BigBirdConfig's fields: BERT's (no position_embedding_type) and its own
@@ -128,10 +153,12 @@ BIG_BIRD = Family(
         "BigBirdForSequenceClassification": {"name": "dense_classification", "activation": "hidden_act"},
         "BigBirdForTokenClassification": "token_classification",
         "BigBirdForMultipleChoice": "multiple_choice",
+        "BigBirdForQuestionAnswering": "feedforward_question_answering",
     },
     base_architecture="BigBirdModel",
     fixed=FIXED,
     description="BigBird: post-LN with block-sparse attention (global, window and random blocks)",
+    input_defaults={"feedforward_question_answering": QA_DEFAULTS},
     # transformers' BigBirdTokenizer: SentencePiece specials, [CLS] A [SEP] (B [SEP]) framing, no token types returned
     tokenizer=replace(
         BERT_TOKENIZER,

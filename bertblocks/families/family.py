@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from ..core.factories import KindContract, contract
+from ..core.interfaces import InputDefault
 from .fields import HFField
 from .keymap import KeyMap
 
@@ -127,6 +128,12 @@ class Family:
             before the key map renames them, given the model's config: Jina-embeddings-v3's published LoRA
             adapters merged into the weights for the task the config names. Raise ``KeyMapError`` for a
             checkpoint it cannot prepare.
+        input_defaults: head name → input name → :data:`~bertblocks.core.interfaces.InputDefault`: what
+            transformers' task class for that head chooses itself when the call leaves an input out
+            (``LongformerForSequenceClassification`` puts global attention on the first token,
+            ``LongformerForQuestionAnswering`` on the question). The task model applies each default whose input its
+            backbone or head takes (a model whose attention reads no ``global_attention_mask`` gets none), before the
+            head's own (:attr:`~bertblocks.core.interfaces.Head.input_defaults`).
     """
 
     model_type: str
@@ -143,6 +150,7 @@ class Family:
     remote_code: tuple[RemoteCode, ...] = ()
     remote_model_types: tuple[str, ...] = ()
     prepare_checkpoint: Callable[[Mapping[str, Any], Any], dict[str, Any]] | None = None
+    input_defaults: Mapping[str, Mapping[str, InputDefault]] = field(default_factory=dict)
 
     def reads_remote(self, hf: Mapping[str, Any]) -> bool:
         """Whether the config.json ``hf`` has an ``auto_map`` that names classes, and only classes one

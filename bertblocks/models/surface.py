@@ -253,10 +253,11 @@ class PretrainedSurface:
         assert isinstance(self, nn.Module)
         return self
 
-    def _list_extra_inputs(self, backbone: EncoderModel) -> None:
-        """Make ``self.forward``'s signature list ``backbone``'s inputs beyond BERT's (see
-        :class:`ForwardWithExtraInputs`); a model without any keeps the class's ``forward``. Called once built."""
-        names = backbone.extra_input_names
+    def _list_extra_inputs(self, backbone: EncoderModel, head_inputs: Sequence[str] = ()) -> None:
+        """Make ``self.forward``'s signature list ``backbone``'s inputs beyond BERT's and those the head reads itself
+        (BigBird's ``question_lengths``; see :class:`ForwardWithExtraInputs`); a model without any keeps the class's
+        ``forward``. Called once built."""
+        names = tuple(dict.fromkeys((*backbone.extra_input_names, *head_inputs)))
         if names:
             model = self._module()
             model.forward = ForwardWithExtraInputs(model, names)  # type: ignore[method-assign]

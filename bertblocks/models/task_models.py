@@ -26,12 +26,12 @@ from ..config import BertConfig
 from ..config_files import ConfigSource, config_data
 from ..core.capabilities import padding_readers
 from ..core.encoder import EncoderModel
-from ..core.interfaces import Head
+from ..core.interfaces import Head, InputDefault
 from ..core.outputs import ModelOutput
 from ..errors import InputError
 from ..families.bert import BERT_ARCHITECTURES
 from ..hf.config_json import config_to_hf
-from ..hf.families import FamilyKeyMap
+from ..hf.families import FamilyKeyMap, UnknownFamilyError, get_family
 from ..registry import BuildError, Registry, build_head, get_registry, validate_config
 from ..torch_internals import run_frame_uncompiled
 from .backbone import BertModel
@@ -81,7 +81,13 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         # packing leaves zeros at padded positions: fine for heads that ignore them, not for one that reads them
         # (the backbone's own components declared theirs when it was built)
         backbone.padding_readers = (*backbone.padding_readers, *padding_readers(head, name="head"))
-        self._list_extra_inputs(backbone)  # forward's signature names the family's inputs (the Trainer keeps them)
+        # forward's signature names the family's and the head's inputs (transformers' Trainer keeps those columns)
+        self._list_extra_inputs(backbone, head.extra_inputs)
+        self._input_defaults = _input_defaults(config, backbone, head)
+
+    #: input name → how the model makes it when a call leaves it out (the family's defaults for this head, then the
+    #: head's own; only inputs the backbone or head takes): see :data:`~bertblocks.core.interfaces.InputDefault`
+    _input_defaults: dict[str, InputDefault]
 
     head: Head
 
@@ -133,7 +139,9 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         head_module = build_head(cfg, reg)
         if head_module.needs_pooler and cfg.pooler is None:
             raise BuildError(f"the {name!r} head reads the pooled output, but the config has pooler: null")
-        keeps_pooler = head_module.needs_pooler or (cfg.pooler is not None and cfg.pooler.always)
+        keeps_pooler = head_module.needs_pooler or (
+            cfg.pooler is not None and cfg.pooler.always and not head_module.omits_pooler
+        )
         backbone = BertModel._from_config(cfg, registry=reg, add_pooling_layer=keeps_pooler)
         # One config object for the model and its backbone, as in transformers; the backbone's structure was
         # fixed when it was built (it ignores `head`, and `pooler` only chose whether it has one).
@@ -242,15 +250,17 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
             batch_shape = tuple(inputs_embeds.shape[:-2])
         else:
             batch_shape = ()
-        inputs = head.prepare_inputs(
-            {
-                "input_ids": input_ids,
-                "attention_mask": attention_mask,
-                "token_type_ids": token_type_ids,
-                "position_ids": position_ids,
-                "inputs_embeds": inputs_embeds,
-            }
-        )
+        bert_inputs: dict[str, torch.Tensor | None] = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids,
+            "position_ids": position_ids,
+            "inputs_embeds": inputs_embeds,
+        }
+        head_inputs = {name: backbone_kwargs.pop(name, None) for name in head.extra_inputs}
+        if self._input_defaults:
+            self._fill_defaults(bert_inputs, head_inputs, backbone_kwargs)
+        inputs = head.prepare_inputs(bert_inputs)
         output = self.bert(
             **inputs,
             head_mask=head_mask,
@@ -262,6 +272,7 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
         for field in head.config_fields:  # the config is the truth; the head mirrors it for this call
             setattr(head, field, getattr(self.config, field))
         extra = {"input_ids": inputs["input_ids"]} if head.reads_input_ids else {}  # a declared capability
+        extra.update(head_inputs)
         result = head(output, given, batch_shape, attention_mask=inputs["attention_mask"], **extra)
         for field in head.config_fields:  # what the head learned (HF writes problem_type back)
             value = getattr(head, field)
@@ -272,6 +283,22 @@ class BertTaskModel(PretrainedSurface, PretrainedModel):
             if field in names and getattr(result, field) is None:
                 setattr(result, field, getattr(output, field))
         return result if return_dict is None or return_dict else result.to_tuple()
+
+    def _fill_defaults(
+        self,
+        bert_inputs: dict[str, torch.Tensor | None],
+        head_inputs: dict[str, torch.Tensor | None],
+        backbone_kwargs: dict[str, Any],
+    ) -> None:
+        """Make each input the call left out that a default exists for (:attr:`_input_defaults`, in order), in place:
+        BERT's inputs, the head's own and the backbone's extra ones."""
+        for name, make in self._input_defaults.items():
+            where = bert_inputs if name in bert_inputs else head_inputs if name in head_inputs else backbone_kwargs
+            if where.get(name) is not None:
+                continue
+            value = make({**bert_inputs, **backbone_kwargs, **head_inputs}, self.config)
+            if value is not None:
+                where[name] = value
 
     # ------------------------------------------------------------------------------------------ utilities
     def _head_label(self) -> str:
@@ -384,6 +411,40 @@ _TASK_CLASSES: dict[str, type[BertTaskModel]] = {
 def task_model_class(head: str) -> type[BertTaskModel]:
     """The class for ``head``: transformers' name for a built-in head, :class:`BertTaskModel` for others."""
     return _TASK_CLASSES.get(head, BertTaskModel)
+
+
+def _input_defaults(config: BertConfig, backbone: BertModel, head: Head) -> dict[str, InputDefault]:
+    """The defaults of a task model's inputs: its family's for its head (``Family.input_defaults``), then the head's
+    own (:attr:`~bertblocks.core.interfaces.Head.input_defaults`), each kept only where the input is one the model
+    takes (BERT's, the backbone's extra inputs, the head's): a family's global tokens are made only for a model whose
+    attention reads them.
+
+    Raises:
+        BuildError: the family and the head both default the same input (which one the model would use is unclear).
+    """
+    takes = {*_BERT_INPUTS, *backbone.extra_input_names, *head.extra_inputs}
+    name = config.head.name if config.head is not None else None
+    try:
+        family = get_family(config.family, backbone.registry)
+    except UnknownFamilyError:  # a model built with a family no plugin registers here: no family defaults
+        family_defaults: Mapping[str, InputDefault] = {}
+    else:
+        family_defaults = family.input_defaults.get(name, {}) if name is not None else {}
+    both = sorted(set(family_defaults) & set(head.input_defaults))
+    if both:
+        raise BuildError(
+            f"the {config.family} family and the {name!r} head both make a default for {', '.join(both)}: "
+            "only one of them may"
+        )
+    return {
+        input_name: make
+        for input_name, make in (*family_defaults.items(), *head.input_defaults.items())
+        if input_name in takes
+    }
+
+
+#: the inputs of transformers' BERT task models (the ones a default may fill beyond the extra inputs)
+_BERT_INPUTS = ("input_ids", "attention_mask", "token_type_ids", "position_ids", "inputs_embeds")
 
 
 def _record_problem_type(model: BertTaskModel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -262,6 +262,8 @@ def _make_head(config: BertConfig, spec: ComponentSpec, reg: Registry) -> Head:
         layer_norm_eps=config.layer_norm_eps,
         activation=_activation_factory(reg, activation, "head activation", "encoder.feedforward.activation"),
         classifier_dropout=dropout,
+        hidden_dropout_prob=config.hidden_dropout_prob,
+        intermediate_size=config.encoder.feedforward.intermediate_size,
         tie_word_embeddings=config.tie_word_embeddings,
         is_decoder=config.is_decoder,
     )

@@ -397,6 +397,13 @@ class Family:
         presets: presets of the family (tests/families/test_presets.py builds each against transformers).
         mask_token: put at positions 2 of the first row and 1 and 3 of the padded one by :func:`batch`, so that
             a family that rescales by the share of mask tokens (ESM's token dropout) does so in every row.
+        sep_token: frames every row (every choice) as a question and a context, RoBERTa's ``<s> q </s></s> c </s>``:
+            this id at positions 2 and 3 and at the last real position (three per row, as transformers' Longformer
+            asks), so that the task classes that find the question through ``sep_token_id`` (Longformer's global
+            tokens, BigBird's question mask) find it; a QA batch's answers then start after the question.
+        chooses_inputs: class-name endings of the heads that choose :attr:`extra_inputs` themselves when a call
+            gives none (Longformer's classifiers): :func:`batch` gives them none, so that transformers' choice and
+            bertblocks' are compared.
         extra_inputs: the inputs beyond BERT's that the family's classes take (LayoutLM's ``bbox``), made for the
             shape of ``input_ids``: :func:`batch` adds them (so every shared test that takes its batch feeds them,
             to the backbone too), and ``test_family_paths.py`` adds them to the padded batch of its packing and
@@ -421,6 +428,8 @@ class Family:
     refusals: tuple[Refusal, ...] = ()
     presets: tuple[str, ...] = ()
     mask_token: int | None = None
+    sep_token: int | None = None
+    chooses_inputs: tuple[str, ...] = ()
     extra_inputs: Callable[[tuple[int, ...]], dict[str, torch.Tensor]] | None = None
 
     @property
@@ -868,8 +877,10 @@ FAMILIES: dict[str, Family] = {
         presets=("squeezebert-uncased",),
     ),
     # windows of 4 and 8 keys (2 and 4 per side) over 14 tokens: several windows per row, one per layer so that a
-    # window read from the wrong layer changes the numbers; the task heads that put global tokens on their own
-    # (classification, QA, multiple choice) are compared in test_longformer.py with explicit global tokens
+    # window read from the wrong layer changes the numbers; the backbone, masked LM and token classifier get global
+    # tokens (longformer_globals), the classes that choose them on their own (classification: the first token; QA:
+    # the question; multiple choice: each choice's answer) get none, in rows framed as question and context (sep 2,
+    # LongformerConfig's sep_token_id); test_longformer.py compares every class with explicit global tokens
     "longformer": Family(
         "LongformerConfig",
         {
@@ -881,9 +892,11 @@ FAMILIES: dict[str, Family] = {
             "attention_window": [4, 8],
         },
         pad=1,
-        classes=_classes("Longformer", "Model", "ForMaskedLM", "ForTokenClassification"),
+        classes=_classes("Longformer", "Model", "ForMaskedLM", *_TASKS),
         length=14,
         real=9,
+        sep_token=2,
+        chooses_inputs=("ForSequenceClassification", "ForQuestionAnswering", "ForMultipleChoice"),
         config_fields=("attention_window",),
         tokenizer=Tokenizing(toks.bpe, toks.roberta_processor, "LongformerTokenizer"),
         hidden_states="LongformerForMaskedLM",
@@ -1230,11 +1243,19 @@ FAMILIES["nystromformer"] = Family(
 
 
 # BigBird: block-sparse attention (blocks of 2, one random block: sequences past (5 + 2·1)·2 = 14 tokens run
-# block-sparse, so the batch of 24 has 12 blocks), rescaled embeddings; BigBirdForCausalLM and
-# BigBirdForQuestionAnswering are tested in test_big_bird.py (a decoder attends causally; QA is refused)
+# block-sparse, so the batch of 24 has 12 blocks), rescaled embeddings; every row has a question (sep_token 2, the
+# settings' sep_token_id), which BigBirdForQuestionAnswering finds on its own; BigBirdForCausalLM and QA's short
+# inputs and own token types are tested in test_big_bird.py (a decoder attends causally)
 FAMILIES["big_bird"] = Family(
     "BigBirdConfig",
-    {**COMMON, "block_size": 2, "num_random_blocks": 1, "rescale_embeddings": True, "layer_norm_eps": 1e-5},
+    {
+        **COMMON,
+        "block_size": 2,
+        "num_random_blocks": 1,
+        "rescale_embeddings": True,
+        "layer_norm_eps": 1e-5,
+        "sep_token_id": 2,
+    },
     pad=0,
     classes=_classes(
         "BigBird",
@@ -1243,14 +1264,22 @@ FAMILIES["big_bird"] = Family(
         "ForPreTraining",
         "ForSequenceClassification",
         "ForTokenClassification",
+        "ForQuestionAnswering",
         "ForMultipleChoice",
     ),
     length=24,
     real=15,
     second_segment=3,
-    config_fields=("attention_type", "block_size", "num_random_blocks", "use_bias", "rescale_embeddings"),
+    sep_token=2,
+    config_fields=(
+        "attention_type",
+        "block_size",
+        "num_random_blocks",
+        "use_bias",
+        "rescale_embeddings",
+        "sep_token_id",
+    ),
     refusals=(
-        ({"architectures": ["BigBirdForQuestionAnswering"]}, "BigBirdForQuestionAnswering is not implemented"),
         ({"bertblocks": {"embedding": {"dropout_before_norm": False}}}, "embedding.dropout_before_norm"),
         ({"bertblocks": {"encoder": {"attention": {"name": "bert"}}}}, "encoder.attention.name"),
     ),
@@ -1351,12 +1380,16 @@ def batch(family: Family, cls: str, left: bool = False) -> tuple[dict[str, torch
         mask[1, ..., family.real :] = 0
     if family.mask_token is not None:
         ids[0, ..., 2] = ids[1, ..., 1] = ids[1, ..., 3] = family.mask_token
+    if family.sep_token is not None:
+        ids[..., 2:4] = family.sep_token
+        ids[0, ..., -1] = family.sep_token
+        ids[1, ..., -1 if left else family.real - 1] = family.sep_token
     inputs = {"input_ids": ids.masked_fill(mask == 0, family.pad), "attention_mask": mask}
     if family.token_types:
         inputs["token_type_ids"] = torch.zeros(shape, dtype=torch.long)
         if family.second_segment is not None:
             inputs["token_type_ids"][..., family.second_segment :] = 1
-    if family.extra_inputs is not None:
+    if family.extra_inputs is not None and not cls.endswith(family.chooses_inputs):
         inputs.update(family.extra_inputs(shape))
     if cls.endswith(("MaskedLM", "CausalLM")):
         inputs["labels"] = torch.randint(0, 99, shape, generator=g).masked_fill(mask == 0, -100)
@@ -1376,7 +1409,8 @@ def batch(family: Family, cls: str, left: bool = False) -> tuple[dict[str, torch
     elif cls.endswith("TokenClassification"):
         inputs["labels"] = torch.randint(0, 3, shape, generator=g).masked_fill(mask == 0, -100)
     elif cls.endswith("QuestionAnswering"):
-        inputs["start_positions"] = torch.tensor([1, 3])
+        # after the question when the batch has one (a question token's logit is lowered by 10⁶ in BigBird's)
+        inputs["start_positions"] = torch.tensor([4, 5] if family.sep_token is not None else [1, 3])
         inputs["end_positions"] = torch.tensor([4, 40])  # out of range: clamped and ignored, as transformers
     elif cls.endswith("MultipleChoice"):
         inputs["labels"] = torch.tensor([1, 2])

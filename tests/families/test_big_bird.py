@@ -79,6 +79,53 @@ def test_short_inputs_fall_back_to_full_attention_per_call(tmp_path):
         assert (theirs(input_ids=long_ids, attention_mask=long_mask).last_hidden_state - sparse).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("length", [12, 30])  # full attention (≤ 14 tokens) and block-sparse
+@pytest.mark.parametrize(
+    "given",
+    ["nothing", "question_lengths", "token_type_ids", "inputs_embeds", "no_sep"],
+)
+def test_question_answering_finds_the_question_as_transformers(tmp_path, length, given):
+    """``BigBirdForQuestionAnswering`` without ``question_lengths`` ends the question at the first ``sep_token_id``,
+    lowers the question's logits (the first token's aside) by 10⁶ and, without token types, types the question 0 and
+    the rest 1; with ``question_lengths`` it reads them; from ``inputs_embeds`` (no ids to search) it masks nothing;
+    a row without a separator has a question of length 1 (nothing masked). Loss included; a fresh transformers model
+    per length (it switches to full attention for good on a short input)."""
+    theirs, ours = _pair(tmp_path, cls="BigBirdForQuestionAnswering", sep_token_id=2)
+    theirs.eval()
+    ours.eval()
+    assert ours.bert.pooler is None  # add_pooling_layer=False, unlike BigBird's other classes
+    ids, mask = _batch(length, length - 4)
+    ids[0, 4] = ids[1, 6] = ids[:, 8] = 2  # questions of 5 and 7 tokens (the first separator counts)
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    labels = {"start_positions": torch.tensor([7, 9]), "end_positions": torch.tensor([9, 50])}
+    if given == "question_lengths":
+        inputs["question_lengths"] = torch.tensor([[3], [6]])
+    elif given == "token_type_ids":
+        inputs["token_type_ids"] = torch.zeros_like(ids)
+    elif given == "inputs_embeds":
+        inputs = {"inputs_embeds": theirs.get_input_embeddings()(ids), "attention_mask": mask}
+    elif given == "no_sep":
+        inputs["input_ids"] = ids.masked_fill(ids == 2, 5)
+    with torch.no_grad():
+        want, got = theirs(**inputs, **labels), ours(**inputs, **labels)
+    real = mask.bool()
+    for field in ("start_logits", "end_logits"):
+        assert (getattr(want, field) - getattr(got, field))[real].abs().max() <= TOL, field
+    assert (want.loss - got.loss).abs() <= TOL
+    masked = (got.start_logits < -1e5).sum(1).tolist()
+    expected = {"nothing": [4, 6], "question_lengths": [2, 5], "token_type_ids": [4, 6]}.get(given, [0, 0])
+    assert masked == expected
+
+
+def test_question_answering_refuses_question_lengths_of_another_shape(tmp_path):
+    _, ours = _pair(tmp_path, cls="BigBirdForQuestionAnswering", sep_token_id=2)
+    ids, mask = _batch(12, 8)
+    with pytest.raises(
+        bertblocks.errors.InputError, match=r"question_lengths must be an integer tensor of shape \(2, 1\)"
+    ):
+        ours(input_ids=ids, attention_mask=mask, question_lengths=torch.tensor([3, 4, 5]))
+
+
 def test_causal_lm_attends_causally_at_any_length(tmp_path):
     """Short: transformers' numbers. Long: bertblocks stays causal (a later token changes no earlier output),
     where transformers' block-sparse path ignores causality."""

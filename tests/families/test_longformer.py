@@ -1,5 +1,6 @@
 """Longformer (``longformer``) and its attention component (``longformer``), what the shared table cannot say:
-global tokens (``global_attention_mask``) on every head class, sequences several windows long, the banded attention
+global tokens (``global_attention_mask``) on every head class, the global tokens the task classes choose themselves on
+packed batches, sequences several windows long, the banded attention
 probabilities against transformers' own layout, the component in another family's model (where a window covering
 the whole sequence is BERT's attention), the conformance suite with a narrow window, and what is refused. Parity of
 the backbone, masked LM and token classification without global tokens, hidden states, the preset and the
@@ -15,8 +16,10 @@ import transformers
 
 import bertblocks
 from bertblocks.config import ConfigError
-from bertblocks.registry import Registry
-from tests.families.reference import FAMILIES, TOL, assert_same, round_trip, save_hf
+from bertblocks.core.interfaces import Head
+from bertblocks.errors import InputError
+from bertblocks.registry import BuildError, Registry
+from tests.families.reference import FAMILIES, TOL, assert_same, batch, round_trip, save_hf
 
 LONGFORMER = FAMILIES["longformer"]
 B, C, LENGTH, REAL = 2, 3, 29, 20  # 29 tokens: past the windows of 4 and 8 keys many times over
@@ -60,6 +63,51 @@ def test_every_head_with_global_tokens_on_long_padded_inputs(tmp_path, cls):
     transformers; transformers pads 29 tokens to a multiple of the window, bertblocks computes the window as is."""
     inputs, mask = long_batch(cls)
     round_trip(tmp_path, LONGFORMER, cls, inputs, mask)
+
+
+CHOOSING = ("LongformerForSequenceClassification", "LongformerForQuestionAnswering", "LongformerForMultipleChoice")
+
+
+@pytest.mark.parametrize("cls", CHOOSING)
+def test_task_classes_choose_global_tokens_as_transformers_on_packed_batches(tmp_path, cls):
+    """Without ``global_attention_mask`` the classifier makes the first token global, QA the question, multiple
+    choice each choice's answer (the row's question-and-context batch of reference.py); packed, the task model gives
+    transformers' logits on the real tokens (padded and unpacked: test_parity.py's round trip)."""
+    reference = save_hf(LONGFORMER, cls, tmp_path).eval()
+    inputs, mask = batch(LONGFORMER, cls)
+    assert "global_attention_mask" not in inputs
+    ours = bertblocks.from_pretrained(tmp_path, ["encoder.packing=always"], head="auto").eval()
+    with torch.no_grad():
+        want, got = reference(**inputs), ours(**inputs)
+    field = "start_logits" if cls.endswith("QuestionAnswering") else "logits"
+    a, b = getattr(want, field), getattr(got, field)
+    if field == "start_logits":
+        a, b = a[mask.bool()], b[mask.bool()]
+    assert (a - b).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("cls", ["LongformerForQuestionAnswering", "LongformerForMultipleChoice"])
+def test_the_question_needs_three_separators_per_row(tmp_path, cls):
+    """As transformers' ``_get_question_end_index``: a row without ``<s> q </s></s> c </s>`` has no question to make
+    global; the error names the row and the way out (an explicit global_attention_mask, which is then used)."""
+    save_hf(LONGFORMER, cls, tmp_path)
+    ours = bertblocks.from_pretrained(tmp_path, head="auto").eval()
+    inputs, _ = batch(LONGFORMER, cls)
+    inputs["input_ids"][1, ..., 3] = 7  # the second row (each of its choices) has two separators
+    with pytest.raises(
+        InputError, match=r"exactly three .* rows \[.*\] of the flattened batch .* global_attention_mask"
+    ):
+        ours(**inputs)
+    ours(**inputs, global_attention_mask=torch.zeros_like(inputs["input_ids"]))
+
+
+def test_a_family_and_a_head_defaulting_the_same_input_is_refused(tmp_path, monkeypatch):
+    save_hf(LONGFORMER, "LongformerForSequenceClassification", tmp_path)
+    monkeypatch.setattr(Head, "input_defaults", {"global_attention_mask": lambda inputs, config: None})
+    with pytest.raises(
+        BuildError, match=r"longformer family and the 'dense_classification' head both .*global_attention_mask"
+    ):
+        bertblocks.from_pretrained(tmp_path, head="auto")
 
 
 def test_backbone_with_global_tokens_and_several_windows(tmp_path):

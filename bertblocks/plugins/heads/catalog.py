@@ -46,6 +46,11 @@ FAMILY_HEADS = {
         NoOptions,
         "one score per choice from its last position, padding or not (RoFormerForMultipleChoice)",
     ),
+    "feedforward_question_answering": (
+        task_heads,
+        NoOptions,
+        "feed-forward block → start/end span logits, the question left out (BigBirdForQuestionAnswering)",
+    ),
     "transform_masked_lm": (transform_heads, TransformLMOptions, "transform → vocabulary (ModernBertForMaskedLM)"),
     "transform_classification": (transform_heads, TransformPoolingOptions, "pool → transform → classifier"),
     "transform_token_classification": (transform_heads, TransformOptions, "transform → per-token classifier"),

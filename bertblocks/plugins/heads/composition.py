@@ -212,6 +212,8 @@ class HeadArguments:
     layer_norm_eps: float
     activation: Callable[[], nn.Module]  # a factory of the config's hidden_act module
     classifier_dropout: float  # already resolved: classifier_dropout, else hidden_dropout_prob
+    hidden_dropout_prob: float  # the config's, whatever classifier_dropout says (BigBird's QA feed-forward)
+    intermediate_size: int  # the feed-forward width of the encoder's layers (a head with a feed-forward block)
     tie_word_embeddings: bool
     is_decoder: bool
     options: Any  # the head's options model (NoOptions for a head that takes none)

@@ -9,10 +9,14 @@ bertblocks' canonical ones; each family's key map renames them to its own checkp
 * ``dense_multiple_choice`` — the same, one score per choice (DistilBERT, ELECTRA's ``sequence_summary``).
 * ``replaced_token_detection`` — ELECTRA's discriminator: one logit per token, BCE over real tokens.
 * ``last_position_multiple_choice`` — RoFormer's: each choice's last position (padding or not) → ``classifier``.
+* ``feedforward_question_answering`` — BigBird's: a feed-forward block (BERT's layer FFN with its own residual and
+  LayerNorm) before ``qa_outputs``, and the question's tokens (the first ``question_lengths``, the first token aside)
+  removed from the span's competition (their logits lowered by 10⁶).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Literal
@@ -21,12 +25,19 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
-from bertblocks.core.outputs import ModelOutput, MultipleChoiceModelOutput, SequenceClassifierOutput
+from bertblocks.core.outputs import (
+    ModelOutput,
+    ModelOutputWithPooling,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+)
+from bertblocks.errors import InputError
 from bertblocks.plugins.feedforward import ACTIVATIONS
 
 from .bert import CHOICE_LOSS, MaskedLMOptions, language_model, lm_prediction
 from .composition import Branch, ComposedHead, HeadArguments
-from .losses import CrossEntropy, Loss, MaskedBinaryLoss, ProblemTypeLoss, SumOfLosses
+from .losses import CrossEntropy, Loss, LossContext, MaskedBinaryLoss, ProblemTypeLoss, SpanLoss, SumOfLosses
 from .transforms import Steps, dense_act, dropout_dense_act
 
 
@@ -176,6 +187,91 @@ def _last_position_choices(name: str, a: HeadArguments) -> ComposedHead:
     return head
 
 
+class FeedForwardSpanClassifier(nn.Module):
+    """transformers' ``BigBirdForQuestionAnsweringHead`` (module names as its checkpoint keys): ``h [b, q, H]`` →
+    ``qa_outputs(LayerNorm(dropout(output.dense(act(intermediate.dense(dropout(h))))) + h)) [b, q, 2]``; the
+    residual is the head's input before its first dropout, as transformers'."""
+
+    def __init__(self, a: HeadArguments) -> None:
+        super().__init__()
+        self.dropout = nn.Dropout(a.hidden_dropout_prob)
+        self.intermediate = Steps(("dense", nn.Linear(a.hidden_size, a.intermediate_size)), ("act", a.activation()))
+        self.output = nn.ModuleDict(
+            {
+                "dense": nn.Linear(a.intermediate_size, a.hidden_size),
+                "LayerNorm": nn.LayerNorm(a.hidden_size, eps=a.layer_norm_eps),
+                "dropout": nn.Dropout(a.hidden_dropout_prob),
+            }
+        )
+        self.qa_outputs = nn.Linear(a.hidden_size, 2)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        out = self.output
+        inner = self.intermediate(self.dropout(hidden_states))  # [b, q, I]
+        hidden = out["LayerNorm"](out["dropout"](out["dense"](inner)) + hidden_states)  # [b, q, H]
+        return self.qa_outputs(hidden)  # [b, q, 2]
+
+
+#: what a question token's start and end logits lose: transformers' BigBird subtracts 10⁶ (not -inf: a row whose
+#: every position is masked still has a finite softmax)
+QUESTION_PENALTY = 1e6
+
+
+class QuestionMaskedSpanHead(ComposedHead):
+    """Extractive QA whose start/end logits leave out the question: with ``question_lengths [b, 1]`` (or ``[b]``),
+    positions ``1 … question_lengths - 1`` of each row lose :data:`QUESTION_PENALTY` (the first token stays, as
+    transformers' ``BigBirdForQuestionAnswering`` keeps it), before the loss reads them. The family makes
+    ``question_lengths`` from ``input_ids`` when a call gives none (BigBird: up to the first ``sep_token_id``)."""
+
+    extra_inputs = ("question_lengths",)
+
+    def forward(  # type: ignore[override]
+        self,
+        output: ModelOutputWithPooling,
+        labels: Mapping[str, torch.Tensor],
+        batch_shape: tuple[int, ...],
+        *,
+        attention_mask: torch.Tensor | None,
+        question_lengths: torch.Tensor | None = None,
+    ) -> ModelOutput:
+        if labels and len(labels) != len(self.label_names):
+            raise InputError(
+                f"the {self.name} loss needs both {' and '.join(self.label_names)}; only {', '.join(labels)} was given"
+            )
+        logits = self.qa_classifier(output.last_hidden_state)  # [b, q, 2]
+        if question_lengths is not None:
+            b, length = logits.shape[:2]
+            if question_lengths.dtype.is_floating_point or question_lengths.numel() != b:
+                raise InputError(
+                    f"question_lengths must be an integer tensor of shape ({b}, 1) or ({b},): one question length "
+                    f"per example; got shape {tuple(question_lengths.shape)} and dtype {question_lengths.dtype}"
+                )
+            positions = torch.arange(length, device=logits.device)  # [q]
+            question = positions < question_lengths.reshape(b, 1).to(logits.device)  # [b, q]
+            question = question & (positions > 0)  # the first token ([CLS]) stays in the competition
+            logits = logits - question.unsqueeze(-1).to(logits.dtype) * QUESTION_PENALTY
+        start, end = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
+        values = {"start_logits": start, "end_logits": end}
+        loss = self.loss(values, labels, LossContext(attention_mask=attention_mask)) if labels else None
+        return self.output_type(loss=loss, **values)
+
+
+def _feedforward_span(name: str, a: HeadArguments) -> ComposedHead:
+    """BigBird's QA: :class:`FeedForwardSpanClassifier` on every position, the question masked
+    (:class:`QuestionMaskedSpanHead`); :class:`~.losses.SpanLoss`. transformers builds its backbone without a
+    pooler (``add_pooling_layer=False``) although BigBird's other heads keep one."""
+    head = QuestionMaskedSpanHead(
+        name,
+        modules={"qa_classifier": FeedForwardSpanClassifier(a)},
+        branches=(Branch(("start_logits", "end_logits"), "none", ("qa_classifier",), split=True),),
+        loss=SpanLoss(),
+        output=QuestionAnsweringModelOutput,
+        reads_padded_positions=True,  # the start/end softmax spans padding too, as transformers'
+    )
+    head.omits_pooler = True
+    return head
+
+
 # ------------------------------------------------------------ the registered compositions (see .catalog)
 masked_lm_gelu = partial(_gelu_lm, causal=False)
 causal_lm_gelu = partial(_gelu_lm, causal=True)
@@ -184,3 +280,4 @@ dense_classification = partial(_dense_classifier, loss=ProblemTypeLoss(), output
 dense_multiple_choice = partial(_dense_classifier, loss=CHOICE_LOSS, output=MultipleChoiceModelOutput, choices=True)
 replaced_token_detection = _discriminator
 last_position_multiple_choice = _last_position_choices
+feedforward_question_answering = _feedforward_span
