@@ -44,6 +44,8 @@ from bertblocks.core.interfaces import Attention, Positions, PositionScheme
 from bertblocks.core.packing import Packing
 from bertblocks.errors import BertBlocksError, InputError, UnsupportedError
 
+from .projections import AttentionOutput, QKVProjections, qkv_linears
+
 #: the forward input the attention reads beyond the standard ones: ``[b, q]`` (or ``[b, c, q]``), 1 = global
 GLOBAL_ATTENTION_MASK = "global_attention_mask"
 #: the global projections' parameters (``query_global.weight``, …) end with one of these
@@ -73,18 +75,13 @@ class LongformerOptions(BaseModel):
         return value
 
 
-class GlobalProjections(nn.Module):
+class GlobalProjections(QKVProjections):
     """transformers' ``LongformerSelfAttention`` parameters: the windowed projections ``query``, ``key``, ``value``
     and the global ones ``query_global``, ``key_global``, ``value_global`` (HF's names, so checkpoints load)."""
 
     def __init__(self, hidden_size: int, all_head_size: int) -> None:
-        super().__init__()
-        self.query = nn.Linear(hidden_size, all_head_size)
-        self.key = nn.Linear(hidden_size, all_head_size)
-        self.value = nn.Linear(hidden_size, all_head_size)
-        self.query_global = nn.Linear(hidden_size, all_head_size)
-        self.key_global = nn.Linear(hidden_size, all_head_size)
-        self.value_global = nn.Linear(hidden_size, all_head_size)
+        super().__init__(hidden_size, all_head_size)
+        self.query_global, self.key_global, self.value_global = qkv_linears(hidden_size, all_head_size)
 
 
 class SelfOutput(nn.Module):
@@ -139,7 +136,7 @@ class LongformerAttention(Attention):
         self.one_sided = attention_window // 2
         self.dropout_p = dropout
         self.self = GlobalProjections(hidden_size, hidden_size)  # `self`: HF's child name
-        self.output = SelfOutput(hidden_size, hidden_dropout, norm)
+        self.output = AttentionOutput(hidden_size, hidden_size, 0.0, hidden_dropout, norm)  # norm: built, or None
 
     def forward(
         self,

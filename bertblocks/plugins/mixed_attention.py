@@ -41,7 +41,7 @@ from bertblocks.core.interfaces import Attention, AttentionBackend, Positions, P
 from bertblocks.core.packing import Packing
 
 from ..errors import InputError
-from .attention import AttentionOutput
+from .projections import AttentionOutput, QKVProjections
 
 
 class ConvBertAttentionOptions(BaseModel):
@@ -87,14 +87,12 @@ class SeparableConv1D(nn.Module):
         return self.pointwise(self.depthwise(x)) + self.bias  # [b, C, q] → [b, out, q]
 
 
-class MixedProjections(nn.Module):
-    """transformers' ``ConvBertSelfAttention`` parameters (its child name is ``self``)."""
+class MixedProjections(QKVProjections):
+    """transformers' ``ConvBertSelfAttention`` parameters (its child name is ``self``): the softmax heads'
+    ``query``, ``key``, ``value`` and the convolution heads' modules."""
 
     def __init__(self, hidden_size: int, width: int, heads: int, kernel_size: int) -> None:
-        super().__init__()
-        self.query = nn.Linear(hidden_size, width)
-        self.key = nn.Linear(hidden_size, width)
-        self.value = nn.Linear(hidden_size, width)
+        super().__init__(hidden_size, width)
         self.key_conv_attn_layer = SeparableConv1D(hidden_size, width, kernel_size)
         self.conv_kernel_layer = nn.Linear(width, heads * kernel_size)
         self.conv_out_layer = nn.Linear(hidden_size, width)

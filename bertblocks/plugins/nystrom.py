@@ -58,6 +58,8 @@ from bertblocks.core.interfaces import Attention, AttentionBackend, Positions, P
 from bertblocks.core.packing import Packing
 from bertblocks.errors import BertBlocksError, InputError
 
+from .projections import AttentionOutput, QKVProjections
+
 #: iterations of the pseudo-inverse (transformers' ``iterative_inv(n_iter=6)``)
 PINV_ITERATIONS = 6
 
@@ -105,15 +107,12 @@ class NystromOptions(BaseModel):
         return self.num_landmarks != self.segment_means_seq_len
 
 
-class NystromProjections(nn.Module):
+class NystromProjections(QKVProjections):
     """transformers' ``NystromformerSelfAttention`` parameters (its child name is ``self``): ``query``, ``key``,
     ``value`` and the depthwise ``conv`` (``[h, 1, k, 1]``, no bias)."""
 
     def __init__(self, hidden_size: int, num_heads: int, kernel_size: int | None) -> None:
-        super().__init__()
-        self.query = nn.Linear(hidden_size, hidden_size)
-        self.key = nn.Linear(hidden_size, hidden_size)
-        self.value = nn.Linear(hidden_size, hidden_size)
+        super().__init__(hidden_size, hidden_size)
         if kernel_size is not None:
             self.conv = nn.Conv2d(
                 num_heads, num_heads, (kernel_size, 1), padding=(kernel_size // 2, 0), bias=False, groups=num_heads
@@ -196,7 +195,7 @@ class NystromAttention(Attention):
         # the landmark path computes its kernels itself: it holds no backend (none would be called)
         self.backend = None if self.landmarks else backend
         self.self = NystromProjections(hidden_size, num_heads, options.conv_kernel_size)  # `self`: HF's child name
-        self.output = SelfOutput(hidden_size, hidden_dropout, norm)
+        self.output = AttentionOutput(hidden_size, hidden_size, 0.0, hidden_dropout, norm)  # norm: built, or None
 
     def forward(
         self,
