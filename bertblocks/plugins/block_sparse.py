@@ -276,23 +276,6 @@ class _Projections(QKVProjections):
         self.has_rotary = rotary is not None
 
 
-class _Output(nn.Module):
-    """HF's ``attention.output``: ``LayerNorm(dropout(dense(x)) + residual)``, or ``dropout(dense(x))`` when the
-    layer normalises itself."""
-
-    def __init__(self, inner: int, hidden_size: int, dropout: float, norm: nn.Module | None) -> None:
-        super().__init__()
-        self.dense = nn.Linear(inner, hidden_size)
-        self.dropout = nn.Dropout(dropout)
-        if norm is not None:
-            self.LayerNorm = norm  # CamelCase: HF's checkpoint key
-        self.has_norm = norm is not None
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        x = self.dropout(self.dense(x))
-        return self.LayerNorm(x + residual) if self.has_norm else x
-
-
 class BlockSparseAttention(Attention):
     """BigBird's attention sub-layer: block-sparse past :func:`full_attention_limit` tokens, full below it.
 

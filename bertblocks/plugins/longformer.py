@@ -84,23 +84,6 @@ class GlobalProjections(QKVProjections):
         self.query_global, self.key_global, self.value_global = qkv_linears(hidden_size, all_head_size)
 
 
-class SelfOutput(nn.Module):
-    """``norm(dropout(dense(context)) + residual)`` (post-LN, HF's ``attention.output``), or ``dropout(dense(context))``
-    when the layer owns the residual and norm (``norm=None``)."""
-
-    def __init__(self, hidden_size: int, dropout: float, norm: nn.Module | None) -> None:
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        if norm is not None:
-            self.LayerNorm = norm  # CamelCase: HF's checkpoint key
-        self.post_norm = norm is not None
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        out = self.dropout(self.dense(hidden_states))
-        return self.LayerNorm(out + residual) if self.post_norm else out
-
-
 class LongformerAttention(Attention):
     """Sliding-window attention with global tokens, as transformers' Longformer.
 

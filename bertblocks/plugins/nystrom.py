@@ -119,23 +119,6 @@ class NystromProjections(QKVProjections):
             )
 
 
-class SelfOutput(nn.Module):
-    """``norm(dropout(dense(context)) + residual)`` (post-LN, HF's ``attention.output``), or
-    ``dropout(dense(context))`` when the layer owns the residual and norm (``norm=None``)."""
-
-    def __init__(self, hidden_size: int, dropout: float, norm: nn.Module | None) -> None:
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        if norm is not None:
-            self.LayerNorm = norm  # CamelCase: HF's checkpoint key
-        self.post_norm = norm is not None
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        out = self.dropout(self.dense(hidden_states))
-        return self.LayerNorm(out + residual) if self.post_norm else out
-
-
 def iterative_inverse(matrix: torch.Tensor, exact_init: bool, iterations: int = PINV_ITERATIONS) -> torch.Tensor:
     """Moore-Penrose pseudo-inverse of ``matrix [b, h, m, m]`` (rows of a softmax) by the iterative method,
     transformers' ``iterative_inv`` step for step.
