@@ -40,11 +40,11 @@ from torch import nn
 from bertblocks.config import BertConfig
 from bertblocks.core.capabilities import AttentionCapabilities
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import Attention, Positions, PositionScheme
+from bertblocks.core.interfaces import Positions, PositionScheme
 from bertblocks.core.packing import Packing
 from bertblocks.errors import BertBlocksError, InputError, UnsupportedError
 
-from .projections import AttentionOutput, QKVProjections, qkv_linears
+from .projections import AttentionOutput, EncoderOnlyAttention, QKVProjections, qkv_linears
 
 #: the forward input the attention reads beyond the standard ones: ``[b, q]`` (or ``[b, c, q]``), 1 = global
 GLOBAL_ATTENTION_MASK = "global_attention_mask"
@@ -84,7 +84,7 @@ class GlobalProjections(QKVProjections):
         self.query_global, self.key_global, self.value_global = qkv_linears(hidden_size, all_head_size)
 
 
-class LongformerAttention(Attention):
+class LongformerAttention(EncoderOnlyAttention):
     """Sliding-window attention with global tokens, as transformers' Longformer.
 
     Shapes (``w`` one-sided window, ``n = ⌈L / w⌉`` blocks, ``G`` the most global tokens of any row)::
@@ -96,6 +96,7 @@ class LongformerAttention(Attention):
         context [b, L, h·d] → output dense → dropout → + residual → norm
     """
 
+    kind = "longformer"
     extra_inputs: ClassVar[tuple[str, ...]] = (GLOBAL_ATTENTION_MASK,)
     capabilities = AttentionCapabilities(
         pruning=False,
@@ -121,23 +122,17 @@ class LongformerAttention(Attention):
         self.self = GlobalProjections(hidden_size, hidden_size)  # `self`: HF's child name
         self.output = AttentionOutput(hidden_size, hidden_size, 0.0, hidden_dropout, norm)  # norm: built, or None
 
-    def forward(
+    def attend(
         self,
         hidden_states: torch.Tensor,
         *,
         mask: torch.Tensor | None,
         positions: Positions,
-        head_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        encoder_hidden_states: torch.Tensor | None = None,
-        cache: Any = None,
-        layer_index: int = 0,
-        is_causal: bool = False,
-        packing: Packing | None = None,
+        head_mask: torch.Tensor | None,
+        output_attentions: bool,
+        packing: Packing | None,
         global_attention_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if encoder_hidden_states is not None or is_causal or cache is not None:
-            raise InputError("the longformer attention is bidirectional self-attention: no decoder, cache or cross")
         if packing is not None:
             # the window is positional: run the padded layout (packed tokens keep their order, padding is masked,
             # so real tokens get the padded run's numbers) and pack the result again

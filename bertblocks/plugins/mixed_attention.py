@@ -34,14 +34,13 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
-from bertblocks.core.cache import KVCache
 from bertblocks.core.capabilities import AttentionCapabilities, CapabilityError
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import Attention, AttentionBackend, Positions, PositionScheme
+from bertblocks.core.interfaces import AttentionBackend, Positions, PositionScheme
 from bertblocks.core.packing import Packing
 
 from ..errors import InputError
-from .projections import AttentionOutput, QKVProjections
+from .projections import AttentionOutput, EncoderOnlyAttention, QKVProjections
 
 
 class ConvBertAttentionOptions(BaseModel):
@@ -98,7 +97,7 @@ class MixedProjections(QKVProjections):
         self.conv_out_layer = nn.Linear(hidden_size, width)
 
 
-class ConvBertAttention(Attention):
+class ConvBertAttention(EncoderOnlyAttention):
     """ConvBERT's mixed attention sub-layer (see the module docstring).
 
     Args:
@@ -112,6 +111,7 @@ class ConvBertAttention(Attention):
         options: :class:`ConvBertAttentionOptions`.
     """
 
+    kind = "convbert"
     reads_padded_positions = True
 
     def __init__(
@@ -152,22 +152,16 @@ class ConvBertAttention(Attention):
         self.self = MixedProjections(hidden_size, width, heads, self.kernel_size)
         self.output = AttentionOutput(2 * width, hidden_size, layer_norm_eps, hidden_dropout, norm)
 
-    def forward(
+    def attend(
         self,
         hidden_states: torch.Tensor,
         *,
         mask: torch.Tensor | None,
         positions: Positions,
-        head_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        encoder_hidden_states: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        layer_index: int = 0,
-        is_causal: bool = False,
-        packing: Packing | None = None,
+        head_mask: torch.Tensor | None,
+        output_attentions: bool,
+        packing: Packing | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if encoder_hidden_states is not None or cache is not None or is_causal:
-            raise CapabilityError(self.capabilities.refusal("the convbert attention is an encoder's"))
         if positions.score_bias is not None:
             raise CapabilityError("the convbert attention takes no position score bias (its positions are embedded)")
         if output_attentions and not self.backend.capabilities.attention_weights:

@@ -54,11 +54,11 @@ from torch import nn
 from bertblocks.config import BertConfig
 from bertblocks.core.capabilities import AttentionCapabilities, CapabilityError
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import Attention, AttentionBackend, Positions, PositionScheme
+from bertblocks.core.interfaces import AttentionBackend, Positions, PositionScheme
 from bertblocks.core.packing import Packing
 from bertblocks.errors import BertBlocksError, InputError
 
-from .projections import AttentionOutput, QKVProjections
+from .projections import AttentionOutput, EncoderOnlyAttention, QKVProjections
 
 #: iterations of the pseudo-inverse (transformers' ``iterative_inv(n_iter=6)``)
 PINV_ITERATIONS = 6
@@ -138,7 +138,7 @@ def iterative_inverse(matrix: torch.Tensor, exact_init: bool, iterations: int = 
     return value
 
 
-class NystromAttention(Attention):
+class NystromAttention(EncoderOnlyAttention):
     """Nyströmformer's self-attention sub-layer (see the module docstring).
 
     Args:
@@ -149,6 +149,8 @@ class NystromAttention(Attention):
         norm: the norm after the residual (post-LN); ``None`` for a layer that normalises itself.
         options: :class:`NystromOptions`.
     """
+
+    kind = "nystrom"
 
     def __init__(
         self,
@@ -180,22 +182,16 @@ class NystromAttention(Attention):
         self.self = NystromProjections(hidden_size, num_heads, options.conv_kernel_size)  # `self`: HF's child name
         self.output = AttentionOutput(hidden_size, hidden_size, 0.0, hidden_dropout, norm)  # norm: built, or None
 
-    def forward(
+    def attend(
         self,
         hidden_states: torch.Tensor,
         *,
         mask: torch.Tensor | None,
         positions: Positions,
-        head_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        encoder_hidden_states: torch.Tensor | None = None,
-        cache: Any = None,
-        layer_index: int = 0,
-        is_causal: bool = False,
-        packing: Packing | None = None,
+        head_mask: torch.Tensor | None,
+        output_attentions: bool,
+        packing: Packing | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if encoder_hidden_states is not None or cache is not None or is_causal:
-            raise CapabilityError(self.capabilities.refusal("the nystrom attention is an encoder's"))
         if positions.score_bias is not None:
             raise CapabilityError("the nystrom attention takes no position score bias (its positions are embedded)")
         if output_attentions and (self.backend is None or not self.backend.capabilities.attention_weights):
