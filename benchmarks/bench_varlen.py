@@ -35,14 +35,14 @@ import argparse
 import contextlib
 import os
 import platform
-import statistics
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from machine import machine_line  # the script's own folder is on sys.path
+from long_context import interleaved_medians  # the script's own folder is on sys.path
+from machine import machine_line
 
 import bertblocks
 from bertblocks.core.interfaces import Positions
@@ -54,28 +54,6 @@ from bertblocks.plugins.varlen_sdpa import equal_length_runs, sdpa_per_sequence
 
 #: the padded batch of the performance issue (413 real tokens of 1024)
 LENGTHS = [128, 20, 35, 64, 16, 90, 12, 48]
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def _time(fns: dict[str, Callable[[], object]], repeats: int, device: str) -> dict[str, float]:
-    for fn in fns.values():
-        fn()  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    names = list(fns)
-    for r in range(repeats):
-        # rotating order: no contender always runs right after the same other one (caches, a warmed allocator)
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            fn = fns[name]
-            _sync(device)
-            start = time.perf_counter()
-            fn()
-            _sync(device)
-            times[name].append((time.perf_counter() - start) * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _report(title: str, medians: dict[str, float]) -> None:
@@ -135,7 +113,7 @@ def _score_bias_model(preset: str, mask: torch.Tensor, args: argparse.Namespace)
         "padded (packing: never)": lambda: run(padded),
     }
     layers = packed.config.encoder.num_layers
-    _report(f"{preset} ({layers} layers), encoder forward", _time(contenders, args.repeats, device))
+    _report(f"{preset} ({layers} layers), encoder forward", interleaved_medians(contenders, args.repeats, device))
 
 
 def score_bias(args: argparse.Namespace) -> None:
@@ -209,7 +187,10 @@ def score_bias(args: argparse.Namespace) -> None:
             got = fn()
             got = got[0].transpose(0, 1) if got.dim() == 4 else got  # type: ignore[union-attr]
             print(f"  ALiBi kernel {name}: max abs diff to per_sequence {(got - want).abs().max().item():.1e}")
-        _report("ALiBi attention kernel alone, one layer (12 heads x 64)", _time(kernels, args.repeats, device))
+        _report(
+            "ALiBi attention kernel alone, one layer (12 heads x 64)",
+            interleaved_medians(kernels, args.repeats, device),
+        )
 
 
 def main() -> None:
@@ -256,7 +237,7 @@ def main() -> None:
 
     _report(
         f"packed bert-base encoder, lengths {LENGTHS} ({sum(LENGTHS)} tokens)",
-        _time({kernel: forward(kernel) for kernel in models}, args.repeats, device),
+        interleaved_medians({kernel: forward(kernel) for kernel in models}, args.repeats, device),
     )
 
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -285,7 +266,7 @@ def main() -> None:
         print(f"flex compile (first call): {time.perf_counter() - start:.1f} s")
         kernels["flex (compiled)"] = lambda: compiled(Q, K, V, block_mask=block_mask, scale=dim**-0.5)
     with torch.inference_mode():
-        _report("attention kernel alone, one layer (12 heads x 64)", _time(kernels, args.repeats, device))
+        _report("attention kernel alone, one layer (12 heads x 64)", interleaved_medians(kernels, args.repeats, device))
 
 
 if __name__ == "__main__":

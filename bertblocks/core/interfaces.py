@@ -672,6 +672,26 @@ class FeedForward:
     output: FeedForwardOutput
 
 
+class GroupedProjection(nn.Module, ABC):
+    """A projection ``[..., in]`` → ``[..., out]`` in ``groups`` slices: output channels
+    ``[g·out/groups, (g+1)·out/groups)`` read input slice ``g`` alone (ConvBERT's grouped feed-forward, SqueezeBERT's
+    grouped pointwise convolutions; the built-in one is ``bertblocks.plugins.grouped_linear.GroupedLinear``).
+
+    The declaration that int8 inference (``bertblocks.quantize``) reads: it quantizes every subclass as it quantizes
+    an ``nn.Linear`` (per output channel, per token), from :meth:`rows`, whatever layout the weight is stored in.
+    """
+
+    in_features: int
+    out_features: int
+    groups: int
+    #: one bias over all ``out`` outputs, or ``None``
+    bias: nn.Parameter | None
+
+    @abstractmethod
+    def rows(self) -> torch.Tensor:
+        """The weight as ``[out, in/groups]``: output channel ``o`` on row ``o``, over its group's input slice."""
+
+
 # ------------------------------------------------------------------------------------------------ layers
 @dataclass(frozen=True)
 class LayerContext:

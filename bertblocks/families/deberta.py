@@ -40,7 +40,14 @@ from bertblocks.families.family import BERT_TOKENIZER, Family
 from bertblocks.families.keymap import KeyMap, Rename
 
 from .bertlike import BERT_FIELDS, bert_fields_from_hf, bert_fields_to_hf
-from .deberta_v2 import MASKED_LM_RULES, DebertaConfigError, _refuse, _terms
+from .deberta_v2 import (
+    MASKED_LM_RULES,
+    DebertaConfigError,
+    _refuse,
+    _terms,
+    context_pooler_from_hf,
+    context_pooler_to_hf,
+)
 from .fields import HFField
 
 MODEL_TYPE = "deberta"
@@ -95,18 +102,10 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
             embedding_size,
             f"the projection before the LayerNorm is not implemented (hidden {hidden})",
         )
-    pooler_size = src.pop("pooler_hidden_size", hidden)
-    if pooler_size != hidden:
-        raise _refuse_v1("pooler_hidden_size", pooler_size, f"the pooler is hidden_size ({hidden}) wide")
-    pooler_dropout = src.pop("pooler_dropout", 0.0)
-    if pooler_dropout:
-        raise _refuse_v1("pooler_dropout", pooler_dropout, "the context pooler drops nothing (set it to 0)")
+    pooler, kept = context_pooler_from_hf(src, hf, _POOLED, MODEL_TYPE)
     # legacy: false names the masked LM's weights `lm_predictions.lm_head.*`: read into the same head, saved legacy
     src.pop("legacy", None)
     terms = _terms(src.pop("pos_att_type", None), MODEL_TYPE)
-    activation = src.pop("pooler_hidden_act", "gelu")
-    if "cls_dropout" in src:
-        src["classifier_dropout"] = src.pop("cls_dropout")
     for absent in ("use_cache", "is_decoder", "add_cross_attention"):  # DebertaConfig has none of them
         src.pop(absent, None)
     relative = src.pop("relative_attention", False)
@@ -120,14 +119,8 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     }
     data = bert_fields_from_hf(src)
     data["position"] = position
-    # DebertaModel builds no pooler; the sequence classifier has a ContextPooler
-    data["pooler"] = (
-        {"name": "context_pooler", "activation": activation}
-        if hf.get("architectures") in [[c] for c in _POOLED]
-        else None
-    )
-    if data["pooler"] is None and activation != "gelu":
-        data["hf"]["pooler_hidden_act"] = activation  # kept for the round trip
+    data["pooler"] = pooler  # the sequence classifier's ContextPooler
+    data["hf"].update(kept)
     return data
 
 
@@ -145,13 +138,8 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
         # no term is DebertaConfig's default None (an empty list reads the same)
         pos_att_type=list(o.get("terms", ("p2c", "c2p"))) or None,
         position_biased_input=o.get("absolute", False),
-        pooler_hidden_size=config.hidden_size,
-        pooler_dropout=0.0,
+        **context_pooler_to_hf(config),
     )
-    if config.pooler is not None:
-        out["pooler_hidden_act"] = config.pooler.options().get("activation", "gelu")
-    if config.classifier_dropout is not None:
-        out["cls_dropout"] = config.classifier_dropout
     return out
 
 

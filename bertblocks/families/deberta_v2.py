@@ -103,6 +103,47 @@ def _refuse(field: str, value: Any, why: str, model_type: str = "deberta-v2") ->
     return DebertaConfigError(f"{model_type} config.json: {field}={value!r} is not supported: {why}")
 
 
+def context_pooler_from_hf(
+    src: dict[str, Any], hf: Mapping[str, Any], pooled: tuple[str, ...], model_type: str = "deberta-v2"
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The context pooler of a deberta or deberta-v2 config.json, its fields popped from ``src`` (and
+    ``cls_dropout`` renamed ``classifier_dropout`` there, for BERT's translator).
+
+    transformers' ``DebertaModel`` / ``DebertaV2Model`` build no pooler; the task classes ``pooled`` (named in
+    ``architectures``) have a ``ContextPooler``, with ``pooler_hidden_act``. A config.json without one of them keeps a
+    ``pooler_hidden_act`` other than the default in ``config.hf``, so that it is written back.
+
+    Returns:
+        The ``pooler`` spec (``None``: no pooler), and the fields to keep in ``config.hf`` for the round trip.
+
+    Raises:
+        DebertaConfigError: ``pooler_hidden_size`` other than the hidden size, or a ``pooler_dropout``.
+    """
+    hidden = src.get("hidden_size", 768)
+    pooler_size = src.pop("pooler_hidden_size", hidden)
+    if pooler_size != hidden:
+        raise _refuse("pooler_hidden_size", pooler_size, f"the pooler is hidden_size ({hidden}) wide", model_type)
+    pooler_dropout = src.pop("pooler_dropout", 0.0)
+    if pooler_dropout:
+        raise _refuse("pooler_dropout", pooler_dropout, "the context pooler drops nothing (set it to 0)", model_type)
+    activation = src.pop("pooler_hidden_act", "gelu")
+    if "cls_dropout" in src:
+        src["classifier_dropout"] = src.pop("cls_dropout")
+    if hf.get("architectures") in [[c] for c in pooled]:
+        return {"name": "context_pooler", "activation": activation}, {}
+    return None, ({"pooler_hidden_act": activation} if activation != "gelu" else {})
+
+
+def context_pooler_to_hf(config: BertConfig) -> dict[str, Any]:
+    """The context pooler's fields of a deberta or deberta-v2 config.json (see :func:`context_pooler_from_hf`)."""
+    out: dict[str, Any] = {"pooler_hidden_size": config.hidden_size, "pooler_dropout": 0.0}
+    if config.pooler is not None:
+        out["pooler_hidden_act"] = config.pooler.options().get("activation", "gelu")
+    if config.classifier_dropout is not None:
+        out["cls_dropout"] = config.classifier_dropout
+    return out
+
+
 def _terms(value: Any, model_type: str = "deberta-v2") -> list[str]:
     """``pos_att_type`` (a list, or a string ``"c2p|p2c"``, as DeBERTa v1's checkpoints write it) → its terms."""
     if value is None:
@@ -141,19 +182,11 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         raise _refuse("norm_rel_ebd", "|".join(norm), "only 'none' and 'layer_norm' exist in transformers")
     if "layer_norm" in norm and not relative:
         raise _refuse("norm_rel_ebd", "layer_norm", "a LayerNorm of the relative table without relative_attention")
-    pooler_size = src.pop("pooler_hidden_size", hidden)
-    if pooler_size != hidden:
-        raise _refuse("pooler_hidden_size", pooler_size, f"the pooler is hidden_size ({hidden}) wide")
-    pooler_dropout = src.pop("pooler_dropout", 0.0)
-    if pooler_dropout:
-        raise _refuse("pooler_dropout", pooler_dropout, "the context pooler drops nothing (set it to 0)")
+    pooler, kept = context_pooler_from_hf(src, hf, _POOLED)
     # legacy: false names the masked LM's weights `lm_predictions.lm_head.*`; the key map reads them into the
     # same head, which is saved under the legacy names (legacy: true, transformers' default)
     src.pop("legacy", None)
     terms = _terms(src.pop("pos_att_type", None))
-    activation = src.pop("pooler_hidden_act", "gelu")
-    if "cls_dropout" in src:
-        src["classifier_dropout"] = src.pop("cls_dropout")
     for absent in ("use_cache", "is_decoder", "add_cross_attention"):  # DebertaV2Config has none of them
         src.pop(absent, None)
     position = {  # a disentangled scheme: FIXED, applied by the translator
@@ -175,14 +208,8 @@ def _from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
             "activation": conv_act,
             "dropout": src.get("hidden_dropout_prob", 0.1),
         }
-    # DebertaV2Model builds no pooler; the sequence classifier and multiple choice have a ContextPooler
-    data["pooler"] = (
-        {"name": "context_pooler", "activation": activation}
-        if hf.get("architectures") in [[c] for c in _POOLED]
-        else None
-    )
-    if data["pooler"] is None and activation != "gelu":
-        data["hf"]["pooler_hidden_act"] = activation  # kept for the round trip
+    data["pooler"] = pooler  # the sequence classifier's and multiple choice's ContextPooler
+    data["hf"].update(kept)
     return data
 
 
@@ -198,8 +225,7 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
         share_att_key=o.get("share_att_key", True),
         pos_att_type=list(o.get("terms", ("p2c", "c2p"))),
         position_biased_input=o.get("absolute", False),
-        pooler_hidden_size=config.hidden_size,
-        pooler_dropout=0.0,
+        **context_pooler_to_hf(config),
     )
     layer = config.encoder.layer
     if layer.name == "post_ln_conv":
@@ -211,10 +237,6 @@ def _to_hf(config: BertConfig) -> dict[str, Any]:
         )
     elif layer.name != "post_ln":
         raise DebertaConfigError(f"encoder.layer {layer.name!r}: a deberta-v2 config.json has post-LN layers only")
-    if config.pooler is not None:
-        out["pooler_hidden_act"] = config.pooler.options().get("activation", "gelu")
-    if config.classifier_dropout is not None:
-        out["cls_dropout"] = config.classifier_dropout
     return out
 
 

@@ -1,10 +1,12 @@
-"""Int8 inference: int8 weights and dynamic int8 activations for every ``nn.Linear`` of a model, opt-in.
+"""Int8 inference: int8 weights and dynamic int8 activations for every projection of a model, opt-in.
 
-:func:`quantize` replaces each ``nn.Linear`` of an eval-mode fp32 model (backbone and heads) with an
-:class:`Int8Linear`:
+:func:`quantize` replaces each projection of an eval-mode fp32 model (backbone and heads) with an
+:class:`Int8Linear`: every ``nn.Linear``, and every grouped projection
+(:class:`~bertblocks.core.interfaces.GroupedProjection`: ConvBERT's grouped feed-forward, SqueezeBERT's grouped
+pointwise convolutions), which keeps its groups (each group one int8 product of its input slice):
 
-- **weights**: int8, symmetric, one scale per output channel (``weight`` keeps its ``[out, in]`` shape, next to
-  a ``weight_scale`` ``[out]`` buffer); the bias stays fp32;
+- **weights**: int8, symmetric, one scale per output channel (``weight`` ``[out, in]``, ``[out, in/groups]`` for a
+  grouped projection, next to a ``weight_scale`` ``[out]`` buffer); the bias stays fp32;
 - **activations**: quantized per call, symmetric, one scale per token (row), then an int8 × int8 → int32
   kernel multiplies them and the result is scaled back to fp32 (``acc · s_token · s_channel + bias``).
 
@@ -36,7 +38,7 @@ works as in fp32 (the layers see ``[tokens, hidden]`` rows), ``state_dict`` hold
 ``quantize_dynamic``'s one scale per tensor. Measured figures: docs/explanation/performance.md.
 
 What is not quantized: embeddings, LayerNorms, attention's two products (softmax(QKᵀ)V runs in fp32), and
-every ``nn.Linear`` whose qualified name matches a pattern in ``skip``.
+the convolutions of ConvBERT's attention, and every projection whose qualified name matches a pattern in ``skip``.
 
 Example:
     >>> import bertblocks
@@ -62,12 +64,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from torch import nn
 
 from ..atomic import reads_folder
+from ..core.interfaces import GroupedProjection
 from ..errors import BertBlocksError
 from ..hf.weight_files import WeightFileError, read_safetensors
 from ..readers import ReadError, read_json
 from .inference import is_optimized
 
 M = TypeVar("M", bound=nn.Module)
+
+#: the layers :func:`quantize` converts to :class:`Int8Linear` (every check and the conversion read this one tuple)
+PROJECTIONS = (nn.Linear, GroupedProjection)
 
 #: symmetric int8 range; -128 is left out so that a value and its negation quantize alike
 QMAX = 127
@@ -247,35 +253,57 @@ def _(rows: torch.Tensor, weight: torch.Tensor, handle: int) -> torch.Tensor:
 
 
 class Int8Linear(nn.Module):
-    """``nn.Linear`` with int8 weights (per output channel) and dynamic int8 activations (per token).
+    """``nn.Linear`` (or a grouped projection) with int8 weights (per output channel) and dynamic int8 activations
+    (per token).
 
-    Buffers (all in ``state_dict``): ``weight`` int8 ``[out, in]``, ``weight_scale`` fp32 ``[out]``, ``bias`` fp32
-    ``[out]`` or ``None``. Inputs ``[..., in]`` fp32, output ``[..., out]`` fp32. ``kernel`` (one of
+    Buffers (all in ``state_dict``): ``weight`` int8 ``[out, in/groups]``, ``weight_scale`` fp32 ``[out]``, ``bias``
+    fp32 ``[out]`` or ``None``. Inputs ``[..., in]`` fp32, output ``[..., out]`` fp32. ``kernel`` (one of
     :data:`KERNELS`) multiplies; the products are the same integers for both (as long as ``|weight| ≤ 63``).
+
+    With ``groups`` > 1 (a :class:`~bertblocks.core.interfaces.GroupedProjection`: ConvBERT's grouped
+    feed-forward, SqueezeBERT's grouped convolutions), output rows ``[g·out/groups, (g+1)·out/groups)`` read input
+    slice ``g`` alone: each token is quantized once, over its whole row (the same per-token scale as a dense
+    layer), and each group is one int8 product of its slice and its rows.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, kernel: str = INT_MM) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, kernel: str = INT_MM, groups: int = 1
+    ) -> None:
         super().__init__()
         if kernel not in KERNELS:
             raise QuantizationError(f"Int8Linear: kernel must be one of {KERNELS}, got {kernel!r}")
+        if in_features % groups or out_features % groups:
+            raise QuantizationError(
+                f"Int8Linear: groups {groups} must divide in_features {in_features} and out_features {out_features}"
+            )
         self.in_features = in_features
         self.out_features = out_features
+        self.groups = groups
         self.kernel = kernel
         with torch.inference_mode(False):  # tensors with version counters, even when built under inference_mode
-            self.register_buffer("weight", torch.zeros(out_features, in_features, dtype=torch.int8))
+            self.register_buffer("weight", torch.zeros(out_features, in_features // groups, dtype=torch.int8))
             self.register_buffer("weight_scale", torch.ones(out_features))
             self.register_buffer("bias", torch.zeros(out_features) if bias else None)
-        if kernel == FBGEMM:
-            self.handle = next(_HANDLES)
-            weakref.finalize(self, _PACKED.pop, self.handle, None)
+        if kernel == FBGEMM:  # one packed copy per group (each group's rows are their own GEMM)
+            self.handles = [next(_HANDLES) for _ in range(groups)]
+            for handle in self.handles:
+                weakref.finalize(self, _PACKED.pop, handle, None)
 
     @classmethod
-    def from_float(cls, linear: nn.Linear, kernel: str = INT_MM) -> Int8Linear:
-        """Quantize a float ``nn.Linear`` for ``kernel`` (its weights are read once; the result holds no reference
-        to it)."""
-        module = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, kernel=kernel)
+    def from_float(cls, linear: nn.Linear | GroupedProjection, kernel: str = INT_MM) -> Int8Linear:
+        """Quantize a float ``nn.Linear`` or :class:`~bertblocks.core.interfaces.GroupedProjection` for ``kernel``
+        (its weights are read once; the result holds no reference to it)."""
+        grouped = isinstance(linear, GroupedProjection)
+        weight = linear.rows() if grouped else linear.weight  # [out, in/groups]: one output channel a row
+        module = cls(
+            linear.in_features,
+            linear.out_features,
+            bias=linear.bias is not None,
+            kernel=kernel,
+            groups=linear.groups if grouped else 1,
+        )
         with torch.inference_mode(False), torch.no_grad():  # not inference tensors: see __init__
-            q, scale = quantize_weight(linear.weight.detach().float(), WEIGHT_QMAX[kernel])
+            q, scale = quantize_weight(weight.detach().float(), WEIGHT_QMAX[kernel])
             module.weight = q
             module.weight_scale = scale
             if linear.bias is not None:
@@ -286,24 +314,44 @@ class Int8Linear(nn.Module):
         rows = x.reshape(-1, self.in_features)  # packed [T, in] or padded [b·s, in]
         peak = rows.abs().amax(dim=1, keepdim=True).clamp(min=EPS)  # [n, 1], one per token
         if self.kernel == FBGEMM and not torch.compiler.is_exporting():  # an export writes _int_mm (runs anywhere)
-            out = fbgemm_int8_mm(rows / peak, self.weight, self.handle) * (peak * self.weight_scale)
+            unit = rows / peak
+            parts = [
+                fbgemm_int8_mm(part, weight, handle)
+                for part, weight, handle in zip(self._slices(unit), self._weights(), self.handles, strict=True)
+            ]
+            out = self._join(parts) * (peak * self.weight_scale)
         else:
             scale = peak / QMAX
             q = torch.round(rows / scale).clamp(-QMAX, QMAX).to(torch.int8)
-            acc = torch._int_mm(q, self.weight.t())  # [n, out] int32: exact, |acc| <= 127² · in
+            products = [torch._int_mm(part, w.t()) for part, w in zip(self._slices(q), self._weights(), strict=True)]
+            acc = self._join(products)  # [n, out] int32: exact, |acc| <= 127² · in
             out = acc.to(rows.dtype) * (scale * self.weight_scale)
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features)
 
+    def _slices(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        """``rows [n, in]`` as each group's contiguous ``[n, in/groups]`` input."""
+        if self.groups == 1:
+            return [rows]
+        return list(rows.view(rows.shape[0], self.groups, -1).transpose(0, 1).contiguous().unbind(0))
+
+    def _weights(self) -> list[torch.Tensor]:
+        """Each group's int8 rows ``[out/groups, in/groups]`` (views of ``weight``)."""
+        return list(self.weight.chunk(self.groups, dim=0))
+
+    def _join(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
     def dequantized_weight(self) -> torch.Tensor:
-        """The fp32 weight this layer computes with (``q · scale``)."""
+        """The fp32 weight this layer computes with (``q · scale``), ``[out, in/groups]``."""
         return self.weight.float() * self.weight_scale[:, None]
 
     def extra_repr(self) -> str:
+        groups = f", groups={self.groups}" if self.groups > 1 else ""
         return (
-            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-            f"kernel={self.kernel}"
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+            f"{groups}, kernel={self.kernel}"
         )
 
 
@@ -329,7 +377,7 @@ def _check(model: nn.Module) -> None:
             "layers are for inference only: call model.eval() first"
         )
     for module_name, module in model.named_modules():
-        if not isinstance(module, nn.Linear):
+        if not isinstance(module, PROJECTIONS):
             continue
         weight = module.weight
         if weight.dtype != torch.float32:
@@ -388,7 +436,8 @@ def _roots(model: nn.Module) -> list[nn.Module]:
 
 
 def quantize(model: M, *, skip: Sequence[str] = (), kernel: str = "auto", force: bool = False) -> M:
-    """Quantize every ``nn.Linear`` of ``model`` (backbone and heads) to :class:`Int8Linear`, in place.
+    """Quantize every projection of ``model`` (backbone and heads: each ``nn.Linear`` and grouped projection,
+    :data:`PROJECTIONS`) to :class:`Int8Linear`, in place.
 
     Compose with the rest of the inference stack: packing works unchanged, and
     :func:`bertblocks.optimize_for_inference` compiles the quantized model (call it *after* this function).
@@ -411,7 +460,7 @@ def quantize(model: M, *, skip: Sequence[str] = (), kernel: str = "auto", force:
 
     Raises:
         QuantizationError: a model in training mode, with non-fp32 or non-CPU linear weights, already
-            quantized, already compiled by ``optimize_for_inference``, with no ``nn.Linear`` to quantize, or
+            quantized, already compiled by ``optimize_for_inference``, with no projection to quantize, or
             with a fused ``Wqkv`` that cross-attention or a position term reads in parts (name it in ``skip``);
             an unknown ``kernel``, or ``"fbgemm"`` on a PyTorch built without it.
     """
@@ -419,11 +468,11 @@ def quantize(model: M, *, skip: Sequence[str] = (), kernel: str = "auto", force:
     targets = [
         (name, module)
         for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and not any(fnmatch.fnmatchcase(name, p) for p in skip)
+        if isinstance(module, PROJECTIONS) and not any(fnmatch.fnmatchcase(name, p) for p in skip)
     ]
     if not targets:
         raise QuantizationError(
-            f"quantize: {type(model).__name__} has no nn.Linear layer to quantize (skip={list(skip)!r})"
+            f"quantize: {type(model).__name__} has no nn.Linear or grouped projection to quantize (skip={list(skip)!r})"
         )
     _check_fused_parts(model, {id(module) for _, module in targets})
     chosen = _resolve_kernel(kernel, force)
@@ -664,6 +713,7 @@ __all__ = [
     "FBGEMM",
     "INT_MM",
     "KERNELS",
+    "PROJECTIONS",
     "CpuFeatures",
     "Int8Linear",
     "Kernel",

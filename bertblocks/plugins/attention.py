@@ -39,7 +39,7 @@ from bertblocks.core.interfaces import (
 from bertblocks.core.packing import Packing
 
 from ..errors import InputError
-from .feedforward import ResidualOutput
+from .projections import AttentionOutput, qkv_linears
 from .varlen_sdpa import equal_length_runs
 
 
@@ -102,9 +102,9 @@ class SelfAttentionProjections(nn.Module):
         if fused:
             self.Wqkv = nn.Linear(hidden_size, 3 * all_head_size, bias=qkv_bias)  # ModernBERT's name
         else:
-            self.query = nn.Linear(hidden_size, all_head_size, bias=qkv_bias)
-            self.key = nn.Linear(hidden_size, kv_size or all_head_size, bias=qkv_bias)
-            self.value = nn.Linear(value_input_size or hidden_size, kv_size or all_head_size, bias=qkv_bias)
+            self.query, self.key, self.value = qkv_linears(
+                hidden_size, all_head_size, qkv_bias, kv_width=kv_size, value_input_size=value_input_size
+            )
         # DeBERTa v1's biases beside the projections: the query's and the value's, none on the key (a key bias
         # adds the same q·b to every score of a query row, which the softmax ignores)
         self.q_bias = nn.Parameter(torch.zeros(all_head_size)) if qv_bias else None
@@ -164,11 +164,6 @@ class SelfAttentionProjections(nn.Module):
             return self.Wqkv.weight[rows], bias
         bias = self.Wqkv.bias[i * n : (i + 1) * n] if self.Wqkv.bias is not None else None
         return self.Wqkv.weight[i * n : (i + 1) * n], bias
-
-
-class AttentionOutput(ResidualOutput):
-    """HF's ``BertSelfOutput``: the :class:`~bertblocks.plugins.feedforward.ResidualOutput` of the attention
-    sub-layer, ``all_head_size`` wide in."""
 
 
 class BertAttention(Attention):

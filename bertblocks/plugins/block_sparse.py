@@ -38,6 +38,8 @@ from bertblocks.core.interfaces import Attention, AttentionBackend, Positions, P
 from bertblocks.core.packing import Packing
 from bertblocks.errors import BertBlocksError
 
+from .projections import AttentionOutput, QKVProjections
+
 
 class BlockSparseError(BertBlocksError, ValueError):
     """A block-sparse attention that cannot be built as configured."""
@@ -265,34 +267,14 @@ def dense_block_mask(
     return seen.masked_fill(hidden, low) + key_mask[:, None, None, :].masked_fill(hidden, 0)
 
 
-class _Projections(nn.Module):
-    """HF's ``attention.self``: ``query``, ``key``, ``value``."""
+class _Projections(QKVProjections):
+    """HF's ``attention.self``: ``query``, ``key``, ``value``, and the position scheme's ``rotary`` (if any)."""
 
     def __init__(self, hidden_size: int, inner: int, bias: bool, rotary: Rotary | None) -> None:
-        super().__init__()
-        self.query = nn.Linear(hidden_size, inner, bias=bias)
-        self.key = nn.Linear(hidden_size, inner, bias=bias)
-        self.value = nn.Linear(hidden_size, inner, bias=bias)
+        super().__init__(hidden_size, inner, bias)
         if rotary is not None:
             self.rotary = rotary
         self.has_rotary = rotary is not None
-
-
-class _Output(nn.Module):
-    """HF's ``attention.output``: ``LayerNorm(dropout(dense(x)) + residual)``, or ``dropout(dense(x))`` when the
-    layer normalises itself."""
-
-    def __init__(self, inner: int, hidden_size: int, dropout: float, norm: nn.Module | None) -> None:
-        super().__init__()
-        self.dense = nn.Linear(inner, hidden_size)
-        self.dropout = nn.Dropout(dropout)
-        if norm is not None:
-            self.LayerNorm = norm  # CamelCase: HF's checkpoint key
-        self.has_norm = norm is not None
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        x = self.dropout(self.dense(x))
-        return self.LayerNorm(x + residual) if self.has_norm else x
 
 
 class BlockSparseAttention(Attention):
@@ -347,7 +329,7 @@ class BlockSparseAttention(Attention):
         # sequence can be longer than the full-attention limit.
         self.reads_padded_positions = self.sparse and max_positions > self.limit
         self.self = _Projections(hidden_size, hidden_size, options.bias, rotary)
-        self.output = _Output(hidden_size, hidden_size, hidden_dropout, norm)
+        self.output = AttentionOutput(hidden_size, hidden_size, 0.0, hidden_dropout, norm)  # norm: built, or None
         self.kept_heads: list[int] = list(range(num_heads))
         self._plans: dict[int, torch.Tensor] = {}
 

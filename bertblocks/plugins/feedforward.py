@@ -19,7 +19,7 @@ from torch import nn
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import FeedForward, FeedForwardOutput, Intermediate
 
-from ..errors import InputError
+from .grouped_linear import GroupedLinear
 
 
 class BertFeedForwardOptions(BaseModel):
@@ -75,40 +75,6 @@ class BertIntermediate(Intermediate):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.intermediate_act_fn(self.dense(hidden_states))
-
-
-class GroupedLinear(nn.Module):
-    """transformers' ConvBERT ``GroupedLinearLayer``: the input's ``groups`` slices each through their own
-    ``[in/groups, out/groups]`` weight (stored ``[groups, in/groups, out/groups]``, transformers' layout), outputs
-    concatenated, then one bias over all of them.
-
-    Shapes::
-
-        x [..., in] → [n, g, in/g] → [g, n, in/g] @ weight [g, in/g, out/g] → [g, n, out/g] → [..., out]
-    """
-
-    def __init__(self, in_features: int, out_features: int, groups: int, bias: bool = True) -> None:
-        super().__init__()
-        if in_features % groups or out_features % groups:
-            raise InputError(
-                f"encoder.feedforward.groups {groups} must divide both widths of each projection "
-                f"({in_features} and {out_features})"
-            )
-        self.groups, self.in_features, self.out_features = groups, in_features, out_features
-        self.weight = nn.Parameter(torch.empty(groups, in_features // groups, out_features // groups))
-        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
-
-    def reset_parameters_like_hf(self, std: float) -> None:
-        with torch.no_grad():
-            self.weight.normal_(0.0, std)
-            if self.bias is not None:
-                self.bias.zero_()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
-        grouped = x.reshape(-1, self.groups, self.in_features // self.groups).transpose(0, 1)  # [g, n, in/g]
-        out = torch.bmm(grouped, self.weight).transpose(0, 1).reshape(*lead, self.out_features)  # [..., out]
-        return out if self.bias is None else out + self.bias
 
 
 class GLUIntermediate(Intermediate):
@@ -203,8 +169,9 @@ def build_bert_feedforward(
         intermediate_size, hidden_size, layer_norm_eps, dropout, _norm(norm, hidden_size, layer_norm_eps), bias
     )
     if groups > 1:  # the same modules with grouped projections in place of the dense ones (same key names)
-        intermediate.dense = GroupedLinear(hidden_size, intermediate_size, groups, bias)
-        output.dense = GroupedLinear(intermediate_size, hidden_size, groups, bias)
+        where = "encoder.feedforward.groups"
+        intermediate.dense = GroupedLinear(hidden_size, intermediate_size, groups, bias, "blocks", where)
+        output.dense = GroupedLinear(intermediate_size, hidden_size, groups, bias, "blocks", where)
     return FeedForward(intermediate=intermediate, output=output)
 
 

@@ -2,8 +2,9 @@
 convolution* (SqueezeBERT, Iandola et al. 2020): a kernel-1 ``nn.Conv1d`` over the channels with ``groups``, so that
 slice ``g`` of the input feeds slice ``g`` of the output alone.
 
-The projections are ``nn.Conv1d`` modules (weight ``[out, in/groups, 1]``, transformers' SqueezeBERT layout) applied
-to ``[..., channels]`` states position by position, so the rest of BERT's attention (backends, masks, packing,
+The projections are :class:`~bertblocks.plugins.grouped_linear.GroupedLinear` modules in the ``"conv1d"`` layout
+(weight ``[out, in/groups, 1]``, as transformers' SqueezeBERT stores its ``nn.Conv1d``), applied to
+``[..., channels]`` states position by position, so the rest of BERT's attention (backends, masks, packing,
 cross-attention, the cache) and feed-forward is unchanged. A grouped projection cannot lose one head's rows without
 changing the others' groups: the attention declares that it cannot be pruned.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
@@ -23,19 +23,7 @@ from bertblocks.core.interfaces import AttentionBackend, FeedForward, PositionSc
 
 from .attention import AttentionOptions, BertAttention, build_bert_attention
 from .feedforward import build_bert_feedforward
-
-
-class PointwiseConv(nn.Conv1d):
-    """A kernel-1 grouped convolution over the channels of ``[..., in]`` states → ``[..., out]``, each position on
-    its own (transformers' SqueezeBERT ``nn.Conv1d(cin, cout, kernel_size=1, groups=groups)`` on ``[b, C, q]``)."""
-
-    def __init__(self, in_channels: int, out_channels: int, groups: int) -> None:
-        super().__init__(in_channels, out_channels, kernel_size=1, groups=groups)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
-        out = super().forward(x.reshape(-1, self.in_channels, 1))  # [n, in, 1] → [n, out, 1]
-        return out.view(*lead, self.out_channels)
+from .grouped_linear import GroupedLinear
 
 
 class GroupedConvAttentionOptions(BaseModel):
@@ -86,10 +74,10 @@ def build_grouped_conv_attention(
     )
     # BERT's attention with its projections replaced, under the same names (query, key, value, output.dense)
     proj = attention.self
-    proj.query = PointwiseConv(hidden_size, hidden_size, options.q_groups)
-    proj.key = PointwiseConv(hidden_size, hidden_size, options.k_groups)
-    proj.value = PointwiseConv(hidden_size, hidden_size, options.v_groups)
-    attention.output.dense = PointwiseConv(hidden_size, hidden_size, options.output_groups)
+    proj.query = _pointwise(hidden_size, hidden_size, options.q_groups)
+    proj.key = _pointwise(hidden_size, hidden_size, options.k_groups)
+    proj.value = _pointwise(hidden_size, hidden_size, options.v_groups)
+    attention.output.dense = _pointwise(hidden_size, hidden_size, options.output_groups)
     attention.capabilities = AttentionCapabilities(
         pruning=False, reason="a grouped projection cannot lose one head's rows without regrouping the others"
     )
@@ -116,9 +104,15 @@ def build_grouped_conv_feedforward(
         norm=norm,
     )
     # BERT's block with its projections replaced, under the same names (intermediate.dense, output.dense)
-    block.intermediate.dense = PointwiseConv(hidden_size, intermediate_size, options.intermediate_groups)
-    block.output.dense = PointwiseConv(intermediate_size, hidden_size, options.output_groups)
+    block.intermediate.dense = _pointwise(hidden_size, intermediate_size, options.intermediate_groups)
+    block.output.dense = _pointwise(intermediate_size, hidden_size, options.output_groups)
     return block
+
+
+def _pointwise(in_channels: int, out_channels: int, groups: int) -> GroupedLinear:
+    """A kernel-1 grouped convolution over the channels (transformers' SqueezeBERT ``nn.Conv1d(cin, cout,
+    kernel_size=1, groups=groups)`` on ``[b, C, q]``), stored as that convolution's weight."""
+    return GroupedLinear(in_channels, out_channels, groups, bias=True, layout="conv1d")
 
 
 def _divides(pairs: list[tuple[str, int, str, int]]) -> list[str]:

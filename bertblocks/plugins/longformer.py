@@ -40,9 +40,11 @@ from torch import nn
 from bertblocks.config import BertConfig
 from bertblocks.core.capabilities import AttentionCapabilities
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import Attention, ExtraInput, Positions, PositionScheme
+from bertblocks.core.interfaces import ExtraInput, Positions, PositionScheme
 from bertblocks.core.packing import Packing
 from bertblocks.errors import BertBlocksError, InputError, UnsupportedError
+
+from .projections import AttentionOutput, EncoderOnlyAttention, QKVProjections, qkv_linears
 
 #: the forward input the attention reads beyond the standard ones: ``[b, q]`` (or ``[b, c, q]``), 1 = global
 GLOBAL_ATTENTION_MASK = "global_attention_mask"
@@ -73,38 +75,16 @@ class LongformerOptions(BaseModel):
         return value
 
 
-class GlobalProjections(nn.Module):
+class GlobalProjections(QKVProjections):
     """transformers' ``LongformerSelfAttention`` parameters: the windowed projections ``query``, ``key``, ``value``
     and the global ones ``query_global``, ``key_global``, ``value_global`` (HF's names, so checkpoints load)."""
 
     def __init__(self, hidden_size: int, all_head_size: int) -> None:
-        super().__init__()
-        self.query = nn.Linear(hidden_size, all_head_size)
-        self.key = nn.Linear(hidden_size, all_head_size)
-        self.value = nn.Linear(hidden_size, all_head_size)
-        self.query_global = nn.Linear(hidden_size, all_head_size)
-        self.key_global = nn.Linear(hidden_size, all_head_size)
-        self.value_global = nn.Linear(hidden_size, all_head_size)
+        super().__init__(hidden_size, all_head_size)
+        self.query_global, self.key_global, self.value_global = qkv_linears(hidden_size, all_head_size)
 
 
-class SelfOutput(nn.Module):
-    """``norm(dropout(dense(context)) + residual)`` (post-LN, HF's ``attention.output``), or ``dropout(dense(context))``
-    when the layer owns the residual and norm (``norm=None``)."""
-
-    def __init__(self, hidden_size: int, dropout: float, norm: nn.Module | None) -> None:
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        if norm is not None:
-            self.LayerNorm = norm  # CamelCase: HF's checkpoint key
-        self.post_norm = norm is not None
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        out = self.dropout(self.dense(hidden_states))
-        return self.LayerNorm(out + residual) if self.post_norm else out
-
-
-class LongformerAttention(Attention):
+class LongformerAttention(EncoderOnlyAttention):
     """Sliding-window attention with global tokens, as transformers' Longformer.
 
     Shapes (``w`` one-sided window, ``n = ⌈L / w⌉`` blocks, ``G`` the most global tokens of any row)::
@@ -116,6 +96,7 @@ class LongformerAttention(Attention):
         context [b, L, h·d] → output dense → dropout → + residual → norm
     """
 
+    kind = "longformer"
     extra_inputs: ClassVar[tuple[str, ...]] = (GLOBAL_ATTENTION_MASK,)
     capabilities = AttentionCapabilities(
         pruning=False,
@@ -140,7 +121,7 @@ class LongformerAttention(Attention):
         self.sequence_multiple = self.one_sided  # an exported graph takes whole blocks of w queries
         self.dropout_p = dropout
         self.self = GlobalProjections(hidden_size, hidden_size)  # `self`: HF's child name
-        self.output = SelfOutput(hidden_size, hidden_dropout, norm)
+        self.output = AttentionOutput(hidden_size, hidden_size, 0.0, hidden_dropout, norm)  # norm: built, or None
 
     def extra_input_specs(self) -> tuple[ExtraInput, ...]:
         """``global_attention_mask``: ``[batch, sequence]``, 1 at global tokens (the example: each row's first, as
@@ -153,23 +134,17 @@ class LongformerAttention(Attention):
 
         return (ExtraInput(GLOBAL_ATTENTION_MASK, ("batch", "sequence"), torch.long, first_global),)
 
-    def forward(
+    def attend(
         self,
         hidden_states: torch.Tensor,
         *,
         mask: torch.Tensor | None,
         positions: Positions,
-        head_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        encoder_hidden_states: torch.Tensor | None = None,
-        cache: Any = None,
-        layer_index: int = 0,
-        is_causal: bool = False,
-        packing: Packing | None = None,
+        head_mask: torch.Tensor | None,
+        output_attentions: bool,
+        packing: Packing | None,
         global_attention_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if encoder_hidden_states is not None or is_causal or cache is not None:
-            raise InputError("the longformer attention is bidirectional self-attention: no decoder, cache or cross")
         if packing is not None:
             # the window is positional: run the padded layout (packed tokens keep their order, padding is masked,
             # so real tokens get the padded run's numbers) and pack the result again

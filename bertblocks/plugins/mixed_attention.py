@@ -34,14 +34,13 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 from torch import nn
 
-from bertblocks.core.cache import KVCache
 from bertblocks.core.capabilities import AttentionCapabilities, CapabilityError
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import Attention, AttentionBackend, Positions, PositionScheme
+from bertblocks.core.interfaces import AttentionBackend, Positions, PositionScheme
 from bertblocks.core.packing import Packing
 
 from ..errors import InputError
-from .attention import AttentionOutput
+from .projections import AttentionOutput, EncoderOnlyAttention, QKVProjections
 
 
 class ConvBertAttentionOptions(BaseModel):
@@ -87,20 +86,18 @@ class SeparableConv1D(nn.Module):
         return self.pointwise(self.depthwise(x)) + self.bias  # [b, C, q] → [b, out, q]
 
 
-class MixedProjections(nn.Module):
-    """transformers' ``ConvBertSelfAttention`` parameters (its child name is ``self``)."""
+class MixedProjections(QKVProjections):
+    """transformers' ``ConvBertSelfAttention`` parameters (its child name is ``self``): the softmax heads'
+    ``query``, ``key``, ``value`` and the convolution heads' modules."""
 
     def __init__(self, hidden_size: int, width: int, heads: int, kernel_size: int) -> None:
-        super().__init__()
-        self.query = nn.Linear(hidden_size, width)
-        self.key = nn.Linear(hidden_size, width)
-        self.value = nn.Linear(hidden_size, width)
+        super().__init__(hidden_size, width)
         self.key_conv_attn_layer = SeparableConv1D(hidden_size, width, kernel_size)
         self.conv_kernel_layer = nn.Linear(width, heads * kernel_size)
         self.conv_out_layer = nn.Linear(hidden_size, width)
 
 
-class ConvBertAttention(Attention):
+class ConvBertAttention(EncoderOnlyAttention):
     """ConvBERT's mixed attention sub-layer (see the module docstring).
 
     Args:
@@ -114,6 +111,7 @@ class ConvBertAttention(Attention):
         options: :class:`ConvBertAttentionOptions`.
     """
 
+    kind = "convbert"
     reads_padded_positions = True
 
     def __init__(
@@ -154,22 +152,16 @@ class ConvBertAttention(Attention):
         self.self = MixedProjections(hidden_size, width, heads, self.kernel_size)
         self.output = AttentionOutput(2 * width, hidden_size, layer_norm_eps, hidden_dropout, norm)
 
-    def forward(
+    def attend(
         self,
         hidden_states: torch.Tensor,
         *,
         mask: torch.Tensor | None,
         positions: Positions,
-        head_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        encoder_hidden_states: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        layer_index: int = 0,
-        is_causal: bool = False,
-        packing: Packing | None = None,
+        head_mask: torch.Tensor | None,
+        output_attentions: bool,
+        packing: Packing | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if encoder_hidden_states is not None or cache is not None or is_causal:
-            raise CapabilityError(self.capabilities.refusal("the convbert attention is an encoder's"))
         if positions.score_bias is not None:
             raise CapabilityError("the convbert attention takes no position score bias (its positions are embedded)")
         if output_attentions and not self.backend.capabilities.attention_weights:

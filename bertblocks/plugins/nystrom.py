@@ -54,9 +54,11 @@ from torch import nn
 from bertblocks.config import BertConfig
 from bertblocks.core.capabilities import AttentionCapabilities, CapabilityError
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import Attention, AttentionBackend, Positions, PositionScheme
+from bertblocks.core.interfaces import AttentionBackend, Positions, PositionScheme
 from bertblocks.core.packing import Packing
 from bertblocks.errors import BertBlocksError, InputError
+
+from .projections import AttentionOutput, EncoderOnlyAttention, QKVProjections
 
 #: iterations of the pseudo-inverse (transformers' ``iterative_inv(n_iter=6)``)
 PINV_ITERATIONS = 6
@@ -105,36 +107,16 @@ class NystromOptions(BaseModel):
         return self.num_landmarks != self.segment_means_seq_len
 
 
-class NystromProjections(nn.Module):
+class NystromProjections(QKVProjections):
     """transformers' ``NystromformerSelfAttention`` parameters (its child name is ``self``): ``query``, ``key``,
     ``value`` and the depthwise ``conv`` (``[h, 1, k, 1]``, no bias)."""
 
     def __init__(self, hidden_size: int, num_heads: int, kernel_size: int | None) -> None:
-        super().__init__()
-        self.query = nn.Linear(hidden_size, hidden_size)
-        self.key = nn.Linear(hidden_size, hidden_size)
-        self.value = nn.Linear(hidden_size, hidden_size)
+        super().__init__(hidden_size, hidden_size)
         if kernel_size is not None:
             self.conv = nn.Conv2d(
                 num_heads, num_heads, (kernel_size, 1), padding=(kernel_size // 2, 0), bias=False, groups=num_heads
             )
-
-
-class SelfOutput(nn.Module):
-    """``norm(dropout(dense(context)) + residual)`` (post-LN, HF's ``attention.output``), or
-    ``dropout(dense(context))`` when the layer owns the residual and norm (``norm=None``)."""
-
-    def __init__(self, hidden_size: int, dropout: float, norm: nn.Module | None) -> None:
-        super().__init__()
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        if norm is not None:
-            self.LayerNorm = norm  # CamelCase: HF's checkpoint key
-        self.post_norm = norm is not None
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        out = self.dropout(self.dense(hidden_states))
-        return self.LayerNorm(out + residual) if self.post_norm else out
 
 
 def iterative_inverse(matrix: torch.Tensor, exact_init: bool, iterations: int = PINV_ITERATIONS) -> torch.Tensor:
@@ -156,7 +138,7 @@ def iterative_inverse(matrix: torch.Tensor, exact_init: bool, iterations: int = 
     return value
 
 
-class NystromAttention(Attention):
+class NystromAttention(EncoderOnlyAttention):
     """Nyströmformer's self-attention sub-layer (see the module docstring).
 
     Args:
@@ -167,6 +149,8 @@ class NystromAttention(Attention):
         norm: the norm after the residual (post-LN); ``None`` for a layer that normalises itself.
         options: :class:`NystromOptions`.
     """
+
+    kind = "nystrom"
 
     def __init__(
         self,
@@ -196,24 +180,18 @@ class NystromAttention(Attention):
         # the landmark path computes its kernels itself: it holds no backend (none would be called)
         self.backend = None if self.landmarks else backend
         self.self = NystromProjections(hidden_size, num_heads, options.conv_kernel_size)  # `self`: HF's child name
-        self.output = SelfOutput(hidden_size, hidden_dropout, norm)
+        self.output = AttentionOutput(hidden_size, hidden_size, 0.0, hidden_dropout, norm)  # norm: built, or None
 
-    def forward(
+    def attend(
         self,
         hidden_states: torch.Tensor,
         *,
         mask: torch.Tensor | None,
         positions: Positions,
-        head_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        encoder_hidden_states: torch.Tensor | None = None,
-        cache: Any = None,
-        layer_index: int = 0,
-        is_causal: bool = False,
-        packing: Packing | None = None,
+        head_mask: torch.Tensor | None,
+        output_attentions: bool,
+        packing: Packing | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if encoder_hidden_states is not None or cache is not None or is_causal:
-            raise CapabilityError(self.capabilities.refusal("the nystrom attention is an encoder's"))
         if positions.score_bias is not None:
             raise CapabilityError("the nystrom attention takes no position score bias (its positions are embedded)")
         if output_attentions and (self.backend is None or not self.backend.capabilities.attention_weights):

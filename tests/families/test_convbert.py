@@ -123,10 +123,11 @@ def test_packed_sequences_equal_transformers_on_each_sequence_alone(tmp_path):
 
 
 def test_a_grouped_projection_is_each_group_through_its_own_weight():
-    from bertblocks.plugins.feedforward import GroupedLinear
+    from bertblocks.plugins.grouped_linear import GroupedLinear
 
     torch.manual_seed(0)
     layer = GroupedLinear(6, 4, groups=2)
+    assert layer.weight.shape == (2, 3, 2)  # transformers' GroupedLinearLayer: [groups, in/groups, out/groups]
     layer.reset_parameters_like_hf(0.5)
     with torch.no_grad():
         layer.bias.normal_()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 import bertblocks
-from bertblocks.plugins.grouped_conv import PointwiseConv
+from bertblocks.plugins.grouped_linear import GroupedLinear
 from tests.families.reference import FAMILIES, batch, save_hf
 from tests.tolerances import assert_close
 
@@ -18,7 +18,11 @@ SQUEEZEBERT = FAMILIES["squeezebert"]
 
 def test_a_pointwise_convolution_is_each_group_through_its_own_rows():
     torch.manual_seed(0)
-    conv = PointwiseConv(6, 4, groups=2).double()
+    conv = GroupedLinear(6, 4, groups=2, layout="conv1d").double()
+    conv.reset_parameters_like_hf(0.5)
+    with torch.no_grad():
+        conv.bias.normal_()
+    assert conv.weight.shape == (4, 3, 1)  # transformers' nn.Conv1d weight, kernel 1
     x = torch.randn(3, 5, 6, dtype=torch.float64)
     weight = conv.weight[..., 0]  # [out, in/groups]
     # written out: output rows 2g, 2g+1 read input slice g only
@@ -59,7 +63,9 @@ def test_the_grouped_components_serve_another_family_from_yaml(tmp_path):
     }
     torch.manual_seed(0)
     model = bertblocks.create_model(bertblocks.load_config("tiny-bert", overrides)).eval()
-    assert isinstance(model.encoder.layer_at(0).attention.self.query, PointwiseConv)
+    query = model.encoder.layer_at(0).attention.self.query
+    assert isinstance(query, GroupedLinear)
+    assert (query.groups, query.layout) == (2, "conv1d")
     ids = torch.randint(5, 99, (2, 7))
     with torch.no_grad():
         out = model(input_ids=ids).last_hidden_state
