@@ -244,3 +244,139 @@ def test_pruned_heads_stay_packed_and_equal_padded(scheme, monkeypatch):
         a, b = padded(**x).last_hidden_state, packed(**x).last_hidden_state
     assert spy.calls == 0
     assert_close(a[real], b[real])
+
+
+# ------------------------------------------------------------------------------------------ inside torch.compile
+#: what the compiled tests cover: the per-layer relative table with both terms, DeBERTa-v3's shared-key c2p + p2c,
+#: Jina v2's shared ALiBi and the example plugin's per-layer ALiBi. Each scheme through AOT autograd (the op's fake
+#: kernel and autograd registration, what any compiler backend sees); one through inductor as well (its C++ build
+#: costs half a minute, so only the scheme with the most parts)
+COMPILED_SCHEMES = [
+    ("relative_key_query", "aot_eager"),
+    ("disentangled", "aot_eager"),
+    ("disentangled", "inductor"),
+    ("symmetric_alibi", "aot_eager"),
+    ("alibi (plugin, per layer)", "aot_eager"),
+]
+
+
+@pytest.fixture
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize(("scheme", "compiler"), COMPILED_SCHEMES)
+def test_compiled_packed_outputs_and_gradients_equal_padded_and_never_repad(
+    scheme, compiler, monkeypatch, fresh_dynamo
+):
+    """``torch.compile`` (one dynamic graph) of a packed model: outputs and every parameter's gradient
+    (the position tables included) equal the eager padded model's, and no layer re-padded while the graph was
+    traced (the spy is Python: it counts at trace time, once per layer, if the graph holds a re-padded call).
+    Two batches of different lengths go through the same compiled model."""
+    padded, packed = _model(scheme, "never").train(), _model(scheme, "always").train()
+    spy = _RepadSpy(monkeypatch)
+    compiled = torch.compile(packed, backend=compiler, dynamic=True, fullgraph=True)
+    for x in (_batch(), {k: v[1:, :9] for k, v in _batch().items()}):
+        real = x["attention_mask"].bool()
+        losses, outputs = [], []
+        for model in (padded, compiled):
+            model.zero_grad()
+            out = model(**x).last_hidden_state
+            loss = (out[real] ** 2).mean() + out[real][:, 0].sum()
+            loss.backward()
+            losses.append(loss.detach())
+            outputs.append(out.detach())
+        assert outputs[1][~real].abs().max() == 0  # packed in the graph: padded positions are zeros
+        assert_close(outputs[1][real], outputs[0][real])
+        assert_grads_close(losses[1], losses[0])
+        grads = {name: p.grad for name, p in packed.named_parameters() if p.grad is not None}
+        for name, param in padded.named_parameters():
+            if param.grad is not None:
+                assert name in grads, name
+                assert_grads_close(grads[name], param.grad, what=name)
+    assert spy.calls == 0
+
+
+@pytest.mark.compile
+def test_compiled_graph_holds_the_biased_varlen_op_and_no_repadding(fresh_dynamo):
+    """The traced graph of a packed relative_key model calls ``bertblocks::sdpa_varlen_biased`` once per layer and
+    scatters no query back to the padded layout (re-padding is an ``index_copy`` of ``[T, ·]`` into ``[b·L, ·]``:
+    with packing, the graph's only one is the output's unpack)."""
+    packed = _model("relative_key", "always").eval()
+    graphs: list[str] = []
+
+    def capture(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        graphs.append(gm.code)
+        return gm
+
+    with torch.no_grad():
+        torch.compile(packed, backend=capture, dynamic=True, fullgraph=True)(**_batch())
+    (code,) = graphs
+    assert code.count("bertblocks.sdpa_varlen_biased") == 2
+    assert code.count(".index_copy_(") == 1
+
+
+@pytest.mark.compile
+def test_compiled_repads_where_the_op_cannot_serve(monkeypatch, fresh_dynamo):
+    """The eager backend (its own kernel, not SDPA's) and a term without a packed form keep the re-padded call
+    inside a graph, with the same results."""
+    padded = _model("relative_key", "never").eval()
+    eager_backend = _model("relative_key", "always", backend="eager").eval()
+    no_form = _model("relative_key", "always").eval()
+    for layer in no_form.encoder.layer:
+        layer.attention.self.distance_embedding.__class__ = _NoPackedForm
+    x = _batch()
+    real = x["attention_mask"].bool()
+    for model in (eager_backend, no_form):
+        torch._dynamo.reset()
+        spy = _RepadSpy(monkeypatch)
+        with torch.no_grad():
+            out = torch.compile(model, backend="aot_eager", dynamic=True, fullgraph=True)(**x).last_hidden_state
+            assert_close(out[real], padded(**x).last_hidden_state[real])
+        assert spy.calls == 2
+
+
+class _NoPackedForm(RelativeBias):
+    """Declares ``per_sequence`` (eager packs) but gives no packed form (a third-party term written before it)."""
+
+    per_sequence: ClassVar[bool] = True
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
+        return super().forward(query, key, positions)
+
+    def packed_term(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def test_the_biased_varlen_op_passes_opcheck():
+    """Fake kernel, autograd registration and schema of ``bertblocks::sdpa_varlen_biased`` (torch's own checks,
+    gradients against finite differences included), with every term present, over runs of equal and lone lengths."""
+    g = torch.Generator().manual_seed(0)
+    t, h, d, length, n = 10, 2, 4, 5, 7
+    q, k, v = (torch.randn(t, h, d, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    cu = torch.tensor([0, 5, 7, 9, 10], dtype=torch.int32)
+    index = torch.randint(0, n, (length, length), generator=g)
+    rows, cols = (torch.randn(t, h, n, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    fixed = torch.randn(1, h, length, length, generator=g, dtype=torch.float64, requires_grad=True)
+    args = (q, k, v, cu, 0.5, 0.25, index, rows, cols, fixed)
+    torch.library.opcheck(torch.ops.bertblocks.sdpa_varlen_biased.default, args)
+    torch.autograd.gradcheck(lambda *a: torch.ops.bertblocks.sdpa_varlen_biased(*a), args)
+    # and against masked SDPA over the same sequences
+    out = torch.ops.bertblocks.sdpa_varlen_biased(*args)
+    for start, stop in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True):
+        span = stop - start
+        pair = index[:span, :span]
+        mask = (
+            torch.stack(
+                [rows[start:stop, i].gather(-1, pair) + cols[start:stop, i].gather(-1, pair.T).T for i in range(h)]
+            )
+            * 0.25
+            + fixed[0, :, :span, :span]
+        )
+        want = torch.nn.functional.scaled_dot_product_attention(
+            *(x[start:stop].transpose(0, 1) for x in (q, k, v)), attn_mask=mask, scale=0.5
+        )
+        assert_close(out[start:stop].transpose(0, 1), want)

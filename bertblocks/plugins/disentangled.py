@@ -35,6 +35,7 @@ from bertblocks.core.interfaces import (
     HeadProjections,
     LayerPositionTerms,
     ModelDims,
+    PackedScoreTerm,
     Pooler,
     PositionBias,
     Positions,
@@ -204,6 +205,25 @@ class DisentangledBias(PositionBias):
             return score
 
         return term
+
+    def packed_term(
+        self,
+        query: torch.Tensor,  # [T, h, d]
+        key: torch.Tensor,
+        positions: Positions,
+        projections: HeadProjections | None = None,
+    ) -> PackedScoreTerm:
+        """c2p as ``rows`` (``query · P_k`` ``[T, h, rows]``), p2c as ``cols`` (``key · P_q``, the same products as
+        ``P_q · keyᵀ``, read per key), both gathered through the padded batch's table rows ``[L, L]``."""
+        h, d = query.shape[1:]
+        if not self.terms:
+            return PackedScoreTerm()
+        pos_key, pos_query, rows = self._tables(positions, projections, h, d)
+        # [h, rows, T] products (the token count, data in a graph, as the last dimension: inductor lowers a batched
+        # product with it as the row count by guarding on its value), read as [T, h, rows]
+        c2p = torch.matmul(pos_key, query.permute(1, 2, 0)).permute(2, 0, 1) if pos_key is not None else None
+        p2c = torch.matmul(pos_query, key.permute(1, 2, 0)).permute(2, 0, 1) if pos_query is not None else None
+        return PackedScoreTerm(index=rows, rows=c2p, cols=p2c)
 
     def _tables(
         self, positions: Positions, projections: HeadProjections | None, h: int, d: int
