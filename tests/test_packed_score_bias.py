@@ -17,7 +17,7 @@ from bertblocks_alibi import plugin as alibi_plugin
 
 import bertblocks
 from bertblocks.core.component import Component
-from bertblocks.core.interfaces import PositionBias, Positions
+from bertblocks.core.interfaces import PackedScoreTerm, PositionBias, Positions
 from bertblocks.errors import UnsupportedError
 from bertblocks.plugins.attention import BertAttention
 from bertblocks.plugins.positions import RelativeBias, RelativeKeyPositions
@@ -275,11 +275,16 @@ def test_compiled_packed_outputs_and_gradients_equal_padded_and_never_repad(
     """``torch.compile`` (one dynamic graph) of a packed model: outputs and every parameter's gradient
     (the position tables included) equal the eager padded model's, and no layer re-padded while the graph was
     traced (the spy is Python: it counts at trace time, once per layer, if the graph holds a re-padded call).
-    Two batches of different lengths go through the same compiled model."""
+    Two batches of different lengths, right- and left-padded, go through the same compiled model."""
     padded, packed = _model(scheme, "never").train(), _model(scheme, "always").train()
     spy = _RepadSpy(monkeypatch)
     compiled = torch.compile(packed, backend=compiler, dynamic=True, fullgraph=True)
-    for x in (_batch(), {k: v[1:, :9] for k, v in _batch().items()}):
+    first = _batch()
+    # a second length, and left padding: a compiled graph packs any padding side (each sequence then reads the
+    # top-left corner of the padded batch's index and bias, where its padded row has them bottom-right: equal for
+    # terms of the distance i - j, which every packed form is)
+    second = {"input_ids": first["input_ids"][1:, :9], "attention_mask": first["attention_mask"][1:, :9].flip(-1)}
+    for x in (first, second):
         real = x["attention_mask"].bool()
         losses, outputs = [], []
         for model in (padded, compiled):
@@ -380,3 +385,41 @@ def test_the_biased_varlen_op_passes_opcheck():
             *(x[start:stop].transpose(0, 1) for x in (q, k, v)), attn_mask=mask, scale=0.5
         )
         assert_close(out[start:stop].transpose(0, 1), want)
+
+
+class _TransposedPackedBias(RelativeBias):
+    """A packed form that gathers each pair's row at ``(j, i)``: right for a symmetric term, wrong for this one."""
+
+    def packed_term(self, query: torch.Tensor, key: torch.Tensor, positions: Positions, projections: Any = None) -> Any:
+        term = super().packed_term(query, key, positions)
+        return PackedScoreTerm(index=term.index.T.contiguous(), rows=term.rows, cols=term.cols)
+
+
+class _TransposedPositions(RelativeKeyPositions):
+    name = "transposed"
+
+    def attention_bias(self, num_heads: int, head_dim: int) -> PositionBias:
+        return _TransposedPackedBias(self.max_positions, head_dim, with_key=False)
+
+
+def test_the_conformance_suite_checks_a_terms_packed_form():
+    """``position_scheme`` compares :meth:`PositionBias.packed_term` with :meth:`~PositionBias.sequence_terms` and
+    with a left-padded row's term (the built-ins pass it in tests/test_conformance.py): a form gathered at the wrong
+    pairs is caught."""
+    reg = Registry(load_entry_points=False)
+
+    class Plugin:
+        @staticmethod
+        def bertblocks_register_components() -> list[Component]:
+            return [
+                Component(
+                    "position",
+                    "transposed",
+                    lambda *, max_positions, model, options=None: _TransposedPositions(max_positions),
+                )
+            ]
+
+    reg.register(Plugin(), name="transposed-plugin")
+    (case,) = ConformanceSuite(reg).cases(kinds=["position"], names=["transposed"], include=["position_scheme"])
+    with pytest.raises(ConformanceError, match="packed_term vs sequence_terms"):
+        case.run()

@@ -40,7 +40,7 @@ def _tokens(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).flatten(0, 1)
 
 
-def _run_mask(
+def run_mask(
     start: int,
     count: int,
     length: int,
@@ -88,7 +88,7 @@ def biased_per_sequence(
     out = torch.zeros_like(query, memory_format=torch.contiguous_format)
     for start, count, length in equal_length_runs(cu_seqlens):  # the one read of cu_seqlens from the host
         q, k, v = (_heads(x, start, count, length) for x in (query, key, value))
-        mask = _run_mask(start, count, length, term_scale, index, rows, cols, fixed)
+        mask = run_mask(start, count, length, term_scale, index, rows, cols, fixed)
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
         out[start : start + count * length] = _tokens(attended)
     return out
@@ -160,7 +160,7 @@ def sdpa_varlen_biased_backward(
     for start, count, length in equal_length_runs(cu_seqlens):
         q, k, v, do = (_heads(x, start, count, length) for x in (query, key, value, grad))  # [n, h, l, d]
         scores = torch.matmul(q, k.transpose(-1, -2)) * scale
-        mask = _run_mask(start, count, length, term_scale, index, rows, cols, fixed)
+        mask = run_mask(start, count, length, term_scale, index, rows, cols, fixed)
         probs = torch.softmax(scores if mask is None else scores + mask, dim=-1)  # [n, h, l, l]
         out = torch.matmul(probs, v)
         d_scores = probs * (torch.matmul(do, v.transpose(-1, -2)) - (do * out).sum(-1, keepdim=True))
