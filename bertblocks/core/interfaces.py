@@ -303,9 +303,9 @@ class PackedScoreTerm:
 
     Attributes:
         index: ``[L, L]`` int64, each pair's column into ``rows``/``cols`` (needed when either is given).
-        rows: ``[T, h, N]``, per query token (``relative_key``'s ``q · E``, DeBERTa's c2p ``query · P_k``).
-        cols: ``[T, h, N]``, per key token (``relative_key_query``'s ``k · E``, DeBERTa's p2c ``key · P_q``).
-        fixed: ``[1, h|1, L, L]``, a term of the positions alone (ALiBi's ``-m_h · |i - j|``).
+        rows: ``[T, h, N]``, per query token (a query's products with a position table ``E``: ``q · E``).
+        cols: ``[T, h, N]``, per key token (a key's products with a position table: ``k · E``).
+        fixed: ``[1, h|1, L, L]``, a term of the positions alone (a per-head slope times ``|i - j|``).
     """
 
     index: torch.Tensor | None = None
