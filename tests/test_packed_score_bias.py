@@ -307,21 +307,30 @@ def test_compiled_packed_outputs_and_gradients_equal_padded_and_never_repad(
 
 @pytest.mark.compile
 def test_compiled_graph_holds_the_biased_varlen_op_and_no_repadding(fresh_dynamo):
-    """The traced graph of a packed relative_key model calls ``bertblocks::sdpa_varlen_biased`` once per layer and
-    scatters no query back to the padded layout (re-padding is an ``index_copy`` of ``[T, ·]`` into ``[b·L, ·]``:
-    with packing, the graph's only one is the output's unpack)."""
-    packed = _model("relative_key", "always").eval()
-    graphs: list[str] = []
+    """The traced graph of a packed model (relative_key per layer, MPNet's shared bias: both forms) calls
+    ``bertblocks::sdpa_varlen_biased`` once per layer and scatters no query back to the padded layout (re-padding is
+    an ``index_copy_`` of ``[T, ·]`` into ``[b·L, ·]``, three per layer: with packing, the graph's only one is the
+    output's unpack). With a pruned head and a head mask, its outputs are the padded model's."""
+    head_mask = torch.tensor([[1.0, 0.0, 1.0, 0.5], [1.0, 1.0, 0.0, 1.0]])
+    for scheme in ("relative_key", "relative_bucket"):
+        torch._dynamo.reset()
+        padded, packed = _model(scheme, "never").eval(), _model(scheme, "always").eval()
+        for model in (padded, packed):
+            model.prune_heads({1: [2]})
+        graphs: list[str] = []
 
-    def capture(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
-        graphs.append(gm.code)
-        return gm
+        def capture(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+            graphs.append(gm.code)  # noqa: B023 (called while this iteration compiles)
+            return gm
 
-    with torch.no_grad():
-        torch.compile(packed, backend=capture, dynamic=True, fullgraph=True)(**_batch())
-    (code,) = graphs
-    assert code.count("bertblocks.sdpa_varlen_biased") == 2
-    assert code.count(".index_copy_(") == 1
+        x = _batch()
+        real = x["attention_mask"].bool()
+        with torch.no_grad():
+            out = torch.compile(packed, backend=capture, dynamic=True, fullgraph=True)(**x, head_mask=head_mask)
+            assert_close(out.last_hidden_state[real], padded(**x, head_mask=head_mask).last_hidden_state[real])
+        (code,) = graphs
+        assert code.count("bertblocks.sdpa_varlen_biased") == 2, scheme
+        assert code.count(".index_copy_(") == 1, scheme
 
 
 @pytest.mark.compile
