@@ -34,6 +34,11 @@ SCHEMES: dict[str, dict[str, Any]] = {
     "relative_bucket": {"position": {"name": "relative_bucket", "num_buckets": 8, "max_distance": 16}},
     # DeBERTa-v3's settings at test size: 8 log buckets (distances past 4 bucketed), both terms, shared keys
     "disentangled": {"position": {"name": "disentangled", "position_buckets": 8, "max_relative_positions": 16}},
+    # a table wider than the batch's distances (32 rows, distances past 8 bucketed): a compiled graph projects only
+    # the rows the distances reach
+    "disentangled (wide table)": {
+        "position": {"name": "disentangled", "position_buckets": 16, "max_relative_positions": 512}
+    },
     "alibi (plugin, per layer)": {"position": {"name": "alibi"}},
 }
 
@@ -255,6 +260,7 @@ COMPILED_SCHEMES = [
     ("relative_key_query", "aot_eager"),
     ("disentangled", "aot_eager"),
     ("disentangled", "inductor"),
+    ("disentangled (wide table)", "aot_eager"),
     ("symmetric_alibi", "aot_eager"),
     ("alibi (plugin, per layer)", "aot_eager"),
 ]
