@@ -21,12 +21,16 @@ c2p/p2c terms, relative_key, MPNet's buckets), whose contenders are:
    before), ``padded`` (``encoder.packing: never``);
 2. the kernel alone for ALiBi at bert-base heads: per-sequence SDPA with each sequence's bias as its float mask,
    flex with the document block mask and an ALiBi ``score_mod`` (uncompiled; compiled with ``--compiled``), and
-   the re-padded masked SDPA call.
+   the re-padded masked SDPA call;
+3. with ``--compiled-models``, each model under ``torch.compile`` (inductor, dynamic) as well: the packed graph
+   holding the custom op ``bertblocks::sdpa_varlen_biased`` (each sequence's term gathered inside it) against the
+   same graph re-padding in every layer (what a compiled graph did before the op).
 
 Usage:
     python benchmarks/bench_varlen.py              # CPU (or --device cuda --dtype bfloat16)
     python benchmarks/bench_varlen.py --compiled   # also flex's compiled kernel
     OMP_NUM_THREADS=1 python benchmarks/bench_varlen.py --score-bias --layers 4
+    python benchmarks/bench_varlen.py --score-bias --compiled-models --layers 2 --no-kernels
 """
 
 from __future__ import annotations
@@ -112,6 +116,29 @@ def _score_bias_model(preset: str, mask: torch.Tensor, args: argparse.Namespace)
         "re-padded": lambda: run(packed, True),
         "padded (packing: never)": lambda: run(padded),
     }
+    if args.compiled_models:
+        # torch.compile (inductor, one dynamic graph) of the packed model: the custom op holding every sequence's term
+        # (bertblocks::sdpa_varlen_biased) against the same graph re-padding in every layer (each attention told
+        # that the op cannot serve it: an instance attribute, so the other model's graph is untouched)
+        op_model = bertblocks.create_model(preset, [*overrides, "encoder.packing=always"]).to(device).eval()
+        repad_model = bertblocks.create_model(preset, [*overrides, "encoder.packing=always"]).to(device).eval()
+        for model in (op_model, repad_model):
+            model.load_state_dict(packed.state_dict())
+        for module in repad_model.modules():
+            if isinstance(module, BertAttention):
+                module._attend_per_sequence_compiled = lambda *a, **k: None  # type: ignore[method-assign]
+        compiled = {
+            "compiled: custom op": torch.compile(op_model, dynamic=True),
+            "compiled: re-padded": torch.compile(repad_model, dynamic=True),
+        }
+        for name, model in compiled.items():
+            start = time.perf_counter()
+            out = run(model)
+            print(
+                f"  {preset} {name}: compiled in {time.perf_counter() - start:.0f} s, max abs diff to padded "
+                f"{(out[real] - reference[real]).abs().max().item():.1e}"
+            )
+            contenders[name] = lambda model=model: run(model)
     layers = packed.config.encoder.num_layers
     _report(f"{preset} ({layers} layers), encoder forward", interleaved_medians(contenders, args.repeats, device))
 
@@ -125,6 +152,8 @@ def score_bias(args: argparse.Namespace) -> None:
     print(f"padded batch {b} x {length}, lengths {LENGTHS}: {sum(LENGTHS)} of {b * length} tokens real")
     for preset in [p.strip() for p in args.presets.split(",") if p.strip()]:
         _score_bias_model(preset, mask, args)
+    if not args.kernels:
+        return
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     tokens, heads, dim = sum(LENGTHS), 12, 64
@@ -174,6 +203,10 @@ def score_bias(args: argparse.Namespace) -> None:
             Q, K, V, score_mod=alibi_mod, block_mask=block_mask, scale=scale
         ),
         "re-padded masked SDPA": repad,
+        # what a compiled graph calls (the bias as the op's `fixed` term; the op is opaque, so compiling adds nothing)
+        "custom op sdpa_varlen_biased": lambda: torch.ops.bertblocks.sdpa_varlen_biased(
+            q, k, v, cu, scale, 1.0, None, None, None, alibi
+        ),
     }
     if args.compiled:
         compiled = torch.compile(flex_attention, dynamic=False)
@@ -204,6 +237,12 @@ def main() -> None:
     parser.add_argument("--score-bias", action="store_true", help="score-bias schemes: per sequence vs re-padded")
     parser.add_argument("--presets", default=SCORE_BIAS_PRESETS, help="--score-bias: the models (presets)")
     parser.add_argument("--layers", type=int, default=None, help="--score-bias: this many layers of each preset")
+    parser.add_argument(
+        "--compiled-models",
+        action="store_true",
+        help="--score-bias: also each model under torch.compile, custom op vs re-padded (compiles first, minutes)",
+    )
+    parser.add_argument("--kernels", action=argparse.BooleanOptionalAction, default=True, help="--score-bias: kernels")
     args = parser.parse_args()
     warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
     if args.score_bias:

@@ -319,6 +319,52 @@ class PositionBias(nn.Module, ABC):
 
         return term
 
+    def packed_term(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        positions: Positions,
+        projections: HeadProjections | None = None,
+    ) -> PackedScoreTerm | None:
+        """Every packed sequence's term at once, in the form a compiled graph hands to one op, or ``None``.
+
+        Under ``torch.compile`` the loop of :meth:`sequence_terms` cannot be traced (the lengths are data): a term
+        that returns a :class:`PackedScoreTerm` attends packed there too (``bertblocks::sdpa_varlen_biased``, see
+        :mod:`bertblocks.plugins.varlen_bias`); ``None`` (the default) re-pads the compiled call. Only asked of a
+        term that :meth:`packs_per_sequence`; the arguments are :meth:`sequence_terms`'. Return one only for a term
+        whose entries read the positions through the distance ``i - j`` alone: a compiled graph packs left-padded
+        batches too, and every sequence reads the top-left corner (see :class:`PackedScoreTerm`).
+        """
+        return None
+
+
+@dataclass(frozen=True)
+class PackedScoreTerm:
+    """The unscaled score terms of all packed sequences, with shapes a compiled graph knows (no per-sequence size).
+
+    Entry ``(i, j)`` of the term of the sequence packed from token ``s`` on is::
+
+        rows[s + i, h, index[i, j]] + cols[s + j, h, index[i, j]] + fixed[0, h, i, j]
+
+    each part optional (``None``: absent). ``L`` is the padded length: a right-padded sequence of ``l`` tokens reads
+    the top-left ``[l, l]`` of ``index`` and ``fixed``, as in its padded row.
+
+    Attributes:
+        index: ``[L, L]`` int64, each pair's column into ``rows``/``cols`` (needed when either is given).
+        rows: ``[T, h, N]``, per query token (a query's products with a position table ``E``: ``q · E``).
+        cols: ``[T, h, N]``, per key token (a key's products with a position table: ``k · E``).
+        fixed: ``[1, h|1, L, L]``, a term of the positions alone (a per-head slope times ``|i - j|``).
+    """
+
+    index: torch.Tensor | None = None
+    rows: torch.Tensor | None = None
+    cols: torch.Tensor | None = None
+    fixed: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if (self.rows is not None or self.cols is not None) and self.index is None:
+            raise InputError("PackedScoreTerm: rows or cols are gathered through index, which is missing")
+
 
 #: ``(start, count, length) → [count, h, length, length]``: the score term of ``count`` packed sequences of
 #: ``length`` tokens from token ``start`` on (:meth:`PositionBias.sequence_terms`)

@@ -31,6 +31,7 @@ from bertblocks.core.interfaces import (
     Attention,
     AttentionBackend,
     LayerPositionTerms,
+    PackedScoreTerm,
     PositionBias,
     Positions,
     PositionScheme,
@@ -40,6 +41,7 @@ from bertblocks.core.packing import Packing
 
 from ..errors import InputError
 from .projections import AttentionOutput, qkv_linears
+from .varlen_bias import sdpa_varlen_biased  # noqa: F401 (registers the op torch.ops.bertblocks.sdpa_varlen_biased)
 from .varlen_sdpa import equal_length_runs
 
 
@@ -413,10 +415,13 @@ class BertAttention(Attention):
             ).reshape(t, h * d)
             return self.output(context[None], hidden_states), None
         if not output_attentions and self._biased_per_sequence(positions):
-            context = self._attend_per_sequence(
-                q[0], self._share_kv(k[0], dim=1), self._share_kv(v[0], dim=1), positions, head_mask, packing
-            ).reshape(t, h * d)
-            return self.output(context[None], hidden_states), None
+            query, key, value = q[0], self._share_kv(k[0], dim=1), self._share_kv(v[0], dim=1)  # [T, h, d]
+            if not torch.compiler.is_compiling():
+                context = self._attend_per_sequence(query, key, value, positions, head_mask, packing)
+                return self.output(context.reshape(t, h * d)[None], hidden_states), None
+            compiled = self._attend_per_sequence_compiled(query, key, value, positions, head_mask, packing)
+            if compiled is not None:
+                return self.output(compiled.reshape(t, h * d)[None], hidden_states), None
         context, weights = self._attend_repadded(q, k, v, mask, positions, head_mask, output_attentions, packing)
         return self.output(context[None], hidden_states), weights
 
@@ -443,19 +448,62 @@ class BertAttention(Attention):
         return packing.pack(context.transpose(1, 2).reshape(b, length, h * d)), weights  # [T, h·d]
 
     def _biased_per_sequence(self, positions: Positions) -> bool:
-        """Whether this packed call attends sequence by sequence with each one's own score term
-        (:meth:`_attend_per_sequence`) rather than re-padded: a score term is there and every one is computable
-        per sequence (a per-layer term that declares ``per_sequence``; a shared bias broadcast over the batch,
-        whose ``[:l, :l]`` corner is any right-padded row's), and the call is eager (the loop over sequences
-        reads their lengths on the host; a compiled graph re-pads)."""
+        """Whether this packed call attends sequence by sequence with each one's own score term rather than
+        re-padded: a score term is there and every one is computable per sequence (a per-layer term that declares
+        ``per_sequence``; a shared bias broadcast over the batch, whose ``[:l, :l]`` corner is any right-padded
+        row's). Eagerly :meth:`_attend_per_sequence` runs; in a compiled graph
+        :meth:`_attend_per_sequence_compiled`, which may still decline (and the call re-pads)."""
         bias, shared = self.self.position_bias, positions.score_bias
         if bias is None and shared is None:
             return False
         if bias is not None and not bias.packs_per_sequence():
             return False
-        if shared is not None and shared.shape[0] != 1:
-            return False
-        return not torch.compiler.is_compiling()
+        return shared is None or shared.shape[0] == 1
+
+    def _attend_per_sequence_compiled(
+        self,
+        query: torch.Tensor,  # [T, h, d]
+        key: torch.Tensor,
+        value: torch.Tensor,
+        positions: Positions,
+        head_mask: torch.Tensor | None,
+        packing: Packing,
+    ) -> torch.Tensor | None:
+        """Inside a compiled graph: the per-sequence attention as one custom op (``bertblocks::sdpa_varlen_biased``,
+        :mod:`bertblocks.plugins.varlen_bias`) that takes every sequence's term at once (the layer's
+        :meth:`PositionBias.packed_term`, scaled, plus the shared bias): ``[T, h, d]`` context, or ``None`` where
+        the call must re-pad: the term gives no packed form, the backend's kernel is not SDPA's (the op computes
+        SDPA's), attention dropout in training (the op's backward recomputes the forward), or an export (standard
+        ops only)."""
+        if not self.backend.accepts_varlen(dropout_p=self.dropout_p if self.training else 0.0):
+            return None
+        if torch.compiler.is_exporting():
+            return None
+        bias, shared = self.self.position_bias, positions.score_bias
+        term = PackedScoreTerm()
+        if bias is not None:
+            extra = {"projections": self.self} if bias.reads_projections else {}
+            found = bias.packed_term(query, key, positions, **extra)
+            if found is None:
+                return None
+            term = found
+        # HF scales the per-layer term with the scores ((QKᵀ + bias) / √d: the op scales rows and cols itself); the
+        # shared bias is added to the scaled scores
+        fixed = term.fixed * self.scale if term.fixed is not None else None
+        if shared is not None:
+            if self.num_heads != self.original_num_heads:
+                shared = shared.index_select(1, self.kept_head_index)  # a pruned layer keeps its heads' rows
+            fixed = shared if fixed is None else fixed + shared
+        if fixed is not None:
+            fixed = fixed.to(query.dtype).expand(1, self.num_heads, -1, -1)
+        out = torch.ops.bertblocks.sdpa_varlen_biased(
+            query, key, value, packing.cu_seqlens, self.scale, self.scale, term.index, term.rows, term.cols, fixed
+        )
+        if head_mask is not None:
+            if self.num_heads != self.original_num_heads:
+                head_mask = head_mask[self.kept_head_index]
+            out = out * head_mask.view(1, self.num_heads, 1)
+        return out
 
     def _attend_per_sequence(
         self,

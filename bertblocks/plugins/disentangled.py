@@ -23,6 +23,7 @@ Shapes::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,6 +36,7 @@ from bertblocks.core.interfaces import (
     HeadProjections,
     LayerPositionTerms,
     ModelDims,
+    PackedScoreTerm,
     Pooler,
     PositionBias,
     Positions,
@@ -69,11 +71,14 @@ class RelativeTable:
         embeddings: ``[2·span, H]`` the relative-position embeddings (normalised when the scheme says so).
         relative: ``[q, k]`` int64, the bucketed distance ``query - key`` of every pair.
         span: ``span`` (the table has ``2·span`` rows; row ``span + r`` is distance ``r``).
+        contracting: every bucketed distance is at most the distance itself in magnitude, so pairs within
+            ``positions.distance_range`` read only rows ``span + lo … span + hi`` (what a compiled graph projects).
     """
 
     embeddings: torch.Tensor
     relative: torch.Tensor
     span: int
+    contracting: bool = False
 
     def __post_init__(self) -> None:
         if self.embeddings.dim() != 2 or self.embeddings.shape[0] != 2 * self.span:
@@ -93,6 +98,14 @@ class RelativeTableTerm(SharedPositionTerm):
     def __init__(self, span: int, hidden_size: int, eps: float, norm: bool, buckets: int, max_relative: int) -> None:
         super().__init__()
         self.span, self.buckets, self.max_relative = span, buckets, max_relative
+        mid = buckets // 2
+        bucketed = buckets > 0 and max_relative > 0
+        # The log bucket of |d| >= mid is ceil(f(|d|)) with f(mid) = mid, f concave and f'(mid) =
+        # (mid - 1) / (mid · ln((max_relative - 1) / mid)): at most 1 makes f(|d|) <= |d|, and so its ceiling (|d| is
+        # an integer). DeBERTa-v3's 256 buckets over 512 positions: f'(mid) = 0.72.
+        self.contracting = not bucketed or (
+            mid >= 1 and max_relative - 1 > mid and (mid - 1) / (mid * math.log((max_relative - 1) / mid)) < 1.0
+        )
         self.weight = nn.Parameter(torch.empty(2 * span, hidden_size))
         self.LayerNorm = nn.LayerNorm(hidden_size, eps=eps) if norm else None  # CamelCase: HF's key
         self.reset_parameters_like_hf(0.02)
@@ -106,7 +119,7 @@ class RelativeTableTerm(SharedPositionTerm):
         relative = positions.query[:, None] - positions.key[None, :]  # [q, k]
         if self.buckets > 0 and self.max_relative > 0:
             relative = log_bucket_position(relative, self.buckets, self.max_relative)
-        return RelativeTable(table.to(dtype), relative.to(torch.long), self.span)
+        return RelativeTable(table.to(dtype), relative.to(torch.long), self.span, self.contracting)
 
 
 class DisentangledBias(PositionBias):
@@ -205,6 +218,25 @@ class DisentangledBias(PositionBias):
 
         return term
 
+    def packed_term(
+        self,
+        query: torch.Tensor,  # [T, h, d]
+        key: torch.Tensor,
+        positions: Positions,
+        projections: HeadProjections | None = None,
+    ) -> PackedScoreTerm:
+        """c2p as ``rows`` (``query · P_k`` ``[T, h, rows]``), p2c as ``cols`` (``key · P_q``, the same products as
+        ``P_q · keyᵀ``, read per key), both gathered through the padded batch's table rows ``[L, L]``."""
+        h, d = query.shape[1:]
+        if not self.terms:
+            return PackedScoreTerm()
+        pos_key, pos_query, rows = self._tables(positions, projections, h, d)
+        # [h, rows, T] products (the token count, data in a graph, as the last dimension: inductor lowers a batched
+        # product with it as the row count by guarding on its value), read as [T, h, rows]
+        c2p = torch.matmul(pos_key, query.permute(1, 2, 0)).permute(2, 0, 1) if pos_key is not None else None
+        p2c = torch.matmul(pos_query, key.permute(1, 2, 0)).permute(2, 0, 1) if pos_query is not None else None
+        return PackedScoreTerm(index=rows, rows=c2p, cols=p2c)
+
     def _tables(
         self, positions: Positions, projections: HeadProjections | None, h: int, d: int
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
@@ -230,6 +262,14 @@ class DisentangledBias(PositionBias):
             # the 512): project and multiply those alone. Eager only: the range is data (a graph keeps the table);
             # CPU only: on an accelerator reading the range would wait for the device in every layer.
             first, last = int(rows.min()), int(rows.max())
+            rel, rows = rel[first : last + 1], rows - first
+        elif table.contracting and torch.compiler.is_compiling():
+            # In a graph the range comes from the shapes instead: the distances (one row of margin each side
+            # against the rounding of the log) bound the buckets (RelativeTable.contracting); a 128-token batch
+            # then projects 257 of DeBERTa-v3's 512 rows.
+            lo, hi = positions.distance_range
+            first = torch.sym_max(0, span + lo - 1)
+            last = torch.sym_min(2 * span - 1, span + hi + 1)
             rel, rows = rel[first : last + 1], rows - first
         pos_key = self._heads(self._project(rel, "key", projections), h, d) if "c2p" in self.terms else None
         pos_query = self._heads(self._project(rel, "query", projections), h, d) if "p2c" in self.terms else None

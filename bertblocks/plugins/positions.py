@@ -19,7 +19,9 @@ from torch import nn
 
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import (
+    HeadProjections,
     ModelDims,
+    PackedScoreTerm,
     PositionBias,
     Positions,
     PositionScheme,
@@ -68,15 +70,20 @@ class RelativeBias(PositionBias):
         with torch.no_grad():
             self.weight.normal_(0.0, std)
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
+    def _table(self, positions: Positions, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows of the table the distances reach ``[n, d]``, and each (query, key) pair's row ``[q, k]``."""
         lo, hi = positions.distance_range
         if hi > self.max_positions - 1 or -lo > self.max_positions - 1:
             raise InputError(
                 f"relative distance {max(hi, -lo)} exceeds the table of max_position_embeddings="
                 f"{self.max_positions} (sequence plus cache must not be longer than that)"
             )
-        table = self.weight[lo + self.max_positions - 1 : hi + self.max_positions].to(query.dtype)  # [n, d]
+        table = self.weight[lo + self.max_positions - 1 : hi + self.max_positions].to(dtype)  # [n, d]
         index = positions.query[:, None] - positions.key[None, :] - lo  # [q, k] into the slice
+        return table, index
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, positions: Positions) -> torch.Tensor:
+        table, index = self._table(positions, query.dtype)
         b, h, q, _ = query.shape
         k = key.shape[2]
         scores = torch.gather(query @ table.T, 3, index.expand(b, h, q, k))  # [b, h, q, k]
@@ -84,6 +91,18 @@ class RelativeBias(PositionBias):
             by_key = torch.gather(key @ table.T, 3, index.T.expand(b, h, k, q))  # [b, h, k, q]
             scores = scores + by_key.transpose(-1, -2)
         return scores
+
+    def packed_term(
+        self,
+        query: torch.Tensor,  # [T, h, d]
+        key: torch.Tensor,
+        positions: Positions,
+        projections: HeadProjections | None = None,
+    ) -> PackedScoreTerm:
+        """``q · E`` (and ``k · E``) for every packed token ``[T, h, n]``, gathered per pair by the padded index: the
+        padded batch's slice of the table covers every distance of its rows."""
+        table, index = self._table(positions, query.dtype)
+        return PackedScoreTerm(index=index, rows=query @ table.T, cols=key @ table.T if self.with_key else None)
 
 
 class RelativeKeyPositions(PositionScheme):

@@ -65,6 +65,50 @@ def check_position_scheme(subject: Subject) -> None:
         expect(full.dtype == dtype, f"bias is {full.dtype} for {dtype} queries")
         tail = call(query[:, :, 5:], key, 4, 5)
         close(f"bias of 4 queries after 5 cached keys vs rows 5.. of the full bias ({dtype})", tail, full[:, :, 5:])
+    if bias.packs_per_sequence():
+        _check_packed_term(scheme, bias)
+
+
+def _check_packed_term(scheme: PositionScheme, bias: PositionBias) -> None:
+    """A term's packed form (:meth:`PositionBias.packed_term`, what a compiled graph hands its varlen op) gathers,
+    for each packed sequence, the term :meth:`~PositionBias.sequence_terms` gives, and the term of the same sequence
+    left-padded in its row (a compiled graph packs any padding side): lengths 7, 3, 3 of a batch padded to 7."""
+    from ...plugins.varlen_bias import run_mask  # the op's own gathering
+
+    dtype, length, h, d = torch.float64, 7, 4, 8
+    terms = scheme.shared_terms(_DIMS)
+    extra = {"projections": _Projections(dtype)} if bias.reads_projections else {}
+    positions = Positions.contiguous(length, 0, torch.device("cpu"))
+    if terms:
+        positions = replace(positions, shared={t.produces: t(positions, dtype) for t in terms})
+    g = torch.Generator().manual_seed(6)
+    query, key = (torch.randn(13, h, d, generator=g, dtype=dtype) for _ in range(2))  # [T, h, d]
+    with torch.no_grad():
+        packed = bias.packed_term(query, key, positions, **extra)
+        if packed is None:
+            return
+        sequence = bias.sequence_terms(query, key, positions, **extra)
+        for start, count, size in ((0, 1, 7), (7, 2, 3)):
+            got = run_mask(start, count, size, 1.0, packed.index, packed.rows, packed.cols, packed.fixed)
+            if got is None:
+                continue
+            got = got.expand(count, h, size, size)
+            want = sequence(start, count, size).expand(count, h, size, size)
+            close(f"packed_term vs sequence_terms, {count} sequence(s) of {size}", got, want)
+            for i in range(count):
+                span = slice(start + i * size, start + (i + 1) * size)
+                # the sequence at the end of a row of `length` (left padding): its term is the bottom-right corner
+                q, k = (torch.zeros(1, h, length, d, dtype=dtype) for _ in range(2))
+                q[0, :, length - size :], k[0, :, length - size :] = (
+                    query[span].transpose(0, 1),
+                    key[span].transpose(0, 1),
+                )
+                whole = bias(q, k, positions, **extra)[0].expand(h, length, length)
+                close(
+                    f"packed_term vs the term of a left-padded row, a sequence of {size}",
+                    got[i],
+                    whole[:, length - size :, length - size :],
+                )
 
 
 class _Projections(nn.Module):

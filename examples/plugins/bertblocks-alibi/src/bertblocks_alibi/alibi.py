@@ -17,7 +17,14 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat
 
-from bertblocks.core.interfaces import ModelDims, PositionBias, Positions, PositionScheme
+from bertblocks.core.interfaces import (
+    HeadProjections,
+    ModelDims,
+    PackedScoreTerm,
+    PositionBias,
+    Positions,
+    PositionScheme,
+)
 
 
 class AlibiOptions(BaseModel):
@@ -69,6 +76,18 @@ class AlibiBias(PositionBias):
         # schemes bias QKᵀ before scaling); ALiBi biases the *scaled* scores, so √d is undone here.
         unscale = math.sqrt(query.shape[-1])
         return (-unscale * slopes * distance)[None]  # [1, h, q, k]
+
+    def packed_term(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        positions: Positions,
+        projections: HeadProjections | None = None,
+    ) -> PackedScoreTerm:
+        # Inside a compiled graph every packed sequence reads the top-left corner of the padded batch's term (the
+        # term depends on the distances alone): one [1, h, L, L] tensor, no per-sequence size.
+        heads = query.transpose(0, 1)[None]  # [1, h, T, d]: forward reads only its width and dtype
+        return PackedScoreTerm(fixed=self(heads, heads, positions))
 
 
 class AlibiPositions(PositionScheme):
