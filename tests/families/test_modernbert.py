@@ -187,7 +187,7 @@ def test_padding_positions_whose_window_is_all_padding_match_the_same_kernel(tmp
         assert (other.eval()(**inputs).last_hidden_state - want).abs().max() > 1e-2  # the rows exist in the batch
 
 
-# --------------------------------------------------------------------------------------- ------------ packing
+# ------------------------------------------------------------------------------------------------------ packing
 def _uneven_batch() -> dict[str, torch.Tensor]:
     """Rows of 14, 9 and 3 real tokens: over a third padding, so `auto` packs too."""
     g = torch.Generator().manual_seed(3)
