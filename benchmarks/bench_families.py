@@ -304,8 +304,9 @@ def _config(
         settings.update(shape if name in OWN_NAMES else {**BERT_BASE, **shape})
         label = published
         if size == "quick":
-            settings.update(QUICK_KEYS.get(name, QUICK))
-            label = f"{published} kind, 4 x 256"
+            quick = QUICK_KEYS.get(name, QUICK)
+            settings.update(quick)
+            label = f"{published} kind, 4 x 256" if len(quick) > 1 else f"{published} kind, its widths, 4 layers"
         if layers:  # the published width, fewer layers: per-layer ratios at a fraction of the time
             key = "n_layers" if "n_layers" in settings else "num_hidden_layers"
             settings[key] = layers
