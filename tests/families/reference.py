@@ -1354,6 +1354,8 @@ def saved_hf(family: Family, cls: str, **extra: Any) -> tuple[Path, torch.nn.Mod
             _SAVED_ROOT.append(root)
         directory = _SAVED_ROOT[0] / str(len(_SAVED))
         _SAVED[key] = (directory, save_hf(family, cls, directory, **extra))
+        for file in directory.iterdir():  # a test that writes into a shared checkpoint fails (as a non-root user)
+            file.chmod(0o444)
     torch.manual_seed(0)  # as after save_hf: the caller's random draws do not depend on which test saved first
     return _SAVED[key]
 
