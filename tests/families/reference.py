@@ -1339,12 +1339,14 @@ _SAVED_ROOT: list[Path] = []
 
 def saved_hf(family: Family, cls: str, **extra: Any) -> tuple[Path, torch.nn.Module]:
     """:func:`save_hf`'s checkpoint of ``cls`` (seed 0, ``extra`` over the row's settings), saved once per session:
-    its directory and transformers' model that wrote it, shared by every test that reads the same checkpoint (the
-    round trip of each class, the packed and hidden-state tables of its backbone, its int8 test).
+    its directory, shared by every test that reads the same checkpoint (the round trip of each class, the packed and
+    hidden-state tables of its backbone, its int8 test), and a fresh copy of transformers' model that wrote it (a
+    copy each call: a forward changes a model's config, transformers' classifiers set ``problem_type`` from the
+    first labels they see).
 
-    Both are read-only: a test that changes files or weights saves its own with :func:`save_hf`. The key is the
-    config class, the settings and the class (not the row's name), so a row and a variant with other settings never
-    share one. On a GPU, callers move a copy (``reference.to(device)`` would move the shared model)."""
+    The directory is read-only: a test that changes files saves its own with :func:`save_hf`. The key is the config
+    class, the settings and the class (not the row's name), so a row and a variant with other settings never share
+    one."""
     settings = {**family.settings, **extra}
     key = (family.config, json.dumps(settings, sort_keys=True, default=str), cls)
     if key not in _SAVED:
@@ -1357,12 +1359,8 @@ def saved_hf(family: Family, cls: str, **extra: Any) -> tuple[Path, torch.nn.Mod
         for file in directory.iterdir():  # a test that writes into a shared checkpoint fails (as a non-root user)
             file.chmod(0o444)
     torch.manual_seed(0)  # as after save_hf: the caller's random draws do not depend on which test saved first
-    return _SAVED[key]
-
-
-def on_device(model: torch.nn.Module, device: str | torch.device) -> torch.nn.Module:
-    """``model`` on ``device``: itself on CPU, a copy elsewhere (a shared :func:`saved_hf` model stays where it is)."""
-    return model if torch.device(device).type == "cpu" else copy.deepcopy(model).to(device)
+    directory, model = _SAVED[key]
+    return directory, copy.deepcopy(model)
 
 
 def batch(family: Family, cls: str, left: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -1470,7 +1468,7 @@ def round_trip(
     it with no missing, unexpected or mismatched keys, reads the family's config back, and gives them again.
     Both models run on ``device`` (the ``device`` fixture of tests/conftest.py), in float32."""
     directory, reference = saved_hf(family, cls, **extra)
-    reference = on_device(reference, device)
+    reference = reference.to(device)
     if inputs is None or mask is None:
         inputs, mask = batch(family, cls)
     inputs = to_device(call_inputs(cls, inputs), device)

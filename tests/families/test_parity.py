@@ -33,7 +33,6 @@ from .reference import (
     assert_same,
     batch,
     call_inputs,
-    on_device,
     round_trip,
     rows,
     save_tokenizer,
@@ -64,7 +63,7 @@ def test_padded_and_packed_paths_agree_with_transformers(family_name, packing, s
     family = FAMILIES[family_name]
     cls = family.classes[0]  # the backbone
     directory, reference = saved_hf(family, cls)
-    reference = on_device(reference, device)
+    reference = reference.to(device)
     inputs, mask = batch(family, cls, left=side == "left")
     inputs = to_device(call_inputs(cls, inputs), device)
     ours = bertblocks.from_pretrained(directory, [f"encoder.packing={packing}"]).to(device).eval()
