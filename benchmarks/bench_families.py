@@ -154,6 +154,81 @@ SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
         "EuroBERT-210m",
         {"max_position_embeddings": 8192, "rope_parameters": {"rope_theta": 250000.0, "rope_type": "default"}},
     ),
+    "deberta": ("deberta-base", {"max_position_embeddings": 512}),
+    "roberta-prelayernorm": ("roberta-prelayernorm-base", {"max_position_embeddings": 514}),
+    "xlm-roberta-xl": (
+        "xlm-roberta-xl",
+        {
+            "hidden_size": 2560,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 32,
+            "intermediate_size": 10240,
+            "max_position_embeddings": 514,
+        },
+    ),
+    "megatron-bert": (
+        "megatron-bert-345m",
+        {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096},
+    ),
+    "data2vec-text": ("data2vec-text-base", {"max_position_embeddings": 514}),
+    "rembert": (
+        "rembert",
+        {
+            "hidden_size": 1152,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 18,
+            "intermediate_size": 4608,
+            "input_embedding_size": 256,
+            "output_embedding_size": 1664,
+        },
+    ),
+    "mobilebert": (
+        "mobilebert-uncased",
+        {
+            "hidden_size": 512,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 4,
+            "intermediate_size": 512,
+            "embedding_size": 128,
+            "intra_bottleneck_size": 128,
+            "true_hidden_size": 128,
+            "num_feedforward_networks": 4,
+        },
+    ),
+    "convbert": (
+        "conv-bert-base",
+        {"embedding_size": 768, "head_ratio": 2, "conv_kernel_size": 9, "num_groups": 1},
+    ),
+    "squeezebert": (
+        "squeezebert-uncased",
+        {
+            "embedding_size": 768,
+            "q_groups": 4,
+            "k_groups": 4,
+            "v_groups": 4,
+            "post_attention_groups": 1,
+            "intermediate_groups": 4,
+            "output_groups": 4,
+        },
+    ),
+    "layoutlm": ("layoutlm-base-uncased", {"max_2d_position_embeddings": 1024}),
+    "xmod": ("xmod-base", {"max_position_embeddings": 514, "adapter_reduction_factor": 2}),
+    "bert-generation": (
+        "bert_for_seq_generation_L-24_bbc_encoder",
+        {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096},
+    ),
+    # a window of 512 on both sides covers every 128-token batch: transformers pads each to the window, the
+    # sliding-window kernel still runs
+    "longformer": ("longformer-base-4096", {"max_position_embeddings": 4098, "attention_window": 512}),
+    # 128 tokens are under BigBird's full-attention threshold ((5 + 2 * 3) * 64): both libraries attend in full
+    "big_bird": (
+        "bigbird-roberta-base",
+        {"max_position_embeddings": 4096, "block_size": 64, "num_random_blocks": 3},
+    ),
+    "nystromformer": (
+        "nystromformer-512",
+        {"max_position_embeddings": 510, "num_landmarks": 64, "segment_means_seq_len": 64, "conv_kernel_size": 65},
+    ),
 }
 #: families whose config names its sizes its own way (their :data:`SHAPES` entry says every size)
 OWN_NAMES = ("distilbert",)
@@ -167,6 +242,9 @@ QUICK: dict[str, Any] = {
 QUICK_KEYS = {
     "distilbert": {"dim": 256, "n_layers": 4, "n_heads": 4, "hidden_dim": 1024},
     "electra": {**QUICK, "embedding_size": 256},  # electra-base's embeddings are as wide as its layers
+    "convbert": {**QUICK, "embedding_size": 256},
+    "squeezebert": {**QUICK, "embedding_size": 256},  # transformers' SqueezeBERT needs them equal
+    "mobilebert": {"num_hidden_layers": 4},  # already narrow (blocks of 128 inside 512): its own widths
 }
 
 
@@ -226,8 +304,9 @@ def _config(
         settings.update(shape if name in OWN_NAMES else {**BERT_BASE, **shape})
         label = published
         if size == "quick":
-            settings.update(QUICK_KEYS.get(name, QUICK))
-            label = f"{published} kind, 4 x 256"
+            quick = QUICK_KEYS.get(name, QUICK)
+            settings.update(quick)
+            label = f"{published} kind, 4 x 256" if len(quick) > 1 else f"{published} kind, its widths, 4 layers"
         if layers:  # the published width, fewer layers: per-layer ratios at a fraction of the time
             key = "n_layers" if "n_layers" in settings else "num_hidden_layers"
             settings[key] = layers

@@ -8,6 +8,7 @@ The cases are generated from the registry (built-ins plus every installed plugin
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any
 
@@ -23,7 +24,7 @@ from bertblocks.plugins.attention import BertAttention, build_bert_attention
 from bertblocks.plugins.backends import SdpaBackend
 from bertblocks.plugins.embeddings import BertEmbeddings, build_bert_embeddings
 from bertblocks.plugins.feedforward import BertIntermediate, build_bert_feedforward
-from bertblocks.registry import DISABLE_AUTOLOAD_ENV, Registry
+from bertblocks.registry import DISABLE_AUTOLOAD_ENV, Registry, validate_config
 from bertblocks.testing import CHECKS, ConformanceError, ConformanceSuite
 
 
@@ -55,21 +56,102 @@ CONFIGS = {
 SUITE = ConformanceSuite(REGISTRY, compile_backend="aot_eager", configs=CONFIGS)
 
 
-@pytest.mark.parametrize("case", SUITE.params(exclude=["compile"]))
+#: the checks of a whole tiny model: they read the subject through its config only (``subject.model()``,
+#: ``subject.decoder()``, the packing path), never through the component's name or factory
+_MODEL_CHECK_MODULES = {
+    "bertblocks.testing.checks.model",
+    "bertblocks.testing.checks.cache",
+    "bertblocks.testing.checks.masks",
+}
+
+
+def _model_key(case: Any) -> str | None:
+    """What a model-level check of a backbone component runs on: its validated tiny config; ``None`` for a check that
+    reads the component itself (or a head's or a family's, which are more than their config)."""
+    subject = case.subject
+    if case.check.run.__module__ not in _MODEL_CHECK_MODULES or subject.kind in ("head", "family"):
+        return None
+    config = validate_config(subject.config(), subject.registry).model_dump(mode="json")
+    return f"{case.check.name}:{json.dumps(config, sort_keys=True, default=str)}"
+
+
+def _one_case_per_model(params: list) -> list:
+    """The suite's params with the model-level cases that build the same model merged into one, its id naming every
+    component it stands for.
+
+    Nine built-ins are BERT's defaults (embedding ``bert``, position ``absolute``, attention ``bert``, backend
+    ``sdpa``, feed-forward ``bert``, activation ``gelu``, norm ``layernorm``, layer ``post_ln``, pooler
+    ``first_token``): placed in the tiny config, each gives the default model, so each model-level check (compile
+    included) ran nine times on one model. A check of a model depends on its config alone (the seed is fixed), so
+    the merged case fails for every bug any of the nine would have; a component whose config differs in any field
+    keeps its own case (the key is the validated config, so a changed default splits the group again)."""
+    merged: dict[str, list[Any]] = {}
+    out: list[Any] = []
+    for param in params:
+        key = _model_key(param.values[0])
+        if key is None:
+            out.append(param)
+        elif key in merged:
+            merged[key].append(param)
+        else:
+            merged[key] = [param]
+            out.append(key)
+    result = []
+    for item in out:
+        if not isinstance(item, str):
+            result.append(item)
+            continue
+        group = merged[item]
+        first = group[0]
+        if len(group) == 1:
+            result.append(first)
+            continue
+        case = first.values[0]
+        names = "+".join(f"{p.values[0].subject.kind}-{p.values[0].subject.name}" for p in group)
+        result.append(pytest.param(case, id=f"{names}-{case.check.name}", marks=first.marks))
+    return result
+
+
+@pytest.mark.parametrize("case", _one_case_per_model(SUITE.params(exclude=["compile"])))
 def test_component_conforms(case):
     case.run()
+
+
+def test_identical_models_are_checked_once_and_every_component_stays_named():
+    """The merge drops no component: every case id of the suite is named in exactly one merged id, and only cases
+    of the same check on the same validated config are merged (BERT's nine default components among them)."""
+    params = SUITE.params()
+    merged = _one_case_per_model(params)
+    named = [part for p in merged for part in _parts(p.id)]
+    assert sorted(named) == sorted(p.id for p in params)
+    for p in merged:
+        if "+" in p.id:
+            cases = [q.values[0] for q in params if q.id in _parts(p.id)]
+            assert len({_model_key(c) for c in cases}) == 1
+    assert "embedding-bert+position-absolute+attention-bert+backend-sdpa+feedforward-bert+activation-gelu+" in "".join(
+        p.id for p in merged
+    )
+    assert len(merged) < len(params)
+
+
+def _parts(merged_id: str) -> list[str]:
+    """The suite's case ids a (possibly merged) id stands for."""
+    *components, check = merged_id.rsplit("-", 1)
+    return [f"{component}-{check}" for component in "-".join(components).split("+")]
 
 
 def _compile_params() -> list:
     # The built-in activations are torch-native element-wise modules, traced inside every other compiled model
     # through the default gelu; compiling each one separately would cost seconds and show nothing new.
-    return [
-        p
-        for p in SUITE.params(include=["compile"])
-        if p.values[0].subject.kind != "activation"
-        or p.values[0].subject.name == "gelu"
-        or p.values[0].subject.component.provider.split(" ")[0] not in BUILTIN_PLUGIN_NAMES
-    ]
+    return _one_case_per_model(
+        [
+            p
+            for p in SUITE.params(include=["compile"])
+            if p.values[0].subject.kind != "activation"
+            or p.values[0].subject.name == "gelu"
+            or p.values[0].subject.component.provider.split(" ")[0] not in BUILTIN_PLUGIN_NAMES
+        ]
+    )
 
 
 @pytest.mark.parametrize("case", _compile_params())

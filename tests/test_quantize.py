@@ -44,7 +44,7 @@ from bertblocks.models.quantize import (
 )
 from bertblocks.plugins.grouped_linear import GroupedLinear
 from tests.conftest import TINY, batch
-from tests.families.reference import CASES, COMMON, FAMILIES, FIELDS, Family, save_hf
+from tests.families.reference import CASES, COMMON, FAMILIES, FIELDS, Family, save_hf, saved_hf
 from tests.families.reference import batch as family_batch
 
 MIN_COSINE = 0.99
@@ -353,10 +353,10 @@ def test_under_avx2_emulation_quantize_takes_fbgemm_within_the_bound():
 
 # ------------------------------------------------------------------------------------------------ every family
 @pytest.mark.parametrize(("family_name", "cls"), ALL_CASES, ids=[f"{f}-{c}" for f, c in ALL_CASES])
-def test_every_family_and_head_stays_within_the_bound_of_fp32(tmp_path: Path, family_name: str, cls: str, device: str):
+def test_every_family_and_head_stays_within_the_bound_of_fp32(family_name: str, cls: str, device: str):
     family = _family(family_name)
-    save_hf(family, cls, tmp_path)
-    model = bertblocks.from_pretrained(tmp_path, head="auto").to(device).eval()
+    directory, _ = saved_hf(family, cls)  # the checkpoint tests/families/test_parity.py's round trip read
+    model = bertblocks.from_pretrained(directory, head="auto").to(device).eval()
     if device != "cpu":  # the int8 kernels are CPU ones: any other device is refused naming it, nothing changed
         with pytest.raises(QuantizationError, match=f"is on {device}.*runs on CPU"):
             quantize(model)

@@ -54,10 +54,14 @@ and returns that reference as a module; GTE's ``new`` format is the example).
 
 from __future__ import annotations
 
+import atexit
+import copy
 import dataclasses
 import json
 import logging
 import re
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -1367,6 +1371,37 @@ def save_hf(family: Family, cls: str, directory: Path, **extra: Any) -> torch.nn
     return model
 
 
+#: the checkpoints :func:`saved_hf` saved this session: (config class, settings, class) → (directory, model)
+_SAVED: dict[tuple[str, str, str], tuple[Path, torch.nn.Module]] = {}
+_SAVED_ROOT: list[Path] = []
+
+
+def saved_hf(family: Family, cls: str, **extra: Any) -> tuple[Path, torch.nn.Module]:
+    """:func:`save_hf`'s checkpoint of ``cls`` (seed 0, ``extra`` over the row's settings), saved once per session:
+    its directory, shared by every test that reads the same checkpoint (the round trip of each class, the packed and
+    hidden-state tables of its backbone, its int8 test), and a fresh copy of transformers' model that wrote it (a
+    copy each call: a forward changes a model's config, transformers' classifiers set ``problem_type`` from the
+    first labels they see).
+
+    The directory is read-only: a test that changes files saves its own with :func:`save_hf`. The key is the config
+    class, the settings and the class (not the row's name), so a row and a variant with other settings never share
+    one."""
+    settings = {**family.settings, **extra}
+    key = (family.config, json.dumps(settings, sort_keys=True, default=str), cls)
+    if key not in _SAVED:
+        if not _SAVED_ROOT:
+            root = Path(tempfile.mkdtemp(prefix="bertblocks-families-"))
+            atexit.register(shutil.rmtree, root, ignore_errors=True)
+            _SAVED_ROOT.append(root)
+        directory = _SAVED_ROOT[0] / str(len(_SAVED))
+        _SAVED[key] = (directory, save_hf(family, cls, directory, **extra))
+        for file in directory.iterdir():  # a test that writes into a shared checkpoint fails (as a non-root user)
+            file.chmod(0o444)
+    torch.manual_seed(0)  # as after save_hf: the caller's random draws do not depend on which test saved first
+    directory, model = _SAVED[key]
+    return directory, copy.deepcopy(model)
+
+
 def batch(family: Family, cls: str, left: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Inputs with padding in the second row (on the right, or on the left if ``left``), labels of the head's
     kind; and the real-token mask."""
@@ -1476,11 +1511,12 @@ def round_trip(
     (on :func:`batch`, or ``inputs`` with their real-token ``mask``); saved by bertblocks, the same class loads
     it with no missing, unexpected or mismatched keys, reads the family's config back, and gives them again.
     Both models run on ``device`` (the ``device`` fixture of tests/conftest.py), in float32."""
-    reference = save_hf(family, cls, tmp_path / "hf", **extra).to(device)
+    directory, reference = saved_hf(family, cls, **extra)
+    reference = reference.to(device)
     if inputs is None or mask is None:
         inputs, mask = batch(family, cls)
     inputs = to_device(call_inputs(cls, inputs), device)
-    ours, info = bertblocks.from_pretrained(tmp_path / "hf", head="auto", output_loading_info=True)
+    ours, info = bertblocks.from_pretrained(directory, head="auto", output_loading_info=True)
     ours.to(device).eval()
     assert info.missing_keys == []
     assert info.unexpected_keys == []

@@ -2,9 +2,11 @@
 so that global and local layers both occur, a local window shorter than the batch): the window and the local rope
 base matter; the multiple-choice head pools the first real token under left padding; sparse prediction scores only
 labelled positions; the config.json forms (old and new, irregular layer types, layers that differ); the presets'
-parameter counts; the BPE tokenizer convention; padded positions whose whole window is padding; the packed and
-compiled paths. Parity of every head (two variants: defaults, and every bias and choice flipped), the padded and
-packed paths under left padding, hidden states, the errors and the presets: the tables of ``test_parity.py``."""
+parameter counts; the BPE tokenizer convention; padded positions whose whole window is padding; the packed path.
+The compiled path is ``test_family_paths.py``'s ``modernbert`` row (the same settings; its batch has rows shorter
+and longer than the window). Parity of every head (two variants: defaults, and every bias and choice flipped), the
+padded and packed paths under left padding, hidden states, the errors and the presets: the tables of
+``test_parity.py``."""
 
 from __future__ import annotations
 
@@ -185,7 +187,7 @@ def test_padding_positions_whose_window_is_all_padding_match_the_same_kernel(tmp
         assert (other.eval()(**inputs).last_hidden_state - want).abs().max() > 1e-2  # the rows exist in the batch
 
 
-# --------------------------------------------------------------------------------------- packing and compile
+# ------------------------------------------------------------------------------------------------------ packing
 def _uneven_batch() -> dict[str, torch.Tensor]:
     """Rows of 14, 9 and 3 real tokens: over a third padding, so `auto` packs too."""
     g = torch.Generator().manual_seed(3)
@@ -207,21 +209,3 @@ def test_packed_path_equals_transformers(tmp_path, packing):
         got = model(**inputs).last_hidden_state
     assert (got[real] - want[real]).abs().max() <= TOL
     assert got[~real].abs().max() == 0  # the run really was packed (padding holds zeros)
-
-
-@pytest.mark.compile
-def test_compiled_model_equals_transformers(tmp_path):
-    reference = save_hf(MODERNBERT, "ModernBertModel", tmp_path / "hf")
-    model = bertblocks.from_pretrained(tmp_path / "hf").eval()
-    inputs = _uneven_batch()
-    real = inputs["attention_mask"].bool()
-    torch._dynamo.reset()
-    try:
-        compiled = torch.compile(model, backend="aot_eager", fullgraph=True)  # no graph break anywhere
-        with torch.no_grad():
-            got = compiled(**inputs).last_hidden_state
-    finally:
-        torch._dynamo.reset()
-    with torch.no_grad():
-        want = reference(**inputs).last_hidden_state
-    assert (got[real] - want[real]).abs().max() <= TOL

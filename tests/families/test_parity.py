@@ -35,8 +35,8 @@ from .reference import (
     call_inputs,
     round_trip,
     rows,
-    save_hf,
     save_tokenizer,
+    saved_hf,
     tokenizer_of,
 )
 from .test_tokenizers import PAIRS, TEXTS
@@ -55,36 +55,37 @@ def test_loads_transformers_checkpoint_and_saves_one_it_loads(tmp_path, family_n
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("packing", ["never", "always"])
 @pytest.mark.parametrize("family_name", rows(lambda family: family.both_paddings))
-def test_padded_and_packed_paths_agree_with_transformers(tmp_path, family_name, packing, side, device):
+def test_padded_and_packed_paths_agree_with_transformers(family_name, packing, side, device):
     """transformers counts positions 0, 1, … over left padding too; packed, bertblocks restarts them at each
     sequence's first real token: RoPE scores (and DeBERTa's relative table, read at query - key) depend on
     position differences only, so the numbers agree. DeBERTa's packed layers run their attention kernel on the
     re-padded heads (a score bias: see docs/explanation/packing.md), everything else on the real tokens."""
     family = FAMILIES[family_name]
     cls = family.classes[0]  # the backbone
-    reference = save_hf(family, cls, tmp_path).to(device)
+    directory, reference = saved_hf(family, cls)
+    reference = reference.to(device)
     inputs, mask = batch(family, cls, left=side == "left")
     inputs = to_device(call_inputs(cls, inputs), device)
-    ours = bertblocks.from_pretrained(tmp_path, [f"encoder.packing={packing}"]).to(device).eval()
+    ours = bertblocks.from_pretrained(directory, [f"encoder.packing={packing}"]).to(device).eval()
     with torch.no_grad():
         assert_same(reference(**inputs), ours(**inputs), mask)
 
 
 @pytest.mark.parametrize("family_name", rows(lambda family: family.hidden_states))
-def test_hidden_states_and_attention_probabilities_equal_transformers(tmp_path, family_name, device):
+def test_hidden_states_and_attention_probabilities_equal_transformers(family_name, device):
     """Attention probabilities under the eager backend, unless the row says otherwise (ModernBERT's local layers
     need their sliding-window backend: the default backends, hidden states only)."""
     family = FAMILIES[family_name]
     cls, attentions = family.hidden_states, family.attentions
     assert cls is not None
-    save_hf(family, cls, tmp_path)
+    directory, _ = saved_hf(family, cls)
     implementation = {"attn_implementation": "eager"} if attentions else {}
-    reference = getattr(transformers, cls).from_pretrained(tmp_path, **implementation).to(device).eval()
+    reference = getattr(transformers, cls).from_pretrained(directory, **implementation).to(device).eval()
     inputs, mask = batch(family, cls)
     inputs = to_device(call_inputs(cls, inputs), device)
     mask = mask.to(device)
     overrides = ["encoder.attention.backend=eager"] if attentions else []
-    ours = bertblocks.from_pretrained(tmp_path, overrides, head="auto").to(device).eval()
+    ours = bertblocks.from_pretrained(directory, overrides, head="auto").to(device).eval()
     with torch.no_grad():
         theirs = reference(**inputs, output_hidden_states=True, output_attentions=attentions)
         got = ours(**inputs, output_hidden_states=True, output_attentions=attentions)
@@ -105,7 +106,7 @@ def test_checkpoint_under_transformers_in_memory_names_loads(tmp_path, family_na
     family = FAMILIES[family_name]
     assert family.in_memory_key is not None
     cls, in_memory_key = family.in_memory_key
-    reference = save_hf(family, cls, tmp_path / "original")
+    _, reference = saved_hf(family, cls)
     reference.save_pretrained(tmp_path, save_original_format=False)  # q_proj/k_proj/v_proj, … as in memory
     assert in_memory_key in load_file(tmp_path / "model.safetensors")
     inputs, mask = batch(family, cls)
