@@ -138,7 +138,7 @@ def test_selecting_the_cuda_cases_never_fails_for_want_of_a_gpu():
 
     root = Path(__file__).resolve().parents[1]
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda"]
-    command += ["tests/test_varlen_flex.py", "-k", "flex_equals_the_per_sequence_reference"]
+    command += ["tests/test_varlen_kernels.py", "-k", "flex_equals_the_per_sequence_reference"]
     done = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     if torch.cuda.is_available():

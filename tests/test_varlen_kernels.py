@@ -1,6 +1,7 @@
-"""The flex varlen kernel (``bertblocks/plugins/varlen_flex.py``) against its reference, the per-sequence SDPA calls
-(``varlen_sdpa.py``): the same numbers on every device the machine has, its score-modification hook, one block mask
-per forward pass, and the per-device choice made when the backend is built."""
+"""The varlen kernels against their reference, the per-sequence SDPA calls (``varlen_sdpa.py``): flex
+(``varlen_flex.py``: the same numbers on every device the machine has, its score-modification hook, one block mask per
+forward pass), FlashAttention's (``varlen_flash.py``: bfloat16 on CUDA; its re-padded fallback in float32), and the
+per-device choice made when the backend is built (``varlen_kernels.py``)."""
 
 from __future__ import annotations
 
