@@ -27,7 +27,15 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..errors import InputError
 from .varlen_sdpa import equal_length_runs
+
+
+def _pairs(index: torch.Tensor | None, length: int) -> torch.Tensor:
+    """The ``[length, length]`` table rows the pairs of a sequence read: table products need their index."""
+    if index is None:
+        raise InputError("sdpa_varlen_biased: rows or cols given without the index of the rows each pair reads")
+    return index[:length, :length]
 
 
 def _heads(x: torch.Tensor, start: int, count: int, length: int) -> torch.Tensor:
@@ -53,9 +61,8 @@ def run_mask(
     """The additive mask ``[count|1, h, length, length]`` of one run of equal-length sequences (see the module)."""
     mask = None
     if rows is not None or cols is not None:
-        assert index is not None  # checked by the caller
         h = (rows if rows is not None else cols).shape[1]  # type: ignore[union-attr]
-        pairs = index[:length, :length]
+        pairs = _pairs(index, length)
         if rows is not None:
             mask = torch.gather(_heads(rows, start, count, length), -1, pairs.expand(count, h, length, length))
         if cols is not None:
@@ -169,9 +176,8 @@ def sdpa_varlen_biased_backward(
         gk[run] = _tokens(torch.matmul(d_scores.transpose(-1, -2), q) * scale)
         gv[run] = _tokens(torch.matmul(probs.transpose(-1, -2), do))
         if rows is not None or cols is not None:
-            assert index is not None
             h = q.shape[1]
-            pairs = index[:length, :length]
+            pairs = _pairs(index, length)
             if rows is not None:
                 target = torch.zeros(count, h, length, rows.shape[-1], dtype=rows.dtype, device=rows.device)
                 target.scatter_add_(-1, pairs.expand(count, h, length, length), d_scores * term_scale)
