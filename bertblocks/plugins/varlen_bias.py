@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import InputError
-from .varlen_sdpa import equal_length_runs
+from .varlen_sdpa import attention_grads, equal_length_runs, run_heads, run_tokens
 
 
 def _pairs(index: torch.Tensor | None, length: int) -> torch.Tensor:
@@ -36,16 +36,6 @@ def _pairs(index: torch.Tensor | None, length: int) -> torch.Tensor:
     if index is None:
         raise InputError("sdpa_varlen_biased: rows or cols given without the index of the rows each pair reads")
     return index[:length, :length]
-
-
-def _heads(x: torch.Tensor, start: int, count: int, length: int) -> torch.Tensor:
-    """The run's tokens of packed ``[T, h, ·]`` as ``[count, h, length, ·]`` (a view)."""
-    return x[start : start + count * length].unflatten(0, (count, length)).transpose(1, 2)
-
-
-def _tokens(x: torch.Tensor) -> torch.Tensor:
-    """``[count, h, length, ·]`` → ``[count·length, h, ·]``."""
-    return x.transpose(1, 2).flatten(0, 1)
 
 
 def run_mask(
@@ -64,10 +54,10 @@ def run_mask(
         h = (rows if rows is not None else cols).shape[1]  # type: ignore[union-attr]
         pairs = _pairs(index, length)
         if rows is not None:
-            mask = torch.gather(_heads(rows, start, count, length), -1, pairs.expand(count, h, length, length))
+            mask = torch.gather(run_heads(rows, start, count, length), -1, pairs.expand(count, h, length, length))
         if cols is not None:
             # entry (i, j) reads key j's row index[i, j]: gathered down the keys, then turned to [i, j]
-            by_key = torch.gather(_heads(cols, start, count, length), -1, pairs.T.expand(count, h, length, length))
+            by_key = torch.gather(run_heads(cols, start, count, length), -1, pairs.T.expand(count, h, length, length))
             mask = by_key.transpose(-1, -2) if mask is None else mask + by_key.transpose(-1, -2)
         mask = mask * term_scale
     if fixed is not None:
@@ -94,10 +84,10 @@ def biased_per_sequence(
     """
     out = torch.zeros_like(query, memory_format=torch.contiguous_format)
     for start, count, length in equal_length_runs(cu_seqlens):  # the one read of cu_seqlens from the host
-        q, k, v = (_heads(x, start, count, length) for x in (query, key, value))
+        q, k, v = (run_heads(x, start, count, length) for x in (query, key, value))
         mask = run_mask(start, count, length, term_scale, index, rows, cols, fixed)
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-        out[start : start + count * length] = _tokens(attended)
+        out[start : start + count * length] = run_tokens(attended)
     return out
 
 
@@ -165,29 +155,24 @@ def sdpa_varlen_biased_backward(
     gq, gk, gv = (torch.zeros_like(x, memory_format=torch.contiguous_format) for x in (query, key, value))
     g_rows, g_cols, g_fixed = _grad_like(rows, query), _grad_like(cols, query), _grad_like(fixed, query)
     for start, count, length in equal_length_runs(cu_seqlens):
-        q, k, v, do = (_heads(x, start, count, length) for x in (query, key, value, grad))  # [n, h, l, d]
-        scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+        q, k, v, do = (run_heads(x, start, count, length) for x in (query, key, value, grad))  # [n, h, l, d]
         mask = run_mask(start, count, length, term_scale, index, rows, cols, fixed)
-        probs = torch.softmax(scores if mask is None else scores + mask, dim=-1)  # [n, h, l, l]
-        out = torch.matmul(probs, v)
-        d_scores = probs * (torch.matmul(do, v.transpose(-1, -2)) - (do * out).sum(-1, keepdim=True))
+        dq, dk, dv, d_scores = attention_grads(q, k, v, do, scale, mask)  # d_scores [n, h, l, l] is dM too
         run = slice(start, start + count * length)
-        gq[run] = _tokens(torch.matmul(d_scores, k) * scale)
-        gk[run] = _tokens(torch.matmul(d_scores.transpose(-1, -2), q) * scale)
-        gv[run] = _tokens(torch.matmul(probs.transpose(-1, -2), do))
+        gq[run], gk[run], gv[run] = run_tokens(dq), run_tokens(dk), run_tokens(dv)
         if rows is not None or cols is not None:
             h = q.shape[1]
             pairs = _pairs(index, length)
             if rows is not None:
                 target = torch.zeros(count, h, length, rows.shape[-1], dtype=rows.dtype, device=rows.device)
                 target.scatter_add_(-1, pairs.expand(count, h, length, length), d_scores * term_scale)
-                g_rows[run] = _tokens(target)
+                g_rows[run] = run_tokens(target)
             if cols is not None:
                 target = torch.zeros(count, h, length, cols.shape[-1], dtype=cols.dtype, device=cols.device)
                 target.scatter_add_(
                     -1, pairs.T.expand(count, h, length, length), d_scores.transpose(-1, -2) * term_scale
                 )
-                g_cols[run] = _tokens(target)
+                g_cols[run] = run_tokens(target)
         if fixed is not None:
             g_fixed[:, :, :length, :length] += d_scores.sum(0, keepdim=True)
     return gq, gk, gv, g_rows, g_cols, g_fixed

@@ -43,13 +43,13 @@ def equal_length_runs(cu_seqlens: torch.Tensor) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _heads(x: torch.Tensor, start: int, count: int, length: int) -> torch.Tensor:
-    """The run's tokens of packed ``[T, h, d]`` as ``[count, h, length, d]`` (a view)."""
+def run_heads(x: torch.Tensor, start: int, count: int, length: int) -> torch.Tensor:
+    """The run's tokens of packed ``[T, h, ·]`` as ``[count, h, length, ·]`` (a view)."""
     return x[start : start + count * length].unflatten(0, (count, length)).transpose(1, 2)
 
 
-def _tokens(x: torch.Tensor) -> torch.Tensor:
-    """``[count, h, length, d]`` → ``[count·length, h, d]``."""
+def run_tokens(x: torch.Tensor) -> torch.Tensor:
+    """``[count, h, length, ·]`` → ``[count·length, h, ·]``."""
     return x.transpose(1, 2).flatten(0, 1)
 
 
@@ -69,9 +69,9 @@ def sdpa_per_sequence(
     covered = runs[-1][0] + runs[-1][1] * runs[-1][2] if runs else 0
     out = torch.zeros_like(query) if covered < query.shape[0] else torch.empty_like(query)
     for start, count, length in runs:
-        q, k, v = (_heads(x, start, count, length) for x in (query, key, value))
+        q, k, v = (run_heads(x, start, count, length) for x in (query, key, value))
         attended = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale)
-        out[start : start + count * length] = _tokens(attended)
+        out[start : start + count * length] = run_tokens(attended)
     return out
 
 
@@ -107,15 +107,26 @@ def sdpa_varlen_backward(
     """
     gq, gk, gv = torch.zeros_like(query), torch.zeros_like(key), torch.zeros_like(value)
     for start, count, length in equal_length_runs(cu_seqlens):
-        q, k, v, do = (_heads(x, start, count, length) for x in (query, key, value, grad))  # [n, h, l, d]
-        probs = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * scale, dim=-1)  # [n, h, l, l]
-        out = torch.matmul(probs, v)
-        d_scores = probs * (torch.matmul(do, v.transpose(-1, -2)) - (do * out).sum(-1, keepdim=True))
+        q, k, v, do = (run_heads(x, start, count, length) for x in (query, key, value, grad))  # [n, h, l, d]
+        dq, dk, dv, _ = attention_grads(q, k, v, do, scale)
         run = slice(start, start + count * length)
-        gq[run] = _tokens(torch.matmul(d_scores, k) * scale)
-        gk[run] = _tokens(torch.matmul(d_scores.transpose(-1, -2), q) * scale)
-        gv[run] = _tokens(torch.matmul(probs.transpose(-1, -2), do))
+        gq[run], gk[run], gv[run] = run_tokens(dq), run_tokens(dk), run_tokens(dv)
     return gq, gk, gv
+
+
+def attention_grads(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, do: torch.Tensor, scale: float, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``dQ, dK, dV`` and ``dS`` of ``O = softmax(scale·QKᵀ + M)·V`` for ``dO`` (``[n, h, l, d]`` each; ``dS``
+    ``[n, h, l, l]`` is also ``dM``): ``dV = Pᵀ·dO``, ``dS = P ⊙ (dO·Vᵀ − rowsum(dO ⊙ O))``, ``dQ = scale·dS·K``,
+    ``dK = scale·dSᵀ·Q``. The backward of both compiled varlen ops (this module's and ``varlen_bias``'s)."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    probs = torch.softmax(scores if mask is None else scores + mask, dim=-1)
+    out = torch.matmul(probs, v)
+    d_scores = probs * (torch.matmul(do, v.transpose(-1, -2)) - (do * out).sum(-1, keepdim=True))
+    dq = torch.matmul(d_scores, k) * scale
+    dk = torch.matmul(d_scores.transpose(-1, -2), q) * scale
+    return dq, dk, torch.matmul(probs.transpose(-1, -2), do), d_scores
 
 
 @sdpa_varlen_backward.register_fake
