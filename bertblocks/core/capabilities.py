@@ -10,6 +10,12 @@ Two declarations:
   does not have (packing leaves zeros there). ``encoder.packing: auto`` then never packs that model, and
   :attr:`~bertblocks.core.encoder.EncoderModel.packing_off_reason` names the component;
   :func:`padding_readers` is the one function that finds the declarations.
+  A component that reads padded positions only in *long* batches sets ``reads_padded_positions_above = N``
+  instead (an ``int``): in a batch whose padded length is at most ``N`` tokens its outputs at real tokens do not
+  depend on the padding (BigBird's block-sparse attention: up to its full-attention limit it attends in full, as
+  BERT does; past it the block layout counts the padded length). ``auto`` then packs batches of at most ``N``
+  tokens and leaves longer ones padded (:meth:`~bertblocks.core.encoder.EncoderModel.auto_packs`); the reason
+  says from which length. ``reads_padded_positions = True`` is the same as ``reads_padded_positions_above = 0``.
 * **what an attention module can do** — :class:`AttentionCapabilities` (attention weights for all heads, some
   or none; head pruning; the KV cache), an :class:`~bertblocks.core.interfaces.Attention`'s ``capabilities``.
   The builder refuses a config that needs what is absent (``pruned_heads``, a decoder with ``use_cache``), the
@@ -20,6 +26,7 @@ Two declarations:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,6 +36,8 @@ from ..errors import BertBlocksError
 
 #: the attribute a component sets to declare that it reads padded positions
 READS_PADDED_POSITIONS = "reads_padded_positions"
+#: the attribute a component sets to declare that it reads padded positions in batches longer than so many tokens
+READS_PADDED_POSITIONS_ABOVE = "reads_padded_positions_above"
 
 
 class CapabilityError(BertBlocksError, ValueError):
@@ -61,30 +70,87 @@ class AttentionCapabilities:
         return f"{what} ({self.reason})" if self.reason else what
 
 
-def declares_padding_reads(component: Any) -> bool:
-    """Whether ``component`` declares ``reads_padded_positions`` (class or instance attribute, exactly ``True``)."""
-    return getattr(component, READS_PADDED_POSITIONS, False) is True
+@dataclass(frozen=True)
+class PaddingReader:
+    """A component that declares reading padded positions, as :func:`padding_readers` finds it.
+
+    Attributes:
+        path: where it sits in the model (``encoder.layer.0.attention``; ``position``, ``head``).
+        class_name: its class.
+        above: it reads padded positions in batches whose padded length exceeds this many tokens; ``0``: in every
+            batch (``reads_padded_positions = True``).
+    """
+
+    path: str
+    class_name: str
+    above: int = 0
+
+    def reads_at(self, length: int) -> bool:
+        """Whether it reads padded positions in a batch padded to ``length`` tokens."""
+        return length > self.above
+
+    def __str__(self) -> str:
+        """``path (Class)``, or ``path (Class, above N tokens)`` for a length-dependent declaration."""
+        when = f", above {self.above} tokens" if self.above else ""
+        return f"{self.path} ({self.class_name}{when})"
 
 
-def padding_readers(root: nn.Module, name: str = "", extra: dict[str, Any] | None = None) -> list[str]:
-    """The components under ``root`` that declare ``reads_padded_positions``, each as ``path (ClassName)``.
+def padded_reads_above(component: Any, where: str = "") -> int | None:
+    """From which padded length ``component`` declares reading padded positions: ``0`` in every batch
+    (``reads_padded_positions`` exactly ``True``), ``N`` in batches longer than ``N`` tokens
+    (``reads_padded_positions_above = N``), ``None`` never (no declaration).
+
+    Raises:
+        CapabilityError: ``reads_padded_positions_above`` is set to something else than ``None`` or a token count
+            (an ``int`` of at least 0); the message names the component (at ``where``).
+    """
+    if getattr(component, READS_PADDED_POSITIONS, False) is True:
+        return 0
+    above = getattr(component, READS_PADDED_POSITIONS_ABOVE, None)
+    if above is None:
+        return None
+    if isinstance(above, bool) or not isinstance(above, int) or above < 0:
+        at = f" at {where}" if where else ""
+        raise CapabilityError(
+            f"{type(component).__name__}{at} declares reads_padded_positions_above = {above!r}: it must be None or "
+            "the longest padded length (an int >= 0) up to which its outputs at real tokens do not depend on the "
+            "padding"
+        )
+    return above
+
+
+def padding_readers(root: nn.Module, name: str = "", extra: dict[str, Any] | None = None) -> list[PaddingReader]:
+    """The components under ``root`` that declare reading padded positions (``reads_padded_positions``, or
+    ``reads_padded_positions_above``: see :func:`padded_reads_above`), in model order.
 
     Every submodule is asked (``root`` itself included, reported as ``name``), and the attention backend each
     module holds (its ``backend`` attribute, which is not a module); ``extra`` names further objects to ask (the
     position scheme), by the name to report. Only the declaring object is named, not the modules around it.
+
+    Raises:
+        CapabilityError: a malformed ``reads_padded_positions_above`` (see :func:`padded_reads_above`).
     """
-    found = []
+    candidates: list[tuple[str, Any]] = []
     for path, module in root.named_modules(prefix=name):
         where = path or type(root).__name__
-        if declares_padding_reads(module):
-            found.append(f"{where} ({type(module).__name__})")
+        candidates.append((where, module))
         backend = module.__dict__.get("backend")  # a plain attribute: an AttentionBackend is not a module
-        if backend is not None and declares_padding_reads(backend):
-            found.append(f"{where}.backend ({type(backend).__name__})")
-    for label, component in (extra or {}).items():
-        if declares_padding_reads(component):
-            found.append(f"{label} ({type(component).__name__})")
+        if backend is not None:
+            candidates.append((f"{where}.backend", backend))
+    candidates += list((extra or {}).items())
+    found = []
+    for where, component in candidates:
+        above = padded_reads_above(component, where)
+        if above is not None:
+            found.append(PaddingReader(where, type(component).__name__, above))
     return found
+
+
+def auto_packing_limit(readers: Iterable[PaddingReader]) -> int | None:
+    """The longest padded length ``encoder.packing: auto`` may pack with these readers in the model: ``None`` any
+    length (no reader), ``0`` none (one reads padded positions in every batch), else the lowest declared
+    ``reads_padded_positions_above``."""
+    return min((reader.above for reader in readers), default=None)
 
 
 def attention_capabilities(attention: Any) -> AttentionCapabilities:

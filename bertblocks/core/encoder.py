@@ -21,7 +21,13 @@ from torch.utils.checkpoint import checkpoint
 from ..config import BertConfig
 from ..errors import InputError, InputTypeError
 from .cache import KVCache
-from .capabilities import CapabilityError, attention_capabilities, padding_readers
+from .capabilities import (
+    CapabilityError,
+    PaddingReader,
+    attention_capabilities,
+    auto_packing_limit,
+    padding_readers,
+)
 from .interfaces import (
     Attention,
     Embedding,
@@ -222,10 +228,11 @@ class EncoderModel(nn.Module):
         self.embeddings = embeddings
         self.encoder = encoder
         self.pooler = pooler
-        #: the components that declare ``reads_padded_positions`` (``path (Class)``): while any is listed,
-        #: ``encoder.packing: auto`` does not pack (packing leaves zeros where they read); a task model adds
-        #: its head. See :mod:`bertblocks.core.capabilities`.
-        self.padding_readers: tuple[str, ...] = tuple(padding_readers(self, extra={"position": position}))
+        #: the components that declare reading padded positions (``reads_padded_positions``, or
+        #: ``reads_padded_positions_above`` from some length; ``str()`` of each: ``path (Class)``): ``encoder.packing:
+        #: auto`` does not pack a batch any of them reads padding in (packing leaves zeros where they read); a task
+        #: model adds its head. See :mod:`bertblocks.core.capabilities`.
+        self.padding_readers: tuple[PaddingReader, ...] = tuple(padding_readers(self, extra={"position": position}))
         # what a layer's attention declares it cannot do, worked out once (declarations do not change), so that
         # a decoding loop pays a dictionary look-up per step, not a walk over the layers
         self._refusals = {what: self._refusal(what) for what in ("attention_weights", "cache")}
@@ -284,19 +291,35 @@ class EncoderModel(nn.Module):
         return math.lcm(1, *(m.sequence_multiple for m in self.modules() if isinstance(m, Attention)))
 
     @property
-    def auto_packing(self) -> bool:
-        """Whether ``encoder.packing: auto`` may pack this model: no component declares that it reads padded
-        positions (:attr:`padding_readers`)."""
-        return not self.padding_readers
+    def auto_packing_limit(self) -> int | None:
+        """The longest padded length (tokens per row) that ``encoder.packing: auto`` packs: ``None`` any length (no
+        component declares reading padded positions, :attr:`padding_readers`), ``0`` none (one reads them in every
+        batch), ``N`` the lowest ``reads_padded_positions_above`` declared (BigBird's full-attention limit)."""
+        return auto_packing_limit(self.padding_readers)
+
+    def auto_packs(self, length: int) -> bool:
+        """Whether ``encoder.packing: auto`` may pack a batch padded to ``length`` tokens: no component reads padded
+        positions at that length. (It still packs only in inference and with enough padding, see ``forward``.)"""
+        limit = self.auto_packing_limit
+        return limit is None or length <= limit
 
     @property
     def packing_off_reason(self) -> str | None:
-        """Why ``encoder.packing: auto`` never packs this model, naming the components (``None``: it may)."""
-        if not self.padding_readers:
+        """Why ``encoder.packing: auto`` does not pack this model's batches (any, or those longer than a length),
+        naming the components (``None``: it may pack any)."""
+        limit = self.auto_packing_limit
+        if limit is None:
             return None
+        readers = ", ".join(map(str, self.padding_readers))
+        if limit == 0:
+            return (
+                f"encoder.packing: auto does not pack: {readers} declare(s) reads_padded_positions (a packed batch has "
+                "zeros at padded positions)"
+            )
         return (
-            f"encoder.packing: auto does not pack: {', '.join(self.padding_readers)} declare(s) "
-            "reads_padded_positions (a packed batch has zeros at padded positions)"
+            f"encoder.packing: auto does not pack batches longer than {limit} tokens (padded length): {readers} "
+            f"declare(s) reads_padded_positions_above (a packed batch has zeros at padded positions); shorter "
+            "batches pack"
         )
 
     # ------------------------------------------------------------------------------------------- forward
@@ -472,7 +495,11 @@ class EncoderModel(nn.Module):
             or self.config.is_decoder
         ):
             return None
-        if enc.packing == "auto" and (self.training or torch.is_grad_enabled() or not self.auto_packing):
+        if enc.packing == "auto" and (
+            self.training or torch.is_grad_enabled() or not self.auto_packs(attention_mask.shape[1])
+        ):
+            # the padded length is a shape, not data: compiled, a length-dependent declaration is one guard on it
+            # (a graph for batches up to the limit, packed; another past it, padded), none for a model without one
             return None
         if torch.compiler.is_compiling():
             # A graph cannot branch on the data (padding side, padding share), so a compiled model packs every

@@ -324,10 +324,10 @@ class BlockSparseAttention(Attention):
         self.limit = full_attention_limit(options.block_size, options.num_random_blocks)
         self.seed = layer_index
         self.max_positions = max_positions
-        # The block layout is counted over the padded length (the last block, global, is the batch's last):
-        # the padding a batch carries changes real tokens' outputs, as in transformers. Only possible where a
-        # sequence can be longer than the full-attention limit.
-        self.reads_padded_positions = self.sparse and max_positions > self.limit
+        # Past the full-attention limit the block layout is counted over the padded length (the last block, global,
+        # is the batch's last): the padding a batch carries changes real tokens' outputs, as in transformers. Up to
+        # it the attention is full and masked, as BERT's: `packing: auto` packs those batches (capabilities.py).
+        self.reads_padded_positions_above: int | None = self.limit if self.sparse else None
         self.self = _Projections(hidden_size, hidden_size, options.bias, rotary)
         self.output = AttentionOutput(hidden_size, hidden_size, 0.0, hidden_dropout, norm)  # norm: built, or None
         self.kept_heads: list[int] = list(range(num_heads))
@@ -492,15 +492,13 @@ class BlockSparseAttention(Attention):
         output_attentions: bool,
         packing: Packing,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """A packed batch: each sequence attends as it would alone (its own block layout), when the layout can
-        be sparse; otherwise the padded layout, re-padded for the call."""
-        if not self.reads_padded_positions:
-            padded = packing.unpack(hidden_states[0])  # [b, L, H]
-            out, weights = self.forward(
-                padded, mask=mask, positions=positions, head_mask=head_mask, output_attentions=output_attentions
-            )
-            return packing.pack(out)[None], weights
+        """A packed batch. Padded to at most the full-attention limit (what ``packing: auto`` packs): full attention
+        within each sequence, as the padded batch attends; projections on the real tokens, the attention varlen
+        where the backend takes it, else re-padded for the call. Longer (``packing: always``): each sequence attends
+        as it would alone, with its own block layout when it is long enough to be sparse."""
         ids = positions.tokens(packed=True) if self.self.has_rotary else None
+        if not self.sparse or packing.length <= self.limit:
+            return self._packed_full(hidden_states, mask, ids, positions, head_mask, output_attentions, packing)
         query, key, value = self._project(hidden_states, ids, positions)  # [1, h, T, d]
         bounds = packing.cu_seqlens.tolist()
         contexts, weights = [], None
@@ -518,6 +516,41 @@ class BlockSparseAttention(Attention):
                 weights[i, :, : end - start, : end - start] = w[0]
         context = torch.cat(contexts, 2).transpose(1, 2).reshape(1, hidden_states.shape[1], -1)
         return self.output(context, hidden_states), weights
+
+    def _packed_full(
+        self,
+        hidden_states: torch.Tensor,  # [1, T, H]
+        mask: torch.Tensor | None,
+        ids: torch.Tensor | None,
+        positions: Positions,
+        head_mask: torch.Tensor | None,
+        output_attentions: bool,
+        packing: Packing,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Full attention on a packed batch: ``[1, T, H]`` in and out, as BERT's attention packs."""
+        t = hidden_states.shape[1]
+        query, key, value = self._project(hidden_states, ids, positions)  # [1, h, T, d]
+        dropout_p = self.dropout_p if self.training else 0.0
+        if self.backend.accepts_varlen(dropout_p=dropout_p) and head_mask is None and not output_attentions:
+            q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # [T, h, d]
+            context = self.backend.varlen(
+                q,
+                k,
+                v,
+                cu_seqlens=packing.cu_seqlens,
+                max_seqlen=packing.max_seqlen,
+                scale=self.scale,
+                dropout_p=dropout_p,
+            )  # [T, h, d]
+            return self.output(context.reshape(1, t, -1), hidden_states), None
+        # re-padded for this call: [T, h·d] → [b, h, L, d]; padded keys hidden by the mask, padded queries dropped
+        query, key, value = (
+            self._heads(packing.unpack(x[0].transpose(0, 1).reshape(t, -1))) for x in (query, key, value)
+        )
+        context, weights = self._full(query, key, value, mask, head_mask, output_attentions, False)
+        b, _, length, _ = context.shape
+        context = packing.pack(context.transpose(1, 2).reshape(b, length, -1))  # [T, h·d]
+        return self.output(context[None], hidden_states), weights
 
     def prune_heads(self, heads: set[int]) -> None:
         drop = {head for head in heads if head in self.kept_heads}

@@ -10,9 +10,15 @@ from torch import nn
 
 from ..core.interfaces import Head
 
+#: the padded length of the checks' batch (:func:`padded_batch`, :func:`model_inputs`)
+BATCH_LENGTH = 9
+#: the shortest padded length :func:`padded_batch` makes (its row 2 keeps one token)
+SHORTEST_BATCH = 6
 
-def padded_batch(seed: int = 0, b: int = 3, length: int = 9, vocab: int = 99) -> dict[str, torch.Tensor]:
-    """Padded batch: row 1 loses its last 3 tokens, row 2 its last 5 (and so on, every third row)."""
+
+def padded_batch(seed: int = 0, b: int = 3, length: int = BATCH_LENGTH, vocab: int = 99) -> dict[str, torch.Tensor]:
+    """Padded batch: row 1 loses its last 3 tokens, row 2 its last 5 (and so on, every third row); ``length`` at
+    least :data:`SHORTEST_BATCH`."""
     g = torch.Generator().manual_seed(seed)
     mask = torch.ones(b, length, dtype=torch.long)
     mask[1::3, -3:] = 0
@@ -24,15 +30,15 @@ def padded_batch(seed: int = 0, b: int = 3, length: int = 9, vocab: int = 99) ->
     }
 
 
-def model_inputs(model: nn.Module, seed: int = 0) -> dict[str, torch.Tensor]:
-    """A padded batch for ``model``: ``[3, 9]``, or ``[3, 2, 9]`` for a head that reshapes its inputs (multiple
-    choice overrides :meth:`~bertblocks.core.interfaces.Head.prepare_inputs`)."""
+def model_inputs(model: nn.Module, seed: int = 0, length: int = BATCH_LENGTH) -> dict[str, torch.Tensor]:
+    """A padded batch for ``model``: ``[3, length]``, or ``[3, 2, length]`` for a head that reshapes its inputs
+    (multiple choice overrides :meth:`~bertblocks.core.interfaces.Head.prepare_inputs`)."""
     head = getattr(model, "head", None)
     # a head may override prepare_inputs only to read them (ELECTRA's discriminator keeps the mask): it says so
     reshapes = getattr(head, "reshapes_inputs", True)
     if isinstance(head, Head) and type(head).prepare_inputs is not Head.prepare_inputs and reshapes:
-        return {k: v.view(3, 2, -1) for k, v in padded_batch(seed, b=6).items()}
-    return padded_batch(seed)
+        return {k: v.view(3, 2, -1) for k, v in padded_batch(seed, b=6, length=length).items()}
+    return padded_batch(seed, length=length)
 
 
 def qkv(

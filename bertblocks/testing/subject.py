@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigError
+from ..core.capabilities import PaddingReader
 from ..core.component import Component
 from ..errors import BertBlocksError
 from ..hf.weights import LoadingInfo
@@ -73,15 +74,18 @@ class Subject:
         """This subject on a path: ``encoder.packing`` ``"never"`` (padded), ``"always"`` (packed)."""
         return replace(self, packing=packing)
 
-    def padding_readers(self) -> list[str]:
-        """What in this component's tiny model declares ``reads_padded_positions`` (``path (Class)``; a head as
-        ``head (Class)``): the components ``encoder.packing: auto`` does not pack for. Empty for a family."""
+    def padding_readers(self, length: int | None = None) -> list[PaddingReader]:
+        """What in this component's tiny model declares reading padded positions (``str()``: ``path (Class)``; a
+        head as ``head (Class)``): what ``encoder.packing: auto`` does not pack for. ``length``: only those that
+        read them in a batch padded to that many tokens (a ``reads_padded_positions_above`` declaration reads
+        them past its threshold only). Empty for a family."""
         if self.kind == "family":
             return []
         if "readers" not in self._memo:
             model = self.on(None).model()
             self._memo["readers"] = list(getattr(model, "bert", model).padding_readers)
-        return list(self._memo["readers"])
+        readers: list[PaddingReader] = self._memo["readers"]
+        return [reader for reader in readers if length is None or reader.reads_at(length)]
 
     @property
     def kind(self) -> str:

@@ -41,6 +41,7 @@ from .checks.position import (
     check_position_scheme,
     check_rotary_shift_invariance,
 )
+from .inputs import BATCH_LENGTH
 from .subject import ConformanceError, ConformanceSkip, Subject
 
 #: the kinds placed in a tiny model: every built-in kind but ``family`` (a translation of config.json and
@@ -77,9 +78,10 @@ PATHS: tuple[tuple[str, str], ...] = (("padded", "never"), ("packed", "always"))
 def run_check(check: Check, subject: Subject) -> None:
     """Run ``check`` on ``subject``: once, or (``check.paths``) on the padded and then the packed path.
 
-    A failure says which path failed. A component that declares ``reads_padded_positions`` is run on the padded
-    path only: ``encoder.packing: auto`` never packs a model holding it (the ``padding_declaration`` check
-    checks the declaration itself). A skip on both paths is one skip.
+    A failure says which path failed. A component that declares reading padded positions in the checks' batch
+    (``reads_padded_positions``, or ``reads_padded_positions_above`` a length below the batch's) is run on the
+    padded path only: ``encoder.packing: auto`` does not pack that batch (the ``padding_declaration`` check checks
+    the declaration itself). A skip on both paths is one skip.
 
     Raises:
         ConformanceError: the check failed (on the path named in the message).
@@ -88,7 +90,7 @@ def run_check(check: Check, subject: Subject) -> None:
     if not check.paths:
         check.run(subject)
         return
-    paths = PATHS if not (subject.kind != "head" and subject.padding_readers()) else PATHS[:1]
+    paths = PATHS if not (subject.kind != "head" and subject.padding_readers(BATCH_LENGTH)) else PATHS[:1]
     skips = []
     for path, packing in paths:
         try:

@@ -4,7 +4,9 @@ equivalent, the attention in another family (BERT), and the conformance suite on
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import types
 
 import pytest
 import torch
@@ -19,8 +21,9 @@ from bertblocks.plugins.block_sparse import (
     random_blocks,
 )
 from bertblocks.registry import Registry
-from bertblocks.testing import ConformanceSuite
+from bertblocks.testing import ConformanceError, ConformanceSuite
 from tests.families.reference import COMMON, TOL
+from tests.tolerances import assert_close, assert_identical
 
 SETTINGS = {**COMMON, "block_size": 2, "num_random_blocks": 1, "rescale_embeddings": True, "layer_norm_eps": 1e-5}
 
@@ -252,15 +255,17 @@ def test_original_full_equals_transformers_at_any_length(tmp_path):
     with torch.no_grad():
         want, got = theirs(input_ids=ids, attention_mask=mask), ours(input_ids=ids, attention_mask=mask)
     assert (want.last_hidden_state - got.last_hidden_state)[mask.bool()].abs().max() <= TOL
-    assert not any(getattr(m, "reads_padded_positions", False) for m in ours.modules())  # packs as BERT does
+    assert ours.padding_readers == ()  # packs as BERT does, at any length
 
 
-def test_packing_runs_each_sequence_alone_and_auto_does_not_pack(tmp_path):
-    """The block layout counts the padded length, so the attention declares reads_padded_positions: `auto`
-    leaves BigBird padded (transformers' numbers, tested above) and says why; `always` gives each sequence the
-    numbers it has alone (its own layout)."""
+def test_packing_runs_each_sequence_alone_and_auto_does_not_pack_a_long_batch(tmp_path):
+    """Past the full-attention limit the block layout counts the padded length, so the attention declares
+    reads_padded_positions_above the limit: `auto` leaves such a batch padded (transformers' numbers, tested above)
+    and says why and from which length; `always` gives each sequence the numbers it has alone (its own layout)."""
     _, ours = _pair(tmp_path)
-    assert "BlockSparseAttention" in (ours.packing_off_reason or "")
+    assert ours.auto_packing_limit == full_attention_limit(2, 1) == 14
+    assert "auto does not pack batches longer than 14 tokens" in ours.packing_off_reason
+    assert "encoder.layer.0.attention (BlockSparseAttention, above 14 tokens)" in ours.packing_off_reason
     packed = bertblocks.from_pretrained(tmp_path, head="auto", overrides=["encoder.packing=always"]).eval()
     ids, mask = _batch(40, 23)  # the second row alone: 23 tokens, 12 blocks; padded: 20 blocks
     with torch.no_grad():
@@ -269,3 +274,56 @@ def test_packing_runs_each_sequence_alone_and_auto_does_not_pack(tmp_path):
         padded = ours.eval()(input_ids=ids, attention_mask=mask).last_hidden_state
     assert (got[1, :23] - alone[0]).abs().max() <= TOL
     assert (padded[1, :23] - alone[0]).abs().max() > 1e-3  # the batch's padding changed the real tokens' numbers
+
+
+@pytest.mark.parametrize("length", [14, 15])  # at the full-attention limit: packed; one token past it: padded
+def test_auto_packs_a_batch_short_enough_for_full_attention_as_transformers(tmp_path, length):
+    """`packing: auto` decides per batch: padded to at most (5 + 2r)·bs tokens, attention is full and masked (as
+    BERT's), so the batch packs with transformers' numbers; one token longer it stays padded, as transformers.
+    Packed, padded (`never`) and transformers' BigBird (a fresh one: it switches to full attention for good after a
+    short input) agree on the real tokens either way."""
+    theirs, ours = _pair(tmp_path)
+    padded = bertblocks.from_pretrained(tmp_path, overrides=["encoder.packing=never"]).eval()
+    ours.eval()
+    ids, mask = _batch(length, 5)  # the second row: 5 real tokens of 14 or 15
+    with torch.no_grad():
+        want = theirs.eval()(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = ours(input_ids=ids, attention_mask=mask).last_hidden_state
+        never = padded(input_ids=ids, attention_mask=mask).last_hidden_state
+    real = mask.bool()
+    assert_close(got[real], want[real])
+    assert_close(never[real], want[real])
+    assert ours.auto_packs(length) == (length == 14)
+    if length == 14:
+        assert got[~real].abs().max() == 0  # packed: zeros at the padded positions
+    else:
+        assert_identical(got, never)  # not packed: the padded path itself (the same kernels on the same data)
+
+
+@pytest.mark.parametrize(
+    ("shift", "message"),
+    [
+        # declared from 8 (one past the limit of 7): the batch of 8 runs block-sparse, so packing changes it
+        (1, r"packing changes the outputs at real tokens in a batch of 8 tokens.*threshold of 8 or more: lower it"),
+        # declared from 6: the batch of 7 still attends in full, so the declaration turns packing off for nothing
+        (-1, r"in a batch of 7 tokens, but the packed and padded paths agree.*raise reads_padded_positions_above to 7"),
+    ],
+)
+def test_conformance_catches_a_wrong_full_attention_threshold(shift, message):
+    """padding_declaration checks a length-dependent declaration at its threshold and one past it: the attention
+    declaring its limit (7 with blocks of 1, one random block) passes (test_conformance_block_sparse), one off
+    either way fails, saying which way to move it."""
+    component = REGISTRY.get("attention", "block_sparse")
+
+    def make(**kwargs):
+        built = component.factory(**kwargs)
+        built.reads_padded_positions_above = built.limit + shift
+        return built
+
+    variant = dataclasses.replace(component, name="shifted", provider="", factory=make, aliases=())
+    registry = Registry(load_entry_points=False)
+    registry.register(types.SimpleNamespace(bertblocks_register_components=lambda: [variant]), name="shifted")
+    suite = ConformanceSuite(registry, options={("attention", "shifted"): {"block_size": 1, "num_random_blocks": 1}})
+    (case,) = suite.cases(kinds=["attention"], names=["shifted"], include=["padding_declaration"])
+    with pytest.raises(ConformanceError, match=message):
+        case.check.run(case.subject)

@@ -185,7 +185,7 @@ def test_a_component_reading_padding_passes_the_suite_with_packing_on_auto(conv_
 
     model = _convmix_model(conv_registry)
     assert model.config.encoder.packing == "auto"
-    assert not model.auto_packing
+    assert model.auto_packing_limit == 0
     assert "encoder.layer.0.attention (ConvMixAttention)" in model.packing_off_reason
 
 

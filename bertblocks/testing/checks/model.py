@@ -7,9 +7,10 @@ import tempfile
 
 import torch
 
+from ...core.capabilities import PaddingReader
 from ...core.interfaces import PositionBias
 from ..assertions import close, close_outputs, expect, float_outputs, max_abs_diff, real_positions
-from ..inputs import infer, model_inputs
+from ..inputs import BATCH_LENGTH, SHORTEST_BATCH, infer, model_inputs
 from ..subject import ATOL, TINY_CONFIG, ConformanceError, ConformanceSkip, Subject
 
 #: a difference far above rounding (CONTRIBUTING.md: checks that outputs differ use a margin > 1e-3)
@@ -52,14 +53,14 @@ _DECLARE_HINT = (
 
 
 def _skip_if_reads_padding(subject: Subject) -> None:
-    """A component declared ``reads_padded_positions`` reads padding by definition: the padding checks do not
-    apply (``padding_declaration`` checks that the declaration is true)."""
+    """A component that declares reading padded positions in the checks' batch reads padding by definition: the
+    padding checks do not apply (``padding_declaration`` checks that the declaration is true)."""
     if subject.kind != "head":
-        readers = subject.padding_readers()
+        readers = subject.padding_readers(BATCH_LENGTH)
         if readers:
             raise ConformanceSkip(
-                f"{', '.join(readers)} declare(s) reads_padded_positions: outputs depend on padded positions by "
-                "declaration (checked by padding_declaration)"
+                f"{', '.join(map(str, readers))} declare(s) reads_padded_positions in a batch of {BATCH_LENGTH} "
+                "tokens: outputs depend on padded positions by declaration (checked by padding_declaration)"
             )
 
 
@@ -87,47 +88,98 @@ def check_padding_mask(subject: Subject) -> None:
 
 
 def check_padding_declaration(subject: Subject) -> None:
-    """The declaration ``reads_padded_positions`` is true, whichever way it goes.
+    """The declaration ``reads_padded_positions`` (or ``reads_padded_positions_above``) is true, whichever way it
+    goes, at every length where it decides.
 
-    Undeclared: the packed path (``encoder.packing: always``) gives the padded path's outputs at real tokens;
-    a difference means the component reads padded positions (a packed batch has zeros there) without saying so.
-    Declared: the two paths differ (else the declaration turns packing off for nothing), and ``encoder.packing:
-    auto`` does not pack, naming the component in ``packing_off_reason``. A head's declaration is about its loss
-    (question answering's softmax spans the padding) and is checked for its effect only.
+    The lengths: the checks' batch, and for each ``reads_padded_positions_above = N`` the lengths ``N`` and
+    ``N + 1`` (where the tiny model takes them: ``N + 1`` tokens within its ``max_position_embeddings``, ``N`` at
+    least the shortest batch the checks make), so that a threshold set too high or too low fails. At each length:
+
+    - no declaration reads padding there: the packed path (``encoder.packing: always``) gives the padded path's
+      outputs at real tokens (a difference means the component reads padded positions, which a packed batch has
+      zeros at, without saying so), and ``encoder.packing: auto`` may pack that length;
+    - one does: the two paths differ (else the declaration turns packing off for nothing), ``auto`` does not pack
+      (it gives the padded path's outputs) and ``packing_off_reason`` names the component.
+
+    A head's declaration is about its loss (question answering's softmax spans the padding) and is checked for its
+    effect only (the reason names it).
     """
     readers = subject.padding_readers()
     padded = subject.on("never").model()
     packed = subject.on("always").model()  # the same seed: the same weights
-    inputs = model_inputs(padded)
+    # auto's own model where something is declared (its outputs are compared); the declarations, and so what auto
+    # packs, are the same in every model of the component
+    auto = subject.on(None).model() if readers else padded
+    backbone = getattr(auto, "bert", auto)
+    reason = backbone.packing_off_reason or ""
+    expect(
+        all(str(reader) in reason for reader in readers),
+        f"{', '.join(map(str, readers))} declare(s) reads_padded_positions, but the model's packing_off_reason does "
+        f"not name them: {reason!r}",
+    )
+    if subject.kind == "head" and readers:
+        return
+    longest = padded.config.max_position_embeddings
+    lengths = {BATCH_LENGTH}
+    for reader in readers:
+        if reader.above:
+            lengths |= {n for n in (reader.above, reader.above + 1) if SHORTEST_BATCH <= n <= longest}
+    for length in sorted(lengths):
+        _check_declaration_at(length, subject.padding_readers(length), padded, packed, auto, backbone)
+
+
+def _check_declaration_at(
+    length: int,
+    readers: list[PaddingReader],
+    padded: torch.nn.Module,
+    packed: torch.nn.Module,
+    auto: torch.nn.Module,
+    backbone: torch.nn.Module,
+) -> None:
+    """:func:`check_padding_declaration` on a batch padded to ``length`` tokens, where ``readers`` read padding."""
+    inputs = model_inputs(padded, length=length)
     want, got = float_outputs(infer(padded, **inputs)), float_outputs(infer(packed, **inputs))
     mask = inputs["attention_mask"]
     diffs = {name: max_abs_diff(real_positions(got[name], mask), real_positions(want[name], mask)) for name in want}
     diff = max(diffs.values(), default=0.0)
+    batch = f"a batch of {length} tokens"
     if readers:
-        auto = subject.on(None).model()
-        reason = getattr(auto, "bert", auto).packing_off_reason or ""
-        expect(
-            all(reader in reason for reader in readers),
-            f"{', '.join(readers)} declare(s) reads_padded_positions, but the model's packing_off_reason does not "
-            f"name them: {reason!r}",
+        named = ", ".join(map(str, readers))
+        fix = (
+            f"raise reads_padded_positions_above to {length} or more"
+            if all(reader.above for reader in readers)
+            else "remove it"
         )
-        if subject.kind == "head":
-            return
         expect(
             diff > _DIFFERS,
-            f"{', '.join(readers)} declare(s) reads_padded_positions, but the packed and padded paths agree at real "
-            f"tokens (max abs difference {diff:.3g}): the declaration turns packing off for nothing; remove it",
+            f"{named} declare(s) reads_padded_positions in {batch}, but the packed and padded paths agree at real "
+            f"tokens (max abs difference {diff:.3g}): the declaration turns packing off for nothing; {fix}",
+        )
+        expect(
+            not backbone.auto_packs(length), f"{named} read(s) padding in {batch}, but encoder.packing: auto packs it"
         )
         close_outputs(
-            "encoder.packing: auto (not packing, by declaration) vs padded", infer(auto, **inputs), want, mask
+            f"encoder.packing: auto (not packing {batch}, by declaration) vs padded", infer(auto, **inputs), want, mask
         )
         return
     worst = max(diffs, key=lambda name: diffs[name]) if diffs else ""
+    above = [reader for reader in backbone.padding_readers if reader.above]
+    threshold = (
+        f"; {', '.join(map(str, above))} declare(s) reads_padded_positions_above, a threshold of {length} or more: "
+        f"lower it below {length}"
+        if above
+        else ""
+    )
     expect(
         diff <= ATOL,
-        f"packing changes the outputs at real tokens ({worst}: max abs difference {diff:.3g} > {ATOL:g}): the "
-        f"component reads hidden states at padded positions, which a packed batch does not have{_DECLARE_HINT}"
-        f"{_per_sequence_hint(packed)}",
+        f"packing changes the outputs at real tokens in {batch} ({worst}: max abs difference {diff:.3g} > {ATOL:g}): "
+        f"the component reads hidden states at padded positions, which a packed batch does not have{threshold}"
+        f"{_DECLARE_HINT}{_per_sequence_hint(packed)}",
+    )
+    expect(
+        backbone.auto_packs(length),
+        f"no component declares reading padded positions in {batch}, but encoder.packing: auto does not pack it "
+        f"({backbone.packing_off_reason})",
     )
 
 
@@ -238,15 +290,16 @@ def check_compile(subject: Subject, backend: str | None = None) -> None:
     The packed path is the one a compiled model takes under ``encoder.packing: auto`` (it packs every padded
     batch; see :mod:`bertblocks.core.packing`): the component gets ``[1, T, H]`` hidden states whose token count
     ``T`` is a data-dependent size. Code that needs its value fails to compile, and the failure says so in plain
-    words with the fix. A model holding a component that declares ``reads_padded_positions`` is never packed: it
-    is compiled on the padded path. ``backend`` defaults to the subject's ``compile_backend``: ``inductor``
+    words with the fix. A model holding a component that declares reading padded positions in the checks' batch
+    (``reads_padded_positions``, or ``reads_padded_positions_above`` a shorter length) does not pack it: it is
+    compiled on the padded path. ``backend`` defaults to the subject's ``compile_backend``: ``inductor``
     generates and compiles C++ (seconds per model); ``aot_eager`` traces the same graphs (where plugins break)
     without code generation.
     """
     import torch._dynamo
 
     backend = backend or subject.compile_backend
-    readers = subject.padding_readers()
+    readers = subject.padding_readers(BATCH_LENGTH)
     packing = "never" if readers else "always"
     path = "padded path (it declares reads_padded_positions)" if readers else "packed path"
     cfg = subject.on(packing).config()
