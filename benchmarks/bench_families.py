@@ -29,8 +29,9 @@ The fine-tuning step is forward + loss + backward of the sequence classifier on 
 dropout 0, gradients zeroed before each step, no optimiser step so every repeat does the same arithmetic):
 transformers' class against ``bertblocks.from_pretrained(..., head="auto")`` (``packing: auto``, which does not pack
 with gradients on: the padded work transformers does) and the same with ``encoder.packing=always`` (``bertblocks
-packed``: the dense layers on real tokens only; not for a model that declares ``reads_padded_positions``, ConvBERT's,
-which packed computes each sequence alone: other numbers than transformers' on the padded batch).
+packed``: the dense layers on real tokens only; not for a model that reads padded positions in this batch, ConvBERT's
+(``reads_padded_positions``; BigBird's past its full-attention limit), which packed computes each sequence alone:
+other numbers than transformers' on the padded batch).
 
 Batches: the padded one has lengths ``[128, 20, 35, 64, 16, 90, 12, 48]`` (413 of 1024 tokens real: 40 %), the
 uniform one is 8 x 128; padded positions hold the family's pad id, ids are drawn above the special tokens.
@@ -473,7 +474,9 @@ def bench_family(name: str, family: Family, args: argparse.Namespace) -> dict[st
         print(f"  {title}: logits and gradient norm compared (the norm's relative difference)")
         steps = {"transformers": lambda: step(hf_head), "bertblocks eager": lambda: step(ours_head)}
         reason = ours_head.bert.packing_off_reason
-        if reason is not None:  # ConvBERT's convolutions: packed, each sequence is computed alone (other numbers)
+        if not ours_head.bert.auto_packs(inputs["attention_mask"].shape[-1]):
+            # ConvBERT's convolutions (BigBird past its full-attention limit): packed, each sequence is computed
+            # alone (other numbers than transformers' on the padded batch)
             print(f"    bertblocks packed: skipped ({reason})")
         else:
             try:  # packing: auto never packs with gradients on; training packs when asked
