@@ -150,7 +150,10 @@ def auto_packing_limit(readers: Iterable[PaddingReader]) -> int | None:
     """The longest padded length ``encoder.packing: auto`` may pack with these readers in the model: ``None`` any
     length (no reader), ``0`` none (one reads padded positions in every batch), else the lowest declared
     ``reads_padded_positions_above``."""
-    return min((reader.above for reader in readers), default=None)
+    limit = None
+    for reader in readers:
+        limit = reader.above if limit is None else min(limit, reader.above)
+    return limit
 
 
 def attention_capabilities(attention: Any) -> AttentionCapabilities:

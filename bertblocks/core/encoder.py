@@ -228,11 +228,7 @@ class EncoderModel(nn.Module):
         self.embeddings = embeddings
         self.encoder = encoder
         self.pooler = pooler
-        #: the components that declare reading padded positions (``reads_padded_positions``, or
-        #: ``reads_padded_positions_above`` from some length; ``str()`` of each: ``path (Class)``): ``encoder.packing:
-        #: auto`` does not pack a batch any of them reads padding in (packing leaves zeros where they read); a task
-        #: model adds its head. See :mod:`bertblocks.core.capabilities`.
-        self.padding_readers: tuple[PaddingReader, ...] = tuple(padding_readers(self, extra={"position": position}))
+        self.padding_readers = tuple(padding_readers(self, extra={"position": position}))
         # what a layer's attention declares it cannot do, worked out once (declarations do not change), so that
         # a decoding loop pays a dictionary look-up per step, not a walk over the layers
         self._refusals = {what: self._refusal(what) for what in ("attention_weights", "cache")}
@@ -291,11 +287,25 @@ class EncoderModel(nn.Module):
         return math.lcm(1, *(m.sequence_multiple for m in self.modules() if isinstance(m, Attention)))
 
     @property
+    def padding_readers(self) -> tuple[PaddingReader, ...]:
+        """The components that declare reading padded positions (``reads_padded_positions``, or
+        ``reads_padded_positions_above`` a length; ``str()`` of each: ``path (Class)``): ``encoder.packing: auto``
+        does not pack a batch any of them reads padding in (packing leaves zeros where they read). Found when the
+        model is built; a task model adds its head's. See :mod:`bertblocks.core.capabilities`."""
+        return self._padding_readers
+
+    @padding_readers.setter
+    def padding_readers(self, readers: tuple[PaddingReader, ...]) -> None:
+        self._padding_readers = tuple(readers)
+        # worked out once: forward reads a plain attribute (no Python work per call, nothing for a graph to trace)
+        self._auto_packing_limit = auto_packing_limit(self._padding_readers)
+
+    @property
     def auto_packing_limit(self) -> int | None:
         """The longest padded length (tokens per row) that ``encoder.packing: auto`` packs: ``None`` any length (no
         component declares reading padded positions, :attr:`padding_readers`), ``0`` none (one reads them in every
         batch), ``N`` the lowest ``reads_padded_positions_above`` declared (BigBird's full-attention limit)."""
-        return auto_packing_limit(self.padding_readers)
+        return self._auto_packing_limit
 
     def auto_packs(self, length: int) -> bool:
         """Whether ``encoder.packing: auto`` may pack a batch padded to ``length`` tokens: no component reads padded

@@ -327,3 +327,42 @@ def test_conformance_catches_a_wrong_full_attention_threshold(shift, message):
     (case,) = suite.cases(kinds=["attention"], names=["shifted"], include=["padding_declaration"])
     with pytest.raises(ConformanceError, match=message):
         case.check.run(case.subject)
+
+
+@pytest.mark.compile
+def test_compiled_auto_packs_up_to_the_limit_and_guards_on_the_length():
+    """Compiled, `auto` packs every 2-D mask it may: the length-dependent declaration is one guard on the padded
+    length, so batches of 10 to 14 tokens share one packed graph and 15 tokens get a padded one (the block-sparse
+    path specialises on its block count past the limit, one graph per length there, as before packing), each equal
+    to the eager model on real tokens."""
+    config = {
+        "vocab_size": 99,
+        "hidden_size": 32,
+        "max_position_embeddings": 64,
+        "encoder": {
+            "num_layers": 1,
+            "attention": {"name": "block_sparse", "num_heads": 4, "block_size": 2, "num_random_blocks": 1},
+            "feedforward": {"intermediate_size": 37},
+        },
+    }
+    torch.manual_seed(0)
+    model = bertblocks.create_model(config).eval()
+    graphs: list[bool] = []  # per compiled graph: whether it packs
+
+    def backend(gm, example_inputs):
+        graphs.append(any(str(node.target).startswith("bertblocks.real_token_index") for node in gm.graph.nodes))
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(model, backend=backend, dynamic=True)
+        with torch.no_grad():
+            for length in range(10, 16):
+                ids, mask = _batch(length, length - 4)
+                want, got = model(ids, mask).last_hidden_state, compiled(ids, mask).last_hidden_state
+                real = mask.bool()
+                assert_close(got[real], want[real])
+                assert (got[~real].abs().max() == 0) == (length <= 14), length  # packed: zeros at padding
+    finally:
+        torch._dynamo.reset()
+    assert graphs == [True, False], graphs  # packed for 10-14 (no recompilation), padded for 15
