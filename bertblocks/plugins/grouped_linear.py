@@ -33,7 +33,8 @@ class GroupedLinear(GroupedProjection):
 
     Shapes::
 
-        x [..., in] → [n, g, in/g] → [g, n, in/g] @ weight [g, in/g, out/g] → [g, n, out/g] → [..., out]
+        x [..., in] → [n, g, in/g] → [g, n, in/g] @ weight [g, in/g, out/g] (+ bias [g, 1, out/g]) → [g, n, out/g]
+          → [..., out]
 
     Args:
         in_features: the input width.
@@ -93,8 +94,11 @@ class GroupedLinear(GroupedProjection):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         grouped = x.reshape(-1, self.groups, self.in_features // self.groups).transpose(0, 1)  # [g, n, in/g]
-        out = torch.bmm(grouped, self.blocks()).transpose(0, 1).reshape(*lead, self.out_features)  # [..., out]
-        return out if self.bias is None else out + self.bias
+        if self.bias is None:
+            out = torch.bmm(grouped, self.blocks())  # [g, n, out/g]
+        else:  # the bias inside the product: one pass over the output fewer than adding it after (measured faster)
+            out = torch.baddbmm(self.bias.view(self.groups, 1, -1), grouped, self.blocks())
+        return out.transpose(0, 1).reshape(*lead, self.out_features)  # [..., out]
 
     def extra_repr(self) -> str:
         return (
