@@ -14,8 +14,8 @@ from bertblocks.core.component import Component
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities
 from bertblocks.core.masks import causal_additive
 from bertblocks.errors import InputError
-from bertblocks.plugins.varlen_flex import flex_available
-from bertblocks.plugins.varlen_kernels import KERNELS, VarlenKernelName, varlen_kernels
+from bertblocks.plugins.varlen.flex import flex_available
+from bertblocks.plugins.varlen.kernels import KERNELS, VarlenKernelName, varlen_kernels
 
 
 class EagerBackend(AttentionBackend):
@@ -74,10 +74,10 @@ class SdpaBackend(AttentionBackend):
     """PyTorch's fused attention. When probabilities are asked for, it computes them explicitly (the fused
     kernels never form them), so ``output_attentions=True`` works on every built-in backend. Packed batches
     get a varlen kernel instead of a re-padded, masked call: one unmasked call per sequence
-    (:mod:`bertblocks.plugins.varlen_sdpa`) or one flex call with a document mask
-    (:mod:`bertblocks.plugins.varlen_flex`) or FlashAttention's varlen kernel on a GPU
-    (:mod:`bertblocks.plugins.varlen_flash`), chosen per device type when the backend is built
-    (:mod:`bertblocks.plugins.varlen_kernels`)."""
+    (:mod:`bertblocks.plugins.varlen.sdpa`) or one flex call with a document mask
+    (:mod:`bertblocks.plugins.varlen.flex`) or FlashAttention's varlen kernel on a GPU
+    (:mod:`bertblocks.plugins.varlen.flash`), chosen per device type when the backend is built
+    (:mod:`bertblocks.plugins.varlen.kernels`)."""
 
     name = "sdpa"
     capabilities = BackendCapabilities(
