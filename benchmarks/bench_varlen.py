@@ -2,7 +2,7 @@
 (CUDA, ``--dtype bfloat16``/``float16``) FlashAttention's varlen kernel.
 
 What ``sdpa``'s ``varlen_kernel: auto`` picks per device type comes from this measurement
-(``bertblocks/plugins/varlen_flex.py``). Contenders, interleaved repeat by repeat so that machine noise hits all
+(``bertblocks/plugins/varlen/flex.py``). Contenders, interleaved repeat by repeat so that machine noise hits all
 alike (medians, ratios to ``per_sequence``):
 
 1. the whole packed encoder (bert-base shape, random weights, fp32, eval, ``torch.inference_mode``) with
@@ -52,9 +52,9 @@ import bertblocks
 from bertblocks.core.interfaces import Positions
 from bertblocks.plugins.attention import BertAttention
 from bertblocks.plugins.positions import AlibiBias, alibi_slopes
-from bertblocks.plugins.varlen_flash import flash_available, flash_varlen_attention
-from bertblocks.plugins.varlen_flex import PackedIndex
-from bertblocks.plugins.varlen_sdpa import equal_length_runs, sdpa_per_sequence
+from bertblocks.plugins.varlen.flash import flash_available, flash_varlen_attention
+from bertblocks.plugins.varlen.flex import PackedIndex
+from bertblocks.plugins.varlen.sdpa import equal_length_runs, sdpa_per_sequence
 
 #: the padded batch of the performance issue (413 real tokens of 1024)
 LENGTHS = [128, 20, 35, 64, 16, 90, 12, 48]

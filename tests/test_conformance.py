@@ -20,6 +20,7 @@ from torch import nn
 from bertblocks.config import ConfigError
 from bertblocks.core.component import KINDS, Component
 from bertblocks.core.interfaces import BackendCapabilities, Pooler, Positions
+from bertblocks.core.masks import is_hidden
 from bertblocks.plugins.attention import BertAttention, build_bert_attention
 from bertblocks.plugins.backends import SdpaBackend
 from bertblocks.plugins.embeddings import BertEmbeddings, build_bert_embeddings
@@ -261,6 +262,22 @@ def _bool_mask_attention(**kwargs: Any) -> BoolMaskAttention:
     return built
 
 
+class FinfoMinMaskAttention(BertAttention):
+    """Hides keys at transformers' ``finfo.min`` instead of the mask's hidden value (``finfo.min / 2``): right on
+    CPU, but CUDA's memory-efficient kernel scales it by log2(e) to ``-inf`` and gives a fully hidden row zeros."""
+
+    def _attend(self, query, key, value, mask, *args, **kwargs):
+        if mask is not None:
+            mask = mask.masked_fill(is_hidden(mask), torch.finfo(mask.dtype).min)
+        return super()._attend(query, key, value, mask, *args, **kwargs)
+
+
+def _finfo_min_mask_attention(**kwargs: Any) -> FinfoMinMaskAttention:
+    built = build_bert_attention(**kwargs)
+    built.__class__ = FinfoMinMaskAttention
+    return built
+
+
 class TokenCountBranchIntermediate(BertIntermediate):
     """Stands in for code whose compilation needs the packed token count's value (ConvBERT's grouped matmul
     failed in inductor with ``GuardOnDataDependentSymNode Eq(u0, 1)``): raises what the compiler raises then."""
@@ -404,6 +421,11 @@ BROKEN: list[tuple[str, Component, list[str]]] = [
         ["varlen", "batch_independence"],
     ),
     ("boolean mask to the backend", _component("attention", "bool_mask", _bool_mask_attention), ["mask_contract"]),
+    (
+        "finfo.min mask to the backend",
+        _component("attention", "finfo_min_mask", _finfo_min_mask_attention),
+        ["mask_contract"],
+    ),
     (
         "compiles only with the token count's value",
         _component("feedforward", "token_count", _token_count_feedforward),

@@ -1,7 +1,7 @@
-"""The varlen kernels against their reference, the per-sequence SDPA calls (``varlen_sdpa.py``): flex
-(``varlen_flex.py``: the same numbers on every device the machine has, its score-modification hook, one block mask per
-forward pass), FlashAttention's (``varlen_flash.py``: bfloat16 on CUDA; its re-padded fallback in float32), and the
-per-device choice made when the backend is built (``varlen_kernels.py``)."""
+"""The varlen kernels against their reference, the per-sequence SDPA calls (``varlen/sdpa.py``): flex
+(``varlen/flex.py``: the same numbers on every device the machine has, its score-modification hook, one block mask per
+forward pass), FlashAttention's (``varlen/flash.py``: bfloat16 on CUDA; its re-padded fallback in float32), and the
+per-device choice made when the backend is built (``varlen/kernels.py``)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import torch
 
 import bertblocks
 from bertblocks.config import ConfigError
-from bertblocks.plugins import backends, varlen_flex, varlen_kernels
-from bertblocks.plugins.varlen_flash import flash_serves, flash_varlen_attention, repadded_varlen_attention
-from bertblocks.plugins.varlen_flex import PackedIndex, flex_varlen_attention
-from bertblocks.plugins.varlen_sdpa import sdpa_per_sequence
+from bertblocks.plugins import backends
+from bertblocks.plugins.varlen import kernels
+from bertblocks.plugins.varlen.flash import flash_serves, flash_varlen_attention, repadded_varlen_attention
+from bertblocks.plugins.varlen.flex import PackedIndex, flex_serves, flex_varlen_attention
+from bertblocks.plugins.varlen.sdpa import sdpa_per_sequence
 from tests.conftest import TINY, to_device
 from tests.tolerances import assert_close, assert_low_precision_close
 
@@ -93,7 +94,7 @@ def test_a_packed_model_on_flex_equals_per_sequence_with_one_block_mask_per_pass
     assert flex.encoder.layer[0].attention.backend.varlen_kernels == {"cpu": "flex", "cuda": "flex"}
     calls, masks = [], []
     monkeypatch.setattr(
-        varlen_flex, "flex_varlen_attention", lambda *a, **k: calls.append(1) or flex_varlen_attention(*a, **k)
+        kernels, "flex_varlen_attention", lambda *a, **k: calls.append(1) or flex_varlen_attention(*a, **k)
     )
     from torch.nn.attention import flex_attention as flex_module
 
@@ -113,7 +114,7 @@ def test_a_packed_model_on_flex_equals_per_sequence_with_one_block_mask_per_pass
 def test_flex_hands_dropout_to_the_per_sequence_kernel(monkeypatch):
     """flex has no dropout: a training step with attention dropout runs the per-sequence kernel."""
     model = _tiny("flex").train()
-    monkeypatch.setattr(varlen_flex, "flex_varlen_attention", lambda *a, **k: pytest.fail("flex ran with dropout"))
+    monkeypatch.setattr(kernels, "flex_varlen_attention", lambda *a, **k: pytest.fail("flex ran with dropout"))
     out = model(**_batch()).last_hidden_state
     out.sum().backward()
     assert model.encoder.layer[0].attention.self.query.weight.grad is not None
@@ -122,14 +123,14 @@ def test_flex_hands_dropout_to_the_per_sequence_kernel(monkeypatch):
 def test_flex_hands_cpu_gradients_and_narrow_gpu_heads_to_the_per_sequence_kernel():
     """flex has no CPU backward, and its GPU kernel takes heads of 16 or more: those calls go per sequence."""
     q, k, v, _ = _packed("cpu")
-    assert varlen_flex.flex_serves(q, k, v, 0.0)
-    assert not varlen_flex.flex_serves(q, k, v, 0.1)  # dropout
+    assert flex_serves(q, k, v, 0.0)
+    assert not flex_serves(q, k, v, 0.1)  # dropout
     with torch.no_grad():
-        assert varlen_flex.flex_serves(q.requires_grad_(), k, v, 0.0)
-    assert not varlen_flex.flex_serves(q, k, v, 0.0)  # q needs a gradient
+        assert flex_serves(q.requires_grad_(), k, v, 0.0)
+    assert not flex_serves(q, k, v, 0.0)  # q needs a gradient
     narrow, wide = torch.empty(3, 2, 8, device="meta"), torch.empty(3, 2, 16, device="meta")
-    assert not varlen_flex.flex_serves(narrow, narrow, narrow, 0.0)
-    assert varlen_flex.flex_serves(wide, wide, wide, 0.0)
+    assert not flex_serves(narrow, narrow, narrow, 0.0)
+    assert flex_serves(wide, wide, wide, 0.0)
     model = _tiny("flex", dropout=0.0).train()  # no dropout: only the CPU backward keeps flex out
     out = model(**_batch()).last_hidden_state
     out.sum().backward()  # flex would raise "does not support backward on CPU"
@@ -137,15 +138,15 @@ def test_flex_hands_cpu_gradients_and_narrow_gpu_heads_to_the_per_sequence_kerne
 
 
 def test_the_kernel_is_chosen_per_device_when_built(monkeypatch):
-    assert varlen_kernels.varlen_kernels("auto") == {
+    assert kernels.varlen_kernels("auto") == {
         "cpu": "per_sequence",
         "cuda": "flash",
     }  # measured: docs/explanation/performance.md
-    assert varlen_kernels.varlen_kernels("per_sequence") == {"cpu": "per_sequence", "cuda": "per_sequence"}
+    assert kernels.varlen_kernels("per_sequence") == {"cpu": "per_sequence", "cuda": "per_sequence"}
     assert _tiny("auto").encoder.layer[0].attention.backend.varlen_kernels["cpu"] == "per_sequence"
-    monkeypatch.setattr(varlen_kernels, "flash_available", lambda: False)
+    monkeypatch.setattr(kernels, "flash_available", lambda: False)
     # a torch without varlen_attn
-    assert varlen_kernels.varlen_kernels("auto") == {"cpu": "per_sequence", "cuda": "per_sequence"}
+    assert kernels.varlen_kernels("auto") == {"cpu": "per_sequence", "cuda": "per_sequence"}
     monkeypatch.setattr(backends, "flex_available", lambda: False)
     with pytest.raises(ConfigError, match=r"encoder\.attention\.backend.*varlen_kernel.*flex needs"):
         _tiny("flex")

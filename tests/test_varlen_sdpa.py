@@ -8,8 +8,8 @@ import torch._dynamo
 import torch.nn.functional as F
 
 import bertblocks
-from bertblocks.plugins import varlen_sdpa
 from bertblocks.plugins.backends import SdpaBackend
+from bertblocks.plugins.varlen import sdpa
 from tests.conftest import TINY
 from tests.tolerances import assert_close, assert_grads_close
 
@@ -51,7 +51,7 @@ def _masked_reference(q, k, v, lengths, scale):
 
 def test_equal_length_neighbours_form_one_run():
     cu = torch.tensor([0, 3, 6, 6, 9, 11, 13, 17], dtype=torch.int32)  # lengths 3, 3, 0, 3, 2, 2, 4
-    assert varlen_sdpa.equal_length_runs(cu) == [(0, 3, 3), (9, 2, 2), (13, 1, 4)]
+    assert sdpa.equal_length_runs(cu) == [(0, 3, 3), (9, 2, 2), (13, 1, 4)]
 
 
 @pytest.mark.parametrize("lengths", [[5, 0, 3, 1, 7], [3, 3, 0, 3, 2, 2, 4], [6, 6, 6]])
@@ -60,7 +60,7 @@ def test_per_sequence_kernel_equals_masked_attention_and_skips_empty_rows(length
     t = sum(lengths) + 1  # one stand-in token past the last sequence (a compiled empty batch): zeros
     q, k, v = (torch.randn(t, 2, 8, requires_grad=True) for _ in range(3))
     cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
-    out = varlen_sdpa.sdpa_per_sequence(q, k, v, cu, scale=0.3)
+    out = sdpa.sdpa_per_sequence(q, k, v, cu, scale=0.3)
     ref = _masked_reference(q, k, v, lengths, scale=0.3)
     assert_close(out, ref)
     assert (out[-1] == 0).all()
@@ -79,15 +79,15 @@ def test_custom_op_passes_torch_library_checks():
     out = torch.ops.bertblocks.sdpa_varlen(q, k, v, cu, 0.25)
     grads = torch.autograd.grad(out.sum(), (q, k, v))
     q2, k2, v2 = (x.detach().requires_grad_() for x in (q, k, v))
-    expected = torch.autograd.grad(varlen_sdpa.sdpa_per_sequence(q2, k2, v2, cu, 0.25).sum(), (q2, k2, v2))
+    expected = torch.autograd.grad(sdpa.sdpa_per_sequence(q2, k2, v2, cu, 0.25).sum(), (q2, k2, v2))
     for got, want in zip(grads, expected, strict=True):
         assert_grads_close(got, want)
 
 
 def test_packed_sdpa_model_attends_per_sequence_and_equals_padded(monkeypatch):
     calls = []
-    kernel = varlen_sdpa.sdpa_per_sequence
-    monkeypatch.setattr(varlen_sdpa, "sdpa_per_sequence", lambda *a, **kw: calls.append(1) or kernel(*a, **kw))
+    kernel = sdpa.sdpa_per_sequence
+    monkeypatch.setattr(sdpa, "sdpa_per_sequence", lambda *a, **kw: calls.append(1) or kernel(*a, **kw))
     padded, packed = _pair()
     inputs = _batch([[1] * 9, [1] * 4 + [0] * 5, [1] * 1 + [0] * 8, [1] * 6 + [0] * 3])
     real = inputs["attention_mask"].bool()
@@ -123,7 +123,7 @@ def test_compiled_training_with_dropout_stays_on_the_padded_path(monkeypatch):
     assert not SdpaBackend().accepts_varlen(dropout_p=0.1)  # the op's backward recomputes: dropout would differ
     assert SdpaBackend().accepts_varlen(dropout_p=0.0)
     with pytest.raises(ValueError, match="takes no dropout"):
-        varlen_sdpa.varlen_attention(*(torch.zeros(2, 1, 4) for _ in range(3)), torch.tensor([0, 2]), 1.0, 0.1)
+        sdpa.varlen_attention(*(torch.zeros(2, 1, 4) for _ in range(3)), torch.tensor([0, 2]), 1.0, 0.1)
 
 
 @pytest.fixture

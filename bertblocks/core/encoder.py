@@ -417,7 +417,7 @@ class EncoderModel(nn.Module):
         if attention_mask is not None:
             check_attention_mask(attention_mask, batch, length, past_length + length)
             if not is_all_visible(attention_mask):
-                # Decoders fold causality into the same mask, as HF does: one finfo.min wherever a key is
+                # Decoders fold causality into the same mask, as HF does: one hidden value wherever a key is
                 # padding *or* in the future (summing two masks would differ on fully padded rows).
                 mask = (
                     causal_mask(attention_mask, batch, length, past_length, dtype, device)
@@ -426,12 +426,10 @@ class EncoderModel(nn.Module):
                 )
                 if self.position_scheme.masks_padded_queries and attention_mask.dim() == 2 and not cfg.is_decoder:
                     # transformers' DeBERTa: a padded token's embedding is zero and, as a query, it sees no key
-                    # (an all-masked row: a uniform softmax), [b, 1, q, k]; real tokens are unchanged
-                    # Halved: CUDA's memory-efficient kernel scales scores by log2(e) before its softmax, so a
-                    # row of finfo.min overflowed to -inf there and came out as zeros, not the uniform softmax
-                    # (seen on an H100); finfo.min / 2 hides keys all the same and stays finite on every kernel.
+                    # (an all-masked row: the uniform softmax, on every kernel: masks.hidden_value), [b, 1, q, k];
+                    # real tokens are unchanged
                     real = attention_mask.to(dtype)
-                    mask = additive_mask(real[:, :, None] * real[:, None, :], dtype) / 2
+                    mask = additive_mask(real[:, :, None] * real[:, None, :], dtype)
                     hidden = hidden * real[:, :, None]
         # the user's position_ids reach the position scheme (rotary schemes rotate by them)
         positions = Positions.contiguous(length, past_length, device, ids=position_ids)

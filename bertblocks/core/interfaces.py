@@ -330,7 +330,7 @@ class PositionBias(nn.Module, ABC):
 
         Under ``torch.compile`` the loop of :meth:`sequence_terms` cannot be traced (the lengths are data): a term
         that returns a :class:`PackedScoreTerm` attends packed there too (``bertblocks::sdpa_varlen_biased``, see
-        :mod:`bertblocks.plugins.varlen_bias`); ``None`` (the default) re-pads the compiled call. Only asked of a
+        :mod:`bertblocks.plugins.varlen.biased`); ``None`` (the default) re-pads the compiled call. Only asked of a
         term that :meth:`packs_per_sequence`; the arguments are :meth:`sequence_terms`'. Return one only for a term
         whose entries read the positions through the distance ``i - j`` alone: a compiled graph packs left-padded
         batches too, and every sequence reads the top-left corner (see :class:`PackedScoreTerm`).

@@ -4,11 +4,13 @@ Shapes::
 
     padding mask   [b, k]       1 = attend, 0 = padding           (what tokenizers return)
     3-D mask       [b, q, k]    per query row                     (used as mask[:, None])
-    additive mask  [b, 1, q|1, k]  0.0 where visible, finfo(dtype).min where masked
+    additive mask  [b, 1, q|1, k]  0.0 where visible, hidden_value(dtype) = finfo(dtype).min / 2 where masked
 
-The additive form is ``(1 - m) * finfo(dtype).min``, exactly transformers' ``get_extended_attention_mask``, so
-masked scores are a large finite negative number (never ``-inf``) and a fully padded row still gives finite
-probabilities, as HF's do.
+The additive form is ``(1 - m) * hidden_value(dtype)``: transformers' ``get_extended_attention_mask`` with half of
+its ``finfo(dtype).min`` (why half: :func:`hidden_value`). Masked scores are a large finite negative number (never
+``-inf``), so a fully padded row still gives finite probabilities, the uniform softmax HF's eager attention gives it.
+Every mask that hides keys from a backend takes its value from :func:`hidden_value` and is read back with
+:func:`is_hidden`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,29 @@ from __future__ import annotations
 import torch
 
 from ..errors import InputError
+
+
+def hidden_value(dtype: torch.dtype) -> float:
+    """What an additive mask adds to the score of a hidden key: ``torch.finfo(dtype).min / 2``.
+
+    Why not ``finfo.min`` itself, transformers' value: CUDA's memory-efficient SDPA kernel computes its softmax with
+    ``exp2``, multiplying the masked scores by ``log2(e) ≈ 1.44`` first. A row whose every key is hidden (an
+    all-padding row of a batch, DeBERTa's padded queries, a left-padded decoder's first queries) holds ``finfo.min``
+    there, which that product overflows to ``-inf``: the row came out as zeros on an H100, where eager attention and
+    transformers give the uniform softmax. Half of ``finfo.min`` stays finite through that product (and through the
+    sum of two hidden entries, or a position bias added to one in float16), and hides a key as completely: both
+    ``exp(finfo.min - max)`` and ``exp(finfo.min / 2 - max)`` are exactly 0, so every row with a visible key gets
+    transformers' probabilities bit for bit, and a fully hidden row the uniform softmax transformers' eager
+    attention gives it in float32 and bfloat16 (where every score of the row rounds to the hidden value itself).
+    """
+    return torch.finfo(dtype).min / 2
+
+
+def is_hidden(mask: torch.Tensor) -> torch.Tensor:
+    """Where an additive mask hides the key: at or below a quarter of ``finfo.min``, midway between a hidden entry
+    (:func:`hidden_value`, plus any finite bias, stays below it) and a visible one (``0`` plus a bias, far above).
+    A mask built with transformers' ``finfo.min`` reads as hidden too."""
+    return mask <= torch.finfo(mask.dtype).min / 4
 
 
 def check_attention_mask(mask: torch.Tensor, batch_size: int, query_length: int, key_length: int) -> None:
@@ -52,7 +77,7 @@ def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``[b, k]`` or ``[b, q, k]`` 0/1 mask → ``[b, 1, 1|q, k]`` additive float mask in ``dtype``."""
     extended = mask[:, None, None, :] if mask.dim() == 2 else mask[:, None, :, :]
     extended = extended.to(dtype)
-    return (1.0 - extended) * torch.finfo(dtype).min
+    return (1.0 - extended) * hidden_value(dtype)
 
 
 def causal_mask(
@@ -77,14 +102,14 @@ def causal_mask(
         allowed = allowed * pad.to(dtype)
     else:
         allowed = allowed.expand(batch_size, 1, query_length, key_length)
-    return (1.0 - allowed) * torch.finfo(dtype).min
+    return (1.0 - allowed) * hidden_value(dtype)
 
 
 def causal_additive(query_length: int, key_length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """``[q, k]`` additive causal mask aligned bottom-right: the queries are the *last* ``q`` of ``k`` positions
     (earlier ones are cached), so query ``i`` sees keys ``<= k - q + i``."""
     hidden = torch.ones(query_length, key_length, dtype=torch.bool, device=device).triu(key_length - query_length + 1)
-    return torch.zeros(query_length, key_length, dtype=dtype, device=device).masked_fill(hidden, torch.finfo(dtype).min)
+    return torch.zeros(query_length, key_length, dtype=dtype, device=device).masked_fill(hidden, hidden_value(dtype))
 
 
 def is_all_visible(mask: torch.Tensor | None) -> bool:

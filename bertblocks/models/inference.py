@@ -9,7 +9,7 @@
   graph;
 - **freezing** — weights become constants of the graph, and Inductor folds what depends on weights only;
 - **per-sequence attention** — the SDPA backend runs packed sequences one unmasked call each (inside one custom
-  op, see :mod:`bertblocks.plugins.varlen_sdpa`) instead of a re-padded, masked call;
+  op, see :mod:`bertblocks.plugins.varlen.sdpa`) instead of a re-padded, masked call;
 - **fused epilogues** — Inductor fuses bias + GELU into the matmul and residual + LayerNorm into one kernel.
 
 Example:

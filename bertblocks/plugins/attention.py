@@ -41,8 +41,8 @@ from bertblocks.core.packing import Packing
 
 from ..errors import InputError
 from .projections import AttentionOutput, qkv_linears
-from .varlen_bias import sdpa_varlen_biased  # noqa: F401 (registers the op torch.ops.bertblocks.sdpa_varlen_biased)
-from .varlen_sdpa import equal_length_runs
+from .varlen.biased import sdpa_varlen_biased  # noqa: F401 (registers the op torch.ops.bertblocks.sdpa_varlen_biased)
+from .varlen.sdpa import equal_length_runs
 
 
 class AttentionOptions(BaseModel):
@@ -470,7 +470,7 @@ class BertAttention(Attention):
         packing: Packing,
     ) -> torch.Tensor | None:
         """Inside a compiled graph: the per-sequence attention as one custom op (``bertblocks::sdpa_varlen_biased``,
-        :mod:`bertblocks.plugins.varlen_bias`) that takes every sequence's term at once (the layer's
+        :mod:`bertblocks.plugins.varlen.biased`) that takes every sequence's term at once (the layer's
         :meth:`PositionBias.packed_term`, scaled, plus the shared bias): ``[T, h, d]`` context, or ``None`` where
         the call must re-pad: the term gives no packed form, the backend's kernel is not SDPA's (the op computes
         SDPA's), attention dropout in training (the op's backward recomputes the forward), or an export (standard

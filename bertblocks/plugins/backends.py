@@ -12,10 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities
-from bertblocks.core.masks import causal_additive
+from bertblocks.core.masks import causal_additive, hidden_value, is_hidden
 from bertblocks.errors import InputError
-from bertblocks.plugins.varlen_flex import flex_available
-from bertblocks.plugins.varlen_kernels import KERNELS, VarlenKernelName, varlen_kernels
+from bertblocks.plugins.varlen.flex import flex_available
+from bertblocks.plugins.varlen.kernels import KERNELS, VarlenKernelName, varlen_kernels
 
 
 class EagerBackend(AttentionBackend):
@@ -74,10 +74,10 @@ class SdpaBackend(AttentionBackend):
     """PyTorch's fused attention. When probabilities are asked for, it computes them explicitly (the fused
     kernels never form them), so ``output_attentions=True`` works on every built-in backend. Packed batches
     get a varlen kernel instead of a re-padded, masked call: one unmasked call per sequence
-    (:mod:`bertblocks.plugins.varlen_sdpa`) or one flex call with a document mask
-    (:mod:`bertblocks.plugins.varlen_flex`) or FlashAttention's varlen kernel on a GPU
-    (:mod:`bertblocks.plugins.varlen_flash`), chosen per device type when the backend is built
-    (:mod:`bertblocks.plugins.varlen_kernels`)."""
+    (:mod:`bertblocks.plugins.varlen.sdpa`) or one flex call with a document mask
+    (:mod:`bertblocks.plugins.varlen.flex`) or FlashAttention's varlen kernel on a GPU
+    (:mod:`bertblocks.plugins.varlen.flash`), chosen per device type when the backend is built
+    (:mod:`bertblocks.plugins.varlen.kernels`)."""
 
     name = "sdpa"
     capabilities = BackendCapabilities(
@@ -169,7 +169,7 @@ class SlidingWindowBackend(AttentionBackend):
     ``sdpa`` or ``eager``: the same numbers as a full kernel with that mask, without skipping the hidden blocks.
     A query that sees no key at all (a padding position whose whole window is padding) gets what transformers'
     attention of the same name gives it: zeros with ``sdpa`` (PyTorch's fused kernel on a boolean mask, the
-    default), the mean of the values with ``eager`` (a softmax over equal ``finfo.min`` scores).
+    default), the mean of the values with ``eager`` (a softmax over equal hidden scores).
     Queries are the *last* ``q`` of the ``k`` positions (earlier ones may be cached), so query row ``r`` sits at
     position ``k - q + r``, as for the causal mask.
 
@@ -212,15 +212,18 @@ class SlidingWindowBackend(AttentionBackend):
         blind = None
         if isinstance(k, torch.SymInt) or self.half < k - 1:
             hidden = self.band(q, k, query.device)
-            low = torch.finfo(query.dtype).min
-            # filled, not added: hidden scores stay finite (finfo.min), as in HF's masks
+            low = hidden_value(query.dtype)
+            # filled, not added: hidden scores stay the mask's one hidden value (finite on every kernel)
             if mask is None:
                 mask = torch.zeros(q, k, dtype=query.dtype, device=query.device).masked_fill(hidden, low)
             else:
-                mask = torch.where(hidden, torch.tensor(low, dtype=mask.dtype, device=mask.device), mask)
+                # the mask's own hidden keys take the same value (whatever hid them): one value per hidden row
+                mask = torch.where(
+                    hidden | is_hidden(mask), torch.tensor(low, dtype=mask.dtype, device=mask.device), mask
+                )
                 if isinstance(self.kernel, SdpaBackend):
                     # rows with no visible key: only padding can empty a window (the band keeps the diagonal)
-                    blind = (mask <= low / 2).all(dim=-1, keepdim=True)  # [b|1, h|1, q, 1]
+                    blind = is_hidden(mask).all(dim=-1, keepdim=True)  # [b|1, h|1, q, 1]
         out, weights = self.kernel(
             query,
             key,

@@ -35,6 +35,7 @@ from torch import nn
 from bertblocks.core.cache import KVCache
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Attention, AttentionBackend, Positions, PositionScheme, Rotary
+from bertblocks.core.masks import hidden_value, is_hidden
 from bertblocks.core.packing import Packing
 from bertblocks.errors import BertBlocksError
 
@@ -215,7 +216,7 @@ def block_sparse_attention(
     b, h, length, d = query.shape
     bs, nb = block_size, length // block_size
     slots = blocks.shape[-1]
-    low = torch.finfo(query.dtype).min
+    low = hidden_value(query.dtype)
     qb = query.view(b, h, nb, bs, d)
     # global query blocks: every key
     ends = torch.cat([qb[:, :, 0], qb[:, :, -1]], 2)  # [b, h, 2·bs, d]
@@ -252,7 +253,8 @@ def dense_block_mask(
     key_mask: torch.Tensor, blocks: torch.Tensor, valid: torch.Tensor, block_size: int
 ) -> torch.Tensor:
     """The same attention as a dense additive mask ``[b, h, L, L]``: ``log m`` where a key block is seen ``m``
-    times by a query block, ``finfo.min`` where it is not seen or the key is padding."""
+    times by a query block, hidden (:func:`~bertblocks.core.masks.hidden_value`) where it is not seen or the key is
+    padding."""
     length = key_mask.shape[1]
     h = blocks.shape[0]
     nb = length // block_size
@@ -261,9 +263,9 @@ def dense_block_mask(
     ones = valid.to(counts.dtype).to(key_mask.device).expand(h, *valid.shape)
     counts[:, 1:-1].scatter_add_(2, blocks.to(key_mask.device), ones)
     counts = counts.repeat_interleave(block_size, 1).repeat_interleave(block_size, 2)  # [h, L, L]
-    low = torch.finfo(key_mask.dtype).min
+    low = hidden_value(key_mask.dtype)
     seen = counts.log().to(key_mask.dtype).masked_fill(counts == 0, low)[None]  # [1, h, L, L]
-    hidden = key_mask[:, None, None, :] <= low / 2
+    hidden = is_hidden(key_mask[:, None, None, :])
     return seen.masked_fill(hidden, low) + key_mask[:, None, None, :].masked_fill(hidden, 0)
 
 
@@ -442,7 +444,7 @@ class BlockSparseAttention(Attention):
         b, _, q, _ = query.shape
         bs = self.block_size
         pad = (bs - q % bs) % bs
-        low = torch.finfo(query.dtype).min
+        low = hidden_value(query.dtype)
         key_mask = query.new_zeros(b, q) if mask is None else mask[:, 0, 0, :].to(query.dtype).expand(b, q)
         if pad:
             # transformers pads the input to a multiple of block_size; the padding is hidden as keys and dropped
@@ -461,7 +463,7 @@ class BlockSparseAttention(Attention):
             context = block_sparse_attention(query, key, value, key_mask, blocks, valid, bs, self.scale, kernel)
             weights = None
         # transformers zeroes the context of padded queries
-        context = context * (key_mask > low / 2).to(context.dtype)[:, None, :, None]
+        context = context * (~is_hidden(key_mask)).to(context.dtype)[:, None, :, None]
         return context[:, :, :q], weights
 
     def _random_blocks(self, length: int) -> torch.Tensor:

@@ -41,6 +41,7 @@ from bertblocks.config import BertConfig
 from bertblocks.core.capabilities import AttentionCapabilities
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import ExtraInput, Positions, PositionScheme
+from bertblocks.core.masks import hidden_value, is_hidden
 from bertblocks.core.packing import Packing
 from bertblocks.errors import BertBlocksError, InputError, UnsupportedError
 
@@ -248,7 +249,7 @@ class LongformerAttention(EncoderOnlyAttention):
         keys = key.shape[3]
         # additive and finite (a padded query's row may hide every key; its output is zeroed below)
         mask = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device)
-        mask = mask.masked_fill(~allowed, torch.finfo(query.dtype).min).reshape(b * n, 1, w, keys)
+        mask = mask.masked_fill(~allowed, hidden_value(query.dtype)).reshape(b * n, 1, w, keys)
         context = F.scaled_dot_product_attention(
             query,
             key.reshape(b * n, h, keys, d),
@@ -275,7 +276,7 @@ class LongformerAttention(EncoderOnlyAttention):
         """The same with the probabilities written out (for ``output_attentions``): context ``[b, h, n, w, d]``,
         band probabilities ``[b, h, n, w, 3w]`` and global-key ones ``[b, h, n, w, G]`` (or ``None``)."""
         w = q_blocks.shape[3]
-        low = torch.finfo(q_blocks.dtype).min
+        low = hidden_value(q_blocks.dtype)
         scores = (q_blocks @ k_windows).masked_fill(~allowed[:, None], low)  # [b, h, n, w, 3w]
         if glob is not None and k_global is not None:
             g_scores = q_blocks @ k_global[:, :, None].transpose(-1, -2)  # [b, h, n, w, G]
@@ -299,7 +300,7 @@ class LongformerAttention(EncoderOnlyAttention):
         at_global = hidden.gather(1, glob.index[:, :, None].expand(-1, -1, hidden.shape[-1]))  # [b, G, H]
         query = self._heads(proj.query_global(at_global) / d**0.5)  # [b, h, G, d]
         key, value = self._heads(proj.key_global(hidden)), self._heads(proj.value_global(hidden))
-        scores = (query @ key.transpose(-1, -2)).masked_fill(padded[:, None, None, :], torch.finfo(query.dtype).min)
+        scores = (query @ key.transpose(-1, -2)).masked_fill(padded[:, None, None, :], hidden_value(query.dtype))
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
         probs = F.dropout(probs, p=self.dropout_p, training=self.training)
         return probs @ value, probs
@@ -364,7 +365,7 @@ def _padded_keys(mask: torch.Tensor | None, b: int, length: int, device: torch.d
             f"the longformer attention takes a [b, k] padding mask (a [b, 1, 1, k] additive one), not one of shape "
             f"{tuple(mask.shape)}: per-query masks and position biases have no place in its window"
         )
-    return (mask[:, 0, 0, :] <= torch.finfo(mask.dtype).min / 2).expand(b, length)
+    return is_hidden(mask[:, 0, 0, :]).expand(b, length)
 
 
 def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

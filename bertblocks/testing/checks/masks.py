@@ -3,6 +3,7 @@ handed inside a model, on the padded and on the packed path, recorded at the bac
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,9 +11,13 @@ import torch
 from torch import nn
 
 from ...core.interfaces import AttentionBackend
+from ...core.masks import is_hidden
 from ..assertions import expect
 from ..inputs import infer, padded_batch
 from ..subject import ConformanceSkip, Subject
+
+#: what CUDA's memory-efficient SDPA kernel multiplies the masked scores by before its ``exp2`` softmax
+LOG2E = math.log2(math.e)
 
 #: the kinds that shape what a backend receives: the backend itself, the attention module that calls it, the
 #: position scheme whose bias travels in the mask, the layer that passes the mask on
@@ -58,12 +63,14 @@ def check_mask_contract(subject: Subject) -> None:
     """Inside a model, on the padded and the packed path, every backend call gets what the contract says.
 
     ``query [b, h, q, d]``, ``key``/``value [b, h, k, d]`` of the query's dtype; ``mask`` is ``None`` or an
-    *additive* float tensor of the query's dtype (never boolean), ``[b|1, h|1, q|1, k]``, finite (masked:
-    ``finfo.min``, never ``-inf``), hiding every padded key from every query of its row and leaving every real key
-    visible (a position bias adds finite values there). A packed batch reaches a ``varlen`` backend as ``[T, h,
-    d]`` with ``cu_seqlens`` of the real lengths; with a score term computable per sequence, sequence by sequence
-    (``[n, h, l, d]`` for ``n`` neighbouring sequences of ``l`` real tokens, the mask their finite ``[n|1, h|1, l,
-    l]`` term, nothing hidden); else re-padded as above (``b`` rows of the padded length).
+    *additive* float tensor of the query's dtype (never boolean), ``[b|1, h|1, q|1, k]``, finite even scaled by
+    ``log2(e)`` in float32 as CUDA's memory-efficient kernel scales it (masked: ``finfo.min / 2``, from
+    :func:`~bertblocks.core.masks.hidden_value`; never ``finfo.min`` or ``-inf``), hiding every padded key from every
+    query of its row and leaving every real key visible (a position bias adds finite values there). A packed batch
+    reaches a ``varlen`` backend as ``[T, h, d]`` with ``cu_seqlens`` of the real lengths; with a score term
+    computable per sequence, sequence by sequence (``[n, h, l, d]`` for ``n`` neighbouring sequences of ``l`` real
+    tokens, the mask their finite ``[n|1, h|1, l, l]`` term, nothing hidden); else re-padded as above (``b`` rows of
+    the padded length).
     """
     batch = padded_batch()
     mask01 = batch["attention_mask"]
@@ -116,10 +123,22 @@ def _check_sequence_call(call: dict[str, Any], where: str, lengths: torch.Tensor
         mask.dim() == 4 and mask.shape[0] in (1, n) and mask.shape[1] in (1, h) and mask.shape[2:] == (size, size),
         f"{where}: a per-sequence mask {tuple(mask.shape)} is not [n|1, h|1, l, l] for n={n}, l={size}",
     )
+    _expect_finite(mask, where)
+    expect(
+        not bool(is_hidden(mask).any()),
+        f"{where}: a per-sequence call hides a real key (a sequence's own term holds no padding)",
+    )
+
+
+def _expect_finite(mask: torch.Tensor, where: str) -> None:
+    """The mask, and the mask as CUDA's memory-efficient kernel scales it (float32, times ``log2(e)``), hold no
+    ``-inf`` or NaN: a row hidden at ``finfo.min`` overflows there and gives zeros, not the uniform softmax."""
     expect(bool(torch.isfinite(mask).all()), f"{where}: the mask holds -inf or NaN")
     expect(
-        bool((mask > torch.finfo(mask.dtype).min / 2).all()),
-        f"{where}: a per-sequence call hides a real key (a sequence's own term holds no padding)",
+        bool(torch.isfinite(mask.float() * LOG2E).all()),
+        f"{where}: the mask overflows to -inf when a kernel scales it by log2(e) (CUDA's memory-efficient SDPA), so "
+        "a fully hidden row gives zeros there: hide keys with bertblocks.core.masks.hidden_value(dtype) "
+        "(finfo.min / 2), not finfo.min",
     )
 
 
@@ -162,18 +181,19 @@ def _check_call(
         and mask.shape[3] == k
     )
     expect(shape_ok, f"{where}: mask {tuple(mask.shape)} is not [b|1, h|1, q|1, k] for q={q}, k={k}")
-    expect(bool(torch.isfinite(mask).all()), f"{where}: the mask holds -inf or NaN; masked scores are finfo.min")
+    _expect_finite(mask, where)
     expect(k == length, f"{where}: {k} keys, not the padded length {length}")
-    low = torch.finfo(mask.dtype).min / 2
     full = mask.expand(b, mask.shape[1], q, k)
     real_rows = mask01.bool()[:, None, :q, None] if q == length else torch.ones(b, 1, q, 1, dtype=torch.bool)
     padded_keys = ~mask01.bool()[:, None, None, :]
-    hidden = full <= low
+    hidden = is_hidden(full)
     expect(
         bool((hidden | ~padded_keys | ~real_rows).all()),
-        f"{where}: a padded key is visible to a real query (the mask must hide padding: finfo.min there)",
+        f"{where}: a padded key is visible to a real query (the mask must hide padding: "
+        "bertblocks.core.masks.hidden_value there)",
     )
     expect(
         bool((~hidden | padded_keys | ~real_rows).all()),
-        f"{where}: a real key is hidden from a real query of its row (a bias must stay finite and far above finfo.min)",
+        f"{where}: a real key is hidden from a real query of its row (a bias must stay finite and far above "
+        "finfo.min / 4)",
     )

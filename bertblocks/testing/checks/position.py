@@ -73,7 +73,7 @@ def _check_packed_term(scheme: PositionScheme, bias: PositionBias) -> None:
     """A term's packed form (:meth:`PositionBias.packed_term`, what a compiled graph hands its varlen op) gathers,
     for each packed sequence, the term :meth:`~PositionBias.sequence_terms` gives, and the term of the same sequence
     left-padded in its row (a compiled graph packs any padding side): lengths 7, 3, 3 of a batch padded to 7."""
-    from ...plugins.varlen_bias import run_mask  # the op's own gathering
+    from ...plugins.varlen.biased import run_mask  # the op's own gathering
 
     dtype, length, h, d = torch.float64, 7, 4, 8
     terms = scheme.shared_terms(_DIMS)

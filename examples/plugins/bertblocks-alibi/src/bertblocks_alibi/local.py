@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt
 
 from bertblocks.core.interfaces import AttentionBackend, BackendCapabilities
+from bertblocks.core.masks import hidden_value, is_hidden
 
 
 class LocalOptions(BaseModel):
@@ -68,13 +69,16 @@ class LocalAttentionBackend(AttentionBackend):
         # the result is exactly the plain kernel's.
         if self.window < k - 1 or is_causal:
             hidden = band_mask(q, k, self.window, is_causal, query.device)
-            low = torch.finfo(query.dtype).min
-            # Filling (not adding) keeps hidden scores finite, as HF's masks are: a row hiding every key then
-            # still gives finite probabilities instead of NaN.
+            low = hidden_value(query.dtype)
+            # Filling (not adding) keeps hidden scores finite, at one value (finfo.min / 2; the mask's hidden keys
+            # are set to it too, whatever value hid them): a row hiding every key then gives the uniform softmax,
+            # as HF's masks do, on every kernel, instead of NaN or zeros.
             if mask is None:
                 mask = torch.zeros(q, k, dtype=query.dtype, device=query.device).masked_fill(hidden, low)
             else:
-                mask = torch.where(hidden, torch.tensor(low, dtype=mask.dtype, device=mask.device), mask)
+                mask = torch.where(
+                    hidden | is_hidden(mask), torch.tensor(low, dtype=mask.dtype, device=mask.device), mask
+                )
         if need_weights or self.kernel == "eager":
             scores = torch.matmul(query, key.transpose(-1, -2)) * scale  # [b, h, q, k]
             if mask is not None:

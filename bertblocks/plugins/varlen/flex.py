@@ -3,9 +3,9 @@
 The packed tokens ``[T, h, d]`` attend as one ``[1, h, T, d]`` batch whose block mask lets a query see only the keys
 of its own sequence (its *document*). A fused flex kernel skips the hidden blocks, so the work is about ``Σ lᵢ²``
 (rounded up to the kernel's blocks), in one launch however many sequences there are: what a GPU wants, where one
-launch per sequence (:mod:`bertblocks.plugins.varlen_sdpa`, the reference) leaves most of the device idle.
+launch per sequence (:mod:`bertblocks.plugins.varlen.sdpa`, the reference) leaves most of the device idle.
 
-Which varlen kernel runs where is decided in :mod:`bertblocks.plugins.varlen_kernels` (measured there: flex is
+Which varlen kernel runs where is decided in :mod:`bertblocks.plugins.varlen.kernels` (measured there: flex is
 chosen only by name). On CPU ``varlen_kernel: flex`` runs uncompiled, materialising the whole ``[T, T]`` score
 matrix: the same interface, so the CPU tests check its numbers against the per-sequence path.
 
@@ -15,11 +15,11 @@ Score modifications: :func:`flex_varlen_attention` takes a ``score_mod`` factory
 ``relative_key`` terms) could run packed through this kernel; no built-in scheme passes one: on CPU the packed
 path's per-sequence calls with each sequence's term as the mask measured 11-26× faster than uncompiled flex with an
 ALiBi ``score_mod`` (``benchmarks/bench_varlen.py --score-bias``, docs/explanation/packing.md), and inside a compiled
-graph the custom op of :mod:`bertblocks.plugins.varlen_bias` 2.2x faster than flex compiled with that ``score_mod``.
+graph the custom op of :mod:`bertblocks.plugins.varlen.biased` 2.2x faster than flex compiled with that ``score_mod``.
 
-Where flex cannot serve a call the per-sequence kernel runs it (:func:`flex_serves`): attention dropout (flex has
-none), gradients on CPU (flex has no CPU backward), heads narrower than 16 on a GPU (its Triton kernel's minimum),
-and inside a compiled graph.
+Where flex cannot serve a call (:func:`flex_serves`) the per-sequence kernel runs it (the ``flex`` entry of
+:mod:`bertblocks.plugins.varlen.kernels`): attention dropout (flex has none), gradients on CPU (flex has no CPU
+backward), heads narrower than 16 on a GPU (its Triton kernel's minimum), and inside a compiled graph.
 """
 
 from __future__ import annotations
@@ -30,8 +30,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-
-from bertblocks.plugins.varlen_sdpa import varlen_attention
 
 #: flex's score modification: ``(score, batch, head, q_idx, kv_idx) → score`` (0-dim tensors)
 ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -144,21 +142,6 @@ def flex_varlen_attention(
             q, k, v, score_mod=None if score_mod is None else score_mod(index), block_mask=block_mask, scale=scale
         )
     return out[0].transpose(0, 1)  # [T, h, d]
-
-
-def flex_or_per_sequence(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    scale: float,
-    dropout_p: float,
-    max_seqlen: int,
-) -> torch.Tensor:
-    """Flex, except where it cannot serve the call (:func:`flex_serves`): the per-sequence kernel then."""
-    if not flex_serves(query, key, value, dropout_p):
-        return varlen_attention(query, key, value, cu_seqlens, scale, dropout_p)
-    return flex_varlen_attention(query, key, value, cu_seqlens, scale)
 
 
 #: the smallest head size flex's GPU kernel takes (Inductor's Triton template: ``tl.dot`` needs 16)

@@ -19,7 +19,7 @@ table's gradient); ``index`` ``[L, L]`` picks each pair's table row; ``fixed``
 Each is optional. The op's backward (a second op, recomputing the probabilities per run) returns the gradients of
 the queries, keys, values and of each of the three terms: ``dScores`` scattered back into ``rows``/``cols`` at the
 gathered entries, and summed into ``fixed``'s corner. Dropout cannot be recomputed identically, so compiled training
-with attention dropout stays re-padded (as :mod:`bertblocks.plugins.varlen_sdpa`'s op).
+with attention dropout stays re-padded (as :mod:`bertblocks.plugins.varlen.sdpa`'s op).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..errors import InputError
-from .varlen_sdpa import attention_grads, equal_length_runs, run_heads, run_tokens
+from ...errors import InputError
+from .sdpa import attention_grads, equal_length_runs, run_heads, run_tokens
 
 
 def _pairs(index: torch.Tensor | None, length: int) -> torch.Tensor:

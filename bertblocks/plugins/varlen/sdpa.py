@@ -20,7 +20,7 @@ import itertools
 import torch
 import torch.nn.functional as F
 
-from ..errors import InputError
+from ...errors import InputError
 
 
 def equal_length_runs(cu_seqlens: torch.Tensor) -> list[tuple[int, int, int]]:
@@ -119,7 +119,8 @@ def attention_grads(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``dQ, dK, dV`` and ``dS`` of ``O = softmax(scale·QKᵀ + M)·V`` for ``dO`` (``[n, h, l, d]`` each; ``dS``
     ``[n, h, l, l]`` is also ``dM``): ``dV = Pᵀ·dO``, ``dS = P ⊙ (dO·Vᵀ − rowsum(dO ⊙ O))``, ``dQ = scale·dS·K``,
-    ``dK = scale·dSᵀ·Q``. The backward of both compiled varlen ops (this module's and ``varlen_bias``'s)."""
+    ``dK = scale·dSᵀ·Q``. The backward of both compiled varlen ops (this module's and
+    :mod:`~bertblocks.plugins.varlen.biased`'s)."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     probs = torch.softmax(scores if mask is None else scores + mask, dim=-1)
     out = torch.matmul(probs, v)

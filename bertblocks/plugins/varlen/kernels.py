@@ -3,9 +3,9 @@
 A varlen kernel attends a packed batch: ``(query, key, value [T, h, d], cu_seqlens [n + 1], scale, dropout_p,
 max_seqlen) → [T, h, d]``, each token seeing only the keys of its own sequence.
 
-* ``per_sequence`` (:mod:`bertblocks.plugins.varlen_sdpa`): one unmasked SDPA call per run of equal lengths;
-* ``flex`` (:mod:`bertblocks.plugins.varlen_flex`): one ``flex_attention`` call with a document block mask;
-* ``flash`` (:mod:`bertblocks.plugins.varlen_flash`): FlashAttention's varlen kernel on a CUDA GPU.
+* ``per_sequence`` (:mod:`bertblocks.plugins.varlen.sdpa`): one unmasked SDPA call per run of equal lengths;
+* ``flex`` (:mod:`bertblocks.plugins.varlen.flex`): one ``flex_attention`` call with a document block mask;
+* ``flash`` (:mod:`bertblocks.plugins.varlen.flash`): FlashAttention's varlen kernel on a CUDA GPU.
 
 ``auto`` is decided once, when the backend is built (:func:`varlen_kernels`):
 
@@ -25,10 +25,10 @@ from typing import Literal
 
 import torch
 
-from bertblocks.errors import InputError
-from bertblocks.plugins.varlen_flash import flash_available, flash_varlen_attention
-from bertblocks.plugins.varlen_flex import flex_available, flex_or_per_sequence
-from bertblocks.plugins.varlen_sdpa import varlen_attention
+from ...errors import InputError
+from .flash import flash_available, flash_varlen_attention
+from .flex import flex_available, flex_serves, flex_varlen_attention
+from .sdpa import varlen_attention
 
 #: a varlen kernel: ``(query, key, value [T, h, d], cu_seqlens [n + 1], scale, dropout_p, max_seqlen) → [T, h, d]``
 VarlenKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float, float, int], torch.Tensor]
@@ -48,10 +48,26 @@ def _per_sequence(
     return varlen_attention(query, key, value, cu_seqlens, scale, dropout_p)
 
 
+def _flex_or_per_sequence(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    scale: float,
+    dropout_p: float,
+    max_seqlen: int,
+) -> torch.Tensor:
+    """Flex, except where it cannot serve the call (:func:`~bertblocks.plugins.varlen.flex.flex_serves`): the
+    per-sequence kernel then."""
+    if not flex_serves(query, key, value, dropout_p):
+        return varlen_attention(query, key, value, cu_seqlens, scale, dropout_p)
+    return flex_varlen_attention(query, key, value, cu_seqlens, scale)
+
+
 #: the kernels by name
 KERNELS: dict[str, VarlenKernel] = {
     "per_sequence": _per_sequence,
-    "flex": flex_or_per_sequence,
+    "flex": _flex_or_per_sequence,
     "flash": flash_varlen_attention,
 }
 

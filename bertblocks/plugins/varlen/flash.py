@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from bertblocks.plugins.varlen_sdpa import varlen_attention
+from .sdpa import varlen_attention
 
 #: the head sizes FlashAttention takes (its kernels are built up to 256, in steps of 8)
 MAX_HEAD_DIM = 256
