@@ -252,7 +252,7 @@ class BoolMaskAttention(BertAttention):
 
     def _attend(self, query, key, value, mask, *args, **kwargs):
         if mask is not None:
-            mask = mask > torch.finfo(mask.dtype).min / 2
+            mask = ~is_hidden(mask)
         return super()._attend(query, key, value, mask, *args, **kwargs)
 
 

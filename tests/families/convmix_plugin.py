@@ -26,7 +26,7 @@ from bertblocks.config import BertConfig
 from bertblocks.core.capabilities import AttentionCapabilities
 from bertblocks.core.component import Component
 from bertblocks.core.interfaces import Attention, AttentionBackend, BackendCapabilities
-from bertblocks.core.masks import causal_additive
+from bertblocks.core.masks import causal_additive, is_hidden
 from bertblocks.families.bertlike import bert_fields_from_hf, bert_fields_to_hf
 from bertblocks.families.family import Family
 from bertblocks.families.keymap import KeyMap
@@ -167,9 +167,9 @@ def convmix_needs_absolute_positions(config: BertConfig, spec: Any, loc: str) ->
 
 # ------------------------------------------------------------------------------------------- sigmoid backend
 def visible_counts(scores: torch.Tensor) -> torch.Tensor:
-    """Keys each query sees (scores above half of ``finfo.min``), at least 1: ``[..., q, 1]``."""
-    low = torch.finfo(scores.dtype).min / 2
-    return (scores > low).sum(-1, keepdim=True).clamp(min=1).to(scores.dtype)
+    """Keys each query sees (scores the mask did not hide: :func:`~bertblocks.core.masks.is_hidden`), at least 1:
+    ``[..., q, 1]``."""
+    return (~is_hidden(scores)).sum(-1, keepdim=True).clamp(min=1).to(scores.dtype)
 
 
 class SigmoidBackend(AttentionBackend):
