@@ -143,10 +143,18 @@ def shell_lines(body: str) -> list[tuple[str, int]]:
     return lines
 
 
+def doc_page_group(page: Path) -> str:
+    """The ``xdist_group`` of a page's blocks."""
+    return f"docs-{page.relative_to(ROOT)}"
+
+
 def _params() -> list[object]:
     params = []
     for block in RUN:
-        marks = [pytest.mark.docs_slow] if "slow" in block.markers else []
+        # a page's blocks share its scratch folder and run in page order: one xdist worker (tests/conftest.py)
+        marks = [pytest.mark.xdist_group(doc_page_group(block.page))]
+        if "slow" in block.markers:
+            marks.append(pytest.mark.docs_slow)
         params.append(pytest.param(block, id=block.name, marks=marks))
     return params
 
@@ -184,6 +192,18 @@ def test_doc_block_runs(
 def test_every_runnable_language_block_is_collected() -> None:
     assert len(RUN) > 40
     assert {b.language for b in RUN} >= {"python", "bash"}
+
+
+def test_a_pages_blocks_run_in_one_xdist_worker(pytestconfig: pytest.Config) -> None:
+    """Each block carries its page's ``xdist_group`` (one per page), and the suite's options group by it: under
+    ``-n N`` a page's blocks share one scratch folder and run in page order, as in a run without xdist."""
+    groups: dict[str, set[Path]] = {}
+    for param in _params():
+        (mark,) = [m for m in param.marks if m.name == "xdist_group"]
+        groups.setdefault(mark.args[0], set()).add(param.values[0].page)
+    assert all(len(pages) == 1 for pages in groups.values())
+    assert len(groups) == len({b.page for b in RUN})
+    assert "--dist loadgroup" in " ".join(pytestconfig.getini("addopts"))
 
 
 def test_a_planted_stale_block_fails(
