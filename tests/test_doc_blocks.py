@@ -143,18 +143,10 @@ def shell_lines(body: str) -> list[tuple[str, int]]:
     return lines
 
 
-def doc_page_group(page: Path) -> str:
-    """The ``xdist_group`` of a page's blocks."""
-    return f"docs-{page.relative_to(ROOT)}"
-
-
 def _params() -> list[object]:
     params = []
     for block in RUN:
-        # a page's blocks share its scratch folder and run in page order: one xdist worker (tests/conftest.py)
-        marks = [pytest.mark.xdist_group(doc_page_group(block.page))]
-        if "slow" in block.markers:
-            marks.append(pytest.mark.docs_slow)
+        marks = [pytest.mark.docs_slow] if "slow" in block.markers else []
         params.append(pytest.param(block, id=block.name, marks=marks))
     return params
 
@@ -194,16 +186,22 @@ def test_every_runnable_language_block_is_collected() -> None:
     assert {b.language for b in RUN} >= {"python", "bash"}
 
 
-def test_a_pages_blocks_run_in_one_xdist_worker(pytestconfig: pytest.Config) -> None:
-    """Each block carries its page's ``xdist_group`` (one per page), and the suite's options group by it: under
-    ``-n N`` a page's blocks share one scratch folder and run in page order, as in a run without xdist."""
-    groups: dict[str, set[Path]] = {}
-    for param in _params():
-        (mark,) = [m for m in param.marks if m.name == "xdist_group"]
-        groups.setdefault(mark.args[0], set()).add(param.values[0].page)
-    assert all(len(pages) == 1 for pages in groups.values())
-    assert len(groups) == len({b.page for b in RUN})
-    assert "--dist loadgroup" in " ".join(pytestconfig.getini("addopts"))
+def test_under_xdist_this_file_is_one_unit_of_work(request: pytest.FixtureRequest) -> None:
+    """``pytest -n N`` (CI: ``-n 2``) sends this file's tests to one worker, in order: a page's blocks share its
+    scratch folder (a later block reads what an earlier one wrote). Other tests are scheduled one by one."""
+    from types import SimpleNamespace
+
+    from conftest import one_worker_scope, pytest_xdist_make_scheduler
+
+    this_file = request.node.nodeid.split("::")[0]
+    assert one_worker_scope(request.node.nodeid) == this_file
+    assert {one_worker_scope(f"{this_file}::test_doc_block_runs[{b.name}]") for b in RUN} == {this_file}
+    assert one_worker_scope("tests/test_docs.py::test_type_rendering") == "tests/test_docs.py::test_type_rendering"
+    tx = {"tx": ["popen", "popen"]}  # -n 2
+    two_workers = SimpleNamespace(getoption=lambda _: "load", getvalue=tx.get)
+    scheduler = pytest_xdist_make_scheduler(two_workers, None)
+    assert scheduler._split_scope(request.node.nodeid) == this_file
+    assert pytest_xdist_make_scheduler(SimpleNamespace(getoption=lambda _: "loadfile"), None) is None
 
 
 def test_a_planted_stale_block_fails(
