@@ -186,6 +186,24 @@ def test_every_runnable_language_block_is_collected() -> None:
     assert {b.language for b in RUN} >= {"python", "bash"}
 
 
+def test_under_xdist_this_file_is_one_unit_of_work(request: pytest.FixtureRequest) -> None:
+    """``pytest -n N`` (CI: ``-n 2``) sends this file's tests to one worker, in order: a page's blocks share its
+    scratch folder (a later block reads what an earlier one wrote). Other tests are scheduled one by one."""
+    from types import SimpleNamespace
+
+    from conftest import one_worker_scope, pytest_xdist_make_scheduler
+
+    this_file = request.node.nodeid.split("::")[0]
+    assert one_worker_scope(request.node.nodeid) == this_file
+    assert {one_worker_scope(f"{this_file}::test_doc_block_runs[{b.name}]") for b in RUN} == {this_file}
+    assert one_worker_scope("tests/test_docs.py::test_type_rendering") == "tests/test_docs.py::test_type_rendering"
+    tx = {"tx": ["popen", "popen"]}  # -n 2
+    two_workers = SimpleNamespace(getoption=lambda _: "load", getvalue=tx.get)
+    scheduler = pytest_xdist_make_scheduler(two_workers, None)
+    assert scheduler._split_scope(request.node.nodeid) == this_file
+    assert pytest_xdist_make_scheduler(SimpleNamespace(getoption=lambda _: "loadfile"), None) is None
+
+
 def test_a_planted_stale_block_fails(
     tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -179,3 +179,17 @@ def test_a_stale_generated_section_is_found():
     page = "a <!-- docs_gen: positions -->\n`absolute`, `relative_key`, `relative_key_query`\n<!-- /docs_gen --> b"
     assert docs_gen.render_sections(page) != page
     assert "`rope`" in docs_gen.render_sections(page)
+
+
+def test_the_documented_test_command_is_what_ci_runs():
+    """README's whole-suite command (and CONTRIBUTING's) is the command .ci/run runs: CI's verdict is that
+    command's summary, so a contributor who runs the documented one runs what CI judges."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"^```bash fragment: the test suite itself, run by \.ci/run\n(.*?)^```", readme, re.S | re.M)
+    assert block, "README.md: the test suite's block is gone"
+    command = block.group(1).splitlines()[0].split("#")[0].strip()
+    assert command.startswith("python -m pytest")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(rf"^{re.escape(command)}(\s|$)", ci, re.M), f".ci/run does not run README's `{command}`"
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    assert re.search(rf"^{re.escape(command)}\s+#", contributing, re.M), f"CONTRIBUTING.md does not show `{command}`"
