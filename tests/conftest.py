@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -84,9 +86,31 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             reporter.write_line("no CUDA device: the cuda cases are collected only where torch.cuda.is_available()")
 
 
+#: test files whose tests start process groups of their own (gloo rendezvous, torchrun, a local Ray instance): one
+#: such file runs at a time on the machine, across xdist workers and the floor job beside the main suite (a lock
+#: file, :func:`one_process_group_at_a_time`). Two of them at once on CI's two cores, beside the other tests, once
+#: aborted a torchrun rank (SIGABRT in gloo) that passes alone.
+PROCESS_GROUP_FILES = frozenset({"tests/test_ddp.py", "tests/test_ablation_scale.py"})
 #: test files whose tests must run in one process, in file order, under pytest-xdist (see
-#: :func:`pytest_xdist_make_scheduler`): a doc page's blocks share the page's scratch folder and build on each other
-ONE_WORKER_FILES = frozenset({"tests/test_doc_blocks.py"})
+#: :func:`pytest_xdist_make_scheduler`): a doc page's blocks share the page's scratch folder and build on each other;
+#: a process-group file's module fixture (DDP and FSDP trainings) is then built once, not once per worker
+ONE_WORKER_FILES = frozenset({"tests/test_doc_blocks.py"}) | PROCESS_GROUP_FILES
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_process_group_at_a_time(request: pytest.FixtureRequest):
+    """Hold a machine-wide lock while a :data:`PROCESS_GROUP_FILES` module runs (its module fixtures included:
+    autouse, so set up before them); other modules pass straight through."""
+    path = Path(str(request.path)).resolve()
+    if not any(path.as_posix().endswith(name) for name in PROCESS_GROUP_FILES):
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / "bertblocks-tests-process-groups.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def one_worker_scope(nodeid: str) -> str:
